@@ -1,0 +1,32 @@
+# `make test` and `make demo` work on a fresh machine with nothing but Python 3.10+.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo setup lint bench clean
+
+setup: $(STAMP)
+
+# torch is installed first and pinned (constraints.txt) so nothing pulls a CUDA build.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+demo: $(STAMP)
+	$(VENV)/bin/invperm demo
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks analyses
+
+bench: $(STAMP)
+	$(PY) benchmarks/forward.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,0 +1,166 @@
+"""The hooked disentangled transformer (the note's Section 2; DESIGN.md section 1).
+
+``h^0 = [X, I_T]``; layer ``l`` head ``k``: ``scores = h A_{l,k} hᵀ`` (no scaling, no value or output
+matrices), optionally causally masked, ``z_k = softmax(scores) h``; the stream grows by
+concatenation, ``h^{l+1} = [h^l, z_1, …, z_H]``; the read-out is ``h^L[readout rows] W_U``.
+Every intermediate goes through a ``HookPoint`` so TransformerLens's ``run_with_cache``,
+``run_with_hooks`` and ``hooks()`` work unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from transformer_lens import ActivationCache, HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from .config import ModelConfig
+from .stream import Stream
+
+
+class DisentangledAttention(nn.Module):
+    """``H`` heads of bilinear attention ``softmax(h A_k hᵀ) h`` over the whole stream ``h^l``."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.causal = cfg.attention_dir == "causal"
+        n_heads, width = cfg.heads[layer], cfg.widths[layer]
+        # A[k, i, j]: query feature i, key feature j of head k.
+        self.A = nn.Parameter(torch.zeros(n_heads, width, width, dtype=cfg.torch_dtype))
+        self.hook_attn_scores = HookPoint()  # (B, H, T, T), -inf above the diagonal when causal
+        self.hook_pattern = HookPoint()  # (B, H, T, T)
+        self.hook_z = HookPoint()  # (B, T, H, D_l)
+        mask = torch.ones(cfg.T, cfg.T, dtype=torch.bool).triu(diagonal=1)  # True: key after query
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, h: Tensor) -> Tensor:
+        """``h (B, T, D_l)`` → ``z (B, T, H, D_l)``."""
+        q = torch.einsum("bti,hij->bhtj", h, self.A)  # (B, H, T, D): query rows times A
+        scores = q @ h.unsqueeze(1).transpose(-1, -2)  # (B, H, T, T)
+        if self.causal:
+            scores = scores.masked_fill(self.mask, float("-inf"))
+        scores = self.hook_attn_scores(scores)
+        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))  # (B, H, T, T)
+        z = (pattern @ h.unsqueeze(1)).transpose(1, 2)  # (B, H, T, D) → (B, T, H, D)
+        return self.hook_z(z)
+
+
+class DisentangledBlock(nn.Module):
+    """One layer: attention over ``h^l``, its heads concatenated onto the stream."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.hook_resid_pre = HookPoint()  # (B, T, D_l)
+        self.attn = DisentangledAttention(cfg, layer)
+        self.hook_resid_post = HookPoint()  # (B, T, D_{l+1})
+
+    def forward(self, h: Tensor) -> Tensor:
+        h = self.hook_resid_pre(h)
+        z = self.attn(h)  # (B, T, H, D_l)
+        return self.hook_resid_post(torch.cat([h, z.flatten(start_dim=2)], dim=-1))
+
+
+class Unembed(nn.Module):
+    """``out = h^L[rows] W_U`` with ``W_U (D_L, d)``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.rows = cfg.layout.rows(cfg.readout)
+        self.W_U = nn.Parameter(torch.zeros(cfg.widths[-1], cfg.d, dtype=cfg.torch_dtype))
+        self.hook_readout = HookPoint()  # (B, d, D_L): the read-out rows of the final stream
+
+    def forward(self, h: Tensor) -> Tensor:
+        return self.hook_readout(h[:, self.rows]) @ self.W_U
+
+
+class HookedDisentangledTransformer(HookedRootModule):
+    """Attention-only disentangled transformer with TransformerLens hooks.
+
+    ``forward(X (B, T, d)) → (B, d, d)``: the prediction of ``Y`` from the read-out rows.
+    Hook names: ``hook_embed``, ``hook_pos_embed``, ``blocks.{l}.hook_resid_pre``,
+    ``blocks.{l}.attn.hook_attn_scores`` / ``hook_pattern`` / ``hook_z``,
+    ``blocks.{l}.hook_resid_post``, ``unembed.hook_readout``.
+    """
+
+    def __init__(self, cfg: ModelConfig, seed: int | None = None):
+        super().__init__()
+        if not isinstance(cfg, ModelConfig):
+            raise ValueError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.stream = Stream(cfg.layout, cfg.heads)
+        self.hook_embed = HookPoint()  # (B, T, d): the tokens X
+        self.hook_pos_embed = HookPoint()  # (B, T, T): one-hot positions I_T
+        self.register_buffer("pos", torch.eye(cfg.T, dtype=cfg.torch_dtype), persistent=False)
+        self.blocks = nn.ModuleList(DisentangledBlock(cfg, layer) for layer in range(cfg.n_layers))
+        self.unembed = Unembed(cfg)
+        self.init_weights(seed)
+        self.setup()
+
+    def init_weights(self, seed: int | None = None) -> None:
+        """``cfg.init``: zeros (the note's code) or i.i.d. ``N(0, init_scale²)``."""
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in self.parameters():
+                if self.cfg.init == "zeros":
+                    p.zero_()
+                else:
+                    noise = torch.randn(p.shape, generator=generator, dtype=p.dtype)
+                    p.copy_(noise.to(p.device) * self.cfg.init_scale)
+
+    def embed(self, X: Tensor) -> Tensor:
+        """``X (B, T, d)`` → ``h^0 = [X, I_T]`` of shape ``(B, T, d + T)``."""
+        pos = self.pos.expand(X.shape[0], -1, -1)
+        return torch.cat([self.hook_embed(X), self.hook_pos_embed(pos)], dim=-1)
+
+    def forward(self, X: Tensor, check_input: bool = True) -> Tensor:
+        """``X (B, T, d)`` → predicted ``Y`` of shape ``(B, d, d)``.
+
+        ``check_input=False`` skips the shape/finiteness checks (the training loop uses it on data it
+        drew itself; the finiteness check synchronises a GPU).
+        """
+        if check_input:
+            X = self.check_input(X)
+        h = self.embed(X)
+        for block in self.blocks:
+            h = block(h)
+        return self.unembed(h)
+
+    def check_input(self, X: Tensor) -> Tensor:
+        """Validate ``X`` against the layout; return it in the model's dtype and device."""
+        cfg = self.cfg
+        if not isinstance(X, Tensor):
+            raise ValueError(f"X must be a torch.Tensor of shape (B, {cfg.T}, {cfg.d}), "
+                             f"got {type(X).__name__}")
+        if not X.dtype.is_floating_point:
+            raise ValueError(f"X must be a floating-point tensor, got dtype {X.dtype}")
+        if X.ndim != 3 or X.shape[1:] != (cfg.T, cfg.d):
+            raise ValueError(
+                f"X must have shape (B, {cfg.T}, {cfg.d}) for layout {cfg.layout}, "
+                f"got {tuple(X.shape)}"
+            )
+        if not bool(torch.isfinite(X).all()):
+            raise ValueError("X must be finite (no NaN or inf)")
+        return X.to(device=self.pos.device, dtype=self.pos.dtype)
+
+    def run_with_cache(
+        self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False,
+        **kwargs,
+    ) -> tuple[Tensor, ActivationCache | dict[str, Tensor]]:
+        """As ``HookedRootModule.run_with_cache``, but the cache is an ``ActivationCache`` so that
+        ``cache["pattern", 0]`` works (pass ``return_cache_object=False`` for the plain dict)."""
+        out, cache = super().run_with_cache(
+            *model_args, remove_batch_dim=remove_batch_dim, **kwargs
+        )
+        if return_cache_object:
+            cache = ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
+        return out, cache
+
+    @property
+    def device(self) -> torch.device:
+        return self.pos.device
+
+    def __repr__(self) -> str:
+        cfg = self.cfg
+        return (f"HookedDisentangledTransformer(layout={cfg.layout}, n_layers={cfg.n_layers}, "
+                f"heads={list(cfg.heads)}, attention_dir={cfg.attention_dir!r}, "
+                f"readout={cfg.readout!r}, widths={list(cfg.widths)})")
