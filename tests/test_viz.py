@@ -1,0 +1,39 @@
+"""Figures carry the stream's block names; attention pages are self-contained (offline)."""
+
+import re
+
+import torch
+
+from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, constructions, make_input
+from invperm_interp.viz.attention import attention_views, page, token_labels
+from invperm_interp.viz.heatmaps import plot_circuit, save_figure
+
+
+def test_circuit_figure_labels_every_block(tmp_path):
+    model = constructions.build("theorem2", 4)
+    fig = plot_circuit(model)
+    axes = fig.axes
+    layer1 = [t.get_text() for t in axes[1].get_xticklabels()]  # A0, A1, W_U, then colour bars
+    assert layer1 == model.stream.labels(1)
+    path = save_figure(plot_circuit(model, gauge_fixed=True), tmp_path / "c.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_token_labels_name_rows_by_role():
+    layout = Layout.scratch(3, 2)
+    P = torch.tensor([[0.0, 1, 0], [0, 0, 1], [1, 0, 0]])
+    Y_P = torch.tensor([[1.0, 0, 1], [0, 0, 0], [1, 1, 1]])
+    labels = token_labels(make_input(layout, P, Y_P))
+    assert labels == ["P0→e1", "P1→e2", "P2→e0", "Y0=101", "Y1=000", "Y2=111", "S0", "S1"]
+
+
+def test_attention_page_is_offline_and_has_one_view_per_layer():
+    cfg = ModelConfig(Layout.plain(3), n_layers=2, n_heads=[1, 2], attention_dir="causal")
+    model = HookedDisentangledTransformer(cfg, seed=0)
+    batch = make_input(cfg.layout, torch.eye(3), torch.ones(3, 3))
+    body = attention_views(model, batch)
+    assert body.count("CircuitsVis.render(") == 2
+    assert '"maskUpperTri": true' in body
+    html = page("t", body)
+    assert "var CircuitsVis" in html  # the bundle is inlined
+    assert not re.search(r"(src|import)[^>]*https?://", html)  # nothing loaded from the network
