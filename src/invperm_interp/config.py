@@ -1,9 +1,9 @@
-"""Model configuration: a frozen dataclass that round-trips through JSON."""
+"""Model and training configuration: frozen dataclasses that round-trip through JSON."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -127,4 +127,126 @@ class ModelConfig:
 
     @classmethod
     def from_json(cls, text: str) -> ModelConfig:
+        return cls.from_dict(json.loads(text))
+
+
+RECIPES = ("adam", "paper")
+OPTIMIZERS = ("adam", "sgd")
+SCHEDULES = ("constant", "cosine")
+# What each recipe fills in for the fields left None. "paper" is the note's code: zero init, plain
+# SGD at lr 1, each gradient entry clipped to ±1, cosine decay of the lr to 0 over 2^17 steps
+# (whatever the run's length, so a short paper run is a prefix of the note's 2^16-step one).
+RECIPE_DEFAULTS = {
+    "adam": {"optimizer": "adam", "lr": 1e-2, "schedule": "constant"},
+    "paper": {"optimizer": "sgd", "lr": 1.0, "schedule": "cosine", "init": "zeros",
+              "schedule_steps": 2**17},
+}
+PAPER_FIXED = ("optimizer", "lr", "schedule", "init")  # what recipe="paper" refuses to change
+# Fields that may change between a run and its resumption without changing what it computes.
+RESUMABLE_FIELDS = ("steps", "out_dir", "threads", "device", "checkpoint_every")
+
+
+def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    if not ok or (maximum is not None and value >= maximum):
+        upper = "" if maximum is None else f" and < {maximum}"
+        raise ValueError(f"{name} must be an integer >= {minimum}{upper}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train: the recipe, the data stream, evaluation and checkpoints.
+
+    Fields left ``None`` take the recipe's value (``RECIPE_DEFAULTS``); :meth:`resolved` fills them
+    in. ``recipe="paper"`` is the note's recipe exactly and refuses fields that would change it.
+    """
+
+    steps: int = 3000
+    batch_size: int = 1024
+    recipe: str = "adam"  # "adam": Adam lr 1e-2 from N(0, 0.01²), solves d=10 in ~1k steps
+    lr: float | None = None  # None: the recipe's (adam 1e-2, paper 1.0)
+    optimizer: str | None = None  # None: the recipe's ("adam"; "sgd" for paper)
+    schedule: str | None = None  # None: the recipe's ("constant"; "cosine" for paper)
+    schedule_steps: int | None = None  # cosine horizon; None: 2**17 for paper (the note), else steps
+    init: str | None = None  # None: the model config's init ("zeros" for paper, which requires it)
+    seed: int = 0  # seeds the init, the training stream and the eval batch (separate streams)
+    device: str = "auto"  # "auto": CUDA when available, else CPU
+    dtype: str | None = None  # None: the model config's dtype
+    eval_every: int = 100
+    eval_size: int = 4096
+    checkpoint_every: int = 1000
+    out_dir: str | None = None  # None: nothing written to disk (no checkpoints, no resume)
+    threads: int | None = None  # None: leave torch's thread count; on busy shared cores try 1
+
+    def __post_init__(self) -> None:
+        _check_int("steps", self.steps, 1)
+        _check_int("batch_size", self.batch_size, 1)
+        if self.recipe not in RECIPES:
+            raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
+        number = isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
+        if self.lr is not None and not (number and 0 < self.lr < float("inf")):
+            raise ValueError(f"lr must be a finite number > 0 or None, got {self.lr!r}")
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS} or None, got {self.optimizer!r}")
+        if self.schedule is not None and self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES} or None, got {self.schedule!r}")
+        if self.schedule_steps is not None:
+            _check_int("schedule_steps", self.schedule_steps, 1)
+        if self.init is not None and self.init not in INITS:
+            raise ValueError(f"init must be one of {INITS} or None, got {self.init!r}")
+        _check_int("seed", self.seed, 0, 2**62)
+        device = self.device
+        if not isinstance(device, str) or not (
+            device in ("auto", "cpu", "cuda")
+            or (device.startswith("cuda:") and device[5:].isdigit())
+        ):
+            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)} or None, got {self.dtype!r}")
+        _check_int("eval_every", self.eval_every, 1)
+        _check_int("eval_size", self.eval_size, 1)
+        _check_int("checkpoint_every", self.checkpoint_every, 1)
+        if self.out_dir is not None and not isinstance(self.out_dir, str):
+            raise ValueError(f"out_dir must be a path string or None, got {self.out_dir!r}")
+        if self.threads is not None:
+            _check_int("threads", self.threads, 1)
+        if self.recipe == "paper":
+            for name in PAPER_FIXED:
+                value, given = RECIPE_DEFAULTS["paper"][name], getattr(self, name)
+                if given is not None and given != value:
+                    raise ValueError(
+                        f"recipe='paper' is the note's recipe exactly and fixes {name}={value!r}, "
+                        f"got {name}={given!r}; use recipe='adam' to choose it freely"
+                    )
+
+    def resolved(self) -> TrainConfig:
+        """A copy with the recipe's values filled in for ``None`` fields and a cosine schedule's
+        horizon fixed (the recipe's, else ``steps``; a constant lr has none, so a finished run can
+        be extended)."""
+        filled = {k: v for k, v in RECIPE_DEFAULTS[self.recipe].items() if getattr(self, k) is None}
+        schedule = filled.get("schedule", self.schedule)
+        if schedule == "cosine" and self.schedule_steps is None:
+            filled.setdefault("schedule_steps", self.steps)
+        elif schedule != "cosine":
+            filled.pop("schedule_steps", None)
+        return replace(self, **filled)
+
+    # -- JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        if not isinstance(data, dict):
+            raise ValueError(f"train config must be a JSON object, got {type(data).__name__}")
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"train config has unknown keys {unknown}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
         return cls.from_dict(json.loads(text))

@@ -155,6 +155,14 @@ class HookedDisentangledTransformer(HookedRootModule):
             cache = ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
         return out, cache
 
+    @classmethod
+    def from_run(cls, run_dir: str, step: int | None = None) -> HookedDisentangledTransformer:
+        """The model a training run wrote to ``run_dir`` (a str or Path): its final weights, or
+        checkpoint ``step``. Read with safetensors only (nothing is unpickled)."""
+        from .train import Run  # train imports this module
+
+        return Run.load(run_dir, step=step).model
+
     @property
     def device(self) -> torch.device:
         return self.pos.device

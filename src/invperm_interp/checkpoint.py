@@ -1,0 +1,179 @@
+"""Checkpoint files: safetensors tensors plus JSON metadata, written atomically, checked on load.
+
+A checkpoint is one ``.safetensors`` file. Its tensors are ``model.{param}`` (the weights),
+``optim.{param}.{key}`` (the optimizer's per-parameter state) and ``rng.{stream}`` (generator
+states as uint8). Its metadata holds ``invperm`` (JSON: format, step, config hash, device, the
+optimizer's non-tensor state, loop counters) and ``sha256``, a digest of every tensor's name, dtype,
+shape and bytes, so a file whose bytes changed is refused instead of half-loaded. Nothing is
+unpickled: no ``torch.load`` anywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from torch import Tensor, nn
+
+FORMAT = "invperm-checkpoint/1"
+STEP_FILE = re.compile(r"^step_(\d+)\.safetensors$")
+# Per-parameter state tensors each optimizer must have once it has taken a step.
+OPTIMIZER_STATE = {"adam": ("step", "exp_avg", "exp_avg_sq"), "sgd": ()}
+
+
+def checkpoint_path(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step_{step}.safetensors"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every ``checkpoints/step_N.safetensors`` of a run, by step."""
+    folder = Path(run_dir) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := STEP_FILE.match(p.name))]
+    return sorted(found)
+
+
+def digest(tensors: dict[str, Tensor]) -> str:
+    """SHA-256 over the tensors' names, dtypes, shapes and bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def atomic_write(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, flush it to disk, then rename it over
+    ``path``: a crash leaves either the old file or the new one, never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def save(path: str | Path, tensors: dict[str, Tensor], meta: dict) -> None:
+    """Write a checkpoint atomically. ``tensors`` are moved to the CPU; ``meta`` must be JSON."""
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    header = {"invperm": json.dumps({"format": FORMAT, **meta}), "sha256": digest(tensors)}
+    atomic_write(path, st_save(tensors, metadata=header))
+
+
+def load(path: str | Path) -> tuple[dict[str, Tensor], dict]:
+    """Read and verify a checkpoint: ``(tensors on the CPU, metadata)``.
+
+    Raises ``ValueError`` naming the file when it is truncated, corrupted or not a checkpoint.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"checkpoint {path} does not exist") from None
+    try:
+        tensors = st_load(data)
+        n = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + n]).get("__metadata__") or {}
+        meta = json.loads(header["invperm"])
+        expected = header["sha256"]
+    except Exception as err:  # safetensors raises its own error type; JSON/KeyError for the header
+        raise ValueError(
+            f"checkpoint {path} is truncated or corrupted (cannot be read as an invperm "
+            f"safetensors checkpoint: {err}); delete it to resume from an earlier one"
+        ) from None
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"checkpoint {path} has format {meta.get('format')!r}, expected {FORMAT!r}")
+    if digest(tensors) != expected:
+        raise ValueError(
+            f"checkpoint {path} is corrupted: its tensors do not match the digest written with "
+            "them; delete it to resume from an earlier one"
+        )
+    return tensors, meta
+
+
+# -- model and optimizer state ----------------------------------------------------------------
+def model_tensors(model: nn.Module) -> dict[str, Tensor]:
+    return {f"model.{k}": v for k, v in model.state_dict().items()}
+
+
+def load_model_tensors(model: nn.Module, tensors: dict[str, Tensor], path: str | Path) -> None:
+    """Copy ``model.*`` tensors into ``model`` after checking names, shapes and dtypes."""
+    own = model.state_dict()
+    given = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    missing, unexpected = sorted(set(own) - set(given)), sorted(set(given) - set(own))
+    if missing or unexpected:
+        raise ValueError(
+            f"checkpoint {path} does not fit the model: missing weights {missing}, "
+            f"unexpected weights {unexpected}"
+        )
+    for name, t in given.items():
+        if t.shape != own[name].shape or t.dtype != own[name].dtype:
+            raise ValueError(
+                f"checkpoint {path}: weight {name} has shape {tuple(t.shape)} and dtype {t.dtype}, "
+                f"the model expects {tuple(own[name].shape)} and {own[name].dtype}"
+            )
+    model.load_state_dict(given)
+
+
+def optimizer_tensors(
+    optimizer: torch.optim.Optimizer, names: dict[int, str]
+) -> tuple[dict[str, Tensor], dict]:
+    """The per-parameter state as ``optim.{param}.{key}`` tensors plus its non-tensor entries."""
+    tensors, scalars = {}, {}
+    for p, state in optimizer.state.items():
+        for key, value in state.items():
+            if isinstance(value, Tensor):
+                tensors[f"optim.{names[id(p)]}.{key}"] = value
+            elif value is not None:
+                scalars.setdefault(names[id(p)], {})[key] = value
+    return tensors, scalars
+
+
+def load_optimizer_tensors(
+    optimizer: torch.optim.Optimizer, kind: str, names: dict[int, str],
+    tensors: dict[str, Tensor], scalars: dict, path: str | Path,
+) -> None:
+    """Restore what :func:`optimizer_tensors` saved, checking every parameter's state."""
+    params = optimizer.param_groups[0]["params"]
+    known = {names[id(p)] for p in params}
+    state: dict[int, dict] = {}
+    seen = set()
+    for index, p in enumerate(params):
+        name = names[id(p)]
+        prefix = f"optim.{name}."
+        entry = {k[len(prefix):]: v for k, v in tensors.items()
+                 if k.startswith(prefix) and "." not in k[len(prefix):]}
+        seen.update(prefix + k for k in entry)
+        entry.update(scalars.get(name, {}))
+        required = OPTIMIZER_STATE[kind]
+        if entry or required:
+            lacking = [k for k in required if k not in entry]
+            if lacking:
+                raise ValueError(f"checkpoint {path}: optimizer state of {name} lacks {lacking}")
+            for key, value in entry.items():
+                if isinstance(value, Tensor) and value.ndim and value.shape != p.shape:
+                    raise ValueError(
+                        f"checkpoint {path}: optimizer state {name}.{key} has shape "
+                        f"{tuple(value.shape)}, the parameter has {tuple(p.shape)}"
+                    )
+            state[index] = entry
+    stray = sorted(k for k in tensors if k.startswith("optim.") and k not in seen)
+    stray += sorted(f"{n} (scalars)" for n in scalars if n not in known)
+    if stray:
+        raise ValueError(f"checkpoint {path}: optimizer state for unknown parameters {stray}")
+    sd = optimizer.state_dict()
+    optimizer.load_state_dict({"state": state, "param_groups": sd["param_groups"]})

@@ -1,0 +1,323 @@
+"""The training engine: recipes, determinism, resume, checkpoint safety, and that it learns."""
+
+import json
+import os
+import signal
+import threading
+from dataclasses import replace
+
+import pytest
+import torch
+
+from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
+from invperm_interp.checkpoint import checkpoint_path, list_checkpoints
+from invperm_interp.cli import main
+from invperm_interp.config import TrainConfig
+from invperm_interp.theory import causal_floor
+from invperm_interp.train import (
+    Run,
+    _seeds,
+    config_hash,
+    learning_rate,
+    readout_forward,
+    resume,
+    train,
+)
+
+
+def small(d=4, attention_dir="bidirectional", layout=None, readout="P", **train_kw):
+    model_cfg = ModelConfig(layout or Layout.plain(d), attention_dir=attention_dir, readout=readout)
+    kw = dict(steps=6, batch_size=32, eval_every=3, eval_size=64, device="cpu")
+    kw.update(train_kw)
+    return model_cfg, TrainConfig(**kw)
+
+
+def run(model_cfg, train_cfg, **kw):
+    return train(model_cfg, train_cfg, progress=False, **kw)
+
+
+def strip(metrics):
+    """Metrics without the wall-clock time, the only entry that may differ between equal runs."""
+    return [{k: v for k, v in m.items() if k != "wall_time"} for m in metrics]
+
+
+def weights(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def snapshot(folder):
+    """Every file under ``folder`` with its bytes, to prove nothing was touched."""
+    return {str(p): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# -- configuration ----------------------------------------------------------------------------
+def test_train_config_json_round_trip_and_recipe_defaults():
+    cfg = TrainConfig(steps=10, recipe="paper", schedule_steps=2**17, threads=1, out_dir="runs/x")
+    assert TrainConfig.from_json(cfg.to_json()) == cfg
+    resolved = cfg.resolved()
+    assert (resolved.optimizer, resolved.lr, resolved.schedule, resolved.init) == (
+        "sgd", 1.0, "cosine", "zeros")
+    assert TrainConfig(steps=7).resolved().schedule_steps is None  # constant lr: no horizon
+    assert TrainConfig(steps=7, recipe="paper").resolved().schedule_steps == 2**17  # the note's
+    assert TrainConfig(steps=7, schedule="cosine").resolved().schedule_steps == 7
+    assert TrainConfig().resolved().lr == 1e-2
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(recipe="paper", lr=0.1), "fixes lr"),
+    (dict(recipe="paper", optimizer="adam"), "fixes optimizer"),
+    (dict(recipe="paper", init="normal"), "fixes init"),
+    (dict(recipe="sgd"), "recipe must be"),
+    (dict(steps=0), "steps must be"),
+    (dict(device="gpu"), "device must be"),
+    (dict(lr=float("nan")), "lr must be"),
+    (dict(seed=-1), "seed must be"),
+    (dict(threads=0), "threads must be"),
+])
+def test_train_config_rejects_bad_values(bad, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**bad)
+
+
+def test_train_config_rejects_unknown_json_keys():
+    with pytest.raises(ValueError, match="unknown keys"):
+        TrainConfig.from_dict({"stepz": 3})
+
+
+def test_paper_recipe_forces_zero_init_and_says_so():
+    model_cfg, train_cfg = small(recipe="paper", steps=1)
+    r = run(model_cfg, train_cfg)
+    assert model_cfg.init == "normal" and r.model_cfg.init == "zeros"
+
+
+# -- the step's maths -------------------------------------------------------------------------
+@pytest.mark.parametrize("attention_dir", ["causal", "bidirectional"])
+@pytest.mark.parametrize("layout, readout, heads", [
+    (Layout.plain(4), "P", 1), (Layout.plain(3), "Y", (2, 1)),
+    (Layout.scratch(4, scratch=[0.5, -1.0, 2.0, 0.0]), "S", (1, 2)), (Layout.plain(2), "P", 3),
+])
+@pytest.mark.parametrize("n_layers", [1, 2])
+def test_readout_forward_equals_the_hooked_forward(attention_dir, layout, readout, heads, n_layers):
+    if isinstance(heads, tuple):
+        heads = heads[:n_layers] if n_layers == 2 else heads[0]
+    cfg = ModelConfig(layout, n_layers=n_layers, n_heads=heads, attention_dir=attention_dir,
+                      readout=readout, dtype="float64", init_scale=0.5)
+    model = HookedDisentangledTransformer(cfg, seed=3)
+    batch = sample_batch(layout, 5, torch.Generator().manual_seed(0), dtype=torch.float64)
+    torch.testing.assert_close(readout_forward(model, batch.X), model(batch.X), rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_learning_rate_schedules():
+    const = TrainConfig(steps=10)
+    assert learning_rate(const, 0) == learning_rate(const, 9) == 1e-2
+    cos = TrainConfig(steps=10, recipe="paper", schedule_steps=8)
+    assert learning_rate(cos, 0) == 1.0
+    assert learning_rate(cos, 4) == pytest.approx(0.5)
+    assert learning_rate(cos, 8) == learning_rate(cos, 9) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_paper_recipe_is_the_notes_update_rule():
+    """Two steps of zero init, SGD lr 1, gradient entries clipped to ±1, cosine over 4 steps, by
+    hand on the hooked model; large scratch rows make the clipping bite."""
+    layout = Layout.scratch(4, scratch=[3.0, 3.0, 3.0, 3.0])
+    model_cfg, train_cfg = small(layout=layout, readout="S", attention_dir="causal",
+                                 recipe="paper", steps=2, schedule_steps=4, eval_every=100)
+    result = run(model_cfg, train_cfg)
+
+    model = HookedDisentangledTransformer(replace(model_cfg, init="zeros"))
+    generator = torch.Generator().manual_seed(_seeds(train_cfg.seed)["data"])
+    clipped = False
+    for step in range(2):
+        batch = sample_batch(layout, train_cfg.batch_size, generator)
+        loss = ((model(batch.X) - batch.Y) ** 2).sum(-1).mean()
+        grads = torch.autograd.grad(loss, list(model.parameters()))
+        lr = 0.5 * (1 + torch.cos(torch.tensor(torch.pi * step / 4, dtype=torch.float64)))
+        with torch.no_grad():
+            for p, g in zip(model.parameters(), grads):
+                clipped |= bool((g.abs() > 1).any())
+                p -= float(lr) * g.clamp(-1.0, 1.0)
+    assert clipped
+    for name, p in model.state_dict().items():
+        torch.testing.assert_close(result.model.state_dict()[name], p, rtol=1e-5, atol=1e-6)
+    assert [m["lr"] for m in result.metrics] == [1.0, pytest.approx(float(lr))]
+
+
+# -- determinism ------------------------------------------------------------------------------
+def test_same_seed_same_run_and_other_seed_other_data():
+    model_cfg, train_cfg = small()
+    a, b = run(model_cfg, train_cfg), run(model_cfg, train_cfg)
+    assert strip(a.metrics) == strip(b.metrics)
+    assert_same_weights(weights(a.model), weights(b.model))
+    c = run(model_cfg, replace(train_cfg, seed=1))
+    assert strip(a.metrics) != strip(c.metrics)
+    draw = [sample_batch(model_cfg.layout, 8, torch.Generator().manual_seed(_seeds(s)["data"])).X
+            for s in (0, 1)]
+    assert not torch.equal(*draw)
+
+
+def test_a_short_run_is_a_prefix_of_a_long_one():
+    model_cfg, train_cfg = small(steps=6, eval_every=3)
+    short, long = run(model_cfg, train_cfg), run(model_cfg, replace(train_cfg, steps=12))
+    assert strip(short.metrics) == strip(long.metrics)[: len(short.metrics)]
+
+
+# -- run directory, resume --------------------------------------------------------------------
+def test_run_directory_layout_and_loading(tmp_path):
+    model_cfg, train_cfg = small(out_dir=str(tmp_path / "r"), checkpoint_every=4)
+    r = run(model_cfg, train_cfg)
+    d = tmp_path / "r"
+    assert {p.name for p in d.iterdir()} == {"config.json", "metrics.jsonl", "checkpoints",
+                                             "final.safetensors"}
+    assert [s for s, _ in list_checkpoints(d)] == [4, 6]
+    stored = json.loads((d / "config.json").read_text())
+    assert stored["train"]["lr"] == 1e-2 and stored["model"]["attention_dir"] == "bidirectional"
+    lines = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert lines == r.metrics and [m["step"] for m in lines] == [0, 3, 6]
+    assert {"mse", "entry_acc", "row_acc", "sample_acc", "train_mse", "lr", "causal_floor",
+            "attention_dir", "wall_time"} <= set(lines[-1])
+    assert lines[-1]["causal_floor"] == causal_floor(model_cfg.layout, "P") == 1.0
+    loaded = Run.load(d)
+    assert loaded.step == 6 and loaded.metrics == r.metrics
+    assert_same_weights(weights(loaded.model), weights(r.model))
+    model = HookedDisentangledTransformer.from_run(d)
+    assert_same_weights(weights(model), weights(r.model))
+    assert Run.load(d, step=4).step == 4
+    with pytest.raises(ValueError, match="step must be one of"):
+        Run.load(d, step=5)
+
+
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
+    # eval_every does not divide the stop step: the running train-loss mean crosses the checkpoint
+    model_cfg, train_cfg = small(steps=10, eval_every=3, checkpoint_every=100)
+    straight = run(model_cfg, replace(train_cfg, out_dir=str(tmp_path / "a")))
+    cfg_b = replace(train_cfg, out_dir=str(tmp_path / "b"))
+    stopped = run(model_cfg, cfg_b, stop_at=5)
+    assert stopped.step == 5 and not (tmp_path / "b" / "final.safetensors").exists()
+    resumed = resume(tmp_path / "b", progress=False)
+    assert resumed.step == 10
+    assert strip(resumed.metrics) == strip(straight.metrics)
+    assert_same_weights(weights(resumed.model), weights(straight.model))
+    on_disk = Run.load(tmp_path / "b")
+    assert strip(on_disk.metrics) == strip(straight.metrics)
+    assert_same_weights(weights(on_disk.model), weights(straight.model))
+
+
+def test_resume_can_extend_a_finished_run(tmp_path):
+    model_cfg, train_cfg = small(steps=6, eval_every=3)
+    straight = run(model_cfg, replace(train_cfg, steps=9))
+    run(model_cfg, replace(train_cfg, out_dir=str(tmp_path / "r")))
+    extended = resume(tmp_path / "r", steps=9, progress=False)
+    assert strip(extended.metrics) == strip(straight.metrics)
+    assert_same_weights(weights(extended.model), weights(straight.model))
+
+
+def test_ctrl_c_checkpoints_and_resumes(tmp_path):
+    model_cfg, train_cfg = small(d=2, steps=2500, batch_size=4, eval_every=1000, eval_size=8,
+                                 checkpoint_every=10**6, out_dir=str(tmp_path / "r"))
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt, match="stopped at step"):
+        run(model_cfg, train_cfg)
+    timer.cancel()
+    (stopped,) = list_checkpoints(tmp_path / "r")
+    assert 0 < stopped[0] < 2500
+    resumed = resume(tmp_path / "r", progress=False)
+    straight = run(model_cfg, replace(train_cfg, out_dir=None))
+    assert strip(resumed.metrics) == strip(straight.metrics)
+    assert_same_weights(weights(resumed.model), weights(straight.model))
+
+
+@pytest.fixture
+def stopped_run(tmp_path):
+    model_cfg, train_cfg = small(steps=8, out_dir=str(tmp_path / "r"))
+    run(model_cfg, train_cfg, stop_at=4)
+    return model_cfg, train_cfg, tmp_path / "r"
+
+
+@pytest.mark.parametrize("damage, match", [
+    ("flip", "corrupted"), ("truncate", "truncated or corrupted"), ("empty", "truncated"),
+])
+def test_damaged_checkpoint_is_refused_and_left_intact(stopped_run, damage, match):
+    model_cfg, train_cfg, d = stopped_run
+    path = checkpoint_path(d, 4)
+    data = path.read_bytes()
+    if damage == "flip":
+        data = data[:-10] + bytes([data[-10] ^ 0xFF]) + data[-9:]
+    elif damage == "truncate":
+        data = data[: len(data) - 100]
+    else:
+        data = b""
+    path.write_bytes(data)
+    before = snapshot(d)
+    with pytest.raises(ValueError, match=match):
+        run(model_cfg, train_cfg, resume=True)
+    with pytest.raises(ValueError, match=match):
+        Run.load(d)
+    assert snapshot(d) == before
+
+
+def test_mismatched_config_is_refused_and_left_intact(stopped_run, tmp_path):
+    model_cfg, train_cfg, d = stopped_run
+    before = snapshot(d)
+    with pytest.raises(ValueError, match=r"differs from its config.json in train.lr"):
+        run(model_cfg, replace(train_cfg, lr=0.5), resume=True)
+    with pytest.raises(ValueError, match="model.attention_dir"):
+        run(replace(model_cfg, attention_dir="causal"), train_cfg, resume=True)
+    with pytest.raises(ValueError, match="already holds a run"):
+        run(model_cfg, train_cfg)
+    # a checkpoint of another run (another seed) dropped into this one
+    other_cfg = replace(train_cfg, seed=5, out_dir=str(tmp_path / "other"))
+    run(model_cfg, other_cfg, stop_at=6)
+    foreign = checkpoint_path(tmp_path / "other", 6).read_bytes()
+    checkpoint_path(d, 6).write_bytes(foreign)
+    before = snapshot(d)
+    with pytest.raises(ValueError, match="another run"):
+        run(model_cfg, train_cfg, resume=True)
+    assert snapshot(d) == before
+    assert config_hash(model_cfg, train_cfg.resolved()) != config_hash(model_cfg,
+                                                                       other_cfg.resolved())
+
+
+def test_a_non_finite_loss_stops_with_the_step_named(tmp_path):
+    model_cfg, train_cfg = small(optimizer="sgd", lr=1e30, steps=20, checkpoint_every=1,
+                                 out_dir=str(tmp_path / "r"))
+    with pytest.raises(ValueError, match=r"training diverged: the loss is (nan|inf) at step (\d+)") as e:
+        run(model_cfg, train_cfg)
+    bad = int(str(e.value).split("at step ")[1].split(";")[0])
+    assert all(s <= bad for s, _ in list_checkpoints(tmp_path / "r"))
+
+
+# -- it learns, as the maths says -------------------------------------------------------------
+def test_bidirectional_learns_below_the_causal_floor_and_causal_stays_at_it():
+    model_cfg, train_cfg = small(d=4, steps=600, batch_size=128, eval_every=600, eval_size=1024)
+    floor = causal_floor(model_cfg.layout, "P")
+    learned = run(model_cfg, train_cfg).final_metrics
+    assert learned["mse"] < 0.05 * floor and learned["row_acc"] > 0.99
+    causal = run(replace(model_cfg, attention_dir="causal"), train_cfg).final_metrics
+    assert causal["mse"] >= floor - 0.05 and causal["causal_floor"] == floor
+
+
+# -- command line -----------------------------------------------------------------------------
+def test_cli_train_and_resume(tmp_path, capsys):
+    out = tmp_path / "cli"
+    args = ["train", "--layout", "scratch", "--n-scratch", "4", "--attention", "causal",
+            "--readout", "S", "--d", "4", "--steps", "4", "--batch-size", "16", "--eval-every",
+            "2", "--eval-size", "32", "--device", "cpu", "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    stored = json.loads((out / "config.json").read_text())
+    assert stored["model"]["readout"] == "S" and stored["train"]["steps"] == 4
+    assert main(["train", "--resume", str(out), "--steps", "6", "--no-progress"]) == 0
+    assert Run.load(out).step == 6
+    cfg_file = tmp_path / "cfg.json"
+    cfg_file.write_text(json.dumps({**stored, "train": {**stored["train"], "out_dir": None}}))
+    assert main(["train", "--config", str(cfg_file), "--out", str(tmp_path / "c"),
+                 "--no-progress"]) == 0
+    assert main(args) == 2  # the run exists: refused, not overwritten
+    assert "already holds a run" in capsys.readouterr().err
