@@ -1,0 +1,242 @@
+"""Ablations that read against the causal floor: "ablating the mask sends MSE from 1e-4 to 2.5 = floor".
+
+Each ablation runs the model on one batch with and without an intervention and returns an
+:class:`AblationResult` holding both MSEs and ``theory.causal_floor`` of the model's layout and
+read-out (the best any causally masked model can do). Interventions go through the model's hooks
+(``hook_embed``, ``hook_pos_embed``, ``blocks.{l}.attn.hook_attn_scores``, the residual streams), so
+the weights are never edited; only :func:`ablate_mask` builds a second model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from ..model import HookedDisentangledTransformer
+from ..task import Batch, sample_batch
+from ..theory import causal_floor
+from .compare import mse
+
+SCRATCH_MODES = ("remove", "zero", "random", "fewer")
+BLOCK_MODES = ("zero", "mean")
+
+
+@dataclass(frozen=True)
+class AblationResult:
+    """MSE (the note's loss) before and after an ablation, and the causal floor to read it against."""
+
+    name: str
+    mse_before: float
+    mse_after: float
+    causal_floor: float
+    description: str
+
+    @property
+    def change(self) -> float:
+        return self.mse_after - self.mse_before
+
+    def __str__(self) -> str:
+        return (f"{self.name}: MSE {self.mse_before:.3g} → {self.mse_after:.3g} "
+                f"(causal floor {self.causal_floor:.3g})")
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _batch(model: HookedDisentangledTransformer, batch: Batch | None, n: int, seed: int) -> Batch:
+    if batch is None:
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        generator = torch.Generator(device=model.device).manual_seed(seed)
+        return sample_batch(model.cfg.layout, n, generator=generator, dtype=model.cfg.torch_dtype)
+    if not isinstance(batch, Batch):
+        raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
+    if batch.layout != model.cfg.layout:
+        raise ValueError(f"batch layout {batch.layout} differs from the model's {model.cfg.layout}")
+    return batch.to(model.device, model.cfg.torch_dtype)
+
+
+def _run(model: HookedDisentangledTransformer, X: Tensor,
+         hooks: list[tuple[str, Callable]] | None = None) -> Tensor:
+    with torch.no_grad():
+        return model.run_with_hooks(X, fwd_hooks=hooks or [])
+
+
+def _result(name: str, model: HookedDisentangledTransformer, batch: Batch, after: Tensor,
+            description: str) -> AblationResult:
+    before = mse(_run(model, batch.X), batch.Y)
+    floor = causal_floor(model.cfg.layout, model.cfg.readout)
+    return AblationResult(name, before, mse(after, batch.Y), floor, description)
+
+
+# -- the mask ------------------------------------------------------------------------------------------
+def flip_mask(model: HookedDisentangledTransformer) -> HookedDisentangledTransformer:
+    """The same weights with the other attention direction (causal ↔ bidirectional)."""
+    flipped = "causal" if model.cfg.attention_dir == "bidirectional" else "bidirectional"
+    twin = HookedDisentangledTransformer(replace(model.cfg, attention_dir=flipped)).to(model.device)
+    twin.load_state_dict(model.state_dict())
+    return twin
+
+
+def ablate_mask(model: HookedDisentangledTransformer, batch: Batch | None = None, *, n: int = 512,
+                seed: int = 0) -> tuple[HookedDisentangledTransformer, AblationResult]:
+    """Flip the attention direction; returns the flipped model and the MSE change.
+
+    A bidirectional construction under a causal mask can do no better than the causal floor
+    (Theorem 1): reading the P rows, nothing of ``Y`` is visible, so the floor is ``d/4``.
+    """
+    batch = _batch(model, batch, n, seed)
+    twin = flip_mask(model)
+    desc = f"attention {model.cfg.attention_dir} → {twin.cfg.attention_dir}, same weights"
+    return twin, _result("ablate mask", model, batch, _run(twin, batch.X), desc)
+
+
+# -- scratch rows --------------------------------------------------------------------------------------
+def scratch_rows(model: HookedDisentangledTransformer) -> list[int]:
+    """Input positions of every scratch (kind ``S``) row, in order."""
+    layout = model.cfg.layout
+    rows = [r for seg in layout.segments if seg.kind == "S"
+            for r in range(layout.rows(seg.name).start, layout.rows(seg.name).stop)]
+    if not rows:
+        raise ValueError(f"the layout {layout} has no scratch (S) segment to ablate")
+    return rows
+
+
+def ablate_scratch(model: HookedDisentangledTransformer, mode: str = "remove", *, k: int | None = None,
+                   batch: Batch | None = None, n: int = 512, seed: int = 0) -> AblationResult:
+    """Ablate the scratch rows ``S`` (Theorem 3's extra tokens).
+
+    - ``"remove"``: no scratch rows. Every layer's attention masks them as keys (``-inf`` scores),
+      which is exactly deleting them when ``S`` is the last segment (the other rows keep their
+      positions). A read-out row that no longer exists cannot predict: it is scored as predicting
+      0.5, the best guess knowing nothing (cost ``d/4`` per row).
+    - ``"fewer"``: keep the first ``k`` of the ``n`` scratch rows, remove the rest as above.
+    - ``"zero"``: the rows stay but their embedding (content and one-hot position) is zero.
+    - ``"random"``: the rows' content is replaced by random binary rows (seeded by ``seed``).
+    """
+    if mode not in SCRATCH_MODES:
+        raise ValueError(f"mode must be one of {SCRATCH_MODES}, got {mode!r}")
+    batch = _batch(model, batch, n, seed)
+    rows = scratch_rows(model)
+    if mode == "fewer":
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= len(rows):
+            raise ValueError(f"k must be an integer in [0, {len(rows)}] for mode 'fewer', got {k!r}")
+    elif k is not None:
+        raise ValueError(f"k is only for mode 'fewer', got k={k!r} with mode {mode!r}")
+    if mode in ("remove", "fewer"):
+        gone = rows[k:] if mode == "fewer" else rows
+        out = _without_rows(model, batch.X, gone)
+        kept = len(rows) - len(gone)
+        desc = (f"keep {kept} of {len(rows)} scratch rows" if mode == "fewer" else
+                f"remove the {len(rows)} scratch rows") + (
+                "; removed rows are masked as keys and removed read-out rows predict 0.5")
+        return _result(f"scratch {mode}" + (f" (k={k})" if mode == "fewer" else ""), model, batch,
+                       out, desc)
+    index = torch.tensor(rows, device=model.device)
+    if mode == "zero":
+        def zero(act: Tensor, hook) -> Tensor:
+            act = act.clone()
+            act[:, index] = 0.0
+            return act
+
+        out = _run(model, batch.X, [("hook_embed", zero), ("hook_pos_embed", zero)])
+        return _result("scratch zero", model, batch, out,
+                       f"the {len(rows)} scratch rows' embedding (content and position) set to 0")
+    generator = torch.Generator().manual_seed(seed)
+    noise = torch.randint(0, 2, (len(batch), len(rows), model.cfg.d), generator=generator)
+
+    def randomise(act: Tensor, hook) -> Tensor:
+        act = act.clone()
+        act[:, index] = noise.to(act)
+        return act
+
+    out = _run(model, batch.X, [("hook_embed", randomise)])
+    return _result("scratch random", model, batch, out,
+                   f"the {len(rows)} scratch rows' content replaced by random binary rows")
+
+
+def _without_rows(model: HookedDisentangledTransformer, X: Tensor, gone: list[int]) -> Tensor:
+    """Outputs with the rows ``gone`` removed: masked as keys in every layer; read-out rows among
+    them predict 0.5."""
+    if not gone:
+        return _run(model, X)
+    T = model.cfg.T
+    key_gone = torch.zeros(T, dtype=torch.bool, device=model.device)
+    key_gone[gone] = True
+
+    def mask_keys(scores: Tensor, hook) -> Tensor:  # (B, H, T, T)
+        scores = scores.masked_fill(key_gone, float("-inf"))
+        # a removed query row may now see no key at all; give it a finite row (it is never read)
+        return scores.masked_fill(key_gone[:, None] & key_gone[None, :].logical_not(), 0.0)
+
+    hooks = [(f"blocks.{layer}.attn.hook_attn_scores", mask_keys)
+             for layer in range(model.cfg.n_layers)]
+    out = _run(model, X, hooks).clone()
+    rows = model.cfg.layout.rows(model.cfg.readout)
+    lost = [r - rows.start for r in gone if rows.start <= r < rows.stop]
+    out[:, lost] = 0.5
+    return out
+
+
+# -- named blocks ----------------------------------------------------------------------------------------
+def stream_hook(model: HookedDisentangledTransformer, layer: int) -> str:
+    """The hook that carries ``h^layer``: ``blocks.{layer}.hook_resid_pre``, or the last block's
+    ``hook_resid_post`` for the read-out stream ``h^L``."""
+    n_layers = model.cfg.n_layers
+    if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer <= n_layers:
+        raise ValueError(f"layer must be an integer in [0, {n_layers}], got {layer!r}")
+    if layer == n_layers:
+        return f"blocks.{n_layers - 1}.hook_resid_post"
+    return f"blocks.{layer}.hook_resid_pre"
+
+
+def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, how: str = "zero", *,
+                 batch: Batch | None = None, n: int = 512, seed: int = 0) -> AblationResult:
+    """Zero- or mean-ablate the named block ``name`` of ``h^layer`` at every position.
+
+    ``"mean"`` replaces the block by its mean over the batch, position by position. The stream is
+    concatenated onward, so every later layer sees the ablated block too.
+    """
+    if how not in BLOCK_MODES:
+        raise ValueError(f"how must be one of {BLOCK_MODES}, got {how!r}")
+    hook_name = stream_hook(model, layer)
+    features = model.stream.slice(name, layer)
+    batch = _batch(model, batch, n, seed)
+
+    def ablate(act: Tensor, hook) -> Tensor:  # (B, T, D_layer)
+        act = act.clone()
+        block = act[..., features]
+        act[..., features] = 0.0 if how == "zero" else block.mean(0, keepdim=True).expand_as(block)
+        return act
+
+    out = _run(model, batch.X, [(hook_name, ablate)])
+    return _result(f"{how}-ablate {name} at h^{layer}", model, batch, out,
+                   f"{how} the block {name} of h^{layer} at every position ({hook_name})")
+
+
+# -- the standard table -----------------------------------------------------------------------------------
+def read_blocks(model: HookedDisentangledTransformer) -> list[str]:
+    """Blocks of the read-out stream that ``W_U`` reads (rows with any nonzero weight)."""
+    W_U = model.unembed.W_U.detach()
+    L = model.cfg.n_layers
+    return [b.name for b in model.stream.blocks(L) if bool(W_U[b.slice].abs().max() > 0)]
+
+
+def standard_ablations(model: HookedDisentangledTransformer, batch: Batch | None = None, *,
+                       n: int = 512, seed: int = 0) -> list[AblationResult]:
+    """The mask, every scratch mode (when the layout has ``S``), the token block ``x`` of ``h^0``
+    and each block ``W_U`` reads, zero-ablated."""
+    batch = _batch(model, batch, n, seed)
+    out = [ablate_mask(model, batch)[1]]
+    if any(seg.kind == "S" for seg in model.cfg.layout.segments):
+        n_scratch = len(scratch_rows(model))
+        for mode in SCRATCH_MODES:
+            k = n_scratch // 2 if mode == "fewer" else None
+            out.append(ablate_scratch(model, mode, k=k, batch=batch, seed=seed))
+    out.append(ablate_block(model, "x", 0, batch=batch))
+    for name in read_blocks(model):
+        out.append(ablate_block(model, name, model.cfg.n_layers, batch=batch))
+    return out

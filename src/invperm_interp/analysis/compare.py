@@ -1,0 +1,255 @@
+"""Learned against analytic: are two models the same circuit, and which construction is a model?
+
+Two readings side by side (DESIGN.md section 4): the **weights**, cell by cell on the gauge-fixed
+``A`` (only when both models share a stream layout), and the **function**: attention patterns,
+outputs and MSE on the same batch. :func:`closest_construction` ranks the registry's constructions
+that fit a model's layout, mask and read-out by how far their attention patterns are from the
+model's, each at the β that brings it closest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .. import constructions
+from ..model import HookedDisentangledTransformer
+from ..task import Batch
+from .gauge import gauge_fix
+from .templates import explain
+
+#: β values tried when matching a construction to a model (its patterns sharpen as β grows).
+BETAS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+
+
+@dataclass(frozen=True)
+class CellSimilarity:
+    """Cosine between the two models' gauge-fixed cells (1: equal up to a positive scale)."""
+
+    layer: int
+    head: int
+    query: str
+    key: str
+    cosine: float
+    norm_share_a: float  # the cell's share of model a's ||gauge_fix(A)||² (this layer and head)
+    norm_share_b: float
+
+
+@dataclass(frozen=True)
+class HeadComparison:
+    """One (layer, head): gauge-fixed and raw weight cosines (``None`` when the streams differ) and
+    the mean total-variation distance between the attention patterns, over all query rows and
+    over the read-out rows only (0: identical, 1: disjoint)."""
+
+    layer: int
+    head: int
+    weight_cosine: float | None
+    raw_cosine: float | None
+    pattern_tv: float
+    readout_tv: float
+
+
+@dataclass(frozen=True)
+class ConstructionMatch:
+    """A registry construction at the β closest to a model, by attention patterns."""
+
+    name: str
+    works: bool
+    beta: float
+    pattern_tv: float  # mean over layers of the mean total-variation distance
+    weight_cosine: float  # mean over layers of the gauge-fixed weight cosine (β does not matter)
+    circuit_overlap: float  # Jaccard index of the explained cells (layer, query, key, label)
+    cells_found: float  # share of the construction's cells among the model's atoms
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What :func:`compare` measures. ``same_stream``: the weights could be compared cell by cell."""
+
+    same_stream: bool
+    heads: tuple[HeadComparison, ...]
+    cells: tuple[CellSimilarity, ...]  # cells holding at least 1e-6 of either model's norm
+    max_abs_diff: float  # largest |out_a - out_b|
+    rounded_agreement: float  # fraction of output entries with equal rounding to {0, 1}
+    mse_a: float
+    mse_b: float
+    closest_a: str | None  # the best ConstructionMatch of each model (None: not asked or none fits)
+    closest_b: str | None
+
+    @property
+    def identical(self) -> bool:
+        """Same function on the batch and, where comparable, the same gauge-fixed weights."""
+        weights = all(h.weight_cosine is None or h.weight_cosine > 1 - 1e-9 for h in self.heads)
+        return weights and self.max_abs_diff < 1e-9 and all(h.pattern_tv < 1e-9 for h in self.heads)
+
+    def to_dict(self) -> dict:
+        return {
+            "same_stream": self.same_stream,
+            "heads": [h.__dict__ for h in self.heads],
+            "cells": [c.__dict__ for c in self.cells],
+            "max_abs_diff": self.max_abs_diff, "rounded_agreement": self.rounded_agreement,
+            "mse_a": self.mse_a, "mse_b": self.mse_b,
+            "closest_a": self.closest_a, "closest_b": self.closest_b,
+        }
+
+
+def mse(out: Tensor, Y: Tensor) -> float:
+    """The note's loss: squared error summed over the ``d`` columns, averaged over rows and samples."""
+    return float(((out - Y.to(out)) ** 2).sum(-1).mean())
+
+
+def _patterns(model: HookedDisentangledTransformer, X: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """Output and per-layer patterns ``(B, H, T, T)`` in float64."""
+    with torch.no_grad():
+        out, cache = model.run_with_cache(X.to(model.device, model.cfg.torch_dtype),
+                                          names_filter=lambda n: n.endswith("hook_pattern"),
+                                          return_cache_object=False)
+    pats = [cache[f"blocks.{layer}.attn.hook_pattern"].double().cpu()
+            for layer in range(model.cfg.n_layers)]
+    return out.double().cpu(), pats
+
+
+def _tv(p: Tensor, q: Tensor) -> Tensor:
+    """Total-variation distance per query row: ``(..., T, T) → (..., T)``."""
+    return 0.5 * (p - q).abs().sum(-1)
+
+
+def _cosine(a: Tensor, b: Tensor) -> float:
+    na, nb = float(a.norm()), float(b.norm())
+    if na == 0.0 and nb == 0.0:
+        return 1.0
+    return float((a * b).sum()) / (na * nb) if na > 0 and nb > 0 else 0.0
+
+
+def _same_stream(a: HookedDisentangledTransformer, b: HookedDisentangledTransformer) -> bool:
+    return a.cfg.layout == b.cfg.layout and a.cfg.heads == b.cfg.heads
+
+
+def _fixed(model: HookedDisentangledTransformer, layer: int) -> Tensor:
+    """``gauge_fix(A)`` of every head of a layer, ``(H, D, D)`` float64."""
+    A = model.blocks[layer].attn.A.detach().to("cpu", torch.float64)
+    return gauge_fix(A, model.stream, layer)
+
+
+def _check_pair(model_a, model_b, batch) -> Tensor:
+    for name, m in (("model_a", model_a), ("model_b", model_b)):
+        if not isinstance(m, HookedDisentangledTransformer):
+            raise ValueError(f"{name} must be a HookedDisentangledTransformer, got {type(m).__name__}")
+    if model_a.cfg.layout != model_b.cfg.layout:
+        raise ValueError(f"the models must read the same layout to be compared on one batch, got "
+                         f"{model_a.cfg.layout} and {model_b.cfg.layout}")
+    if not isinstance(batch, Batch):
+        raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
+    if batch.layout != model_a.cfg.layout:
+        raise ValueError(f"batch layout {batch.layout} differs from the models' {model_a.cfg.layout}")
+    return batch.X
+
+
+def compare(model_a: HookedDisentangledTransformer, model_b: HookedDisentangledTransformer,
+            batch: Batch, *, closest: bool = True) -> Comparison:
+    """Weight similarity (gauge-fixed, per layer, head and cell), functional similarity (pattern
+    distance per layer, output agreement, each model's MSE) and, with ``closest``, the registry
+    construction each model is closest to."""
+    X = _check_pair(model_a, model_b, batch)
+    out_a, pats_a = _patterns(model_a, X)
+    out_b, pats_b = _patterns(model_b, X)
+    same = _same_stream(model_a, model_b)
+    rows = model_a.cfg.layout.rows(model_a.cfg.readout)
+    rows_b = model_b.cfg.layout.rows(model_b.cfg.readout)
+    heads, cells = [], []
+    for layer in range(min(model_a.cfg.n_layers, model_b.cfg.n_layers)):
+        fixed_a = _fixed(model_a, layer) if same else None
+        fixed_b = _fixed(model_b, layer) if same else None
+        raw_a = model_a.blocks[layer].attn.A.detach().to("cpu", torch.float64)
+        raw_b = model_b.blocks[layer].attn.A.detach().to("cpu", torch.float64)
+        for head in range(min(model_a.cfg.heads[layer], model_b.cfg.heads[layer])):
+            tv = _tv(pats_a[layer][:, head], pats_b[layer][:, head])  # (B, T)
+            read = torch.cat([tv[:, rows], tv[:, rows_b]], dim=1) if rows != rows_b else tv[:, rows]
+            heads.append(HeadComparison(
+                layer, head,
+                _cosine(fixed_a[head], fixed_b[head]) if same else None,
+                _cosine(raw_a[head], raw_b[head]) if same else None,
+                float(tv.mean()), float(read.mean())))
+            if same:
+                cells += _cell_similarity(model_a, layer, head, fixed_a[head], fixed_b[head])
+    pred_a, pred_b = out_a.round(), out_b.round()
+    return Comparison(
+        same_stream=same, heads=tuple(heads), cells=tuple(cells),
+        max_abs_diff=float((out_a - out_b).abs().max()),
+        rounded_agreement=float((pred_a == pred_b).double().mean()),
+        mse_a=mse(out_a, batch.Y), mse_b=mse(out_b, batch.Y),
+        closest_a=_best_name(model_a, batch) if closest else None,
+        closest_b=_best_name(model_b, batch) if closest else None,
+    )
+
+
+def _cell_similarity(model, layer: int, head: int, fa: Tensor, fb: Tensor) -> list[CellSimilarity]:
+    total_a, total_b = float(fa.pow(2).sum()) or 1.0, float(fb.pow(2).sum()) or 1.0
+    out = []
+    for (q, k), ca in model.stream.split(fa, layer).items():
+        cb = fb[model.stream.slice(q, layer), model.stream.slice(k, layer)]
+        share_a, share_b = float(ca.pow(2).sum()) / total_a, float(cb.pow(2).sum()) / total_b
+        if max(share_a, share_b) >= 1e-6:
+            out.append(CellSimilarity(layer, head, q, k, _cosine(ca, cb), share_a, share_b))
+    return out
+
+
+def _best_name(model: HookedDisentangledTransformer, batch: Batch) -> str | None:
+    ranked = closest_construction(model, batch)
+    return ranked[0].name if ranked else None
+
+
+def candidates(model: HookedDisentangledTransformer) -> list[str]:
+    """Registry constructions with the model's layout, attention direction, read-out and shape."""
+    cfg = model.cfg
+    if cfg.n_layers != 2 or cfg.heads != (1, 1):
+        return []
+    out = []
+    for name in constructions.names():
+        spec = constructions.REGISTRY[name]
+        if spec.attention_dir != cfg.attention_dir or spec.readout != cfg.readout:
+            continue
+        try:
+            layout = spec.make_layout(cfg.d, cfg.layout.scratch_vector or None)
+        except ValueError:
+            continue
+        if layout == cfg.layout:
+            out.append(name)
+    return out
+
+
+def closest_construction(model: HookedDisentangledTransformer, batch: Batch,
+                         betas: tuple[float, ...] = BETAS,
+                         max_samples: int = 128) -> tuple[ConstructionMatch, ...]:
+    """Constructions fitting ``model`` (see :func:`candidates`), closest first by attention patterns.
+
+    Each is built at every β in ``betas`` and kept at the one with the least pattern distance on
+    the first ``max_samples`` samples of ``batch``; the gauge-fixed weight cosine and the overlap of
+    the explained circuits (both β-free) are reported with it, and break ties.
+    """
+    _check_pair(model, model, batch)
+    names = candidates(model)
+    if not names:
+        return ()
+    X = batch.X[:max_samples]
+    _, pats = _patterns(model, X)
+    fixed = [_fixed(model, layer) for layer in range(model.cfg.n_layers)]
+    circuit = explain(model)
+    scratch = model.cfg.layout.scratch_vector or None
+    matches = []
+    for name in names:
+        spec = constructions.REGISTRY[name]
+        best_tv, best_beta = float("inf"), betas[0]
+        for beta in betas:
+            built = constructions.build(name, model.cfg.d, beta, scratch=scratch)
+            _, cpats = _patterns(built, X)
+            tv = sum(float(_tv(p, c).mean()) for p, c in zip(pats, cpats)) / len(pats)
+            if tv < best_tv:
+                best_tv, best_beta = tv, beta
+        built = constructions.build(name, model.cfg.d, best_beta, scratch=scratch)
+        cos = sum(_cosine(f, _fixed(built, layer)) for layer, f in enumerate(fixed)) / len(fixed)
+        matches.append(ConstructionMatch(name, spec.works, best_beta, best_tv, cos,
+                                         circuit.overlap(spec.cells), circuit.recall(spec.cells)))
+    return tuple(sorted(matches, key=lambda m: (round(m.pattern_tv, 9), -m.weight_cosine)))

@@ -1,0 +1,559 @@
+"""Learned weights read as block templates: "J_d at (pos.P, pos.Y)" as a sentence the code can check.
+
+TransformerLens's ``detect_head`` scores attention *patterns* against a template; this scores the
+*weights* ``A`` cell by cell (query block × key block, DESIGN.md section 3) against a library of
+templates (``I``, ``J``, all-ones, shifted identities, user-supplied).
+
+Raw cosines mislead: softmax ignores the gauge of ``A`` (``analysis.gauge``), and learned weights are
+dominated by it (DESIGN.md section 4). Gauge-fixing alone does not give clean cells either: it smears
+a ``-1`` cell, since ``-1`` at (pos.P, pos.Y) and ``+1`` at (pos.P, pos.P) are the same function.
+So :func:`explain` writes the gauge-fixed ``A`` as a sparse sum of gauge-fixed *placed templates*
+(atoms: a template in one cell, zeros elsewhere, then ``gauge_fix``), chosen by orthogonal matching
+pursuit; atoms equal modulo gauge tie, and the tie goes to the atom the raw weights carry.
+:func:`match_templates` reports every cell, raw and gauge-fixed side by side.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..model import HookedDisentangledTransformer
+from ..stream import Block, Stream
+from .gauge import gauge_fix, gauge_projectors, random_gauge
+
+#: A template maker: ``(rows, cols) → (rows, cols)`` tensor, or ``None`` where it does not apply.
+TemplateFn = Callable[[int, int], "Tensor | None"]
+ZEROS = "zeros"  # the name reported for a cell that no atom explains
+
+
+def _shifted(k: int) -> TemplateFn:
+    """Ones at ``(i, i + k)``: query ``i`` matches key ``i + k`` (no wrap-around)."""
+    def make(r: int, c: int) -> Tensor:
+        i, j = torch.arange(r)[:, None], torch.arange(c)[None, :]
+        return (j - i == k).to(torch.float64)
+
+    return make
+
+
+def default_templates(shifts: tuple[int, ...] = (1, -1)) -> dict[str, TemplateFn]:
+    """The library: ``I`` (query i ↔ key i), ``J`` (i ↔ last - i), ``ones`` and ``shift+k``
+    (query i ↔ key i + k) for each ``k`` in ``shifts``. A ``-1`` cell is ``ones`` with ``beta < 0``."""
+    library: dict[str, TemplateFn] = {
+        "I": lambda r, c: torch.eye(r, c, dtype=torch.float64),
+        "J": lambda r, c: torch.eye(r, c, dtype=torch.float64).flip(-1),
+        "ones": lambda r, c: torch.ones(r, c, dtype=torch.float64),
+    }
+    for k in shifts:
+        if k == 0:
+            raise ValueError("shifts must be nonzero (shift 0 is I)")
+        library[f"shift{k:+d}"] = _shifted(k)
+    return library
+
+
+def _library(templates: Mapping[str, TemplateFn | Tensor] | None) -> dict[str, TemplateFn]:
+    """Default templates plus user-supplied ones (a tensor applies to cells of its shape only)."""
+    library = default_templates()
+    for name, template in (templates or {}).items():
+        if name == ZEROS or not isinstance(name, str):
+            raise ValueError(f"template names must be strings other than {ZEROS!r}, got {name!r}")
+        if isinstance(template, Tensor):
+            fixed = template.detach().to(torch.float64).cpu()
+            if fixed.ndim != 2:
+                raise ValueError(f"template {name!r} must be a 2-d tensor, got shape {tuple(fixed.shape)}")
+            library[name] = lambda r, c, t=fixed: t if tuple(t.shape) == (r, c) else None
+        elif callable(template):
+            library[name] = template
+        else:
+            raise ValueError(f"template {name!r} must be a tensor or a callable (rows, cols) -> tensor")
+    return library
+
+
+# -- results ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Atom:
+    """One term of a circuit: ``beta`` times template ``template`` at cell (query, key) of
+    ``blocks.{layer}.attn.A[head]``; ``score`` is its gauge-fixed cosine (see :class:`CellMatch`)."""
+
+    layer: int
+    head: int
+    query: str
+    key: str
+    template: str
+    beta: float
+    score: float
+    raw_score: float  # |cosine| of the raw cell with the same template: what the gauge hides
+    share: float  # share of the layer's ||gauge_fix(A)||² this atom alone accounts for
+    twins: tuple[tuple[str, str, str], ...] = ()  # (query, key, label) equal to this atom modulo gauge
+
+    @property
+    def label(self) -> str:
+        """The template with the sign of ``beta``, as DESIGN.md writes cells: ``I``, ``J``, ``-1``."""
+        return _label(self.template, self.beta)
+
+    @property
+    def placements(self) -> tuple[tuple[str, str, str], ...]:
+        """``(query, key, label)`` of this atom and of its gauge twins: equally valid readings."""
+        return ((self.query, self.key, self.label), *self.twins)
+
+    @property
+    def scale(self) -> float:
+        """``|beta|``: the β of DESIGN.md section 6 (every nonzero cell is β times its template)."""
+        return abs(self.beta)
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["label"], out["twins"] = self.label, [list(t) for t in self.twins]
+        return out
+
+    def __str__(self) -> str:
+        same = "".join(f" = {t} at ({q}, {k})" for q, k, t in self.twins)
+        return (f"layer {self.layer + 1} head {self.head}: {self.label} at ({self.query}, {self.key})"
+                f"{same} x {self.scale:.4g} (score {self.score:.3f}, raw {self.raw_score:.3f})")
+
+
+def _label(template: str, beta: float) -> str:
+    name = "1" if template == "ones" else template
+    return name if beta >= 0 else ("-1" if name == "1" else f"-{name}")
+
+
+@dataclass(frozen=True)
+class Circuit:
+    """The atoms of one model, in the order matching pursuit chose them per (layer, head)."""
+
+    atoms: tuple[Atom, ...]
+    residual_share: tuple[float, ...]  # per layer: share of ||gauge_fix(A)||² left unexplained
+
+    def cells(self) -> set[tuple[int, str, str, str]]:
+        """``{(layer, query, key, label)}``, comparable with ``ConstructionSpec.cells`` (one head)."""
+        return {(a.layer, a.query, a.key, a.label) for a in self.atoms}
+
+    def to_dict(self) -> dict:
+        return {"atoms": [a.to_dict() for a in self.atoms], "residual_share": list(self.residual_share)}
+
+    def _matched(self, cells: set) -> set:
+        """The ``cells`` that some atom is, counting its gauge twins (:attr:`Atom.placements`)."""
+        return {c for c in cells for a in self.atoms if c in {(a.layer, *p) for p in a.placements}}
+
+    def overlap(self, cells) -> float:
+        """Jaccard index between the atoms and ``cells`` ``(layer, query, key, label)``."""
+        cells = set(cells)
+        matched = len(self._matched(cells))
+        union = len(self.atoms) + len(cells) - matched
+        return matched / union if union else 1.0
+
+    def recall(self, cells) -> float:
+        """Share of ``cells`` found among the atoms: 1 when a circuit contains a construction's."""
+        cells = set(cells)
+        return len(self._matched(cells)) / len(cells) if cells else 1.0
+
+    def __iter__(self):
+        return iter(self.atoms)
+
+    def __len__(self) -> int:
+        return len(self.atoms)
+
+    def __str__(self) -> str:
+        return "\n".join(str(a) for a in self.atoms) or "(no atoms)"
+
+
+@dataclass(frozen=True)
+class CellMatch:
+    """One (layer, head, query block, key block) cell of ``A``, gauge-fixed and raw side by side.
+
+    ``score`` is a cosine similarity in ``[0, 1]`` (as ``detect_head`` documents its measures):
+    1 means the cell is exactly ``beta · template``, 0 that it carries no trace of the template;
+    ``beta = <cell, T> / <T, T>`` is the least-squares scale and carries the sign. Unlike
+    ``detect_head``'s ``"mul"``, which rewards mass on the template's ones and so scores an all-ones
+    block as highly as ``I``, the cosine counts entries off the template against it: an all-ones
+    ``d × d`` cell scores ``1/√d`` against ``I``.
+
+    Gauge-fixed fields (no prefix) come from :func:`explain`. ``template``/``beta``: the atom placed
+    in this cell (``"zeros"``, with score and beta 0, where there is none); ``score``: the cosine,
+    within the cell, between ``gauge_fix(A)`` less every other atom and the gauge-fixed atom, so it
+    is the same whatever gauge is added; ``norm_share``: the cell's share of ``||gauge_fix(A)||²``;
+    ``residual``: the share left unexplained in the cell. A cell may hold norm but no atom:
+    gauge-fixing smears a ``-1`` cell over its row's other position blocks, and the atom accounts
+    for it. ``raw_*``: the best library template for the raw cell, by ``|cosine|``;
+    ``raw_residual = ||cell - raw_beta T||² / ||A||²``.
+    """
+
+    layer: int
+    head: int
+    query: str
+    key: str
+    norm_share: float
+    template: str
+    score: float
+    beta: float
+    residual: float
+    raw_norm_share: float
+    raw_template: str
+    raw_score: float
+    raw_beta: float
+    raw_residual: float
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+# -- the dictionary of placed templates ----------------------------------------------------------------
+@dataclass(frozen=True)
+class _Dictionary:
+    """Every (cell, template) atom of one layer: raw placements ``M`` as sparse rows over
+    ``vec(A)``, and what is needed to gauge-fix them without materialising them all."""
+
+    cells: tuple[tuple[Block, Block], ...]  # per atom
+    names: tuple[str, ...]  # per atom: template name
+    templates: tuple[Tensor, ...]  # per atom: (rows, cols)
+    M: Tensor  # sparse (n_atoms, D²)
+    fixed_norm: Tensor  # (n_atoms,): ||gauge_fix(M_a)||
+    raw_norm: Tensor  # (n_atoms,): ||T_a||
+    D: int
+    null_rank: int  # rank of the query-null projector
+    key_rank: int  # rank of the key-gauge projector
+
+
+def _dictionary(stream: Stream, layer: int, library: dict[str, TemplateFn]) -> _Dictionary:
+    D = stream.width(layer)
+    P_null, P_key = gauge_projectors(stream, layer)
+    U, V = _basis(P_null), _basis(P_key)  # orthonormal bases of the two projectors' ranges
+    cells, names, templates, rows, cols, vals, fixed_norm = [], [], [], [], [], [], []
+    blocks = stream.blocks(layer)
+    for q in blocks:
+        for k in blocks:
+            for name, make in library.items():
+                T = make(q.width, k.width)
+                if T is None or not bool(T.any()):
+                    continue
+                T = T.to(torch.float64)
+                if tuple(T.shape) != (q.width, k.width):
+                    raise ValueError(f"template {name!r} made shape {tuple(T.shape)} for a "
+                                     f"({q.width}, {k.width}) cell")
+                i, j = T.nonzero(as_tuple=True)
+                rows += [len(cells)] * len(i)
+                cols.append((q.start + i) * D + (k.start + j))
+                vals.append(T[i, j])
+                # ||(1-UUᵀ) M (1-VVᵀ)||² = ||M||² - ||UᵀM||² - ||MV||² + ||UᵀMV||², M nonzero on one cell.
+                Uq, Vk = U[q.slice], V[k.slice]
+                UM, MV = Uq.T @ T, T @ Vk
+                sq = T.pow(2).sum() - UM.pow(2).sum() - MV.pow(2).sum() + (UM @ Vk).pow(2).sum()
+                fixed_norm.append(float(sq.clamp_min(0)) ** 0.5)
+                cells.append((q, k))
+                names.append(name)
+                templates.append(T)
+    index = torch.stack([torch.tensor(rows, dtype=torch.long), torch.cat(cols)])
+    M = torch.sparse_coo_tensor(index, torch.cat(vals), (len(cells), D * D),
+                                check_invariants=True).coalesce()
+    raw_norm = torch.tensor([float(t.norm()) for t in templates], dtype=torch.float64)
+    return _Dictionary(tuple(cells), tuple(names), tuple(templates), M,
+                       torch.tensor(fixed_norm, dtype=torch.float64), raw_norm, D,
+                       U.shape[1], V.shape[1])
+
+
+def _basis(projector: Tensor) -> Tensor:
+    """Orthonormal basis ``(D, rank)`` of a projector's range."""
+    eigval, eigvec = torch.linalg.eigh(projector)
+    return eigvec[:, eigval > 0.5]
+
+
+def _placed(dic: _Dictionary, a: int) -> Tensor:
+    """Atom ``a`` as a full raw ``(D, D)`` matrix."""
+    q, k = dic.cells[a]
+    out = torch.zeros(dic.D, dic.D, dtype=torch.float64)
+    out[q.slice, k.slice] = dic.templates[a]
+    return out
+
+
+# -- matching pursuit ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Fit:
+    selected: tuple[int, ...]
+    betas: tuple[float, ...]
+    phis: tuple[Tensor, ...]  # gauge-fixed atoms (D, D)
+    twins: tuple[tuple[tuple[int, float], ...], ...]  # per atom: (atom, sign) equal modulo gauge
+    fixed: Tensor  # gauge_fix(A) (D, D)
+    residual: Tensor  # (D, D)
+
+
+def _pursue(A: Tensor, stream: Stream, layer: int, dic: _Dictionary, *, min_share: float,
+            tol: float, max_atoms: int, significance: float, tie_tol: float = 1e-6) -> _Fit:
+    """Orthogonal matching pursuit of ``gauge_fix(A)`` over the gauge-fixed atoms of ``dic``.
+
+    Each step takes the atom most correlated with the residual (``<r, gfix(M)> = <r, M>`` since the
+    residual is already gauge-fixed); atoms parallel to it modulo gauge tie, and the tie goes to the
+    atom whose raw cell carries the most of the raw ``A`` (so ``-1`` at (pos.P, pos.Y) is reported
+    as DESIGN.md writes it, not as its twin ``+1`` at (pos.P, pos.P)); the others are kept as twins.
+    Forward steps stop after ``max_atoms``, once the residual share is below ``tol`` or when the
+    best atom would explain less than ``min_share`` of the norm²; then :func:`_prune` drops the
+    atoms that do not stand out from the residual.
+    """
+    fixed = gauge_fix(A, stream, layer)
+    f = fixed.reshape(-1)
+    total = float(f @ f)
+    selected: list[int] = []
+    phis: list[Tensor] = []
+    twins: list[tuple[tuple[int, float], ...]] = []
+    r = f.clone()
+    if total == 0.0:
+        return _Fit((), (), (), (), fixed, fixed.clone())
+    raw_evidence = (dic.M @ A.reshape(-1, 1)).squeeze(1).abs() / dic.raw_norm  # (n_atoms,)
+    usable = dic.fixed_norm > 1e-9 * dic.fixed_norm.max()
+    safe_norm = torch.where(usable, dic.fixed_norm, torch.ones_like(dic.fixed_norm))
+    for _ in range(max_atoms):
+        corr = (dic.M @ r.reshape(-1, 1)).squeeze(1) / safe_norm  # normalised correlation
+        corr = torch.where(usable, corr.abs(), torch.zeros_like(corr))
+        if selected:
+            corr[selected] = 0.0
+        best = int(corr.argmax())
+        if float(corr[best]) ** 2 < min_share * total:
+            break
+        phi = gauge_fix(_placed(dic, best), stream, layer)
+        cos = (dic.M @ phi.reshape(-1, 1)).squeeze(1) / (safe_norm * dic.fixed_norm[best])
+        group = [t for t in torch.nonzero(usable & (cos.abs() > 1 - tie_tol)).flatten().tolist()
+                 if t not in selected] or [best]
+        # the raw weights decide between gauge twins; library order (lowest index) breaks exact ties
+        top = max(float(raw_evidence[t]) for t in group)
+        pick = min(t for t in group if float(raw_evidence[t]) >= top * (1 - tie_tol))
+        sign = 1.0 if float(cos[pick]) > 0 else -1.0  # gfix(pick) = sign * gfix(best)
+        if pick != best:
+            phi = gauge_fix(_placed(dic, pick), stream, layer)
+        selected.append(pick)
+        phis.append(phi)
+        twins.append(tuple((t, sign * (1.0 if float(cos[t]) > 0 else -1.0))
+                           for t in group if t != pick))
+        r = f - _refit(phis, f)[1]
+        if float(r @ r) < tol * total:
+            break
+    n_free = (dic.D - dic.null_rank) * (dic.D - dic.key_rank)  # dimension of the gauge-fixed space
+    keep = _prune(phis, f, n_free, significance * 2 * math.log(max(len(dic.cells), 2)))
+    phis = [phis[i] for i in keep]
+    betas, fitted = _refit(phis, f)
+    return _Fit(tuple(selected[i] for i in keep), tuple(float(b) for b in betas), tuple(phis),
+                tuple(twins[i] for i in keep), fixed, (f - fitted).reshape(fixed.shape))
+
+
+def _refit(phis: list[Tensor], f: Tensor) -> tuple[Tensor, Tensor]:
+    """Least-squares ``betas`` of ``f`` on the atoms ``phis`` (normal equations: a handful of
+    atoms against ``D²`` entries), and the fitted vector."""
+    if not phis:
+        return torch.zeros(0, dtype=f.dtype), torch.zeros_like(f)
+    Phi = torch.stack([p.reshape(-1) for p in phis], dim=1)  # (D², n_atoms)
+    betas = torch.linalg.pinv(Phi.T @ Phi, hermitian=True) @ (Phi.T @ f)
+    return betas, Phi @ betas
+
+
+def _prune(phis: list[Tensor], f: Tensor, n_free: int, threshold: float) -> list[int]:
+    """Indices of the atoms to keep: drop, one at a time, the atom whose removal costs the least
+    residual norm² while that cost is below ``threshold`` times the noise variance per entry
+    (estimated from the residual). The best of ``N`` chance correlations with white noise of
+    variance ``σ²`` explains about ``2 ln N · σ²``; ``threshold`` is a multiple of that. An exact fit
+    (zero residual) keeps every atom."""
+    keep = list(range(len(phis)))
+    while keep:
+        Phi = torch.stack([phis[i].reshape(-1) for i in keep], dim=1)
+        betas, fitted = _refit([phis[i] for i in keep], f)
+        rss = float((f - fitted).pow(2).sum())
+        sigma2 = rss / max(n_free - len(keep), 1)
+        gram_inv = torch.linalg.pinv(Phi.T @ Phi)
+        cost = betas.pow(2) / gram_inv.diagonal().clamp_min(1e-300)  # RSS increase if dropped
+        worst = int(cost.argmin())
+        if float(cost[worst]) >= threshold * sigma2:
+            break
+        keep.pop(worst)
+    return keep
+
+
+def _weights(model: HookedDisentangledTransformer, layer: int, head: int) -> Tensor:
+    return model.blocks[layer].attn.A.detach()[head].to("cpu", torch.float64)
+
+
+def _selection(model: HookedDisentangledTransformer, layer: int | None,
+               head: int | None) -> list[tuple[int, int]]:
+    n_layers = model.cfg.n_layers
+    if layer is not None and (not isinstance(layer, int) or not 0 <= layer < n_layers):
+        raise ValueError(f"layer must be an integer in [0, {n_layers - 1}] or None, got {layer!r}")
+    out = []
+    for lay in [layer] if layer is not None else range(n_layers):
+        n_heads = model.cfg.heads[lay]
+        if head is not None and (not isinstance(head, int) or not 0 <= head < n_heads):
+            raise ValueError(f"head must be an integer in [0, {n_heads - 1}] or None, got {head!r}")
+        out += [(lay, h) for h in ([head] if head is not None else range(n_heads))]
+    return out
+
+
+@dataclass(frozen=True)
+class _Explained:
+    layer: int
+    head: int
+    dic: _Dictionary
+    fit: _Fit
+    atoms: tuple[Atom, ...]
+
+
+def _explain_head(model: HookedDisentangledTransformer, layer: int, head: int,
+                  library: dict[str, TemplateFn], min_share: float, tol: float,
+                  max_atoms: int, significance: float) -> _Explained:
+    stream = model.stream
+    dic = _dictionary(stream, layer, library)
+    A = _weights(model, layer, head)
+    fit = _pursue(A, stream, layer, dic, min_share=min_share, tol=tol, max_atoms=max_atoms,
+                  significance=significance)
+    atoms = []
+    total = float(fit.fixed.pow(2).sum())
+    for a, beta, phi, twins in zip(fit.selected, fit.betas, fit.phis, fit.twins):
+        q, k = dic.cells[a]
+        own = fit.residual + beta * phi  # the weights less every other atom
+        score = _cosine(own[q.slice, k.slice], phi[q.slice, k.slice])
+        same = tuple((dic.cells[t][0].name, dic.cells[t][1].name, _label(dic.names[t], sign * beta))
+                     for t, sign in twins)
+        raw_score = _cosine(A[q.slice, k.slice], dic.templates[a])
+        share = beta**2 * float(phi.pow(2).sum()) / total
+        atoms.append(Atom(layer, head, q.name, k.name, dic.names[a], beta, score, raw_score, share, same))
+    return _Explained(layer, head, dic, fit, tuple(atoms))
+
+
+def _cosine(a: Tensor, b: Tensor) -> float:
+    na, nb = float(a.norm()), float(b.norm())
+    return abs(float((a * b).sum())) / (na * nb) if na > 0 and nb > 0 else 0.0
+
+
+def explain(model: HookedDisentangledTransformer, layer: int | None = None, head: int | None = None, *,
+            templates: Mapping[str, TemplateFn | Tensor] | None = None, min_share: float = 1e-3,
+            tol: float = 1e-10, max_atoms: int = 32, significance: float = 2.0) -> Circuit:
+    """The circuit: ``gauge_fix(A)`` of each (layer, head) as a sparse sum of gauge-fixed atoms.
+
+    ``min_share``: an atom must explain at least this share of the layer's gauge-fixed norm²;
+    ``significance``: every kept atom must explain this many times what the best of the atoms would
+    explain of white noise as large as the residual; ``tol``: stop once the unexplained share is
+    below it.
+    ``templates`` adds to the default library.
+    """
+    library = _library(templates)
+    parts = [_explain_head(model, lay, h, library, min_share, tol, max_atoms, significance)
+             for lay, h in _selection(model, layer, head)]
+    shares = []
+    for part in parts:
+        total = float(part.fit.fixed.pow(2).sum())
+        shares.append(float(part.fit.residual.pow(2).sum()) / total if total > 0 else 0.0)
+    return Circuit(tuple(a for p in parts for a in p.atoms), tuple(shares))
+
+
+def match_templates(model: HookedDisentangledTransformer, layer: int | None = None,
+                    head: int | None = None, *,
+                    templates: Mapping[str, TemplateFn | Tensor] | None = None,
+                    min_share: float = 1e-3, tol: float = 1e-10, max_atoms: int = 32,
+                    significance: float = 2.0) -> list[CellMatch]:
+    """One :class:`CellMatch` per (layer, head, query block, key block), gauge-fixed and raw.
+
+    Arguments as in :func:`explain`; ``layer``/``head`` restrict the table (``None``: all).
+    """
+    library = _library(templates)
+    rows = []
+    for lay, h in _selection(model, layer, head):
+        part = _explain_head(model, lay, h, library, min_share, tol, max_atoms, significance)
+        rows += _cell_rows(model, part)
+    return rows
+
+
+def _cell_rows(model: HookedDisentangledTransformer, part: _Explained) -> list[CellMatch]:
+    A, fit, dic = _weights(model, part.layer, part.head), part.fit, part.dic
+    raw_total = float(A.pow(2).sum()) or 1.0
+    fixed_total = float(fit.fixed.pow(2).sum()) or 1.0
+    # strongest atom per cell: the one contributing the most norm
+    by_cell: dict[tuple[str, str], tuple[Atom, float]] = {}
+    for atom, phi in zip(part.atoms, fit.phis):
+        weight = abs(atom.beta) * float(phi.norm())
+        key = (atom.query, atom.key)
+        if key not in by_cell or weight > by_cell[key][1]:
+            by_cell[key] = (atom, weight)
+    raw_best = _raw_best(A, dic)
+    rows = []
+    for q in model.stream.blocks(part.layer):
+        for k in model.stream.blocks(part.layer):
+            cell = A[q.slice, k.slice]
+            name, score, beta, T = raw_best.get((q.name, k.name), (ZEROS, 0.0, 0.0, 0.0))
+            raw_res = cell - beta * T
+            atom = by_cell.get((q.name, k.name), (None, 0.0))[0]
+            rows.append(CellMatch(
+                layer=part.layer, head=part.head, query=q.name, key=k.name,
+                norm_share=float(fit.fixed[q.slice, k.slice].pow(2).sum()) / fixed_total,
+                template=atom.template if atom else ZEROS,
+                score=atom.score if atom else 0.0,
+                beta=atom.beta if atom else 0.0,
+                residual=float(fit.residual[q.slice, k.slice].pow(2).sum()) / fixed_total,
+                raw_norm_share=float(cell.pow(2).sum()) / raw_total,
+                raw_template=name, raw_score=score, raw_beta=beta,
+                raw_residual=float(raw_res.pow(2).sum()) / raw_total,
+            ))
+    return rows
+
+
+def _raw_best(A: Tensor, dic: _Dictionary) -> dict[tuple[str, str], tuple[str, float, float, Tensor]]:
+    """Per nonzero raw cell: the library template of highest ``|cosine|``, its cosine, its beta and
+    the template itself."""
+    proj = (dic.M @ A.reshape(-1, 1)).squeeze(1)  # <cell, T> per atom
+    best: dict[tuple[str, str], tuple[str, float, float, Tensor]] = {}
+    for a, (q, k) in enumerate(dic.cells):
+        cell_norm = float(A[q.slice, k.slice].norm())
+        if cell_norm == 0.0:
+            continue
+        cos = abs(float(proj[a])) / (cell_norm * float(dic.raw_norm[a]))
+        key = (q.name, k.name)
+        if key not in best or cos > best[key][1] + 1e-12:
+            best[key] = (dic.names[a], cos, float(proj[a]) / float(dic.raw_norm[a]) ** 2,
+                         dic.templates[a])
+    return best
+
+
+# -- the gauge checked against data -----------------------------------------------------------------------
+def _copy(model: HookedDisentangledTransformer) -> HookedDisentangledTransformer:
+    twin = HookedDisentangledTransformer(model.cfg).to(model.device)
+    twin.load_state_dict(model.state_dict())
+    return twin
+
+
+def gauge_fixed(model: HookedDisentangledTransformer) -> HookedDisentangledTransformer:
+    """A copy of ``model`` whose every ``A`` is replaced by ``gauge_fix(A)`` (the same function)."""
+    twin = _copy(model)
+    with torch.no_grad():
+        for layer, block in enumerate(twin.blocks):
+            A = block.attn.A
+            A.copy_(gauge_fix(A.to(torch.float64), model.stream, layer).to(A.dtype))
+    return twin
+
+
+def gauge_check(model: HookedDisentangledTransformer, X: Tensor) -> float:
+    """Largest attention-pattern difference between ``model`` and :func:`gauge_fixed` on ``X``.
+
+    The gauge directions come from the layout (``analysis.gauge``); this checks them against data:
+    ~1e-15 in float64, ~1e-6 in float32; more would mean a direction was not gauge after all.
+    """
+    twin = gauge_fixed(model)
+    names = lambda n: n.endswith("hook_pattern")  # noqa: E731
+    with torch.no_grad():
+        _, a = model.run_with_cache(X, names_filter=names, return_cache_object=False)
+        _, b = twin.run_with_cache(X, names_filter=names, return_cache_object=False)
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def perturb(model: HookedDisentangledTransformer, gauge: float = 0.0, noise: float = 0.0,
+            seed: int = 0) -> HookedDisentangledTransformer:
+    """A copy with random gauge directions (``gauge``: their scale) and i.i.d. noise of std ``noise``
+    added to every ``A``: what a construction looks like when learned (DESIGN.md section 6)."""
+    if not (math.isfinite(gauge) and math.isfinite(noise) and gauge >= 0 and noise >= 0):
+        raise ValueError(f"gauge and noise must be finite and >= 0, got {gauge!r}, {noise!r}")
+    twin = _copy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer, block in enumerate(twin.blocks):
+            A = block.attn.A
+            for h in range(A.shape[0]):
+                extra = random_gauge(model.stream, layer, generator, scale=gauge)
+                extra += noise * torch.randn(A.shape[1:], generator=generator, dtype=torch.float64)
+                A[h] += extra.to(A.dtype).to(A.device)
+    return twin
