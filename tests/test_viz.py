@@ -1,8 +1,7 @@
 """Figures carry the stream's block names; attention pages are self-contained (offline)."""
 
-import re
-
 import torch
+from conftest import loads_from_network
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, constructions, make_input
 from invperm_interp.viz.attention import attention_views, page, token_labels
@@ -36,4 +35,4 @@ def test_attention_page_is_offline_and_has_one_view_per_layer():
     assert '"maskUpperTri": true' in body
     html = page("t", body)
     assert "var CircuitsVis" in html  # the bundle is inlined
-    assert not re.search(r"(src|import)[^>]*https?://", html)  # nothing loaded from the network
+    assert not loads_from_network(html)

@@ -12,23 +12,61 @@ import torch
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
-    """A forward pass of a small model with its named blocks and hook names."""
-    from . import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
+    """The main job: train the note's two models (bidirectional and causal, reading the P rows),
+    analyse each, and write an HTML report per run under ``--out``."""
+    from pathlib import Path
 
-    cfg = ModelConfig(Layout.plain(args.d), n_layers=2, attention_dir="bidirectional")
-    model = HookedDisentangledTransformer(cfg, seed=0)
-    batch = sample_batch(cfg.layout, 4, generator=torch.Generator().manual_seed(0))
-    out, cache = model.run_with_cache(batch.X)
-    print(model)
-    for layer in range(cfg.n_layers + 1):
-        print(f"h^{layer} blocks ({model.stream.width(layer)} features):",
-              ", ".join(model.stream.labels(layer)))
-    print("hooks:")
-    for name in model.hook_dict:
-        print(f"  {name:32s} {tuple(cache[name].shape)}")
-    mse = ((out - batch.Y) ** 2).sum(-1).mean().item()
-    print(f"output {tuple(out.shape)}; MSE of the untrained model: {mse:.4f} (0.5 everywhere: "
-          f"{0.25 * args.d:.2f})")
+    from . import Layout, ModelConfig
+    from .config import TrainConfig
+    from .train import Run, train
+
+    out = Path(args.out)
+    finals = {}
+    for attention in ("bidirectional", "causal"):
+        run_dir = out / attention
+        print(f"== training the {attention} model ({args.steps} steps, d={args.d}) -> {run_dir}")
+        model_cfg = ModelConfig(Layout.plain(args.d), attention_dir=attention, readout="P")
+        train_cfg = TrainConfig(steps=args.steps, out_dir=str(run_dir), threads=args.threads,
+                                seed=args.seed)
+        if (run_dir / "final.safetensors").is_file():  # a finished demo run: reuse it if it matches
+            run = Run.load(run_dir)
+            if run.step != args.steps or run.model_cfg.layout != model_cfg.layout:
+                raise ValueError(f"--out {out} holds a different demo run (step {run.step}); "
+                                 f"remove it or pass another --out")
+            print(f"   reusing the finished run in {run_dir}")
+        else:
+            run = train(model_cfg, train_cfg)
+        finals[attention] = run.final_metrics
+        _analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=512, seed=0)
+    floor = finals["causal"]["causal_floor"]
+    print(f"\n== the note's claim: bidirectional MSE {finals['bidirectional']['mse']:.3g}, causal MSE "
+          f"{finals['causal']['mse']:.3g}, exact causal floor {floor:.4g} (0.5 everywhere: "
+          f"{0.25 * args.d:.4g})")
+    print(f"open {out / 'bidirectional' / 'report.html'} and {out / 'causal' / 'report.html'}")
+
+
+def _analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int) -> dict:
+    """Summarise ``model`` on ``n`` fresh samples, print the headline, write ``analysis.json`` and
+    ``report.html`` into ``out_dir`` (nothing written when ``out_dir`` is None)."""
+    import json
+    from pathlib import Path
+
+    from . import sample_batch
+    from .analysis.summary import headline, summarize
+    from .viz.report import write_report
+
+    cfg = model.cfg
+    generator = torch.Generator(device=model.device).manual_seed(seed)
+    batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
+    summary = summarize(model, batch, source)
+    print(headline(summary))
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "analysis.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
+        write_report(model, summary, batch, out_dir / "report.html", metrics, title=source)
+        print(f"\nwrote {out_dir / 'analysis.json'} and {out_dir / 'report.html'}")
+    return summary
 
 
 def _cmd_construct(args: argparse.Namespace) -> None:
@@ -108,18 +146,18 @@ def _cmd_train(args: argparse.Namespace) -> None:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> None:
-    """Circuit, per-cell templates, closest construction and ablations of a trained run (or of a
-    construction); writes ``analysis.json`` into the run directory and prints the headline."""
-    import json
+    """Circuit, per-cell templates, closest construction, ablations and the HTML report of a trained
+    run (or of a construction); writes ``analysis.json`` and ``report.html`` into the run directory."""
     from pathlib import Path
 
-    from . import HookedDisentangledTransformer, constructions, sample_batch
-    from . import analysis as an
+    from . import constructions
+    from .train import Run
 
     if (args.run_dir is None) == (args.construction is None):
         raise ValueError("give a run directory or --construction NAME (one of them)")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    metrics = None
     if args.construction is not None:
         model = constructions.build(args.construction, args.d, args.beta)
         source, out_dir = f"construction {args.construction}", args.out
@@ -127,60 +165,24 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
         run_dir = Path(args.run_dir)
         if not run_dir.is_dir():
             raise NotADirectoryError(f"run directory {run_dir} does not exist")
-        model = HookedDisentangledTransformer.from_run(run_dir, step=args.step)
+        run = Run.load(run_dir, step=args.step)
+        model, metrics = run.model, run.metrics
         source = f"run {run_dir}" + ("" if args.step is None else f" at step {args.step}")
         out_dir = args.out or run_dir
-    cfg = model.cfg
-    generator = torch.Generator(device=model.device).manual_seed(args.seed)
-    batch = sample_batch(cfg.layout, args.n, generator=generator, dtype=cfg.torch_dtype)
-    circuit = an.explain(model)
-    closest = an.closest_construction(model, batch)
-    ablations = an.standard_ablations(model, batch)
-    report = {
-        "source": source, "model": cfg.to_dict(), "n_samples": args.n, "seed": args.seed,
-        "mse": ablations[0].mse_before, "causal_floor": ablations[0].causal_floor,
-        "gauge_check": an.gauge_check(model, batch.X),  # max pattern change from gauge-fixing A
-        "circuit": circuit.to_dict(),
-        "cells": [row.to_dict() for row in an.match_templates(model)],
-        "closest_constructions": [vars(match) for match in closest],
-        "ablations": [result.to_dict() for result in ablations],
-    }
-    print(f"{source}: {cfg.attention_dir}, {cfg.layout}, reads {cfg.readout} rows; "
-          f"MSE {report['mse']:.3g} (causal floor {report['causal_floor']:.3g})")
-    print(f"gauge: attention patterns of A and gauge_fix(A) differ by {report['gauge_check']:.2g} "
-          f"at most on {args.n} samples")
-    print("\ncircuit: atoms of gauge_fix(A) holding >= 1% of their layer (layer: the note's, from 1; "
-          "score: gauge-fixed cosine; raw: the raw cell's)")
-    print(f"  {'layer':5s}  {'cell':34s} {'beta':>8s} {'share':>6s} {'score':>6s} {'raw':>6s}")
-    for atom in sorted(circuit, key=lambda a: (a.layer, a.head, -a.share)):
-        if atom.share >= 0.01:
-            cell = f"{atom.label} at ({atom.query}, {atom.key})"
-            same = "".join(f"  = {t} at ({q}, {k})" for q, k, t in atom.twins)
-            print(f"  {atom.layer + 1:<5d}  {cell:34s} {atom.scale:8.3g} {atom.share:6.1%} "
-                  f"{atom.score:6.3f} {atom.raw_score:6.3f}{same}")
-    left = ", ".join(f"layer {i + 1} {s:.1%}" for i, s in enumerate(circuit.residual_share))
-    print(f"  unexplained: {left}; {len(circuit)} atoms in all")
-    if closest:
-        print("\nclosest constructions (attention patterns, each at its best beta)")
-        for match in closest[:3]:
-            print(f"  {match.name:22s} beta {match.beta:<6g} pattern TV {match.pattern_tv:.3f}  "
-                  f"weight cos {match.weight_cosine:.2f}  its cells found {match.cells_found:.0%}")
-    print("\nablations")
-    for result in ablations:
-        print(f"  {result}")
-    if out_dir is not None:
-        path = Path(out_dir) / "analysis.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=1, allow_nan=False))
-        print(f"\nwrote {path}")
+    _analyse_and_report(model, source, out_dir, metrics, n=args.n, seed=args.seed)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="invperm", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="forward pass of a small model; prints blocks and hooks")
+    demo = sub.add_parser("demo", help="the main job: train the note's bidirectional and causal "
+                                       "models, analyse them, write HTML reports")
     demo.add_argument("--d", type=int, default=10)
+    demo.add_argument("--steps", type=int, default=1500)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    demo.add_argument("--out", default="runs/demo", help="where the runs and reports go")
     demo.set_defaults(func=_cmd_demo)
 
     construct = sub.add_parser("construct", help="an analytic construction's cells and its error")
@@ -219,7 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
     tr.set_defaults(func=_cmd_train)
-    analyze = sub.add_parser("analyze", help="circuit, templates, closest construction, ablations")
+
+    for name in ("analyze", "report"):  # the same job; "report" is the name users look for
+        _add_analyze_parser(sub, name)
+    return parser
+
+
+def _add_analyze_parser(sub, name: str) -> None:
+    analyze = sub.add_parser(name, help="circuit, templates, closest construction, ablations and "
+                                        "an HTML report of a run or a construction")
     analyze.add_argument("run_dir", nargs="?", help="a training run directory (gets analysis.json)")
     analyze.add_argument("--step", type=int, default=None, help="a checkpoint step (default: final)")
     analyze.add_argument("--construction", help="analyze a construction instead (see construct --list)")
@@ -227,20 +237,22 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--beta", type=float, default=None, help="cell scale for --construction")
     analyze.add_argument("--n", type=int, default=512, help="samples for patterns and ablations")
     analyze.add_argument("--seed", type=int, default=0)
-    analyze.add_argument("--out", help="directory for analysis.json (default: the run directory)")
+    analyze.add_argument("--out", help="directory for analysis.json and report.html "
+                                        "(default: the run directory)")
     analyze.add_argument("--threads", type=int, help="torch threads; on busy shared cores try 1")
     analyze.set_defaults(func=_cmd_analyze)
-
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as err:
+    except (ValueError, OSError) as err:  # OSError: missing or unreadable files, a full disk
         print(f"invperm {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:  # train checkpoints on the first Ctrl-C and says how to resume
+        print(f"invperm {args.command}: interrupted{f': {err}' if str(err) else ''}", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -43,7 +43,7 @@ class AblationResult:
                 f"(causal floor {self.causal_floor:.3g})")
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return {**{k: getattr(self, k) for k in self.__dataclass_fields__}, "text": str(self)}
 
 
 def _batch(model: HookedDisentangledTransformer, batch: Batch | None, n: int, seed: int) -> Batch:
