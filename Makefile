@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo setup lint bench clean
+.PHONY: test demo reproduce setup lint bench clean
 
 setup: $(STAMP)
 
@@ -21,6 +21,11 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/invperm demo
+
+# Every claim's table and figure under assets/ (trains ~6 models: several minutes on 2 cores).
+reproduce: $(STAMP)
+	for script in constructions_table causal_floors learned_circuits; do \
+		$(PY) analyses/$$script.py || exit 1; done
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses
