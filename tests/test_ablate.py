@@ -130,7 +130,9 @@ def test_results_read_against_the_floor():
     _, result = ablate_mask(model, n=64)
     text = str(result)
     assert text.startswith("ablate mask: MSE ") and "→" in text and text.endswith("(causal floor 2.5)")
-    assert set(result.to_dict()) == {"name", "mse_before", "mse_after", "causal_floor", "description"}
+    assert set(result.to_dict()) == {"name", "mse_before", "mse_after", "causal_floor", "description",
+                                     "text"}
+    assert result.to_dict()["text"] == text
     table = standard_ablations(C.theorem3(3), n=32)
     assert [r.name for r in table] == ["ablate mask", "scratch remove", "scratch zero", "scratch random",
                                        "scratch fewer (k=1)", "zero-ablate x at h^0",

@@ -119,10 +119,15 @@ def _cmd_train(args: argparse.Namespace) -> None:
         if args.config is not None:
             if set(given) & set(_MODEL_FLAGS):
                 raise ValueError("give the model either with --config or with flags, not both")
-            data = json.loads(Path(args.config).read_text())
+            try:
+                data = json.loads(Path(args.config).read_text())
+            except json.JSONDecodeError as err:
+                raise ValueError(f"--config {args.config} is not JSON: {err}") from None
             if not isinstance(data, dict) or "model" not in data:
                 raise ValueError(f"--config must be a JSON object with 'model' (and 'train'), "
                                  f"like a run's config.json: {args.config}")
+            if not isinstance(data.get("train") or {}, dict):
+                raise ValueError(f"--config {args.config}: 'train' must be a JSON object")
             model_cfg, base = ModelConfig.from_dict(data["model"]), dict(data.get("train") or {})
         else:
             d = given.get("d", 10)

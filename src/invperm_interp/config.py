@@ -67,7 +67,9 @@ class ModelConfig:
             raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         if self.init not in INITS:
             raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
-        if not (self.init_scale >= 0 and self.init_scale < float("inf")):
+        scale = self.init_scale
+        number = isinstance(scale, (int, float)) and not isinstance(scale, bool)
+        if not (number and 0 <= scale < float("inf")):
             raise ValueError(f"init_scale must be finite and >= 0, got {self.init_scale!r}")
 
     # -- derived shapes -----------------------------------------------------------------------

@@ -145,7 +145,8 @@ def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = 
     spec = get(name)
     if beta is None:
         beta = DEFAULT_BETA
-    if not (isinstance(beta, (int, float)) and 0 < beta < float("inf")):
+    number = isinstance(beta, (int, float)) and not isinstance(beta, bool)
+    if not (number and 0 < beta < float("inf")):
         raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")

@@ -17,6 +17,11 @@ from torch import Tensor
 SEGMENT_KINDS = ("P", "Y", "S", "0")
 
 
+def _check_d(d) -> None:
+    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+        raise ValueError(f"d must be an integer >= 1, got {d!r}")
+
+
 @dataclass(frozen=True)
 class Segment:
     """A run of consecutive input rows with one role.
@@ -42,8 +47,7 @@ class Layout:
     scratch_vector: tuple[float, ...] = field(default=())  # the row ``s`` (length d) of S segments
 
     def __post_init__(self) -> None:
-        if not isinstance(self.d, int) or isinstance(self.d, bool) or self.d < 1:
-            raise ValueError(f"d must be an integer >= 1, got {self.d!r}")
+        _check_d(self.d)
         if not self.segments:
             raise ValueError("segments must name at least one segment")
         names = [s.name for s in self.segments]
@@ -84,6 +88,7 @@ class Layout:
     @classmethod
     def scratch(cls, d: int, n_scratch: int | None = None, scratch=None) -> Layout:
         """``[P; Y_P; S]`` with ``n_scratch`` rows (default d), each the vector ``scratch`` (zeros)."""
+        _check_d(d)  # before n_scratch, which defaults to d
         if n_scratch is None:
             n_scratch = d
         if not isinstance(n_scratch, int) or isinstance(n_scratch, bool) or n_scratch < 1:
@@ -97,8 +102,7 @@ class Layout:
         Repeated kinds are numbered (``"0", "0"`` become segments ``pad0``, ``pad1``); a single
         zero segment is named ``pad``.
         """
-        if not isinstance(d, int) or isinstance(d, bool) or d < 1:
-            raise ValueError(f"d must be an integer >= 1, got {d!r}")
+        _check_d(d)
         parsed = []
         for spec in specs:
             kind, _, n = str(spec).partition(":")
@@ -123,7 +127,11 @@ class Layout:
             scratch = [0.0] * d
         if isinstance(scratch, Tensor):
             scratch = scratch.detach().flatten().tolist()
-        return cls(d, tuple(segments), tuple(float(v) for v in (scratch if scratch is not None else ())))
+        try:
+            vector = tuple(float(v) for v in (scratch if scratch is not None else ()))
+        except (TypeError, ValueError):  # complex, strings, a bare number: name the argument
+            raise ValueError(f"scratch must be a vector of d={d} real numbers, got {scratch!r}") from None
+        return cls(d, tuple(segments), vector)
 
     # -- geometry -----------------------------------------------------------------------------
     @property
@@ -165,9 +173,11 @@ class Layout:
     def from_dict(cls, data: dict) -> Layout:
         try:
             segments = tuple(Segment(str(n), str(k), int(r)) for n, k, r in data["segments"])
-            return cls(int(data["d"]), segments, tuple(float(v) for v in data.get("scratch", ())))
-        except (KeyError, TypeError) as err:
-            raise ValueError(f"layout dict must have 'd' and 'segments' entries: {err}") from None
+            d, scratch = int(data["d"]), tuple(float(v) for v in data.get("scratch", ()))
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise ValueError("layout dict must have 'd' (an integer), 'segments' ([name, kind, "
+                             f"n_rows] lists) and optionally 'scratch' (numbers): {err}") from None
+        return cls(d, segments, scratch)
 
     def __str__(self) -> str:
         return "[" + "; ".join(f"{s.name}:{s.n_rows}" for s in self.segments) + f"] (d={self.d})"
@@ -232,6 +242,8 @@ def sample_batch(
         raise ValueError(f"layout must be a Layout, got {type(layout).__name__}")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     if generator is not None and device is None:
         device = generator.device
     d = layout.d
@@ -259,13 +271,14 @@ def validate_permutation(P: Tensor, d: int, name: str = "P") -> Tensor:
         raise ValueError(
             f"{name} must be a permutation matrix: every row and column needs exactly one 1"
         )
-    return P.argmax(dim=-1)
+    return P.to(torch.int64).argmax(dim=-1)  # argmax has no bool kernel
 
 
 def make_input(layout: Layout, P: Tensor, Y_P: Tensor, *, binary: bool = True) -> Batch:
     """A validated ``Batch`` from user-given ``P (B, d, d)`` and ``Y_P (B, d, d)`` (or unbatched).
 
     ``binary=True`` requires ``Y_P`` in ``{0, 1}`` as in the note; pass ``False`` for real targets.
+    Integer or bool inputs are taken as float32; complex ones are refused.
     """
     if not isinstance(layout, Layout):
         raise ValueError(f"layout must be a Layout, got {type(layout).__name__}")
@@ -277,9 +290,7 @@ def make_input(layout: Layout, P: Tensor, Y_P: Tensor, *, binary: bool = True) -
     perm = validate_permutation(P, d)
     if not isinstance(Y_P, Tensor):
         raise ValueError(f"Y_P must be a torch.Tensor, got {type(Y_P).__name__}")
-    if not Y_P.dtype.is_floating_point and Y_P.dtype not in (torch.bool, torch.uint8,
-                                                               torch.int8, torch.int16,
-                                                               torch.int32, torch.int64):
+    if Y_P.dtype.is_complex:
         raise ValueError(f"Y_P must be real, got dtype {Y_P.dtype}")
     if Y_P.shape != P.shape:
         raise ValueError(f"Y_P must have shape {tuple(P.shape)} like P, got {tuple(Y_P.shape)}")

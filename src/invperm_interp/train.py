@@ -6,6 +6,8 @@ is a prefix of a run of 2N steps with the same seed (except a cosine schedule, w
 line per evaluation, appended and flushed), ``checkpoints/step_N.safetensors`` (weights, optimizer
 state, generator state) and ``final.safetensors`` (the trained weights). Resuming from the last
 checkpoint ends bit-identical to an uninterrupted run on the CPU with the same thread count.
+The CPU kernels a run uses are deterministic without ``torch.use_deterministic_algorithms``: a run
+under that mode has the same bits (tests/test_faults.py checks it); another thread count may not.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import ctypes
 import hashlib
 import json
 import math
+import os
+import shutil
 import signal
 import sys
 import threading
@@ -103,6 +107,41 @@ def read_config(run_dir: str | Path) -> tuple[ModelConfig, TrainConfig]:
         return ModelConfig.from_dict(data["model"]), TrainConfig.from_dict(data["train"])
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise ValueError(f"{path} is not a run's config.json: {err}") from None
+
+
+def checkpoint_bytes(model_cfg: ModelConfig, cfg: TrainConfig) -> int:
+    """About the size of one checkpoint: weights, Adam's two moments, generator state, header."""
+    widths, heads = model_cfg.widths, model_cfg.heads
+    n = sum(h * w * w for h, w in zip(heads, widths)) + widths[-1] * model_cfg.d  # A's and W_U
+    copies = 3 if cfg.optimizer == "adam" else 1
+    return n * copies * torch.empty((), dtype=model_cfg.torch_dtype).element_size() + 16384
+
+
+def check_out_dir(run_dir: Path, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> None:
+    """Fail before any training work when ``run_dir`` cannot hold the run: it cannot be created
+    or written (a path under a file, a read-only mount, no permission) or lacks the room for
+    every checkpoint the run will write."""
+    try:
+        if not resume:  # a missing run to resume is read_config's error, not created here
+            run_dir.mkdir(parents=True, exist_ok=True)
+        if not run_dir.is_dir():
+            return
+        probe = run_dir / f".invperm-write-test{os.getpid()}"
+        try:
+            with open(probe, "wb") as f:
+                f.write(bytes(4096))
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            probe.unlink(missing_ok=True)
+        free = shutil.disk_usage(run_dir).free
+    except OSError as err:
+        raise ValueError(f"out_dir {run_dir} cannot be written ({err.strerror or err}); "
+                         "choose another out_dir") from None
+    need = (cfg.steps // cfg.checkpoint_every + 2) * checkpoint_bytes(model_cfg, cfg)
+    if free < need:
+        raise ValueError(f"out_dir {run_dir} has {free} bytes free; this run's checkpoints need "
+                         f"about {need} (steps={cfg.steps}, checkpoint_every={cfg.checkpoint_every})")
 
 
 def learning_rate(cfg: TrainConfig, step: int) -> float:
@@ -203,7 +242,13 @@ class Run:
         elif step is None:
             found = ckpt.list_checkpoints(run_dir)
             if not found:
-                raise ValueError(f"run {run_dir} has neither final weights nor a checkpoint yet")
+                others = sorted(p.name for folder in (run_dir, run_dir / "checkpoints")
+                                if folder.is_dir() for p in folder.iterdir()
+                                if p.suffix in (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin"))
+                unread = (f"; not read: {others} (only safetensors and JSON are loaded, nothing is "
+                          "unpickled)") if others else ""
+                raise ValueError(f"run {run_dir} has neither final weights (final.safetensors) "
+                                 f"nor a checkpoint yet{unread}")
             path = found[-1][1]
         else:
             path = ckpt.checkpoint_path(run_dir, step)
@@ -266,8 +311,11 @@ def train(
 
     ``resume=True`` continues the run in ``train_cfg.out_dir`` from its last checkpoint (``steps``
     may be raised to extend it). ``stop_at`` stops after that many steps with a checkpoint, as an
-    interruption would. A non-finite loss raises ``ValueError`` naming the step; the last
-    checkpoint on disk is from before it.
+    interruption would. A non-finite loss, evaluation MSE or weight raises ``ValueError`` naming
+    the step and the last good checkpoint (non-finite weights are never checkpointed). An
+    ``out_dir`` that cannot be written, or lacks room for the run's checkpoints, is a
+    ``ValueError`` before any training work; a write that fails later (a full disk) is an
+    ``OSError`` naming the file, the step and the last good checkpoint.
     """
     model_cfg, cfg, notes = effective_configs(model_cfg, train_cfg)
     end = cfg.steps if stop_at is None else stop_at
@@ -307,6 +355,8 @@ class _Trainer:
     def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool):
         self.model_cfg, self.cfg = model_cfg, cfg
         self.device = resolve_device(cfg.device)
+        if cfg.out_dir is not None:
+            check_out_dir(Path(cfg.out_dir), model_cfg, cfg, resume)
         if self.device.type == "cpu":
             _keep_freed_memory()
         self.hash = config_hash(model_cfg, cfg)
@@ -388,7 +438,26 @@ class _Trainer:
         meta = {"step": self.step, "config_hash": self.hash, "device": self.device.type,
                 "optimizer": scalars, "elapsed": self.elapsed, "loss_sum": self.loss_sum,
                 "loss_count": self.loss_count}
-        ckpt.save(ckpt.checkpoint_path(self.dir, self.step), tensors, meta)
+        path = ckpt.checkpoint_path(self.dir, self.step)
+        try:
+            ckpt.save(path, tensors, meta)
+        except OSError as err:
+            raise self._write_error(path, err) from err
+
+    def _last_good(self, before: int) -> str:
+        """Where the last checkpoint from before step ``before`` is, in words."""
+        found = [p for s, p in ckpt.list_checkpoints(self.dir) if s < before]
+        return f"the last good checkpoint is {found[-1]}" if found else "no checkpoint before it"
+
+    def _write_error(self, path: Path, err: OSError) -> OSError:
+        return OSError(err.errno, f"cannot write {path} at step {self.step} "
+                                  f"({err.strerror or err}); {self._last_good(self.step + 1)}")
+
+    def _diverged(self, what: str, step: int) -> ValueError:
+        """A non-finite loss (of the weights after ``step`` updates) or weights: checkpoints of
+        ``step`` or later are not good, earlier ones gave finite losses."""
+        kept = f"; {self._last_good(step)}" if self.dir is not None else ""
+        return ValueError(f"training diverged: {what} at step {step}{kept}")
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self, end: int, interrupt: _Interrupt, progress: bool) -> Run:
@@ -436,7 +505,10 @@ class _Trainer:
         final = self.dir / "final.safetensors" if self.dir is not None else None
         if final is not None and self.step == cfg.steps and (stepped or not final.exists()):
             meta = {"step": self.step, "config_hash": self.hash, "metrics": self.metrics[-1]}
-            ckpt.save(final, ckpt.model_tensors(model), meta)
+            try:
+                ckpt.save(final, ckpt.model_tensors(model), meta)
+            except OSError as err:
+                raise self._write_error(final, err) from err
         return Run(self.model_cfg, cfg, model, self.metrics, self.step, self.dir)
 
     def _flush(self, bar) -> None:
@@ -448,21 +520,28 @@ class _Trainer:
         self.pending.clear()
         for i, v in enumerate(values):
             if not math.isfinite(v):
-                found = ckpt.list_checkpoints(self.dir) if self.dir is not None else []
-                kept = f"; the last good checkpoint is {found[-1][1]}" if found else ""
-                raise ValueError(f"training diverged: the loss is {v} at step {first + i}{kept}")
+                raise self._diverged(f"the loss is {v}", first + i)
             self.loss_sum += v
+        # An update can overflow the weights while every loss so far was finite: never evaluate
+        # or checkpoint them (one more read-back, of a single flag).
+        if not bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all()):
+            raise self._diverged("the weights are not finite", self.step)
         self.loss_count += len(values)
         bar.set_postfix(loss=f"{values[-1]:.4g}", refresh=False)
 
     def _evaluate(self, lr: float) -> None:
         metrics = {"step": self.step, **evaluate(self.model, self.eval_batch, self.cfg.batch_size)}
+        if not math.isfinite(metrics["mse"]):  # finite weights, overflowing scores
+            raise self._diverged(f"the evaluation MSE is {metrics['mse']}", self.step)
         train_mse = self.loss_sum / self.loss_count if self.loss_count else None
         metrics.update(train_mse=train_mse, lr=lr, causal_floor=self.floor,
                        attention_dir=self.model_cfg.attention_dir, wall_time=self.elapsed)
         self.loss_sum, self.loss_count = 0.0, 0
         self.metrics.append(metrics)
         if self.dir is not None:
-            with open(self.dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(metrics) + "\n")
-                f.flush()
+            try:
+                with open(self.dir / "metrics.jsonl", "a") as f:
+                    f.write(json.dumps(metrics) + "\n")
+                    f.flush()
+            except OSError as err:
+                raise self._write_error(self.dir / "metrics.jsonl", err) from err
