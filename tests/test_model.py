@@ -241,3 +241,13 @@ def test_bad_model_input_raises(X, match):
     model = HookedDisentangledTransformer(ModelConfig(Layout.plain(3)))
     with pytest.raises(ValueError, match=match):
         model(X)
+
+
+def test_finite_check_is_exact_when_the_sum_overflows():
+    """The cheap sum check must neither reject a huge finite X nor miss +inf/-inf that cancel."""
+    model = HookedDisentangledTransformer(ModelConfig(Layout.plain(3)))
+    huge = torch.full((2, 6, 3), 3e38)  # finite, but its sum overflows to inf
+    assert model(huge).shape == (2, 3, 3)
+    huge[0, 0, 0], huge[1, 0, 0] = float("inf"), float("-inf")
+    with pytest.raises(ValueError, match="finite"):
+        model(huge)
