@@ -90,7 +90,8 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
           "causal", "scratch", "S", "L2.x", True,
           [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.Y", "-1"), (1, "L1.pos.P", "pos.Y", "I")], 20),
     # -1 at (pos.S, pos.P): under the mask, P row 0 sees only itself, so its L1.x is e_perm(0).
-    _spec("theorem3_two_block", "Theorem 3, two-block variant: the mechanism SGD learns",
+    _spec("theorem3_two_block", "Theorem 3, two-block variant: Y_P rows fetch their P row, S rows "
+          "look them up",
           "causal", "scratch", "S", "L2.x", True,
           [(0, "pos.Y", "pos.P", "I"), (1, "pos.S", "L1.x", "I"), (1, "pos.S", "pos.P", "-1")], 45),
 )}
