@@ -36,3 +36,17 @@ def test_attention_page_is_offline_and_has_one_view_per_layer():
     html = page("t", body)
     assert "var CircuitsVis" in html  # the bundle is inlined
     assert not loads_from_network(html)
+
+
+def test_patching_heatmap_labels_blocks_and_layers():
+    from invperm_interp.analysis import mse_to, patch_blocks
+    from invperm_interp.viz.heatmaps import plot_patching
+
+    model = constructions.build("two_block", 3)
+    clean = make_input(model.cfg.layout, torch.eye(3), torch.ones(3, 3))
+    corrupted = make_input(model.cfg.layout, torch.eye(3).flip(0), torch.ones(3, 3))
+    result = patch_blocks(model, clean.X, corrupted.X.double(), mse_to(clean.Y), normalize=True)
+    ax = plot_patching(result)
+    assert [t.get_text() for t in ax.get_xticklabels()] == model.stream.labels(1)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["resid_pre 0", "resid_pre 1"]
+    assert "1.00" in {t.get_text() for t in ax.texts}  # some block fully restores the output

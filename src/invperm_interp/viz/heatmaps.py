@@ -127,3 +127,29 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def plot_patching(result, title: str = "", ax: Axes | None = None) -> Axes:
+    """A ``(layer, block)`` patching result (``analysis.patch_blocks``) as a labelled heatmap.
+
+    Cells a layer's stream does not have yet (NaN) are grey; with ``normalize=True`` 1 means the
+    patch restores the clean output and 0 that it changes nothing.
+    """
+    if tuple(result.dims) != ("layer", "block"):
+        raise ValueError(f"result must have dims ('layer', 'block'), got {tuple(result.dims)}")
+    values = result.values.detach().cpu().double().numpy()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.55 * values.shape[1] + 2, 0.5 * values.shape[0] + 1.6))
+    ax.set_facecolor("#d9d9d9")
+    image = ax.imshow(values, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(values.shape[1]), result.labels["block"], rotation=90, fontsize=7)
+    hook = result.attrs.get("hook", "resid_pre")
+    ax.set_yticks(range(values.shape[0]), [f"{hook} {lay}" for lay in result.labels["layer"]],
+                  fontsize=7)
+    for (i, j), v in np.ndenumerate(values):
+        if np.isfinite(v) and abs(v) >= 0.005:
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                    color="white" if abs(v) > 0.5 else "black")
+    ax.set_title(title, fontsize=9)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    return ax
