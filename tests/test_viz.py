@@ -43,8 +43,9 @@ def test_patching_heatmap_labels_blocks_and_layers():
     from invperm_interp.viz.heatmaps import plot_patching
 
     model = constructions.build("two_block", 3)
-    clean = make_input(model.cfg.layout, torch.eye(3), torch.ones(3, 3))
-    corrupted = make_input(model.cfg.layout, torch.eye(3).flip(0), torch.ones(3, 3))
+    Y_P = torch.tensor([[1.0, 0, 0], [1, 1, 0], [0, 1, 1]])
+    clean = make_input(model.cfg.layout, torch.eye(3), Y_P)
+    corrupted = make_input(model.cfg.layout, torch.eye(3).flip(0), Y_P)
     result = patch_blocks(model, clean.X, corrupted.X.double(), mse_to(clean.Y), normalize=True)
     ax = plot_patching(result)
     assert [t.get_text() for t in ax.get_xticklabels()] == model.stream.labels(1)
