@@ -14,8 +14,19 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 INITS = ("normal", "zeros")
 
 
+class JSONConfig:
+    """JSON round-trip for the config dataclasses, which define ``to_dict`` / ``from_dict``."""
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str):
+        return cls.from_dict(json.loads(text))
+
+
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(JSONConfig):
     """Everything that fixes a ``HookedDisentangledTransformer``'s shapes and maths.
 
     Widths grow as ``D_0 = d + T`` and ``D_{l+1} = D_l (1 + H_l)`` (DESIGN.md section 1).
@@ -124,12 +135,6 @@ class ModelConfig:
         known["layout"] = Layout.from_dict(data["layout"])
         return cls(**known)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
-
-    @classmethod
-    def from_json(cls, text: str) -> ModelConfig:
-        return cls.from_dict(json.loads(text))
 
 
 RECIPES = ("adam", "paper")
@@ -156,7 +161,7 @@ def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> No
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(JSONConfig):
     """How to train: the recipe, the data stream, evaluation and checkpoints.
 
     Fields left ``None`` take the recipe's value (``RECIPE_DEFAULTS``); :meth:`resolved` fills them
@@ -246,9 +251,3 @@ class TrainConfig:
             raise ValueError(f"train config has unknown keys {unknown}")
         return cls(**data)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
-
-    @classmethod
-    def from_json(cls, text: str) -> TrainConfig:
-        return cls.from_dict(json.loads(text))
