@@ -37,15 +37,6 @@ def runs(seeds: int) -> dict[str, tuple[ModelConfig, int, int]]:
     return out
 
 
-def construction_fit(circuit, cells) -> tuple[float, float]:
-    """(share of the gauge-fixed norm carried by atoms that are the construction's cells, counting
-    gauge twins, averaged over layers; share of its cells found)."""
-    cells = set(cells)
-    layers = {c[0] for c in cells} | {a.layer for a in circuit}
-    carried = sum(a.share for a in circuit if any((a.layer, *p) in cells for p in a.placements))
-    return carried / len(layers), circuit.recall(cells)
-
-
 def trained(name: str, cfg: ModelConfig, steps: int, seed: int, root: Path, threads: int) -> Run:
     """Train once; later calls reuse the finished run directory."""
     run_dir = root / name
@@ -67,7 +58,7 @@ def main() -> None:
         model, final = run.model, run.final_metrics
         batch = sample_batch(cfg.layout, 256, dtype=cfg.torch_dtype)
         circuit = explain(model)
-        fits = {spec_name: construction_fit(circuit, spec.cells)
+        fits = {spec_name: (circuit.norm_share(spec.cells), circuit.recall(spec.cells))
                 for spec_name, spec in constructions.REGISTRY.items()
                 if spec.attention_dir == cfg.attention_dir and spec.readout == cfg.readout
                 and spec.works}

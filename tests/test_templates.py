@@ -173,3 +173,13 @@ def test_zero_weights_have_an_empty_circuit():
 def test_gauge_fixed_weights_give_the_same_patterns_on_data(model):
     X = sample_batch(model.cfg.layout, 32, torch.Generator().manual_seed(0), dtype=F64).X
     assert gauge_check(model, X) < 1e-9
+
+
+def test_norm_share_says_how_much_of_a_circuit_a_construction_carries():
+    """recall is 1 for any superset; norm_share tells the two bidirectional mechanisms apart."""
+    model = C.two_block(5)
+    circuit = explain(model)
+    own, other = C.REGISTRY["two_block"].cells, C.REGISTRY["appendix_b"].cells
+    assert circuit.norm_share(own) == pytest.approx(1.0, abs=1e-9)
+    assert circuit.norm_share(other) == pytest.approx(0.0, abs=1e-9)
+    assert circuit.norm_share([]) == 0.0

@@ -149,6 +149,18 @@ class Circuit:
         cells = set(cells)
         return len(self._matched(cells)) / len(cells) if cells else 1.0
 
+    def norm_share(self, cells) -> float:
+        """Share of the gauge-fixed weights carried by atoms that are among ``cells`` (with sign,
+        counting gauge twins), averaged over the layers of the circuit and of ``cells``: how much of
+        a learned model a construction accounts for (recall alone is 1 for any superset)."""
+        cells = set(cells)
+        layers = {c[0] for c in cells} | {a.layer for a in self.atoms}
+        if not layers:
+            return 0.0
+        carried = sum(a.share for a in self.atoms
+                      if any((a.layer, *p) in cells for p in a.placements))
+        return carried / len(layers)
+
     def __iter__(self):
         return iter(self.atoms)
 
