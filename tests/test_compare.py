@@ -51,6 +51,7 @@ def test_closest_construction_names_the_one_a_learned_like_model_came_from(name)
     assert set(m.name for m in ranked) == set(candidates(learned))
     best = ranked[0]
     assert best.weight_cosine > 0.9 and best.circuit_overlap == best.cells_found == 1.0
+    assert best.norm_share > 0.9  # its cells carry the weights; the noise carries the rest
     assert all(best.pattern_tv <= m.pattern_tv for m in ranked)
 
 

@@ -62,6 +62,7 @@ class ConstructionMatch:
     weight_cosine: float  # mean over layers of the gauge-fixed weight cosine (β does not matter)
     circuit_overlap: float  # Jaccard index of the explained cells (layer, query, key, label)
     cells_found: float  # share of the construction's cells among the model's atoms
+    norm_share: float  # share of the model's gauge-fixed weights its cells carry (Circuit.norm_share)
 
 
 @dataclass(frozen=True)
@@ -251,5 +252,6 @@ def closest_construction(model: HookedDisentangledTransformer, batch: Batch,
         built = constructions.build(name, model.cfg.d, best_beta, scratch=scratch)
         cos = sum(_cosine(f, _fixed(built, layer)) for layer, f in enumerate(fixed)) / len(fixed)
         matches.append(ConstructionMatch(name, spec.works, best_beta, best_tv, cos,
-                                         circuit.overlap(spec.cells), circuit.recall(spec.cells)))
+                                         circuit.overlap(spec.cells), circuit.recall(spec.cells),
+                                         circuit.norm_share(spec.cells)))
     return tuple(sorted(matches, key=lambda m: (round(m.pattern_tv, 9), -m.weight_cosine)))

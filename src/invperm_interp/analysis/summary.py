@@ -60,6 +60,7 @@ def headline(summary: dict, min_share: float = 0.01) -> str:
         lines += ["", "closest constructions (attention patterns, each at its best beta)"]
         for m in summary["closest_constructions"][:3]:
             lines.append(f"  {m['name']:22s} beta {m['beta']:<6g} pattern TV {m['pattern_tv']:.3f}  "
-                         f"weight cos {m['weight_cosine']:.2f}  its cells found {m['cells_found']:.0%}")
+                         f"weight cos {m['weight_cosine']:.2f}  its cells found {m['cells_found']:.0%}, "
+                         f"carrying {m['norm_share']:.0%} of the weights")
     lines += ["", "ablations"] + [f"  {a['text']}" for a in summary["ablations"]]
     return "\n".join(lines)

@@ -91,9 +91,11 @@ def _sections(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
     ]
     if summary["closest_constructions"]:
         parts += ["<h2>Closest constructions</h2>", _table(
-            ["construction", "β", "pattern TV", "weight cos", "its cells found"],
+            ["construction", "β", "pattern TV", "weight cos", "its cells found",
+             "share of the weights its cells carry"],
             [[m["name"], f"{m['beta']:g}", f"{m['pattern_tv']:.3f}", f"{m['weight_cosine']:.2f}",
-              f"{m['cells_found']:.0%}"] for m in summary["closest_constructions"]])]
+              f"{m['cells_found']:.0%}", f"{m['norm_share']:.0%}"]
+             for m in summary["closest_constructions"]])]
     parts += ["<h2>Ablations</h2>", _table(
         ["ablation", "MSE before", "MSE after", "causal floor"],
         [[a["name"], f"{a['mse_before']:.3g}", f"{a['mse_after']:.3g}", f"{a['causal_floor']:.4g}"]
