@@ -10,6 +10,7 @@ Every intermediate goes through a ``HookPoint`` so TransformerLens's ``run_with_
 from __future__ import annotations
 
 import torch
+from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
@@ -33,7 +34,7 @@ class DisentangledAttention(nn.Module):
         mask = torch.ones(cfg.T, cfg.T, dtype=torch.bool).triu(diagonal=1)  # True: key after query
         self.register_buffer("mask", mask, persistent=False)
 
-    def forward(self, h: Tensor) -> Tensor:
+    def forward(self, h: Float[Tensor, "batch pos d_l"]) -> Float[Tensor, "batch pos head d_l"]:
         """``h (B, T, D_l)`` → ``z (B, T, H, D_l)``."""
         q = torch.einsum("bti,hij->bhtj", h, self.A)  # (B, H, T, D): query rows times A
         scores = q @ h.unsqueeze(1).transpose(-1, -2)  # (B, H, T, T)
@@ -54,7 +55,7 @@ class DisentangledBlock(nn.Module):
         self.attn = DisentangledAttention(cfg, layer)
         self.hook_resid_post = HookPoint()  # (B, T, D_{l+1})
 
-    def forward(self, h: Tensor) -> Tensor:
+    def forward(self, h: Float[Tensor, "batch pos d_l"]) -> Float[Tensor, "batch pos d_next"]:
         h = self.hook_resid_pre(h)
         z = self.attn(h)  # (B, T, H, D_l)
         return self.hook_resid_post(torch.cat([h, z.flatten(start_dim=2)], dim=-1))
@@ -69,7 +70,7 @@ class Unembed(nn.Module):
         self.W_U = nn.Parameter(torch.zeros(cfg.widths[-1], cfg.d, dtype=cfg.torch_dtype))
         self.hook_readout = HookPoint()  # (B, d, D_L): the read-out rows of the final stream
 
-    def forward(self, h: Tensor) -> Tensor:
+    def forward(self, h: Float[Tensor, "batch pos d_L"]) -> Float[Tensor, "batch rows d"]:
         return self.hook_readout(h[:, self.rows]) @ self.W_U
 
 
@@ -107,12 +108,12 @@ class HookedDisentangledTransformer(HookedRootModule):
                     noise = torch.randn(p.shape, generator=generator, dtype=p.dtype)
                     p.copy_(noise.to(p.device) * self.cfg.init_scale)
 
-    def embed(self, X: Tensor) -> Tensor:
+    def embed(self, X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d_0"]:
         """``X (B, T, d)`` → ``h^0 = [X, I_T]`` of shape ``(B, T, d + T)``."""
         pos = self.pos.expand(X.shape[0], -1, -1)
         return torch.cat([self.hook_embed(X), self.hook_pos_embed(pos)], dim=-1)
 
-    def forward(self, X: Tensor, check_input: bool = True) -> Tensor:
+    def forward(self, X: Tensor, check_input: bool = True) -> Float[Tensor, "batch d d"]:
         """``X (B, T, d)`` → predicted ``Y`` of shape ``(B, d, d)``.
 
         ``check_input=False`` skips the shape/finiteness checks (the training loop uses it on data it

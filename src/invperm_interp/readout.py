@@ -7,6 +7,7 @@ equals ``model(X)`` up to float rounding (tested in float64); evaluation uses th
 from __future__ import annotations
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from .model import HookedDisentangledTransformer
@@ -25,7 +26,8 @@ def _attend_all(h: Tensor, A: Tensor, mask: Tensor | None) -> Tensor:
     return z.transpose(1, 2).reshape(B, T, H * D)
 
 
-def readout_forward(model: HookedDisentangledTransformer, X: Tensor) -> Tensor:
+def readout_forward(model: HookedDisentangledTransformer,
+                    X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch d d"]:
     """``model(X)`` without hooks, computing only what the read-out needs: ``X (B, T, d)`` →
     ``(B, d, d)``, equal to ``model(X)`` up to float rounding.
 

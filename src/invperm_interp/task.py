@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 
 #: Segment kinds: the permutation, the permuted targets, scratch rows (the vector ``s``), zero rows.
@@ -192,11 +193,11 @@ class Batch:
     """
 
     layout: Layout
-    X: Tensor
-    P: Tensor
-    Y: Tensor
-    Y_P: Tensor
-    perm: Tensor
+    X: Float[Tensor, "batch pos d"]
+    P: Float[Tensor, "batch d d"]
+    Y: Float[Tensor, "batch d d"]
+    Y_P: Float[Tensor, "batch d d"]
+    perm: Int[Tensor, "batch d"]
 
     def __len__(self) -> int:
         return self.X.shape[0]

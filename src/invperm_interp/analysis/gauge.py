@@ -14,6 +14,7 @@ identical scores up to a per-row constant and so identical attention patterns.
 from __future__ import annotations
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from ..stream import Stream
@@ -52,7 +53,8 @@ def gauge_projectors(stream: Stream, layer: int, dtype=torch.float64) -> tuple[T
     return _projector(null), _projector(G)
 
 
-def gauge_fix(A: Tensor, stream: Stream, layer: int) -> Tensor:
+def gauge_fix(A: Float[Tensor, "*heads D D"], stream: Stream,
+              layer: int) -> Float[Tensor, "*heads D D"]:
     """Minimum-norm representative of ``A (..., D_layer, D_layer)`` modulo the gauge."""
     P_null, P_key = (p.to(A.dtype).to(A.device) for p in gauge_projectors(stream, layer))
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
