@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo reproduce setup lint bench clean
+.PHONY: test demo reproduce sweep setup lint bench clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,10 @@ demo: $(STAMP)
 reproduce: $(STAMP)
 	for script in constructions_table causal_floors learned_circuits patching paper_recipe; do \
 		$(PY) analyses/$$script.py || exit 1; done
+
+# Beyond the note: learning speed and mechanism across d (20 runs: about 25 minutes on 2 cores).
+sweep: $(STAMP)
+	$(PY) analyses/sweep_d.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses

@@ -1,0 +1,87 @@
+"""Beyond the note: how learning and mechanism choice scale with the task size d.
+
+For each d and seed, trains the bidirectional model reading the P rows (Adam, batch 1024) and the
+causal model on [P; Y_P; S] reading the scratch rows, and records the first eval step with MSE
+below 1e-3 (or the final MSE), and which registry mechanism carries most of the learned weights.
+Writes assets/sweep_d.{json,md} and assets/sweep_d.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from common import asset, write_table
+
+from invperm_interp import Layout, ModelConfig, constructions
+from invperm_interp.analysis import explain
+from invperm_interp.config import TrainConfig
+from invperm_interp.train import Run, train
+from invperm_interp.viz.heatmaps import save_figure
+
+TARGET = 1e-3
+
+
+def mechanism(model) -> str:
+    cfg, circuit = model.cfg, explain(model)
+    fits = {name: circuit.norm_share(spec.cells)
+            for name, spec in constructions.REGISTRY.items()
+            if spec.works and spec.attention_dir == cfg.attention_dir and spec.readout == cfg.readout}
+    best = max(fits, key=fits.get)
+    return best if fits[best] > 0.25 else "other"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ds", default="4,6,8,10,12")
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--runs", default="runs/sweep_d")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+
+    rows = []
+    for kind in ("bidirectional", "scratch"):
+        for d in (int(x) for x in args.ds.split(",")):
+            for seed in range(args.seeds):
+                if kind == "bidirectional":
+                    cfg = ModelConfig(Layout.plain(d), attention_dir="bidirectional", readout="P")
+                else:
+                    cfg = ModelConfig(Layout.scratch(d), attention_dir="causal", readout="S")
+                run_dir = Path(args.runs) / f"{kind}_d{d}_seed{seed}"
+                if (run_dir / "final.safetensors").is_file():
+                    run = Run.load(run_dir)
+                else:
+                    run = train(cfg, TrainConfig(steps=args.steps, seed=seed, out_dir=str(run_dir),
+                                                 threads=args.threads, eval_size=2048,
+                                                 checkpoint_every=args.steps))
+                hit = [m["step"] for m in run.metrics if m["mse"] < TARGET]
+                rows.append({"model": kind, "d": d, "seed": seed,
+                             "steps_to_1e-3": hit[0] if hit else None,
+                             "final_mse": run.final_metrics["mse"],
+                             "rows_exact": run.final_metrics["row_acc"],
+                             "mechanism": mechanism(run.model)})
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for kind, marker in (("bidirectional", "o"), ("scratch", "s")):
+        pts = [(r["d"], r["steps_to_1e-3"]) for r in rows if r["model"] == kind and r["steps_to_1e-3"]]
+        if pts:
+            ax.scatter(*zip(*pts), marker=marker, label=f"{kind} (reached)")
+        miss = [r["d"] for r in rows if r["model"] == kind and not r["steps_to_1e-3"]]
+        if miss:
+            ax.scatter(miss, [args.steps] * len(miss), marker="x", color="k",
+                       label=f"{kind}: not below 1e-3 in {args.steps} steps")
+    ax.set_xlabel("d")
+    ax.set_ylabel(f"first eval step with MSE < {TARGET:g}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, asset("sweep_d.png"))
+    write_table("sweep_d", rows, "Steps to MSE < 1e-3 and the learned mechanism, by d",
+                "Adam lr 1e-2, batch 1024; bidirectional reads the P rows of [P; Y_P]; scratch is "
+                "causal on [P; Y_P; S] reading the S rows. mechanism: the registry construction whose "
+                "cells carry most of the gauge-fixed weights ('other' below 25%).")
+
+
+if __name__ == "__main__":
+    main()
