@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -30,3 +31,28 @@ def write_table(name: str, rows: list[dict], title: str, notes: str = "") -> Non
     lines += ["| " + " | ".join(fmt(r[c]) for c in columns) + " |" for r in rows]
     asset(f"{name}.md").write_text("\n".join(x for x in lines if x is not None) + "\n")
     print(f"wrote assets/{name}.json and assets/{name}.md")
+
+
+def trained(run_dir: str | Path, model_cfg, train_cfg):
+    """Train into ``run_dir`` once; later calls load the finished run (so scripts can be rerun)."""
+    from invperm_interp.train import Run, train
+
+    run_dir = Path(run_dir)
+    if (run_dir / "final.safetensors").is_file():
+        return Run.load(run_dir)
+    return train(model_cfg, replace(train_cfg, out_dir=str(run_dir)))
+
+
+def mechanism(circuit, model_cfg) -> tuple[str | None, float, float]:
+    """The working registry construction with the model's attention and read-out whose cells carry
+    the largest share of the circuit's gauge-fixed weights: ``(name, share, recall)``."""
+    from invperm_interp import constructions
+
+    fits = {name: (circuit.norm_share(spec.cells), circuit.recall(spec.cells))
+            for name, spec in constructions.REGISTRY.items()
+            if spec.works and spec.attention_dir == model_cfg.attention_dir
+            and spec.readout == model_cfg.readout}
+    if not fits:
+        return None, 0.0, 0.0
+    best = max(fits, key=lambda name: fits[name][0])
+    return (best, *fits[best])

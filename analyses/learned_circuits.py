@@ -16,12 +16,11 @@ import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from common import asset, write_table
+from common import asset, mechanism, trained, write_table
 
-from invperm_interp import Layout, ModelConfig, constructions, sample_batch
+from invperm_interp import Layout, ModelConfig, sample_batch
 from invperm_interp.analysis import closest_construction, explain
 from invperm_interp.config import TrainConfig
-from invperm_interp.train import Run, train
 from invperm_interp.viz.heatmaps import plot_circuit, save_figure
 
 
@@ -37,14 +36,6 @@ def runs(seeds: int) -> dict[str, tuple[ModelConfig, int, int]]:
     return out
 
 
-def trained(name: str, cfg: ModelConfig, steps: int, seed: int, root: Path, threads: int) -> Run:
-    """Train once; later calls reuse the finished run directory."""
-    run_dir = root / name
-    if (run_dir / "final.safetensors").is_file():
-        return Run.load(run_dir)
-    return train(cfg, TrainConfig(steps=steps, seed=seed, out_dir=str(run_dir), threads=threads))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=4, help="bidirectional seeds")
@@ -54,15 +45,12 @@ def main() -> None:
 
     rows, curves = [], {}
     for name, (cfg, steps, seed) in runs(args.seeds).items():
-        run = trained(name, cfg, steps, seed, Path(args.runs), args.threads)
+        run = trained(Path(args.runs) / name, cfg,
+                      TrainConfig(steps=steps, seed=seed, threads=args.threads))
         model, final = run.model, run.final_metrics
         batch = sample_batch(cfg.layout, 256, dtype=cfg.torch_dtype)
         circuit = explain(model)
-        fits = {spec_name: (circuit.norm_share(spec.cells), circuit.recall(spec.cells))
-                for spec_name, spec in constructions.REGISTRY.items()
-                if spec.attention_dir == cfg.attention_dir and spec.readout == cfg.readout
-                and spec.works}
-        best = max(fits, key=lambda k: fits[k][0]) if fits else None
+        best, share, recall = mechanism(circuit, cfg)
         closest = closest_construction(model, batch)
         main_atoms = sorted(circuit, key=lambda a: -a.share)[:4]
         rows.append({
@@ -71,8 +59,8 @@ def main() -> None:
             "rows_exact": final["row_acc"],
             "top_atoms": "; ".join(f"L{a.layer + 1} {a.label} at ({a.query}, {a.key})"
                                    for a in main_atoms),
-            "mechanism": (f"{best} (its cells: {fits[best][1]:.0%} found, {fits[best][0]:.0%} of the "
-                          f"norm)") if best and fits[best][0] > 0 else "none of the registry",
+            "mechanism": (f"{best} (its cells: {recall:.0%} found, {share:.0%} of the norm)")
+                         if best and share > 0 else "none of the registry",
             "closest_by_patterns": closest[0].name if closest else "—",
         })
         curves[name] = run.metrics

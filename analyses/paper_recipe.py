@@ -12,11 +12,10 @@ import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from common import asset, write_table
+from common import asset, trained, write_table
 
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.config import TrainConfig
-from invperm_interp.train import Run, train
 from invperm_interp.viz.heatmaps import save_figure
 
 
@@ -31,12 +30,8 @@ def main() -> None:
     model_cfg = ModelConfig(Layout.plain(10), attention_dir="bidirectional", readout="P")
     metrics, rows = {}, []
     for recipe, steps in (("paper", args.paper_steps), ("adam", args.adam_steps)):
-        run_dir = Path(args.runs) / f"recipe_{recipe}"
-        if (run_dir / "final.safetensors").is_file():
-            run = Run.load(run_dir)
-        else:
-            run = train(model_cfg, TrainConfig(steps=steps, recipe=recipe, out_dir=str(run_dir),
-                                               eval_every=100, threads=args.threads))
+        run = trained(Path(args.runs) / f"recipe_{recipe}", model_cfg,
+                      TrainConfig(steps=steps, recipe=recipe, eval_every=100, threads=args.threads))
         metrics[recipe] = run.metrics
         below = [m["step"] for m in run.metrics if m["mse"] < 1e-3]
         plateau = [m["step"] for m in run.metrics if m["mse"] < 2.4]

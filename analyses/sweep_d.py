@@ -12,24 +12,14 @@ import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from common import asset, write_table
+from common import asset, mechanism, trained, write_table
 
-from invperm_interp import Layout, ModelConfig, constructions
+from invperm_interp import Layout, ModelConfig
 from invperm_interp.analysis import explain
 from invperm_interp.config import TrainConfig
-from invperm_interp.train import Run, train
 from invperm_interp.viz.heatmaps import save_figure
 
 TARGET = 1e-3
-
-
-def mechanism(model) -> str:
-    cfg, circuit = model.cfg, explain(model)
-    fits = {name: circuit.norm_share(spec.cells)
-            for name, spec in constructions.REGISTRY.items()
-            if spec.works and spec.attention_dir == cfg.attention_dir and spec.readout == cfg.readout}
-    best = max(fits, key=fits.get)
-    return best if fits[best] > 0.25 else "other"
 
 
 def main() -> None:
@@ -49,19 +39,16 @@ def main() -> None:
                     cfg = ModelConfig(Layout.plain(d), attention_dir="bidirectional", readout="P")
                 else:
                     cfg = ModelConfig(Layout.scratch(d), attention_dir="causal", readout="S")
-                run_dir = Path(args.runs) / f"{kind}_d{d}_seed{seed}"
-                if (run_dir / "final.safetensors").is_file():
-                    run = Run.load(run_dir)
-                else:
-                    run = train(cfg, TrainConfig(steps=args.steps, seed=seed, out_dir=str(run_dir),
-                                                 threads=args.threads, eval_size=2048,
-                                                 checkpoint_every=args.steps))
+                run = trained(Path(args.runs) / f"{kind}_d{d}_seed{seed}", cfg,
+                              TrainConfig(steps=args.steps, seed=seed, threads=args.threads,
+                                          eval_size=2048, checkpoint_every=args.steps))
+                name, share, _ = mechanism(explain(run.model), cfg)
                 hit = [m["step"] for m in run.metrics if m["mse"] < TARGET]
                 rows.append({"model": kind, "d": d, "seed": seed,
                              "steps_to_1e-3": hit[0] if hit else None,
                              "final_mse": run.final_metrics["mse"],
                              "rows_exact": run.final_metrics["row_acc"],
-                             "mechanism": mechanism(run.model)})
+                             "mechanism": name if share > 0.25 else "other"})
 
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for kind, marker in (("bidirectional", "o"), ("scratch", "s")):
