@@ -17,7 +17,7 @@ from torch import Tensor
 
 from .config import ModelConfig
 from .model import HookedDisentangledTransformer
-from .task import Batch, Layout, sample_batch
+from .task import Batch, Layout, mse, sample_batch
 
 Cell = tuple[int, str, str, str]  # (layer, query block, key block, template)
 TEMPLATES = ("I", "J", "-1")
@@ -217,5 +217,6 @@ def verify(model: HookedDisentangledTransformer, n: int = 256, seed: int = 0,
         generator = torch.Generator(device=model.device).manual_seed(seed)
         batch = sample_batch(model.cfg.layout, n, generator=generator, dtype=model.cfg.torch_dtype)
     with torch.no_grad():
-        err = model(batch.X) - batch.Y.to(model.device, model.cfg.torch_dtype)  # (B, d, d)
-    return Verification(float(err.abs().max()), float((err**2).sum(-1).mean()), len(batch))
+        out = model(batch.X)  # (B, d, d)
+    Y = batch.Y.to(out)
+    return Verification(float((out - Y).abs().max()), float(mse(out, Y)), len(batch))

@@ -211,6 +211,14 @@ class Batch:
                      self.perm.to(device=device))
 
 
+def mse(out: Tensor, Y: Tensor) -> Tensor:
+    """The note's loss: squared error summed over the ``d`` columns, averaged over rows and samples.
+
+    ``out`` and ``Y`` are ``(B, d, d)``; predicting 0.5 everywhere costs ``d/4``.
+    """
+    return ((out - Y.to(out)) ** 2).sum(-1).mean()
+
+
 def _assemble_X(layout: Layout, P: Tensor, Y_P: Tensor) -> Tensor:
     """Stack the layout's segments: ``(B, d, d)`` inputs → ``X (B, T, d)``."""
     B, d = P.shape[0], layout.d

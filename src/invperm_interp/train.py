@@ -33,7 +33,7 @@ from . import checkpoint as ckpt
 from .config import RESUMABLE_FIELDS, ModelConfig, TrainConfig
 from .model import HookedDisentangledTransformer
 from .readout import evaluate, readout_forward
-from .task import sample_batch
+from .task import mse, sample_batch
 from .theory import causal_floor
 
 FLUSH_EVERY = 32  # steps between reading losses back (one device sync) for the bar and NaN check
@@ -417,7 +417,7 @@ class _Trainer:
                     group["lr"] = lr
                 batch = sample_batch(layout, cfg.batch_size, self.generator, dtype=dtype)
                 out = readout_forward(model, batch.X)  # (B, d, d)
-                loss = ((out - batch.Y) ** 2).sum(-1).mean()  # the note's loss
+                loss = mse(out, batch.Y)  # the note's loss
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.recipe == "paper":  # the note's clipping of every gradient entry to ±1

@@ -16,9 +16,8 @@ import torch
 from torch import Tensor
 
 from ..model import HookedDisentangledTransformer
-from ..task import Batch, sample_batch
+from ..task import Batch, mse, sample_batch
 from ..theory import causal_floor
-from .compare import mse
 
 SCRATCH_MODES = ("remove", "zero", "random", "fewer")
 BLOCK_MODES = ("zero", "mean")
@@ -67,9 +66,9 @@ def _run(model: HookedDisentangledTransformer, X: Tensor,
 
 def _result(name: str, model: HookedDisentangledTransformer, batch: Batch, after: Tensor,
             description: str) -> AblationResult:
-    before = mse(_run(model, batch.X), batch.Y)
+    before = float(mse(_run(model, batch.X), batch.Y))
     floor = causal_floor(model.cfg.layout, model.cfg.readout)
-    return AblationResult(name, before, mse(after, batch.Y), floor, description)
+    return AblationResult(name, before, float(mse(after, batch.Y)), floor, description)
 
 
 # -- the mask ------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .. import constructions
 from ..model import HookedDisentangledTransformer
-from ..task import Batch
+from ..task import Batch, mse
 from .gauge import gauge_fix
 from .templates import explain
 
@@ -94,11 +94,6 @@ class Comparison:
             "mse_a": self.mse_a, "mse_b": self.mse_b,
             "closest_a": self.closest_a, "closest_b": self.closest_b,
         }
-
-
-def mse(out: Tensor, Y: Tensor) -> float:
-    """The note's loss: squared error summed over the ``d`` columns, averaged over rows and samples."""
-    return float(((out - Y.to(out)) ** 2).sum(-1).mean())
 
 
 def _patterns(model: HookedDisentangledTransformer, X: Tensor) -> tuple[Tensor, list[Tensor]]:
@@ -180,7 +175,7 @@ def compare(model_a: HookedDisentangledTransformer, model_b: HookedDisentangledT
         same_stream=same, heads=tuple(heads), cells=tuple(cells),
         max_abs_diff=float((out_a - out_b).abs().max()),
         rounded_agreement=float((pred_a == pred_b).double().mean()),
-        mse_a=mse(out_a, batch.Y), mse_b=mse(out_b, batch.Y),
+        mse_a=float(mse(out_a, batch.Y)), mse_b=float(mse(out_b, batch.Y)),
         closest_a=_best_name(model_a, batch) if closest else None,
         closest_b=_best_name(model_b, batch) if closest else None,
     )

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..model import HookedDisentangledTransformer
+from ..task import mse
 
 HOOKS = ("resid_pre", "resid_post")
 AXES = ("layer", "block", "pos")
@@ -71,7 +72,7 @@ class LabelledTensor:
 
 def mse_to(Y: Tensor) -> Metric:
     """The note's loss against targets ``Y (B, d, d)``: the usual patching metric here."""
-    return lambda out: ((out - Y.to(out)) ** 2).sum(-1).mean()
+    return lambda out: mse(out, Y)
 
 
 def position_labels(model: HookedDisentangledTransformer) -> tuple[str, ...]:
