@@ -1,0 +1,255 @@
+"""Export to a native TransformerLens model that computes the same function, exactly.
+
+``to_transformer_lens(model)`` builds ``TransformerBridge.boot_native(TransformerBridgeConfig(…))``:
+an attention-only transformer with no LayerNorm, ``d_model = D_L`` (the final stream width), one
+``d_head = D_{L-1}`` and ``n_heads = max_l H_l``, so every TransformerLens tool runs on it
+unchanged. The growing stream ``h^l = [h^{l-1}, z_1, …, z_H]`` lives in the first ``D_l`` features
+of the fixed-width stream; the features after them are still zero. Per layer ``l`` and head ``k``:
+
+- ``W_Q`` carries ``√d_head · A_{l,k}`` on the first ``D_l`` features (TransformerLens divides the
+  scores by ``√d_head``; folding it into ``W_Q`` makes ``q·k/√d_head = h A hᵀ``);
+- ``W_K`` and ``W_V`` are the identity on the first ``D_l`` features (keys and values are ``h^l``);
+- ``W_O`` writes head ``k``'s ``z`` into the fresh block ``[D_l(1+k), D_l(2+k))``;
+- all biases are zero; heads beyond ``H_l`` have ``W_O = 0`` and so write nothing.
+
+Positions are a learned positional embedding ``W_pos[t] = e_{d+t}`` (the ``I_T`` of ``h^0``), and
+the read-out is ``W_U`` (``unembed``) applied to every row, of which the read-out rows are kept.
+
+How ``X`` is fed in. ``X`` holds real-valued rows, not token ids, so ``export.forward(X)`` feeds
+``export.embed(X) = [X, 0]`` (``X W`` with ``W = [I_d, 0]``, ``(B, T, D_L)``) as TransformerLens's
+``inputs_embeds`` (a float tensor given to the bridge is taken as embeddings); this works for any
+``X``. On that path the bridge skips its token embedding, so ``hook_embed`` does not fire and
+``cache.decompose_resid()`` has no ``embed`` term (``X`` is in ``blocks.0.hook_resid_pre[..., :d]``).
+The task's rows also form a small vocabulary: every binary row (``P``, ``Y_P`` and zero rows) and
+the scratch vector ``s``. For ``d <= 12`` the export's ``W_E`` lists them (token ``v < 2^d`` is the
+row whose bits, left to right, spell ``v``; token ``2^d`` is ``s`` when it is not binary), and
+``export.to_tokens(X)`` gives ``(B, T)`` token ids: the fully native path, on which ``hook_embed``
+fires, ``decompose_resid`` is complete and ``transformer_lens.patching`` reads its position axis
+``T`` from the tokens' last dimension. For ``d > 12`` ``W_E`` is ``[I_d, 0]`` (token ``i`` is ``e_i``)
+and ``to_tokens`` refuses.
+
+Hook names, ours → the export's (``HOOK_MAP`` as data; ``activation`` does the conversion):
+
+- ``hook_embed`` → ``blocks.0.hook_resid_pre[..., :d]`` (``hook_embed`` too, on the token path)
+- ``hook_pos_embed`` → ``hook_pos_embed[..., d:d+T]``
+- ``blocks.{l}.hook_resid_pre`` / ``hook_resid_post`` → the same name, ``[..., :D_l]`` / ``[..., :D_{l+1}]``
+- ``blocks.{l}.attn.hook_pattern`` → the same name, heads ``[:, :H_l]``
+- ``blocks.{l}.attn.hook_z`` → the same name, ``[:, :, :H_l, :D_l]``
+- ``blocks.{l}.attn.hook_attn_scores`` → ``hook_q · hook_kᵀ / √d_head``, heads ``[:H_l]``, masked
+- ``unembed.hook_readout`` → ``ln_final.hook_out[:, read-out rows]``; the output → ``logits[:, rows]``
+
+The export's own hooks, read back: ``blocks.{l}.attn.hook_q`` is ``√d_head · h^l A`` (padded),
+``hook_k`` / ``hook_v`` are ``h^l`` (padded to ``d_head``), ``blocks.{l}.hook_attn_out`` is the layer's
+new blocks ``[0, z_1, …, z_H, 0]``, ``hook_unembed`` is ``W_U`` on every row (keep the read-out
+rows for ``model(X)``). ``blocks.{l}.attn.hook_attn_scores`` is NOT the scores: TransformerLens 4's
+bridge fires it with the post-softmax pattern for a natively computed attention.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from .model import HookedDisentangledTransformer
+
+MAX_TOKEN_D = 12  # the token vocabulary lists all 2^d binary rows up to this d
+
+#: ours → (the export's hook, how to convert); ``{l}`` is the layer.
+HOOK_MAP: dict[str, tuple[str, str]] = {
+    "hook_embed": ("blocks.0.hook_resid_pre", "[..., :d]"),
+    "hook_pos_embed": ("hook_pos_embed", "[..., d:d+T]"),
+    "blocks.{l}.hook_resid_pre": ("blocks.{l}.hook_resid_pre", "[..., :D_l]"),
+    "blocks.{l}.attn.hook_attn_scores": ("blocks.{l}.attn.hook_q",
+                                         "hook_q·hook_kᵀ/√d_head, heads [:H_l], causal mask"),
+    "blocks.{l}.attn.hook_pattern": ("blocks.{l}.attn.hook_pattern", "[:, :H_l]"),
+    "blocks.{l}.attn.hook_z": ("blocks.{l}.attn.hook_z", "[:, :, :H_l, :D_l]"),
+    "blocks.{l}.hook_resid_post": ("blocks.{l}.hook_resid_post", "[..., :D_{l+1}]"),
+    "unembed.hook_readout": ("ln_final.hook_out", "[:, read-out rows]"),
+}
+_LAYER_HOOK = re.compile(r"blocks\.(\d+)\.(.+)")
+
+
+def _template(name: str) -> tuple[str, int | None]:
+    """``"blocks.1.hook_z"`` → ``("blocks.{l}.hook_z", 1)``; layer-free names map to themselves."""
+    match = _LAYER_HOOK.fullmatch(name)
+    if match:
+        return f"blocks.{{l}}.{match.group(2)}", int(match.group(1))
+    return name, None
+
+
+class TransformerLensExport:
+    """A native TransformerLens model (``tl_model``) computing the same function as ``source``.
+
+    ``forward(X (B, T, d)) → (B, R, d)`` equals ``source(X)``; ``embed(X)`` is what the bridge is fed
+    (``inputs_embeds``, ``(B, T, D_L)``). ``tl_name`` / ``native_name`` map hook names both ways
+    and ``activation(tl_cache, name)`` reads one of our activations out of the export's cache.
+    """
+
+    def __init__(self, tl_model, source: HookedDisentangledTransformer):
+        cfg = source.cfg
+        self.tl_model = tl_model
+        self.layout = cfg.layout
+        self.heads = cfg.heads
+        self.widths = cfg.widths
+        self.causal = cfg.attention_dir == "causal"
+        self.rows = source.unembed.rows
+        self.d_head = tl_model.cfg.d_head
+        self.scratch_token = 2 ** cfg.d if tl_model.cfg.d_vocab > 2 ** cfg.d else None
+
+    # -- running ----------------------------------------------------------------------------------
+    def _check(self, X) -> None:
+        d, T = self.layout.d, self.layout.T
+        if not isinstance(X, Tensor) or X.ndim != 3 or tuple(X.shape[1:]) != (T, d):
+            shape = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
+            raise ValueError(f"X must be a tensor of shape (B, {T}, {d}), got {shape}")
+        if not X.dtype.is_floating_point:
+            raise ValueError(f"X must be a floating-point tensor, got dtype {X.dtype}")
+
+    def embed(self, X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d_model"]:
+        """``X (B, T, d)`` → ``[X, 0]`` of shape ``(B, T, D_L)``: the bridge's ``inputs_embeds``."""
+        self._check(X)
+        W_pos = self.tl_model.W_pos
+        return torch.nn.functional.pad(X.to(W_pos), (0, W_pos.shape[1] - self.layout.d))
+
+    def to_tokens(self, X: Float[Tensor, "batch pos d"]) -> Int[Tensor, "batch pos"]:
+        """``X (B, T, d)`` → token ids ``(B, T)`` into the export's ``W_E`` (binary rows and ``s``)."""
+        self._check(X)
+        d = self.layout.d
+        if d > MAX_TOKEN_D:
+            raise ValueError(f"to_tokens needs d <= {MAX_TOKEN_D} (a vocabulary of 2^d rows), got "
+                             f"d={d}; feed export.embed(X) as inputs_embeds instead")
+        binary = ((X == 0) | (X == 1)).all(-1)  # (B, T)
+        powers = 2 ** torch.arange(d - 1, -1, -1, device=X.device)
+        tokens = (X.round().long() * powers).sum(-1)
+        if self.scratch_token is not None:
+            s = torch.tensor(self.layout.scratch_vector, dtype=X.dtype, device=X.device)
+            is_s = (X == s).all(-1) & ~binary
+            tokens = torch.where(is_s, self.scratch_token, tokens)
+            binary = binary | is_s
+        if not bool(binary.all()):
+            b, t = (~binary).nonzero()[0].tolist()
+            raise ValueError(f"X[{b}, {t}] is neither a binary row nor the scratch vector, so it has "
+                             f"no token; feed export.embed(X) as inputs_embeds instead")
+        return tokens
+
+    def forward(self, X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch rows d"]:
+        """The read-out ``(B, R, d)``, equal to ``source(X)``."""
+        return self.tl_model(self.embed(X))[:, self.rows]
+
+    __call__ = forward
+
+    def run_with_cache(self, X: Tensor, **kwargs):
+        """``tl_model.run_with_cache`` on ``embed(X)``: ``(read-out (B, R, d), ActivationCache)``."""
+        logits, cache = self.tl_model.run_with_cache(self.embed(X), **kwargs)
+        return logits[:, self.rows], cache
+
+    # -- names --------------------------------------------------------------------------------------
+    def tl_name(self, name: str) -> str:
+        """Our hook name → the export's hook that carries it (see ``HOOK_MAP`` for the slicing)."""
+        template, layer = _template(name)
+        if template not in HOOK_MAP or (layer is not None and not 0 <= layer < len(self.heads)):
+            raise ValueError(f"hook name must be one of {list(HOOK_MAP)} (l < {len(self.heads)}), "
+                             f"got {name!r}")
+        return HOOK_MAP[template][0].replace("{l}", str(layer))
+
+    def native_name(self, tl_name: str) -> str | None:
+        """The export's hook name → ours carrying the same activation (sliced), or ``None`` when we
+        have no such hook (``hook_q``, ``hook_k``, ``hook_v``, ``hook_attn_out``, …)."""
+        template, layer = _template(tl_name)
+        for ours, (theirs, _) in HOOK_MAP.items():
+            if theirs == template and ours != "blocks.{l}.attn.hook_attn_scores":
+                return ours.replace("{l}", str(layer))
+        return None
+
+    def activation(self, tl_cache, name: str) -> Tensor:
+        """Our activation ``name``, in our shapes, read from the export's cache ``tl_cache``."""
+        template, layer = _template(name)
+        theirs = self.tl_name(name)
+        d, T = self.layout.d, self.layout.T
+        if template == "hook_embed":
+            return tl_cache[theirs][..., :d]
+        if template == "hook_pos_embed":
+            return tl_cache[theirs][..., d : d + T]
+        if template == "unembed.hook_readout":
+            return tl_cache[theirs][:, self.rows]
+        H, D = self.heads[layer], self.widths[layer]
+        if template == "blocks.{l}.hook_resid_pre":
+            return tl_cache[theirs][..., :D]
+        if template == "blocks.{l}.hook_resid_post":
+            return tl_cache[theirs][..., : self.widths[layer + 1]]
+        if template == "blocks.{l}.attn.hook_pattern":
+            return tl_cache[theirs][:, :H]
+        if template == "blocks.{l}.attn.hook_z":
+            return tl_cache[theirs][:, :, :H, :D]
+        # hook_attn_scores: the bridge has no pre-softmax hook here; recompute from q and k.
+        q = tl_cache[f"blocks.{layer}.attn.hook_q"][:, :, :H]  # (B, T, H, d_head)
+        k = tl_cache[f"blocks.{layer}.attn.hook_k"][:, :, :H]
+        scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / math.sqrt(self.d_head)
+        if self.causal:
+            mask = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)
+            scores = scores.masked_fill(mask, float("-inf"))
+        return scores
+
+
+def _vocabulary(layout) -> Tensor:
+    """The rows token ids stand for, ``(V, d)``: all binary rows (bits of ``v``, most significant
+    first), then ``s`` if it is not binary; for ``d > MAX_TOKEN_D`` the one-hot rows ``e_i``."""
+    d = layout.d
+    if d > MAX_TOKEN_D:
+        return torch.eye(d, dtype=torch.float64)
+    powers = 2 ** torch.arange(d - 1, -1, -1)
+    rows = ((torch.arange(2**d)[:, None] // powers) % 2).double()  # (2^d, d)
+    s = torch.tensor(layout.scratch_vector, dtype=torch.float64)
+    if len(s) and not bool(((s == 0) | (s == 1)).all()):
+        rows = torch.cat([rows, s[None]])
+    return rows
+
+
+def to_transformer_lens(model: HookedDisentangledTransformer) -> TransformerLensExport:
+    """A native TransformerLens 4 model computing ``model``'s function (see the module docstring).
+
+    Weights are copied (later edits to ``model`` do not reach the export), in ``model``'s dtype and
+    on its device; the export starts in eval mode, as TransformerLens's analysis tools require.
+    """
+    if not isinstance(model, HookedDisentangledTransformer):
+        raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
+    # Imported here: the bridge machinery is heavy and only the export needs it.
+    from transformer_lens import TransformerBridge, TransformerBridgeConfig
+
+    cfg = model.cfg
+    d, T, widths, heads = cfg.d, cfg.T, cfg.widths, cfg.heads
+    D_L, d_head, n_heads = widths[-1], max(widths[:-1]), max(heads)
+    vocab = _vocabulary(cfg.layout)  # (V, d): the rows token ids stand for
+    dtype, device = model.pos.dtype, model.pos.device
+    tl_cfg = TransformerBridgeConfig(
+        d_model=D_L, d_head=d_head, n_heads=n_heads, n_layers=cfg.n_layers, n_ctx=T,
+        d_vocab=vocab.shape[0], d_vocab_out=d, attn_only=True, normalization_type=None,
+        attention_dir=cfg.attention_dir, positional_embedding_type="standard",
+        init_weights=False, architecture="TransformerLensNative", model_name="invperm-export",
+        device=str(device), dtype=dtype,
+    )
+    bridge = TransformerBridge.boot_native(tl_cfg, device=device, dtype=dtype)
+    native = bridge.original_model  # NativeModel: tok_embed, pos, layers[l].attn.{q,k,v,o}, head
+    scale = math.sqrt(d_head)
+    with torch.no_grad():
+        for p in native.parameters():
+            p.zero_()
+        native.tok_embed.weight[:, :d] = vocab
+        native.pos.weight[:, d : d + T] = torch.eye(T)
+        for layer, block in enumerate(model.blocks):
+            A, D, attn = block.attn.A.detach(), widths[layer], native.layers[layer].attn
+            eye = torch.eye(D, dtype=dtype, device=device)
+            for k in range(heads[layer]):
+                rows = slice(k * d_head, k * d_head + D)  # head k's slice of q, k, v and z
+                # nn.Linear stores (out, in): q_j = Σ_i h_i (√d_head A)_{ij}.
+                attn.q.weight[rows, :D] = (A[k].double() * scale).T.to(dtype)
+                attn.k.weight[rows, :D] = eye
+                attn.v.weight[rows, :D] = eye
+                attn.o.weight[D * (1 + k) : D * (2 + k), rows] = eye
+        native.head.weight.copy_(model.unembed.W_U.detach().T)
+    bridge.eval()
+    return TransformerLensExport(bridge, model)
