@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -31,16 +30,6 @@ def write_table(name: str, rows: list[dict], title: str, notes: str = "") -> Non
     lines += ["| " + " | ".join(fmt(r[c]) for c in columns) + " |" for r in rows]
     asset(f"{name}.md").write_text("\n".join(x for x in lines if x is not None) + "\n")
     print(f"wrote assets/{name}.json and assets/{name}.md")
-
-
-def trained(run_dir: str | Path, model_cfg, train_cfg):
-    """Train into ``run_dir`` once; later calls load the finished run (so scripts can be rerun)."""
-    from invperm_interp.train import Run, train
-
-    run_dir = Path(run_dir)
-    if (run_dir / "final.safetensors").is_file():
-        return Run.load(run_dir)
-    return train(model_cfg, replace(train_cfg, out_dir=str(run_dir)))
 
 
 def mechanism(circuit, model_cfg) -> tuple[str | None, float, float]:

@@ -16,11 +16,12 @@ import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from common import asset, mechanism, trained, write_table
+from common import asset, mechanism, write_table
 
 from invperm_interp import Layout, ModelConfig, sample_batch
 from invperm_interp.analysis import closest_construction, explain
 from invperm_interp.config import TrainConfig
+from invperm_interp.train import train_or_reuse
 from invperm_interp.viz.heatmaps import plot_circuit, save_figure
 
 
@@ -45,8 +46,8 @@ def main() -> None:
 
     rows, curves = [], {}
     for name, (cfg, steps, seed) in runs(args.seeds).items():
-        run = trained(Path(args.runs) / name, cfg,
-                      TrainConfig(steps=steps, seed=seed, threads=args.threads))
+        run = train_or_reuse(cfg, TrainConfig(steps=steps, seed=seed, threads=args.threads),
+                             Path(args.runs) / name)
         model, final = run.model, run.final_metrics
         batch = sample_batch(cfg.layout, 256, dtype=cfg.torch_dtype)
         circuit = explain(model)

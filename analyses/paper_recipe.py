@@ -12,10 +12,11 @@ import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from common import asset, trained, write_table
+from common import asset, write_table
 
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.config import TrainConfig
+from invperm_interp.train import train_or_reuse
 from invperm_interp.viz.heatmaps import save_figure
 
 
@@ -30,8 +31,8 @@ def main() -> None:
     model_cfg = ModelConfig(Layout.plain(10), attention_dir="bidirectional", readout="P")
     metrics, rows = {}, []
     for recipe, steps in (("paper", args.paper_steps), ("adam", args.adam_steps)):
-        run = trained(Path(args.runs) / f"recipe_{recipe}", model_cfg,
-                      TrainConfig(steps=steps, recipe=recipe, eval_every=100, threads=args.threads))
+        train_cfg = TrainConfig(steps=steps, recipe=recipe, eval_every=100, threads=args.threads)
+        run = train_or_reuse(model_cfg, train_cfg, Path(args.runs) / f"recipe_{recipe}")
         metrics[recipe] = run.metrics
         below = [m["step"] for m in run.metrics if m["mse"] < 1e-3]
         plateau = [m["step"] for m in run.metrics if m["mse"] < 2.4]

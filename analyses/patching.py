@@ -15,9 +15,8 @@ import matplotlib.pyplot as plt
 import torch
 from common import asset, write_table
 
-from invperm_interp import constructions, make_input, sample_batch
+from invperm_interp import Run, constructions, make_input, sample_batch
 from invperm_interp.analysis import mse_to, patch_blocks
-from invperm_interp.train import Run
 from invperm_interp.viz.heatmaps import plot_patching, save_figure
 
 

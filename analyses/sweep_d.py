@@ -12,11 +12,12 @@ import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from common import asset, mechanism, trained, write_table
+from common import asset, mechanism, write_table
 
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.analysis import explain
 from invperm_interp.config import TrainConfig
+from invperm_interp.train import train_or_reuse
 from invperm_interp.viz.heatmaps import save_figure
 
 TARGET = 1e-3
@@ -39,9 +40,9 @@ def main() -> None:
                     cfg = ModelConfig(Layout.plain(d), attention_dir="bidirectional", readout="P")
                 else:
                     cfg = ModelConfig(Layout.scratch(d), attention_dir="causal", readout="S")
-                run = trained(Path(args.runs) / f"{kind}_d{d}_seed{seed}", cfg,
-                              TrainConfig(steps=args.steps, seed=seed, threads=args.threads,
-                                          eval_size=2048, checkpoint_every=args.steps))
+                train_cfg = TrainConfig(steps=args.steps, seed=seed, threads=args.threads,
+                                        eval_size=2048, checkpoint_every=args.steps)
+                run = train_or_reuse(cfg, train_cfg, Path(args.runs) / f"{kind}_d{d}_seed{seed}")
                 name, share, _ = mechanism(explain(run.model), cfg)
                 hit = [m["step"] for m in run.metrics if m["mse"] < TARGET]
                 rows.append({"model": kind, "d": d, "seed": seed,

@@ -54,7 +54,7 @@ def main() -> None:
     cfg = ModelConfig(Layout.plain(10), n_layers=2, attention_dir="bidirectional")
     hooked = HookedDisentangledTransformer(cfg, seed=0)
     bare = BareDisentangled([b.attn.A.detach() for b in hooked.blocks],
-                            hooked.unembed.W_U.detach(), cfg.layout.rows(cfg.readout), False)
+                            hooked.unembed.W_U.detach(), cfg.readout_rows, False)
     X = sample_batch(cfg.layout, args.batch, torch.Generator().manual_seed(0)).X
     runners = {
         "hooked (checked)": lambda X: hooked(X),

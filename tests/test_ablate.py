@@ -2,8 +2,9 @@
 
 import pytest
 import torch
+from helpers import batch_for
 
-from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
+from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig
 from invperm_interp import constructions as C
 from invperm_interp.analysis import (
     ablate_block,
@@ -28,10 +29,6 @@ UNUSED = {
 }
 
 
-def batch_for(model, n=256, seed=0):
-    return sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed), dtype=F64)
-
-
 @pytest.mark.parametrize("d", [2, 5])
 @pytest.mark.parametrize("name", BIDIRECTIONAL)
 def test_masking_a_bidirectional_construction_costs_at_least_the_floor(name, d):
@@ -48,7 +45,7 @@ def test_masking_a_bidirectional_construction_costs_at_least_the_floor(name, d):
 def test_unmasking_a_scratch_construction_changes_nothing(name):
     """The scratch rows come last, so they see every row with or without the mask."""
     model = C.build(name, 5)
-    _, result = ablate_mask(model, batch_for(model))
+    _, result = ablate_mask(model, batch_for(model, 256))
     assert result.causal_floor == 0.0 and result.mse_after < 1e-9
 
 
@@ -56,7 +53,7 @@ def test_unmasking_a_scratch_construction_changes_nothing(name):
 @pytest.mark.parametrize("name", SCRATCH)
 def test_removing_scratch_rows_destroys_the_theorem3_output(name, d):
     model = C.build(name, d)
-    batch = batch_for(model)
+    batch = batch_for(model, 256)
     removed = ablate_scratch(model, "remove", batch=batch)
     assert removed.mse_before < 1e-9
     assert removed.mse_after == pytest.approx(d / 4)  # every read-out row gone: 0.5 everywhere
@@ -72,7 +69,7 @@ def test_removing_scratch_rows_destroys_the_theorem3_output(name, d):
 def test_scratch_content_is_not_read(name):
     """The constructions find their row by the scratch rows' positions, not by their content."""
     model = C.build(name, 5)
-    assert ablate_scratch(model, "random", batch=batch_for(model)).mse_after < 1e-3
+    assert ablate_scratch(model, "random", batch=batch_for(model, 256)).mse_after < 1e-3
 
 
 def test_removing_rows_is_deleting_them_when_scratch_comes_last():
@@ -99,7 +96,7 @@ def test_removing_rows_is_deleting_them_when_scratch_comes_last():
 @pytest.mark.parametrize("name", BIDIRECTIONAL + SCRATCH)
 def test_zeroing_the_blocks_that_carry_Y_destroys_the_output(name):
     model = C.build(name, 5)
-    batch = batch_for(model)
+    batch = batch_for(model, 256)
     assert read_blocks(model) == [C.REGISTRY[name].read_block]
     for block, layer in [("x", 0), (C.REGISTRY[name].read_block, 2)]:
         result = ablate_block(model, block, layer, batch=batch)
@@ -109,7 +106,7 @@ def test_zeroing_the_blocks_that_carry_Y_destroys_the_output(name):
 @pytest.mark.parametrize("name", BIDIRECTIONAL + SCRATCH)
 def test_ablating_an_unused_block_changes_nothing(name):
     model = C.build(name, 5)
-    batch = batch_for(model)
+    batch = batch_for(model, 256)
     for block, layer in UNUSED[name]:
         for how in ("zero", "mean"):
             result = ablate_block(model, block, layer, how, batch=batch)
@@ -119,7 +116,7 @@ def test_ablating_an_unused_block_changes_nothing(name):
 def test_mean_ablating_a_position_block_changes_nothing():
     """Positions are the same in every sample, so their batch mean is themselves."""
     model = C.theorem3(4)
-    batch = batch_for(model)
+    batch = batch_for(model, 256)
     for block in ("pos.P", "pos.Y", "pos.S"):
         assert ablate_block(model, block, 0, "mean", batch=batch).change == 0.0
     assert ablate_block(model, "pos.S", 0, "zero", batch=batch).change > 0.5  # zeroing is not
@@ -156,4 +153,4 @@ def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="how"):
         ablate_block(plain, "x", 0, how="resample")
     with pytest.raises(ValueError, match="batch layout"):
-        ablate_mask(plain, batch_for(scratch))
+        ablate_mask(plain, batch_for(scratch, 256))

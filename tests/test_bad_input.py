@@ -22,8 +22,9 @@ from invperm_interp import constructions as C
 from invperm_interp.checkpoint import load_model_tensors, model_tensors
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
+from invperm_interp.runs import Run
 from invperm_interp.theory import causal_floor, dependency_map, exact_floor_enumeration
-from invperm_interp.train import Run, resume, train
+from invperm_interp.train import resume, train
 
 NAN, INF = float("nan"), float("inf")
 

@@ -5,8 +5,9 @@ import json
 
 import pytest
 import torch
+from helpers import batch_for
 
-from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
+from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig
 from invperm_interp import constructions as C
 from invperm_interp.analysis import closest_construction, compare, perturb
 from invperm_interp.analysis.compare import candidates
@@ -14,10 +15,6 @@ from invperm_interp.cli import main
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]
 F64 = torch.float64
-
-
-def batch_for(model, n=64, seed=0):
-    return sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed), dtype=F64)
 
 
 @pytest.mark.parametrize("name", WORKING)

@@ -19,42 +19,35 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import helpers
 import pytest
 import torch
+from helpers import assert_same_weights, run, strip
 
 import invperm_interp.checkpoint as ckpt
 import invperm_interp.train as train_mod
-from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, make_input, sample_batch
+from invperm_interp import (
+    HookedDisentangledTransformer,
+    Layout,
+    ModelConfig,
+    Run,
+    make_input,
+    sample_batch,
+)
 from invperm_interp import constructions as C
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
-from invperm_interp.train import Run, resume, train
+from invperm_interp.runs import checkpoint_bytes
+from invperm_interp.train import resume
 
 SRC = Path(train_mod.__file__).parent
 
 
-def run(model_cfg, train_cfg, **kw):
-    return train(model_cfg, train_cfg, progress=False, **kw)
-
-
 def small(tmp_path=None, d=3, attention_dir="bidirectional", **kw):
-    model_cfg = ModelConfig(Layout.plain(d), attention_dir=attention_dir)
-    args = dict(steps=8, batch_size=16, eval_every=2, eval_size=32, checkpoint_every=2, device="cpu",
+    """Eight steps with a checkpoint every two, into ``tmp_path/run`` (or memory only)."""
+    args = dict(steps=8, batch_size=16, eval_every=2, eval_size=32, checkpoint_every=2,
                 out_dir=None if tmp_path is None else str(tmp_path / "run"))
-    args.update(kw)
-    return model_cfg, TrainConfig(**args)
-
-
-def strip(metrics):
-    """Metrics without the wall-clock time, the only entry that may differ between equal runs."""
-    return [{k: v for k, v in m.items() if k != "wall_time"} for m in metrics]
-
-
-def assert_same_weights(a, b):
-    sa, sb = a.state_dict(), b.state_dict()
-    assert sa.keys() == sb.keys()
-    for k in sa:
-        assert torch.equal(sa[k], sb[k]), k
+    return helpers.small(d, attention_dir, **{**args, **kw})
 
 
 def read_metrics(run_dir):
@@ -196,7 +189,7 @@ def test_read_only_out_dir_fails_before_any_training_work(tmp_path, monkeypatch)
 
 def test_not_enough_room_for_the_checkpoints_fails_before_training(tmp_path, monkeypatch):
     model_cfg, train_cfg = small(tmp_path, steps=100, checkpoint_every=1)
-    need = 102 * train_mod.checkpoint_bytes(model_cfg, train_cfg.resolved())
+    need = 102 * checkpoint_bytes(model_cfg, train_cfg.resolved())
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=need - 1))
     sampler = CountingSampler()
@@ -209,7 +202,7 @@ def test_not_enough_room_for_the_checkpoints_fails_before_training(tmp_path, mon
     assert run(model_cfg, replace(train_cfg, steps=2, out_dir=str(tmp_path / "ok"))).step == 2
     # the estimate is an upper bound on what a checkpoint takes
     size = ckpt.checkpoint_path(tmp_path / "ok", 2).stat().st_size
-    assert size <= train_mod.checkpoint_bytes(model_cfg, train_cfg.resolved()) < 2 * size + 16384
+    assert size <= checkpoint_bytes(model_cfg, train_cfg.resolved()) < 2 * size + 16384
 
 
 def full_disk_at(step):

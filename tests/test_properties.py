@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, make_input, sample_batch
+from invperm_interp.model import readout_forward
 from invperm_interp.theory import dependency_map, stream_dependency
-from invperm_interp.train import readout_forward
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MAX_WIDTH = 320  # keeps one example's model (and its Jacobian) to milliseconds
@@ -97,7 +97,7 @@ def test_lemma1_causal_rows_never_depend_on_later_inputs(cfg, seed):
         assert bool((norms.diagonal() > 0).all()), layer  # each row sees at least itself
     assert dependency_map(model, batch).causal_ok
     # the same weights without the mask: a read-out row before the last input row sees later rows
-    rows = cfg.layout.rows(cfg.readout)
+    rows = cfg.readout_rows
     if rows.start < cfg.T - 1:
         bidir = HookedDisentangledTransformer(
             ModelConfig.from_dict({**cfg.to_dict(), "attention_dir": "bidirectional"}))
@@ -119,7 +119,7 @@ def test_lemma1_changing_later_rows_leaves_earlier_outputs_bit_identical(cfg, se
     for layer in range(cfg.n_layers):
         name = f"blocks.{layer}.hook_resid_post"
         assert torch.equal(c1[name][:, : t + 1], c2[name][:, : t + 1]), name
-    rows = cfg.layout.rows(cfg.readout)
+    rows = cfg.readout_rows
     seen = max(0, min(t + 1, rows.stop) - rows.start)  # read-out rows at positions <= t
     assert torch.equal(model(batch.X)[:, :seen], model(X2)[:, :seen])
 

@@ -3,8 +3,9 @@ Lemma 1 certificate (``dependency_map``) on causal and bidirectional models."""
 
 import pytest
 import torch
+from helpers import batch_for
 
-from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
+from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig
 from invperm_interp import constructions as C
 from invperm_interp.theory import (
     bayes_mse_monte_carlo,
@@ -84,27 +85,23 @@ def random_model(layout, attention_dir, readout, seed=0):
     return HookedDisentangledTransformer(cfg, seed=seed)
 
 
-def batch_for(model, n=3):
-    return sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(1), dtype=torch.float64)
-
-
 @pytest.mark.parametrize("attention_dir, causal_ok", [("causal", True), ("bidirectional", False)])
 @pytest.mark.parametrize("layout, readout", [(Layout.plain(4), "P"), (Layout.plain(4), "Y"),
                                              (Layout.scratch(4, 4, scratch=torch.ones(4)), "S")])
 def test_dependency_map_of_random_models(layout, readout, attention_dir, causal_ok):
     model = random_model(layout, attention_dir, readout)
-    dep = dependency_map(model, batch_for(model))
+    dep = dependency_map(model, batch_for(model, 3, seed=1))
     assert dep.norms.shape == (4, layout.T)
     assert dep.positions == tuple(range(layout.rows(readout).start, layout.rows(readout).stop))
     assert dep.causal_ok is causal_ok
     for r, t in enumerate(dep.positions):  # every row sees itself and every earlier row
         assert (dep.norms[r, : t + 1] > 0).all()
-    layers = stream_dependency(model, batch_for(model))
+    layers = stream_dependency(model, batch_for(model, 3, seed=1))
     assert all(bool((m.triu(1) == 0).all()) is causal_ok for m in layers)
 
 
 @pytest.mark.parametrize("name", C.names())
 def test_dependency_map_of_constructions(name):
     model = C.build(name, 5)
-    dep = dependency_map(model, batch_for(model))
+    dep = dependency_map(model, batch_for(model, 3, seed=1))
     assert dep.causal_ok is (model.cfg.attention_dir == "causal")

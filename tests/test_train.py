@@ -8,47 +8,15 @@ from dataclasses import replace
 
 import pytest
 import torch
+from helpers import assert_same_weights, run, small, strip, weights
 
-from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
+from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, Run, sample_batch
 from invperm_interp.checkpoint import checkpoint_path, list_checkpoints
 from invperm_interp.cli import main
-from invperm_interp.config import TrainConfig
+from invperm_interp.config import TrainConfig, config_hash
+from invperm_interp.model import readout_forward
 from invperm_interp.theory import causal_floor
-from invperm_interp.train import (
-    Run,
-    _seeds,
-    config_hash,
-    learning_rate,
-    readout_forward,
-    resume,
-    train,
-)
-
-
-def small(d=4, attention_dir="bidirectional", layout=None, readout="P", **train_kw):
-    model_cfg = ModelConfig(layout or Layout.plain(d), attention_dir=attention_dir, readout=readout)
-    kw = dict(steps=6, batch_size=32, eval_every=3, eval_size=64, device="cpu")
-    kw.update(train_kw)
-    return model_cfg, TrainConfig(**kw)
-
-
-def run(model_cfg, train_cfg, **kw):
-    return train(model_cfg, train_cfg, progress=False, **kw)
-
-
-def strip(metrics):
-    """Metrics without the wall-clock time, the only entry that may differ between equal runs."""
-    return [{k: v for k, v in m.items() if k != "wall_time"} for m in metrics]
-
-
-def weights(model):
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
-
-
-def assert_same_weights(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
+from invperm_interp.train import _seeds, learning_rate, resume, train_or_reuse
 
 
 def snapshot(folder):
@@ -321,3 +289,34 @@ def test_cli_train_and_resume(tmp_path, capsys):
                  "--no-progress"]) == 0
     assert main(args) == 2  # the run exists: refused, not overwritten
     assert "already holds a run" in capsys.readouterr().err
+
+
+def test_train_or_reuse_trains_once_then_reuses_and_refuses_another_run(tmp_path, monkeypatch):
+    import invperm_interp.train as train_mod
+
+    model_cfg, train_cfg = small()
+    first = train_or_reuse(model_cfg, train_cfg, tmp_path / "r", progress=False)
+    assert first.step == 6 and (tmp_path / "r" / "final.safetensors").is_file()
+
+    def no_training(*args, **kw):
+        raise AssertionError("a finished run of the same configuration was trained again")
+
+    monkeypatch.setattr(train_mod, "train", no_training)
+    again = train_or_reuse(model_cfg, replace(train_cfg, threads=1), tmp_path / "r", progress=False)
+    assert_same_weights(again.model, first.model)
+    assert strip(again.metrics) == strip(first.metrics)
+    with pytest.raises(ValueError, match=r"holds another run .*train\.seed: 0 -> 1"):
+        train_or_reuse(model_cfg, replace(train_cfg, seed=1), tmp_path / "r", progress=False)
+    with pytest.raises(ValueError, match=r"holds another run .*train\.steps: 6 -> 8"):
+        train_or_reuse(model_cfg, replace(train_cfg, steps=8), tmp_path / "r", progress=False)
+
+
+def test_train_or_reuse_finishes_an_interrupted_run(tmp_path):
+    model_cfg, train_cfg = small(checkpoint_every=2)
+    straight = run(model_cfg, train_cfg)
+    run(model_cfg, replace(train_cfg, out_dir=str(tmp_path / "r")), stop_at=4)
+    finished = train_or_reuse(model_cfg, train_cfg, tmp_path / "r", progress=False)
+    assert finished.step == 6
+    assert_same_weights(finished.model, straight.model)
+    with pytest.raises(ValueError, match="run_dir .* must name the run directory"):
+        train_or_reuse(model_cfg, train_cfg)

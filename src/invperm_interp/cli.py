@@ -18,7 +18,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
     from . import Layout, ModelConfig
     from .config import TrainConfig
-    from .train import Run, train
+    from .train import train_or_reuse
 
     out = Path(args.out)
     finals = {}
@@ -28,14 +28,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         model_cfg = ModelConfig(Layout.plain(args.d), attention_dir=attention, readout="P")
         train_cfg = TrainConfig(steps=args.steps, out_dir=str(run_dir), threads=args.threads,
                                 seed=args.seed)
-        if (run_dir / "final.safetensors").is_file():  # a finished demo run: reuse it if it matches
-            run = Run.load(run_dir)
-            if run.step != args.steps or run.model_cfg.layout != model_cfg.layout:
-                raise ValueError(f"--out {out} holds a different demo run (step {run.step}); "
-                                 f"remove it or pass another --out")
-            print(f"   reusing the finished run in {run_dir}")
-        else:
-            run = train(model_cfg, train_cfg)
+        run = train_or_reuse(model_cfg, train_cfg)  # a finished demo run of this config is reused
         finals[attention] = run.final_metrics
         _analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=512, seed=0)
     floor = finals["causal"]["causal_floor"]
@@ -156,7 +149,7 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from . import constructions
-    from .train import Run
+    from .runs import Run
 
     if (args.run_dir is None) == (args.construction is None):
         raise ValueError("give a run directory or --construction NAME (one of them)")

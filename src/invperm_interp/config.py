@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 import torch
 
@@ -29,7 +31,7 @@ class JSONConfig:
 class ModelConfig(JSONConfig):
     """Everything that fixes a ``HookedDisentangledTransformer``'s shapes and maths.
 
-    Widths grow as ``D_0 = d + T`` and ``D_{l+1} = D_l (1 + H_l)`` (DESIGN.md section 1).
+    Widths grow as ``D_0 = d + T`` and ``D_{l+1} = D_l (1 + H_l)`` (docs/design.md section 1).
     """
 
     layout: Layout
@@ -110,6 +112,16 @@ class ModelConfig(JSONConfig):
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
+
+    @property
+    def causal(self) -> bool:
+        """True when attention is causally masked (``attention_dir == "causal"``)."""
+        return self.attention_dir == "causal"
+
+    @property
+    def readout_rows(self) -> slice:
+        """The input rows read out (the ``readout`` segment's ``d`` rows)."""
+        return self.layout.rows(self.readout)
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -251,3 +263,37 @@ class TrainConfig(JSONConfig):
             raise ValueError(f"train config has unknown keys {unknown}")
         return cls(**data)
 
+
+
+# -- a run's configuration on disk ----------------------------------------------------------------
+def config_hash(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
+    """A digest of everything that fixes a run's trajectory (not steps, out_dir, threads, …)."""
+    train = {k: v for k, v in train_cfg.to_dict().items() if k not in RESUMABLE_FIELDS}
+    text = json.dumps({"model": model_cfg.to_dict(), "train": train}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def config_diffs(stored: tuple[ModelConfig, TrainConfig], model_cfg: ModelConfig,
+                 train_cfg: TrainConfig) -> list[str]:
+    """``"part.field: stored -> given"`` for every field that fixes the trajectory and differs."""
+    old = {"model": stored[0].to_dict(), "train": stored[1].to_dict()}
+    new = {"model": model_cfg.to_dict(), "train": train_cfg.to_dict()}
+    return [f"{part}.{k}: {old[part].get(k)!r} -> {v!r}" for part in ("model", "train")
+            for k, v in new[part].items() if k not in RESUMABLE_FIELDS and old[part].get(k) != v]
+
+
+def read_config(run_dir: str | Path) -> tuple[ModelConfig, TrainConfig]:
+    """The ``(model, train)`` configurations stored in ``run_dir/config.json``."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"run_dir must hold a run (config.json), found none at {path}")
+    try:
+        data = json.loads(path.read_text())
+        return ModelConfig.from_dict(data["model"]), TrainConfig.from_dict(data["train"])
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise ValueError(f"{path} is not a run's config.json: {err}") from None
+
+
+def config_text(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
+    """The text of a run's ``config.json``."""
+    return json.dumps({"model": model_cfg.to_dict(), "train": train_cfg.to_dict()}, indent=2) + "\n"

@@ -1,10 +1,12 @@
 """Analytic weights for the note's Theorems 2 and 3 and Appendix B, as ready models.
 
 Each construction is data: a ``ConstructionSpec`` whose ``cells`` list the nonzero
-``(layer, query block, key block, template)`` cells of the attention matrices (DESIGN.md section 6),
+``(layer, query block, key block, template)`` cells of the attention matrices (docs/design.md
+section 6),
 and one generic builder turns cells into a ``HookedDisentangledTransformer``. ``layer`` is the
 module index (``blocks.{layer}``; the note's "layer 1" is ``0``); templates are ``"I"`` (identity),
-``"J"`` (anti-diagonal) and ``"-1"`` (all minus ones), each times ``beta``. The read-out ``W_U`` is
+``"J"`` (anti-diagonal) and ``"-1"`` (all minus ones), each times ``beta``: labels of the
+vocabulary in ``cells``, which the template matching reads back. The read-out ``W_U`` is
 the identity on ``read_block`` of the final stream. The printed forms are kept to show their failure.
 """
 
@@ -13,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
 
+from .cells import cell_template
 from .config import ModelConfig
 from .model import HookedDisentangledTransformer
 from .task import Batch, Layout, mse, sample_batch
@@ -26,7 +28,7 @@ DEFAULT_BETA = 100.0
 
 @dataclass(frozen=True)
 class ConstructionSpec:
-    """One row of DESIGN.md section 6's table.
+    """One row of docs/design.md section 6's table.
 
     ``beta_exact`` is the smallest β, in steps of 5, at which the float64 max error is below 1e-6
     for every d in {1, 2, 3, 5, 10, 16} on random data, the identity and reversal permutations with
@@ -69,7 +71,7 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
     _spec("theorem2", "Theorem 2 corrected: find the P row holding e_i, fetch its Y_P row",
           "bidirectional", "plain", "P", "L2.x", True,
           [(0, "pos.P", "x", "I"), (0, "pos.P", "pos.Y", "-1"), (1, "L1.pos.P", "pos.Y", "I")], 20),
-    # What gradient descent finds (DESIGN.md section 6): Y_P row j fetches P row j = e_perm(j),
+    # What gradient descent finds (docs/design.md section 6): Y_P row j fetches P row j = e_perm(j),
     # then P row i looks up by content the Y_P row whose fetched P row is e_i.
     _spec("two_block", "two-block variant: Y_P rows fetch their P row; P rows look them up",
           "bidirectional", "plain", "P", "L2.x", True,
@@ -108,23 +110,13 @@ def get(name: str) -> ConstructionSpec:
     return REGISTRY[name]
 
 
-def _template(kind: str, shape: torch.Size, dtype: torch.dtype) -> Tensor:
-    if kind == "I":
-        return torch.eye(shape[0], shape[1], dtype=dtype)
-    if kind == "J":
-        return torch.eye(shape[0], shape[1], dtype=dtype).flip(-1)
-    if kind == "-1":
-        return -torch.ones(shape, dtype=dtype)
-    raise ValueError(f"template must be one of {TEMPLATES}, got {kind!r}")
-
-
 def scratch_guard(spec: ConstructionSpec, scratch) -> list[tuple[Cell, float]]:
     """Extra ``(cell, scale)`` that keep scratch keys from winning a content lookup when ``s ≠ 0``.
 
     A scratch row whose query compares against key content (``x`` or ``L1.x``) also scores the
     scratch keys: ``β s_i`` in layer 1, and ``β`` times an average that includes ``s`` later. Both are
     at most ``β max(1, max s)``, so ``-max(1, max s)`` at (pos.S, pos.S) in that layer restores the
-    margin ``β``. DESIGN.md's ``-1`` is this for ``max s ≤ 1``; it fails for larger entries.
+    margin ``β``. The printed ``-1`` is this for ``max s ≤ 1``; it fails for larger entries.
     """
     if spec.layout != "scratch" or scratch is None:
         return []
@@ -159,7 +151,7 @@ def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = 
     with torch.no_grad():
         for (layer, query, key, kind), scale in cells:
             view = model.stream.split(model.blocks[layer].attn.A.data[0], layer)[(query, key)]
-            view += beta * scale * _template(kind, view.shape, dtype)
+            view += beta * scale * cell_template(kind, *view.shape, dtype=dtype)
         readout = model.stream.slice(spec.read_block, cfg.n_layers)
         model.unembed.W_U.data[readout] = torch.eye(d, dtype=dtype)
     return model

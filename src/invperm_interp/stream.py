@@ -1,29 +1,118 @@
-"""Named blocks of the disentangled residual stream (DESIGN.md section 3).
+"""Named blocks of the disentangled residual stream, and the model's hook names (docs/design.md
+section 3).
 
 ``h^0 = [X, I_T]`` has blocks ``x`` (width d) and one position block per segment (``pos.P``,
 ``pos.Y``, ``pos.S``, width = the segment's rows). Layer ``l`` (1-based) appends, per head, a copy
 of every block of ``h^{l-1}`` under the prefix ``L{l}`` (``L{l}h{k}`` when the layer has several
 heads): ``h^2`` of a one-head model on ``[P; Y_P]`` is
 ``x, pos.P, pos.Y, L1.x, L1.pos.P, L1.pos.Y, L2.x, L2.pos.P, L2.pos.Y, L2.L1.x, L2.L1.pos.P, L2.L1.pos.Y``.
+Block names count layers from 1 (``L1`` is written by ``blocks.0``); hook names use the module index,
+as TransformerLens does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from torch import Tensor
 
 from .task import Layout
 
+# -- hook names ---------------------------------------------------------------------------------------
+_MODEL_HOOKS = {"embed": "hook_embed", "pos_embed": "hook_pos_embed",
+                "readout": "unembed.hook_readout"}
+_LAYER_HOOKS = {"resid_pre": "blocks.{}.hook_resid_pre", "resid_post": "blocks.{}.hook_resid_post",
+                "attn_scores": "blocks.{}.attn.hook_attn_scores",
+                "pattern": "blocks.{}.attn.hook_pattern", "z": "blocks.{}.attn.hook_z"}
+_HOOK_ALIASES = {"scores": "attn_scores", "attn": "pattern"}  # TransformerLens's get_act_name
+HOOK_KINDS = (*_MODEL_HOOKS, *_LAYER_HOOKS)
+
+
+def hook_name(kind: str, layer: int | None = None) -> str:
+    """The name of a hook point, as TransformerLens's ``utils.get_act_name`` builds it.
+
+    ``hook_name("pattern", 0)`` is ``"blocks.0.attn.hook_pattern"``; ``layer`` is the module index
+    (the note's layer 1 is ``blocks.0``). Kinds: ``embed``, ``pos_embed``, ``readout`` (no layer);
+    ``resid_pre``, ``resid_post``, ``attn_scores`` (alias ``scores``), ``pattern`` (alias ``attn``),
+    ``z`` (a layer).
+    """
+    kind = _HOOK_ALIASES.get(kind, kind)
+    if kind in _MODEL_HOOKS:
+        if layer is not None:
+            raise ValueError(f"hook kind {kind!r} has no layer, got layer={layer!r}")
+        return _MODEL_HOOKS[kind]
+    if kind not in _LAYER_HOOKS:
+        raise ValueError(f"hook kind must be one of {HOOK_KINDS}, got {kind!r}")
+    if not isinstance(layer, int) or isinstance(layer, bool) or layer < 0:
+        raise ValueError(f"hook kind {kind!r} needs layer, an integer >= 0, got {layer!r}")
+    return _LAYER_HOOKS[kind].format(layer)
+
+
+# -- block names --------------------------------------------------------------------------------------
+_COPY = re.compile(r"^L(\d+)(?:h(\d+))?$")
+
+
+@dataclass(frozen=True)
+class BlockName:
+    """A block's name, parsed: ``path`` lists the copies from the outermost layer inwards as
+    ``(layer, head)`` (layer 1-based; head ``None`` for a one-head layer), ``segment`` is the
+    position block's segment, ``None`` for the token block ``x``.
+
+    ``L2.L1h0.pos.P`` is ``BlockName(((2, None), (1, 0)), "P")``; ``str()`` gives the name back.
+    """
+
+    path: tuple[tuple[int, int | None], ...] = ()
+    segment: str | None = None
+
+    @property
+    def prefix(self) -> str:
+        """The copy prefix, ``""`` for ``h^0``'s own blocks, else e.g. ``"L2.L1."``."""
+        return "".join(f"L{layer}." if head is None else f"L{layer}h{head}."
+                       for layer, head in self.path)
+
+    @property
+    def base(self) -> str:
+        """The ``h^0`` block this is a copy of: ``"x"`` or ``"pos.{segment}"``."""
+        return "x" if self.segment is None else f"pos.{self.segment}"
+
+    @property
+    def is_position(self) -> bool:
+        return self.segment is not None
+
+    def copied(self, layer: int, head: int | None = None) -> BlockName:
+        """This block as copied by head ``head`` of layer ``layer`` (1-based)."""
+        return BlockName(((layer, head), *self.path), self.segment)
+
+    @classmethod
+    def parse(cls, name: str) -> BlockName:
+        """The inverse of ``str()``: ``"L1.pos.Y"`` → ``BlockName(((1, None),), "Y")``."""
+        parts = str(name).split(".")
+        path = []
+        while parts and (m := _COPY.match(parts[0])):
+            path.append((int(m.group(1)), None if m.group(2) is None else int(m.group(2))))
+            parts.pop(0)
+        if parts == ["x"]:
+            return cls(tuple(path), None)
+        if len(parts) >= 2 and parts[0] == "pos":
+            return cls(tuple(path), ".".join(parts[1:]))
+        raise ValueError(f"block name must look like 'x', 'pos.P', 'L1.x' or 'L2h0.L1.pos.Y', "
+                         f"got {name!r}")
+
+    def __str__(self) -> str:
+        return self.prefix + self.base
+
 
 @dataclass(frozen=True)
 class Block:
-    """A named, contiguous range of residual-stream features."""
+    """A named, contiguous range of features (or rows). A :class:`Stream`'s blocks carry their
+    parsed name in ``parts``; other ranges (a plot's axis) have ``parts=None``."""
 
     name: str
     start: int
     stop: int
+    parts: BlockName | None = field(default=None, compare=False, repr=False)
 
     @property
     def width(self) -> int:
@@ -48,26 +137,27 @@ class Stream:
     @cached_property
     def _blocks(self) -> tuple[tuple[Block, ...], ...]:
         """``_blocks[l]`` lists the blocks of ``h^l`` in order."""
-        base = [("x", self.layout.d)] + [(f"pos.{s.name}", s.n_rows) for s in self.layout.segments]
+        base = [(BlockName(), self.layout.d)]
+        base += [(BlockName((), s.name), s.n_rows) for s in self.layout.segments]
         levels = [base]
         for layer, n_heads in enumerate(self.heads, start=1):
             prev = levels[-1]
             new = list(prev)
             for head in range(n_heads):
-                prefix = f"L{layer}" if n_heads == 1 else f"L{layer}h{head}"
-                new += [(f"{prefix}.{name}", width) for name, width in prev]
+                new += [(name.copied(layer, None if n_heads == 1 else head), width)
+                        for name, width in prev]
             levels.append(new)
         out = []
         for level in levels:
             blocks, start = [], 0
             for name, width in level:
-                blocks.append(Block(name, start, start + width))
+                blocks.append(Block(str(name), start, start + width, name))
                 start += width
             out.append(tuple(blocks))
         return tuple(out)
 
     def _check_layer(self, layer: int) -> None:
-        if not isinstance(layer, int) or not 0 <= layer <= self.n_layers:
+        if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer <= self.n_layers:
             raise ValueError(f"layer must be an integer in [0, {self.n_layers}], got {layer!r}")
 
     def blocks(self, layer: int) -> tuple[Block, ...]:
@@ -91,6 +181,22 @@ class Stream:
             f"block name {name!r} is not in the stream at layer {layer}; "
             f"known blocks: {self.labels(layer)}"
         )
+
+    def copies(self, layer: int) -> dict[tuple[tuple[int, int | None], ...], list[Block]]:
+        """The copies of ``h^0`` inside ``h^layer``: copy path (``()`` for ``h^0`` itself) → its
+        blocks, in stream order."""
+        out: dict[tuple[tuple[int, int | None], ...], list[Block]] = {}
+        for b in self.blocks(layer):
+            out.setdefault(b.parts.path, []).append(b)
+        return out
+
+    def resid_hook(self, layer: int) -> str:
+        """The hook that carries ``h^layer``: ``blocks.{layer}.hook_resid_pre``, or the last block's
+        ``hook_resid_post`` for the read-out stream ``h^L``."""
+        self._check_layer(layer)
+        if layer == self.n_layers:
+            return hook_name("resid_post", layer - 1)
+        return hook_name("resid_pre", layer)
 
     def slice(self, name: str, layer: int) -> slice:
         """Feature range of block ``name`` in ``h^layer``."""

@@ -173,7 +173,7 @@ def dependency_map(model: HookedDisentangledTransformer, batch: Batch | Tensor) 
     # Samples do not interact, so the Jacobian of the batch sum holds every sample's own Jacobian.
     jac = torch.func.jacrev(lambda x: model(x, check_input=False).sum(0))(X)  # (d, d, B, T, d)
     norms = jac.pow(2).sum(dim=(1, 4)).sqrt().amax(dim=1)  # (n_readout, T)
-    rows = model.cfg.layout.rows(model.cfg.readout)
+    rows = model.cfg.readout_rows
     positions = list(range(rows.start, rows.stop))
     return DependencyMap(norms.detach(), tuple(positions), _later_is_zero(norms, positions))
 
@@ -186,12 +186,8 @@ def stream_dependency(model: HookedDisentangledTransformer,
     """
     X = model.check_input(batch.X if isinstance(batch, Batch) else batch)  # (B, T, d)
 
-    def streams(x: Tensor) -> tuple[Tensor, ...]:
-        h, out = model.embed(x), []
-        for block in model.blocks:
-            h = block(h)
-            out.append(h.sum(0))  # (T, D_{l+1})
-        return tuple(out)
+    def streams(x: Tensor) -> tuple[Tensor, ...]:  # each (T, D_{l+1})
+        return tuple(h.sum(0) for h in model.residual_streams(x, check_input=False)[1:])
 
     jacs = torch.func.jacrev(streams)(X)  # each (T, D_{l+1}, B, T, d)
     return tuple(j.pow(2).sum(dim=(1, 4)).sqrt().amax(dim=1).detach() for j in jacs)

@@ -1,10 +1,8 @@
-"""The training engine: ``train(model_cfg, train_cfg) -> Run``, checkpointed and resumable.
+"""The training loop: ``train(model_cfg, train_cfg) -> Run``, checkpointed and resumable.
 
 Every step draws a fresh batch on the training device from a seeded generator, so a run of N steps
 is a prefix of a run of 2N steps with the same seed (except a cosine schedule, whose horizon is
-``schedule_steps``). A run directory holds ``config.json`` (model + train), ``metrics.jsonl`` (one
-line per evaluation, appended and flushed), ``checkpoints/step_N.safetensors`` (weights, optimizer
-state, generator state) and ``final.safetensors`` (the trained weights). Resuming from the last
+``schedule_steps``). What a run directory holds is described in ``runs``. Resuming from the last
 checkpoint ends bit-identical to an uninterrupted run on the CPU with the same thread count.
 The CPU kernels a run uses are deterministic without ``torch.use_deterministic_algorithms``: a run
 under that mode has the same bits (tests/test_faults.py checks it); another thread count may not.
@@ -13,16 +11,12 @@ under that mode has the same bits (tests/test_faults.py checks it); another thre
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import json
 import math
-import os
-import shutil
 import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -30,9 +24,18 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
-from .config import RESUMABLE_FIELDS, ModelConfig, TrainConfig
-from .model import HookedDisentangledTransformer
-from .readout import evaluate, readout_forward
+from .config import ModelConfig, TrainConfig, config_diffs, config_hash, read_config
+from .metrics import evaluate
+from .model import HookedDisentangledTransformer, readout_forward
+from .runs import (
+    Run,
+    append_metrics,
+    check_out_dir,
+    read_metrics,
+    resolve_device,
+    write_config,
+    write_metrics,
+)
 from .task import mse, sample_batch
 from .theory import causal_floor
 
@@ -61,16 +64,6 @@ def _keep_freed_memory() -> None:
 
 
 # -- configuration ------------------------------------------------------------------------------
-def resolve_device(spec: str = "auto") -> torch.device:
-    """``"auto"`` → CUDA when available, else CPU; anything else as given (and checked)."""
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(spec)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={spec!r} was asked for but CUDA is not available; use 'auto'")
-    return device
-
-
 def effective_configs(
     model_cfg: ModelConfig, train_cfg: TrainConfig
 ) -> tuple[ModelConfig, TrainConfig, list[str]]:
@@ -91,60 +84,6 @@ def effective_configs(
     return replace(model_cfg, **changes), cfg, notes
 
 
-def config_hash(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
-    """A digest of everything that fixes a run's trajectory (not steps, out_dir, threads, …)."""
-    train = {k: v for k, v in train_cfg.to_dict().items() if k not in RESUMABLE_FIELDS}
-    text = json.dumps({"model": model_cfg.to_dict(), "train": train}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def read_config(run_dir: str | Path) -> tuple[ModelConfig, TrainConfig]:
-    """The ``(model, train)`` configurations stored in ``run_dir/config.json``."""
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise ValueError(f"run_dir must hold a run (config.json), found none at {path}")
-    try:
-        data = json.loads(path.read_text())
-        return ModelConfig.from_dict(data["model"]), TrainConfig.from_dict(data["train"])
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"{path} is not a run's config.json: {err}") from None
-
-
-def checkpoint_bytes(model_cfg: ModelConfig, cfg: TrainConfig) -> int:
-    """About the size of one checkpoint: weights, Adam's two moments, generator state, header."""
-    widths, heads = model_cfg.widths, model_cfg.heads
-    n = sum(h * w * w for h, w in zip(heads, widths)) + widths[-1] * model_cfg.d  # A's and W_U
-    copies = 3 if cfg.optimizer == "adam" else 1
-    return n * copies * torch.empty((), dtype=model_cfg.torch_dtype).element_size() + 16384
-
-
-def check_out_dir(run_dir: Path, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> None:
-    """Fail before any training work when ``run_dir`` cannot hold the run: it cannot be created
-    or written (a path under a file, a read-only mount, no permission) or lacks the room for
-    every checkpoint the run will write."""
-    try:
-        if not resume:  # a missing run to resume is read_config's error, not created here
-            run_dir.mkdir(parents=True, exist_ok=True)
-        if not run_dir.is_dir():
-            return
-        probe = run_dir / f".invperm-write-test{os.getpid()}"
-        try:
-            with open(probe, "wb") as f:
-                f.write(bytes(4096))
-                f.flush()
-                os.fsync(f.fileno())
-        finally:
-            probe.unlink(missing_ok=True)
-        free = shutil.disk_usage(run_dir).free
-    except OSError as err:
-        raise ValueError(f"out_dir {run_dir} cannot be written ({err.strerror or err}); "
-                         "choose another out_dir") from None
-    need = (cfg.steps // cfg.checkpoint_every + 2) * checkpoint_bytes(model_cfg, cfg)
-    if free < need:
-        raise ValueError(f"out_dir {run_dir} has {free} bytes free; this run's checkpoints need "
-                         f"about {need} (steps={cfg.steps}, checkpoint_every={cfg.checkpoint_every})")
-
-
 def learning_rate(cfg: TrainConfig, step: int) -> float:
     """The lr of update ``step`` (0-based). Cosine: decay to 0 over ``H = schedule_steps`` updates,
     ``lr·½(1 + cos(π·min(step, H)/H))``, the first update at the full lr (the note's code)."""
@@ -154,69 +93,6 @@ def learning_rate(cfg: TrainConfig, step: int) -> float:
         return float(cfg.lr)
     horizon = cfg.schedule_steps
     return float(cfg.lr) * 0.5 * (1.0 + math.cos(math.pi * min(step, horizon) / horizon))
-
-
-# -- runs ---------------------------------------------------------------------------------------
-@dataclass
-class Run:
-    """A trained model with its configurations and metrics; ``dir`` is None for a run kept in
-    memory only (``out_dir=None``)."""
-
-    model_cfg: ModelConfig
-    train_cfg: TrainConfig
-    model: HookedDisentangledTransformer
-    metrics: list[dict]
-    step: int
-    dir: Path | None = None
-
-    @property
-    def final_metrics(self) -> dict:
-        return self.metrics[-1] if self.metrics else {}
-
-    @classmethod
-    def load(cls, run_dir: str | Path, step: int | None = None, device: str = "cpu") -> Run:
-        """A run from disk: the final weights, or checkpoint ``step``; safetensors only."""
-        run_dir = Path(run_dir)
-        model_cfg, train_cfg = read_config(run_dir)
-        if step is None and (run_dir / "final.safetensors").is_file():
-            path = run_dir / "final.safetensors"
-        elif step is None:
-            found = ckpt.list_checkpoints(run_dir)
-            if not found:
-                others = sorted(p.name for folder in (run_dir, run_dir / "checkpoints")
-                                if folder.is_dir() for p in folder.iterdir()
-                                if p.suffix in (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin"))
-                unread = (f"; not read: {others} (only safetensors and JSON are loaded, nothing is "
-                          "unpickled)") if others else ""
-                raise ValueError(f"run {run_dir} has neither final weights (final.safetensors) "
-                                 f"nor a checkpoint yet{unread}")
-            path = found[-1][1]
-        else:
-            path = ckpt.checkpoint_path(run_dir, step)
-            if not path.is_file():
-                steps = [s for s, _ in ckpt.list_checkpoints(run_dir)]
-                raise ValueError(f"step must be one of the run's checkpoints {steps}, got {step!r}")
-        tensors, meta = ckpt.load(path)
-        if meta.get("config_hash") != config_hash(model_cfg, train_cfg):
-            raise ValueError(f"{path} was written by another configuration than {run_dir}/config.json")
-        model = HookedDisentangledTransformer(model_cfg, seed=0)
-        ckpt.load_model_tensors(model, tensors, path)
-        metrics = [m for m in _read_metrics(run_dir) if m["step"] <= meta["step"]]
-        return cls(model_cfg, train_cfg, model.to(resolve_device(device)), metrics, meta["step"],
-                   run_dir)
-
-
-def _read_metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    lines = path.read_text().splitlines() if path.is_file() else []
-    metrics = []
-    for i, line in enumerate(lines):
-        try:
-            metrics.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i < len(lines) - 1:  # only the last line can be torn by a crash
-                raise ValueError(f"{path} line {i + 1} is not JSON") from None
-    return metrics
 
 
 def _seeds(seed: int) -> dict[str, int]:
@@ -290,6 +166,33 @@ def resume(run_dir: str | Path, *, steps: int | None = None, threads: int | None
                  progress=progress)
 
 
+def train_or_reuse(model_cfg: ModelConfig, train_cfg: TrainConfig,
+                   run_dir: str | Path | None = None, *, progress: bool = True) -> Run:
+    """Train into ``run_dir`` (default ``train_cfg.out_dir``) once; later calls load the finished
+    run, so scripts and the demo can be rerun. An unfinished run of the same configuration is
+    resumed; a run of another configuration or length is a ``ValueError``."""
+    run_dir = train_cfg.out_dir if run_dir is None else run_dir
+    if run_dir is None:
+        raise ValueError("run_dir (or train_cfg.out_dir) must name the run directory, got None")
+    run_dir = Path(run_dir)
+    cfg = replace(train_cfg, out_dir=str(run_dir))
+    if not (run_dir / "config.json").is_file():
+        return train(model_cfg, cfg, progress=progress)
+    model_cfg, cfg, _ = effective_configs(model_cfg, cfg)
+    stored = read_config(run_dir)
+    diffs = config_diffs(stored, model_cfg, cfg)
+    if stored[1].steps != cfg.steps:
+        diffs.append(f"train.steps: {stored[1].steps!r} -> {cfg.steps!r}")
+    if diffs:
+        raise ValueError(f"{run_dir} holds another run (its config.json differs in "
+                         f"{'; '.join(diffs)}); remove it or choose another directory")
+    if (run_dir / "final.safetensors").is_file():
+        if progress:
+            tqdm.write(f"reusing the finished run in {run_dir}")
+        return Run.load(run_dir)
+    return resume(run_dir, threads=cfg.threads, progress=progress)
+
+
 class _Trainer:
     """The state of one run: model, optimizer, data stream, counters and its directory."""
 
@@ -323,7 +226,6 @@ class _Trainer:
     def _open_dir(self, resume: bool) -> None:
         """Check the directory, restore the last checkpoint; write only after every check passed."""
         run_dir, cfg = self.dir, self.cfg
-        config = {"model": self.model_cfg.to_dict(), "train": cfg.to_dict()}
         if not resume:
             taken = [n for n in ("config.json", "metrics.jsonl", "checkpoints")
                      if (run_dir / n).exists()]
@@ -331,20 +233,15 @@ class _Trainer:
                 raise ValueError(f"out_dir {run_dir} already holds a run ({', '.join(taken)}); "
                                  "resume it or choose another out_dir")
         else:
-            stored_model, stored_train = read_config(run_dir)
-            stored = {"model": stored_model.to_dict(), "train": stored_train.to_dict()}
-            diffs = [f"{part}.{k}: {stored[part].get(k)!r} -> {v!r}"
-                     for part in ("model", "train") for k, v in config[part].items()
-                     if k not in RESUMABLE_FIELDS and stored[part].get(k) != v]
+            diffs = config_diffs(read_config(run_dir), self.model_cfg, cfg)
             if diffs:
                 raise ValueError(f"cannot resume {run_dir}: the configuration differs from its "
                                  f"config.json in {'; '.join(diffs)}")
             found = ckpt.list_checkpoints(run_dir)
             if found:
                 self._restore(*found[-1])
-        ckpt.atomic_write(run_dir / "config.json", (json.dumps(config, indent=2) + "\n").encode())
-        lines = "".join(json.dumps(m) + "\n" for m in self.metrics)
-        ckpt.atomic_write(run_dir / "metrics.jsonl", lines.encode())
+        write_config(run_dir, self.model_cfg, cfg)
+        write_metrics(run_dir, self.metrics)
 
     def _restore(self, step: int, path: Path) -> None:
         tensors, meta = ckpt.load(path)
@@ -367,7 +264,7 @@ class _Trainer:
             self.generator.set_state(rng)
         except RuntimeError as err:
             raise ValueError(f"checkpoint {path}: rng.data is not a generator state: {err}") from None
-        self.metrics = [m for m in _read_metrics(self.dir) if m["step"] <= step]
+        self.metrics = [m for m in read_metrics(self.dir) if m["step"] <= step]
         self.step, self.elapsed = step, meta["elapsed"]
         self.loss_sum, self.loss_count = meta["loss_sum"], meta["loss_count"]
 
@@ -481,8 +378,6 @@ class _Trainer:
         self.metrics.append(metrics)
         if self.dir is not None:
             try:
-                with open(self.dir / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps(metrics) + "\n")
-                    f.flush()
+                append_metrics(self.dir, metrics)
             except OSError as err:
                 raise self._write_error(self.dir / "metrics.jsonl", err) from err

@@ -18,7 +18,7 @@ from .compare import (
     closest_construction,
     compare,
 )
-from .gauge import gauge_fix, key_gauge_basis, random_gauge
+from .gauge import gauge_check, gauge_fix, gauge_fixed, key_gauge_basis, perturb, random_gauge
 from .patch import (
     LabelledTensor,
     mse_to,
@@ -33,10 +33,7 @@ from .templates import (
     Circuit,
     default_templates,
     explain,
-    gauge_check,
-    gauge_fixed,
     match_templates,
-    perturb,
 )
 
 __all__ = [

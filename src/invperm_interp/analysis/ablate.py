@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ..model import HookedDisentangledTransformer
+from ..stream import hook_name
 from ..task import Batch, mse, sample_batch
 from ..theory import causal_floor
 
@@ -74,7 +75,7 @@ def _result(name: str, model: HookedDisentangledTransformer, batch: Batch, after
 # -- the mask ------------------------------------------------------------------------------------------
 def flip_mask(model: HookedDisentangledTransformer) -> HookedDisentangledTransformer:
     """The same weights with the other attention direction (causal ↔ bidirectional)."""
-    flipped = "causal" if model.cfg.attention_dir == "bidirectional" else "bidirectional"
+    flipped = "bidirectional" if model.cfg.causal else "causal"
     twin = HookedDisentangledTransformer(replace(model.cfg, attention_dir=flipped)).to(model.device)
     twin.load_state_dict(model.state_dict())
     return twin
@@ -171,10 +172,10 @@ def _without_rows(model: HookedDisentangledTransformer, X: Tensor, gone: list[in
         # a removed query row may now see no key at all; give it a finite row (it is never read)
         return scores.masked_fill(key_gone[:, None] & key_gone[None, :].logical_not(), 0.0)
 
-    hooks = [(f"blocks.{layer}.attn.hook_attn_scores", mask_keys)
+    hooks = [(hook_name("attn_scores", layer), mask_keys)
              for layer in range(model.cfg.n_layers)]
     out = _run(model, X, hooks).clone()
-    rows = model.cfg.layout.rows(model.cfg.readout)
+    rows = model.cfg.readout_rows
     lost = [r - rows.start for r in gone if rows.start <= r < rows.stop]
     out[:, lost] = 0.5
     return out
@@ -184,12 +185,7 @@ def _without_rows(model: HookedDisentangledTransformer, X: Tensor, gone: list[in
 def stream_hook(model: HookedDisentangledTransformer, layer: int) -> str:
     """The hook that carries ``h^layer``: ``blocks.{layer}.hook_resid_pre``, or the last block's
     ``hook_resid_post`` for the read-out stream ``h^L``."""
-    n_layers = model.cfg.n_layers
-    if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer <= n_layers:
-        raise ValueError(f"layer must be an integer in [0, {n_layers}], got {layer!r}")
-    if layer == n_layers:
-        return f"blocks.{n_layers - 1}.hook_resid_post"
-    return f"blocks.{layer}.hook_resid_pre"
+    return model.stream.resid_hook(layer)
 
 
 def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, how: str = "zero", *,
@@ -201,7 +197,7 @@ def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, ho
     """
     if how not in BLOCK_MODES:
         raise ValueError(f"how must be one of {BLOCK_MODES}, got {how!r}")
-    hook_name = stream_hook(model, layer)
+    hook = stream_hook(model, layer)
     features = model.stream.slice(name, layer)
     batch = _batch(model, batch, n, seed)
 
@@ -211,9 +207,9 @@ def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, ho
         act[..., features] = 0.0 if how == "zero" else block.mean(0, keepdim=True).expand_as(block)
         return act
 
-    out = _run(model, batch.X, [(hook_name, ablate)])
+    out = _run(model, batch.X, [(hook, ablate)])
     return _result(f"{how}-ablate {name} at h^{layer}", model, batch, out,
-                   f"{how} the block {name} of h^{layer} at every position ({hook_name})")
+                   f"{how} the block {name} of h^{layer} at every position ({hook})")
 
 
 # -- the standard table -----------------------------------------------------------------------------------

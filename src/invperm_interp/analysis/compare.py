@@ -1,6 +1,6 @@
 """Learned against analytic: are two models the same circuit, and which construction is a model?
 
-Two readings side by side (DESIGN.md section 4): the **weights**, cell by cell on the gauge-fixed
+Two readings side by side (docs/design.md section 4): the **weights**, cell by cell on the gauge-fixed
 ``A`` (only when both models share a stream layout), and the **function**: attention patterns,
 outputs and MSE on the same batch. :func:`closest_construction` ranks the registry's constructions
 that fit a model's layout, mask and read-out by how far their attention patterns are from the
@@ -16,6 +16,7 @@ from torch import Tensor
 
 from .. import constructions
 from ..model import HookedDisentangledTransformer
+from ..stream import hook_name
 from ..task import Batch, mse
 from .gauge import gauge_fix
 from .templates import explain
@@ -102,7 +103,7 @@ def _patterns(model: HookedDisentangledTransformer, X: Tensor) -> tuple[Tensor, 
         out, cache = model.run_with_cache(X.to(model.device, model.cfg.torch_dtype),
                                           names_filter=lambda n: n.endswith("hook_pattern"),
                                           return_cache_object=False)
-    pats = [cache[f"blocks.{layer}.attn.hook_pattern"].double().cpu()
+    pats = [cache[hook_name("pattern", layer)].double().cpu()
             for layer in range(model.cfg.n_layers)]
     return out.double().cpu(), pats
 
@@ -112,7 +113,9 @@ def _tv(p: Tensor, q: Tensor) -> Tensor:
     return 0.5 * (p - q).abs().sum(-1)
 
 
-def _cosine(a: Tensor, b: Tensor) -> float:
+def _signed_cosine(a: Tensor, b: Tensor) -> float:
+    """``cos(a, b)`` in ``[-1, 1]``, the sign kept (opposite weights are not alike); 1 when both
+    are zero (two empty cells agree), 0 when only one is."""
     na, nb = float(a.norm()), float(b.norm())
     if na == 0.0 and nb == 0.0:
         return 1.0
@@ -152,8 +155,7 @@ def compare(model_a: HookedDisentangledTransformer, model_b: HookedDisentangledT
     out_a, pats_a = _patterns(model_a, X)
     out_b, pats_b = _patterns(model_b, X)
     same = _same_stream(model_a, model_b)
-    rows = model_a.cfg.layout.rows(model_a.cfg.readout)
-    rows_b = model_b.cfg.layout.rows(model_b.cfg.readout)
+    rows, rows_b = model_a.cfg.readout_rows, model_b.cfg.readout_rows
     heads, cells = [], []
     for layer in range(min(model_a.cfg.n_layers, model_b.cfg.n_layers)):
         fixed_a = _fixed(model_a, layer) if same else None
@@ -165,8 +167,8 @@ def compare(model_a: HookedDisentangledTransformer, model_b: HookedDisentangledT
             read = torch.cat([tv[:, rows], tv[:, rows_b]], dim=1) if rows != rows_b else tv[:, rows]
             heads.append(HeadComparison(
                 layer, head,
-                _cosine(fixed_a[head], fixed_b[head]) if same else None,
-                _cosine(raw_a[head], raw_b[head]) if same else None,
+                _signed_cosine(fixed_a[head], fixed_b[head]) if same else None,
+                _signed_cosine(raw_a[head], raw_b[head]) if same else None,
                 float(tv.mean()), float(read.mean())))
             if same:
                 cells += _cell_similarity(model_a, layer, head, fixed_a[head], fixed_b[head])
@@ -188,7 +190,7 @@ def _cell_similarity(model, layer: int, head: int, fa: Tensor, fb: Tensor) -> li
         cb = fb[model.stream.slice(q, layer), model.stream.slice(k, layer)]
         share_a, share_b = float(ca.pow(2).sum()) / total_a, float(cb.pow(2).sum()) / total_b
         if max(share_a, share_b) >= 1e-6:
-            out.append(CellSimilarity(layer, head, q, k, _cosine(ca, cb), share_a, share_b))
+            out.append(CellSimilarity(layer, head, q, k, _signed_cosine(ca, cb), share_a, share_b))
     return out
 
 
@@ -245,7 +247,7 @@ def closest_construction(model: HookedDisentangledTransformer, batch: Batch,
             if tv < best_tv:
                 best_tv, best_beta = tv, beta
         built = constructions.build(name, model.cfg.d, best_beta, scratch=scratch)
-        cos = sum(_cosine(f, _fixed(built, layer)) for layer, f in enumerate(fixed)) / len(fixed)
+        cos = sum(_signed_cosine(f, _fixed(built, layer)) for layer, f in enumerate(fixed)) / len(fixed)
         matches.append(ConstructionMatch(name, spec.works, best_beta, best_tv, cos,
                                          circuit.overlap(spec.cells), circuit.recall(spec.cells),
                                          circuit.norm_share(spec.cells)))

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..model import HookedDisentangledTransformer
+from ..stream import hook_name
 from ..task import mse
 
 HOOKS = ("resid_pre", "resid_post")
@@ -80,10 +81,6 @@ def position_labels(model: HookedDisentangledTransformer) -> tuple[str, ...]:
     return tuple(f"{seg.name}[{i}]" for seg in model.cfg.layout.segments for i in range(seg.n_rows))
 
 
-def _hook_name(hook: str, layer: int) -> str:
-    return f"blocks.{layer}.hook_{hook}"
-
-
 def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Tensor, metric: Metric,
           *, hook: str = "resid_pre", axes: Sequence[str] = AXES, layers: Sequence[int] | None = None,
           blocks: Sequence[str] | None = None, positions: Sequence[int] | None = None,
@@ -123,7 +120,8 @@ def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Te
 
     with torch.no_grad():
         clean_out, cache = model.run_with_cache(
-            clean_X, names_filter=lambda n: n.endswith(f"hook_{hook}"), return_cache_object=False)
+            clean_X, names_filter=[hook_name(hook, layer) for layer in layers],
+            return_cache_object=False)
         clean_value = float(metric(clean_out))
         corrupted_value = float(metric(model(corrupted_X)))
 
@@ -132,7 +130,7 @@ def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Te
     pos_axis = [[p] for p in positions] if "pos" in axes else [positions]
     values = torch.full((len(layers), len(block_axis), len(pos_axis)), float("nan"), dtype=torch.float64)
     for i, layer in enumerate(layers):
-        clean_act = cache[_hook_name(hook, layer)]
+        clean_act = cache[hook_name(hook, layer)]
         present = set(model.stream.labels(stream_layer[layer]))
         for j, names in enumerate(block_axis):
             names = [name for name in names if name in present]
@@ -149,7 +147,7 @@ def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Te
                     return act
 
                 with torch.no_grad():
-                    out = model.run_with_hooks(corrupted_X, fwd_hooks=[(_hook_name(hook, layer), put)])
+                    out = model.run_with_hooks(corrupted_X, fwd_hooks=[(hook_name(hook, layer), put)])
                 values[i, j, k] = float(metric(out))
     if normalize:
         if not abs(clean_value - corrupted_value) > 1e-12 * max(abs(clean_value), abs(corrupted_value)):

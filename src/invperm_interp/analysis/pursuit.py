@@ -8,17 +8,16 @@ pursuit that breaks ties between gauge twins by the raw weights, and a noise-cal
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from ..cells import TemplateFn
 from ..stream import Block, Stream
 from .gauge import gauge_fix, gauge_projectors
 
 #: A template maker: ``(rows, cols) → (rows, cols)`` tensor, or ``None`` where it does not apply.
-TemplateFn = Callable[[int, int], "Tensor | None"]
 
 
 # -- the dictionary of placed templates ----------------------------------------------------------------
@@ -107,7 +106,7 @@ def pursue(A: Tensor, stream: Stream, layer: int, dic: Dictionary, *, min_share:
     Each step takes the atom most correlated with the residual (``<r, gfix(M)> = <r, M>`` since the
     residual is already gauge-fixed); atoms parallel to it modulo gauge tie, and the tie goes to the
     atom whose raw cell carries the most of the raw ``A`` (so ``-1`` at (pos.P, pos.Y) is reported
-    as DESIGN.md writes it, not as its twin ``+1`` at (pos.P, pos.P)); the others are kept as twins.
+    as the constructions write it, not as its twin ``+1`` at (pos.P, pos.P)); the others are kept as twins.
     Forward steps stop after ``max_atoms``, once the residual share is below ``tol`` or when the
     best atom would explain less than ``min_share`` of the norm²; then :func:`_prune` drops the
     atoms that do not stand out from the residual.

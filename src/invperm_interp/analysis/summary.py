@@ -7,7 +7,8 @@ from ..model import HookedDisentangledTransformer
 from ..task import Batch
 from .ablate import standard_ablations
 from .compare import closest_construction
-from .templates import explain, gauge_check, match_templates
+from .gauge import gauge_check
+from .templates import explain, match_templates
 
 
 def summarize(model: HookedDisentangledTransformer, batch: Batch, source: str = "") -> dict:

@@ -1,11 +1,12 @@
 """Learned weights read as block templates: "J_d at (pos.P, pos.Y)" as a sentence the code can check.
 
 TransformerLens's ``detect_head`` scores attention *patterns* against a template; this scores the
-*weights* ``A`` cell by cell (query block × key block, DESIGN.md section 3) against a library of
-templates (``I``, ``J``, all-ones, shifted identities, user-supplied).
+*weights* ``A`` cell by cell (query block × key block, docs/design.md section 3) against a library
+of templates (the vocabulary of ``cells``: ``I``, ``J``, all-ones, shifted identities; and
+user-supplied ones).
 
 Raw cosines mislead: softmax ignores the gauge of ``A`` (``analysis.gauge``), and learned weights are
-dominated by it (DESIGN.md section 4). Gauge-fixing alone does not give clean cells either: it smears
+dominated by it (docs/design.md section 4). Gauge-fixing alone does not give clean cells either: it smears
 a ``-1`` cell, since ``-1`` at (pos.P, pos.Y) and ``+1`` at (pos.P, pos.P) are the same function.
 So :func:`explain` writes the gauge-fixed ``A`` as a sparse sum of gauge-fixed *placed templates*
 (atoms: a template in one cell, zeros elsewhere, then ``gauge_fix``), chosen by orthogonal matching
@@ -15,41 +16,25 @@ pursuit; atoms equal modulo gauge tie, and the tie goes to the atom the raw weig
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from ..cells import TEMPLATES, TemplateFn, label, shifted
 from ..model import HookedDisentangledTransformer
-from .gauge import gauge_fix, random_gauge
-from .pursuit import Dictionary, Fit, TemplateFn, build_dictionary, pursue
+from .pursuit import Dictionary, Fit, build_dictionary, pursue
 
 ZEROS = "zeros"  # the name reported for a cell that no atom explains
-
-
-def _shifted(k: int) -> TemplateFn:
-    """Ones at ``(i, i + k)``: query ``i`` matches key ``i + k`` (no wrap-around)."""
-    def make(r: int, c: int) -> Tensor:
-        i, j = torch.arange(r)[:, None], torch.arange(c)[None, :]
-        return (j - i == k).to(torch.float64)
-
-    return make
 
 
 def default_templates(shifts: tuple[int, ...] = (1, -1)) -> dict[str, TemplateFn]:
     """The library: ``I`` (query i ↔ key i), ``J`` (i ↔ last - i), ``ones`` and ``shift+k``
     (query i ↔ key i + k) for each ``k`` in ``shifts``. A ``-1`` cell is ``ones`` with ``beta < 0``."""
-    library: dict[str, TemplateFn] = {
-        "I": lambda r, c: torch.eye(r, c, dtype=torch.float64),
-        "J": lambda r, c: torch.eye(r, c, dtype=torch.float64).flip(-1),
-        "ones": lambda r, c: torch.ones(r, c, dtype=torch.float64),
-    }
+    library = dict(TEMPLATES)
     for k in shifts:
-        if k == 0:
-            raise ValueError("shifts must be nonzero (shift 0 is I)")
-        library[f"shift{k:+d}"] = _shifted(k)
+        library[f"shift{k:+d}"] = shifted(k)
     return library
 
 
@@ -90,8 +75,9 @@ class Atom:
 
     @property
     def label(self) -> str:
-        """The template with the sign of ``beta``, as DESIGN.md writes cells: ``I``, ``J``, ``-1``."""
-        return _label(self.template, self.beta)
+        """The template with the sign of ``beta``, as the constructions write cells: ``I``, ``J``,
+        ``-1`` (``cells.label``)."""
+        return label(self.template, self.beta)
 
     @property
     def placements(self) -> tuple[tuple[str, str, str], ...]:
@@ -100,7 +86,8 @@ class Atom:
 
     @property
     def scale(self) -> float:
-        """``|beta|``: the β of DESIGN.md section 6 (every nonzero cell is β times its template)."""
+        """``|beta|``: the β of docs/design.md section 6 (every nonzero cell is β times its
+        template)."""
         return abs(self.beta)
 
     def to_dict(self) -> dict:
@@ -112,11 +99,6 @@ class Atom:
         same = "".join(f" = {t} at ({q}, {k})" for q, k, t in self.twins)
         return (f"layer {self.layer + 1} head {self.head}: {self.label} at ({self.query}, {self.key})"
                 f"{same} x {self.scale:.4g} (score {self.score:.3f}, raw {self.raw_score:.3f})")
-
-
-def _label(template: str, beta: float) -> str:
-    name = "1" if template == "ones" else template
-    return name if beta >= 0 else ("-1" if name == "1" else f"-{name}")
 
 
 @dataclass(frozen=True)
@@ -251,16 +233,18 @@ def _explain_head(model: HookedDisentangledTransformer, layer: int, head: int,
     for a, beta, phi, twins in zip(fit.selected, fit.betas, fit.phis, fit.twins):
         q, k = dic.cells[a]
         own = fit.residual + beta * phi  # the weights less every other atom
-        score = _cosine(own[q.slice, k.slice], phi[q.slice, k.slice])
-        same = tuple((dic.cells[t][0].name, dic.cells[t][1].name, _label(dic.names[t], sign * beta))
+        score = _abs_cosine(own[q.slice, k.slice], phi[q.slice, k.slice])
+        same = tuple((dic.cells[t][0].name, dic.cells[t][1].name, label(dic.names[t], sign * beta))
                      for t, sign in twins)
-        raw_score = _cosine(A[q.slice, k.slice], dic.templates[a])
+        raw_score = _abs_cosine(A[q.slice, k.slice], dic.templates[a])
         share = beta**2 * float(phi.pow(2).sum()) / total
         atoms.append(Atom(layer, head, q.name, k.name, dic.names[a], beta, score, raw_score, share, same))
     return _Explained(layer, head, dic, fit, tuple(atoms))
 
 
-def _cosine(a: Tensor, b: Tensor) -> float:
+def _abs_cosine(a: Tensor, b: Tensor) -> float:
+    """``|cos(a, b)|`` in ``[0, 1]``: how much of ``a`` is a multiple of ``b``, either sign; 0 when
+    either is zero."""
     na, nb = float(a.norm()), float(b.norm())
     return abs(float((a * b).sum())) / (na * nb) if na > 0 and nb > 0 else 0.0
 
@@ -351,52 +335,3 @@ def _raw_best(A: Tensor, dic: Dictionary) -> dict[tuple[str, str], tuple[str, fl
             best[key] = (dic.names[a], cos, float(proj[a]) / float(dic.raw_norm[a]) ** 2,
                          dic.templates[a])
     return best
-
-
-# -- the gauge checked against data -----------------------------------------------------------------------
-def _copy(model: HookedDisentangledTransformer) -> HookedDisentangledTransformer:
-    twin = HookedDisentangledTransformer(model.cfg).to(model.device)
-    twin.load_state_dict(model.state_dict())
-    return twin
-
-
-def gauge_fixed(model: HookedDisentangledTransformer) -> HookedDisentangledTransformer:
-    """A copy of ``model`` whose every ``A`` is replaced by ``gauge_fix(A)`` (the same function)."""
-    twin = _copy(model)
-    with torch.no_grad():
-        for layer, block in enumerate(twin.blocks):
-            A = block.attn.A
-            A.copy_(gauge_fix(A.to(torch.float64), model.stream, layer).to(A.dtype))
-    return twin
-
-
-def gauge_check(model: HookedDisentangledTransformer, X: Tensor) -> float:
-    """Largest attention-pattern difference between ``model`` and :func:`gauge_fixed` on ``X``.
-
-    The gauge directions come from the layout (``analysis.gauge``); this checks them against data:
-    ~1e-15 in float64, ~1e-6 in float32; more would mean a direction was not gauge after all.
-    """
-    twin = gauge_fixed(model)
-    names = lambda n: n.endswith("hook_pattern")  # noqa: E731
-    with torch.no_grad():
-        _, a = model.run_with_cache(X, names_filter=names, return_cache_object=False)
-        _, b = twin.run_with_cache(X, names_filter=names, return_cache_object=False)
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
-def perturb(model: HookedDisentangledTransformer, gauge: float = 0.0, noise: float = 0.0,
-            seed: int = 0) -> HookedDisentangledTransformer:
-    """A copy with random gauge directions (``gauge``: their scale) and i.i.d. noise of std ``noise``
-    added to every ``A``: what a construction looks like when learned (DESIGN.md section 6)."""
-    if not (math.isfinite(gauge) and math.isfinite(noise) and gauge >= 0 and noise >= 0):
-        raise ValueError(f"gauge and noise must be finite and >= 0, got {gauge!r}, {noise!r}")
-    twin = _copy(model)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for layer, block in enumerate(twin.blocks):
-            A = block.attn.A
-            for h in range(A.shape[0]):
-                extra = random_gauge(model.stream, layer, generator, scale=gauge)
-                extra += noise * torch.randn(A.shape[1:], generator=generator, dtype=torch.float64)
-                A[h] += extra.to(A.dtype).to(A.device)
-    return twin

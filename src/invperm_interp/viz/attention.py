@@ -63,11 +63,12 @@ def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: i
     parts = []
     for layer, n_heads in enumerate(model.cfg.heads):
         pattern = cache["pattern", layer][0].detach().cpu().float()  # (H, T, T)
-        names = [f"blocks.{layer} head {h}" for h in range(n_heads)]
-        parts.append(f"<h3>Layer {layer} attention ({model.cfg.attention_dir})</h3>")
+        names = [f"layer {layer + 1} head {h}" for h in range(n_heads)]
+        parts.append(f"<h3>Layer {layer + 1} (blocks.{layer}) attention "
+                     f"({model.cfg.attention_dir})</h3>")
         parts.append(render_element(
             "AttentionHeads", attention=pattern.tolist(), tokens=tokens,
-            attentionHeadNames=names, maskUpperTri=model.cfg.attention_dir == "causal",
+            attentionHeadNames=names, maskUpperTri=model.cfg.causal,
         ))
     return "\n".join(parts)
 

@@ -1,0 +1,27 @@
+"""Evaluation metrics: the note's MSE and how exactly a model reproduces ``Y``."""
+
+from __future__ import annotations
+
+import torch
+
+from .model import HookedDisentangledTransformer
+from .task import Batch
+
+
+@torch.no_grad()
+def evaluate(model: HookedDisentangledTransformer, batch: Batch, chunk: int = 1024) -> dict:
+    """The note's MSE and exactness of ``model`` on ``batch``: ``mse`` (squared error summed over
+    columns, averaged over rows and samples), ``entry_acc`` (entries right after rounding),
+    ``row_acc`` (rows all right), ``sample_acc`` (whole ``Y`` right)."""
+    n, d = len(batch), model.cfg.d
+    totals = torch.zeros(4, dtype=torch.float64, device=batch.X.device)
+    for i in range(0, n, chunk):
+        out = model(batch.X[i : i + chunk], check_input=False)
+        Y = batch.Y[i : i + chunk]
+        hit = out.round() == Y  # (b, d, d)
+        rows_right = hit.all(-1)  # (b, d)
+        totals += torch.stack([((out - Y) ** 2).sum(), hit.sum(), rows_right.sum(),
+                               rows_right.all(-1).sum()]).double()
+    sq, entries, rows, samples = totals.tolist()
+    return {"mse": sq / (n * d), "entry_acc": entries / (n * d * d), "row_acc": rows / (n * d),
+            "sample_acc": samples / n}
