@@ -1,0 +1,136 @@
+"""The package's shape: imports point one way, modules stay small, names have one home."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from invperm_interp import BlockName, Layout, ModelConfig, Stream, hook_name
+from invperm_interp.model import HookedDisentangledTransformer
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "invperm_interp"
+MAX_LINES = 400
+
+
+def _module_name(path: Path) -> str:
+    parts = ("invperm_interp", *path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1]) if parts[-1] == "__init__" else ".".join(parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the package modules it imports anywhere in its body (function-level imports too:
+    a deferred import is still a dependency)."""
+    modules = {_module_name(p): p for p in SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{base}.{node.module}" if node.module else base
+                else:
+                    base = node.module or ""
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                           for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_the_import_graph_sees_relative_and_deferred_imports():
+    graph = import_graph()
+    assert "invperm_interp.checkpoint" in graph["invperm_interp.model"]  # from . import checkpoint
+    assert "invperm_interp.train" in graph["invperm_interp.cli"]  # imported inside a function
+
+
+def test_no_import_cycle_in_the_package():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_no_module_is_too_long():
+    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (probably two ideas each): {long}"
+
+
+# -- names ------------------------------------------------------------------------------------------
+def test_hook_names_follow_transformer_lens():
+    cfg = ModelConfig(Layout.plain(3), n_layers=2)
+    model = HookedDisentangledTransformer(cfg)
+    per_layer = ("resid_pre", "resid_post", "attn_scores", "pattern", "z")
+    names = [hook_name(kind) for kind in ("embed", "pos_embed", "readout")]
+    names += [hook_name(kind, layer) for kind in per_layer for layer in range(2)]
+    assert set(names) == set(model.hook_dict)  # every hook point, each named once
+    assert hook_name("pattern", 1) == "blocks.1.attn.hook_pattern"
+    assert hook_name("attn", 0) == hook_name("pattern", 0)  # TransformerLens's aliases
+    assert hook_name("scores", 0) == "blocks.0.attn.hook_attn_scores"
+    with pytest.raises(ValueError, match="hook kind must be one of"):
+        hook_name("mlp_out", 0)
+    with pytest.raises(ValueError, match="needs layer"):
+        hook_name("pattern")
+    with pytest.raises(ValueError, match="has no layer"):
+        hook_name("embed", 0)
+
+
+@pytest.mark.parametrize("heads", [(1, 1), (2, 1), (1, 3)])
+def test_block_names_are_parsed_once_and_print_back(heads):
+    stream = Stream(Layout.scratch(2), heads)
+    for layer in range(len(heads) + 1):
+        for block in stream.blocks(layer):
+            assert str(block.parts) == block.name
+            assert BlockName.parse(block.name) == block.parts
+            assert block.parts.is_position == (block.name.split(".")[-2:-1] == ["pos"])
+        copies = stream.copies(layer)
+        assert len(copies) == torch.tensor([1 + h for h in heads[:layer]]).prod()
+        assert all([b.parts.base for b in blocks] == ["x", "pos.P", "pos.Y", "pos.S"]
+                   for blocks in copies.values())
+
+
+def test_block_name_parts():
+    name = BlockName.parse("L2.L1h0.pos.P")
+    assert name.path == ((2, None), (1, 0)) and name.segment == "P"
+    assert name.prefix == "L2.L1h0." and name.base == "pos.P" and name.is_position
+    assert str(BlockName().copied(1)) == "L1.x"
+    with pytest.raises(ValueError, match="block name must look like"):
+        BlockName.parse("L1.y")
+
+
+def test_config_properties():
+    cfg = ModelConfig(Layout.of(3, "0", "P", "Y", "0"), attention_dir="causal", readout="P")
+    assert cfg.causal and cfg.readout_rows == slice(3, 6)
+    assert not ModelConfig(Layout.plain(3), attention_dir="bidirectional").causal
