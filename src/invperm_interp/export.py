@@ -53,6 +53,7 @@ import re
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+from transformer_lens.utilities import get_act_name
 
 from .model import HookedDisentangledTransformer
 
@@ -95,7 +96,7 @@ class TransformerLensExport:
         self.layout = cfg.layout
         self.heads = cfg.heads
         self.widths = cfg.widths
-        self.causal = cfg.attention_dir == "causal"
+        self.causal = cfg.causal
         self.rows = source.unembed.rows
         self.d_head = tl_model.cfg.d_head
         self.scratch_token = 2 ** cfg.d if tl_model.cfg.d_vocab > 2 ** cfg.d else None
@@ -186,8 +187,8 @@ class TransformerLensExport:
         if template == "blocks.{l}.attn.hook_z":
             return tl_cache[theirs][:, :, :H, :D]
         # hook_attn_scores: the bridge has no pre-softmax hook here; recompute from q and k.
-        q = tl_cache[f"blocks.{layer}.attn.hook_q"][:, :, :H]  # (B, T, H, d_head)
-        k = tl_cache[f"blocks.{layer}.attn.hook_k"][:, :, :H]
+        q = tl_cache[get_act_name("q", layer)][:, :, :H]  # (B, T, H, d_head)
+        k = tl_cache[get_act_name("k", layer)][:, :, :H]
         scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / math.sqrt(self.d_head)
         if self.causal:
             mask = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)
