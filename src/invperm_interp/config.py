@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -42,8 +42,16 @@ class ModelConfig(JSONConfig):
     dtype: str = "float32"  # "float64" for exact checks of the constructions
     init: str = "normal"  # "normal": N(0, init_scale²); "zeros": the note's code
     init_scale: float = 0.01
+    # Where the model's weights live, as TransformerLens's cfg.device: the model is built there and
+    # keeps it current on .to(); a runtime fact, so not in the JSON and not compared.
+    device: str = field(default="cpu", compare=False)
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "device", str(torch.device(self.device)))
+        except (RuntimeError, TypeError):
+            raise ValueError(f"device must name a torch device ('cpu', 'cuda:0', ...), "
+                             f"got {self.device!r}") from None
         if not isinstance(self.layout, Layout):
             raise ValueError(f"layout must be a Layout, got {type(self.layout).__name__}")
         if not isinstance(self.n_layers, int) or isinstance(self.n_layers, bool) or self.n_layers < 1:
@@ -122,6 +130,17 @@ class ModelConfig(JSONConfig):
     def readout_rows(self) -> slice:
         """The input rows read out (the ``readout`` segment's ``d`` rows)."""
         return self.layout.rows(self.readout)
+
+    # -- what TransformerLens's tools read from model.cfg ---------------------------------------
+    @property
+    def n_ctx(self) -> int:
+        """The sequence length ``T`` (TransformerLens's context length)."""
+        return self.layout.T
+
+    @property
+    def attn_only(self) -> bool:
+        """Always True: the model has no MLPs."""
+        return True
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -20,9 +20,9 @@ How ``X`` is fed in. ``X`` holds real-valued rows, not token ids, so ``export.fo
 ``inputs_embeds`` (a float tensor given to the bridge is taken as embeddings); this works for any
 ``X``. On that path the bridge skips its token embedding, so ``hook_embed`` does not fire and
 ``cache.decompose_resid()`` has no ``embed`` term (``X`` is in ``blocks.0.hook_resid_pre[..., :d]``).
-The task's rows also form a small vocabulary: every binary row (``P``, ``Y_P`` and zero rows) and
-the scratch vector ``s``. For ``d <= 12`` the export's ``W_E`` lists them (token ``v < 2^d`` is the
-row whose bits, left to right, spell ``v``; token ``2^d`` is ``s`` when it is not binary), and
+The task's rows also form a small vocabulary (:mod:`.tokens`): every binary row (``P``, ``Y_P``
+and zero rows) and the scratch vector ``s``. For ``d <= 12`` the export's ``W_E`` lists them (token
+``v < 2^d`` is the row whose bits, left to right, spell ``v``; token ``2^d`` is ``s`` if not binary), and
 ``export.to_tokens(X)`` gives ``(B, T)`` token ids: the fully native path, on which ``hook_embed``
 fires, ``decompose_resid`` is complete and ``transformer_lens.patching`` reads its position axis
 ``T`` from the tokens' last dimension. For ``d > 12`` ``W_E`` is ``[I_d, 0]`` (token ``i`` is ``e_i``)
@@ -55,6 +55,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
+from . import tokens
 from .model import HookedDisentangledTransformer
 
 MAX_TOKEN_D = 12  # the token vocabulary lists all 2^d binary rows up to this d
@@ -99,7 +100,6 @@ class TransformerLensExport:
         self.causal = cfg.causal
         self.rows = source.unembed.rows
         self.d_head = tl_model.cfg.d_head
-        self.scratch_token = 2 ** cfg.d if tl_model.cfg.d_vocab > 2 ** cfg.d else None
 
     # -- running ----------------------------------------------------------------------------------
     def _check(self, X) -> None:
@@ -117,25 +117,11 @@ class TransformerLensExport:
         return torch.nn.functional.pad(X.to(W_pos), (0, W_pos.shape[1] - self.layout.d))
 
     def to_tokens(self, X: Float[Tensor, "batch pos d"]) -> Int[Tensor, "batch pos"]:
-        """``X (B, T, d)`` → token ids ``(B, T)`` into the export's ``W_E`` (binary rows and ``s``)."""
-        self._check(X)
-        d = self.layout.d
-        if d > MAX_TOKEN_D:
-            raise ValueError(f"to_tokens needs d <= {MAX_TOKEN_D} (a vocabulary of 2^d rows), got "
-                             f"d={d}; feed export.embed(X) as inputs_embeds instead")
-        binary = ((X == 0) | (X == 1)).all(-1)  # (B, T)
-        powers = 2 ** torch.arange(d - 1, -1, -1, device=X.device)
-        tokens = (X.round().long() * powers).sum(-1)
-        if self.scratch_token is not None:
-            s = torch.tensor(self.layout.scratch_vector, dtype=X.dtype, device=X.device)
-            is_s = (X == s).all(-1) & ~binary
-            tokens = torch.where(is_s, self.scratch_token, tokens)
-            binary = binary | is_s
-        if not bool(binary.all()):
-            b, t = (~binary).nonzero()[0].tolist()
-            raise ValueError(f"X[{b}, {t}] is neither a binary row nor the scratch vector, so it has "
-                             f"no token; feed export.embed(X) as inputs_embeds instead")
-        return tokens
+        """``X (B, T, d)`` → token ids ``(B, T)`` into the export's ``W_E`` (:mod:`.tokens`)."""
+        if self.layout.d > MAX_TOKEN_D:
+            raise ValueError(f"the export has token ids only for d <= {MAX_TOKEN_D} (a vocabulary of "
+                             f"2^d rows), got d={self.layout.d}; feed export.embed(X) instead")
+        return tokens.to_tokens(self.layout, X)
 
     def forward(self, X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch rows d"]:
         """The read-out ``(B, R, d)``, equal to ``source(X)``."""
@@ -196,20 +182,6 @@ class TransformerLensExport:
         return scores
 
 
-def _vocabulary(layout) -> Tensor:
-    """The rows token ids stand for, ``(V, d)``: all binary rows (bits of ``v``, most significant
-    first), then ``s`` if it is not binary; for ``d > MAX_TOKEN_D`` the one-hot rows ``e_i``."""
-    d = layout.d
-    if d > MAX_TOKEN_D:
-        return torch.eye(d, dtype=torch.float64)
-    powers = 2 ** torch.arange(d - 1, -1, -1)
-    rows = ((torch.arange(2**d)[:, None] // powers) % 2).double()  # (2^d, d)
-    s = torch.tensor(layout.scratch_vector, dtype=torch.float64)
-    if len(s) and not bool(((s == 0) | (s == 1)).all()):
-        rows = torch.cat([rows, s[None]])
-    return rows
-
-
 def to_transformer_lens(model: HookedDisentangledTransformer) -> TransformerLensExport:
     """A native TransformerLens 4 model computing ``model``'s function (see the module docstring).
 
@@ -224,7 +196,8 @@ def to_transformer_lens(model: HookedDisentangledTransformer) -> TransformerLens
     cfg = model.cfg
     d, T, widths, heads = cfg.d, cfg.T, cfg.widths, cfg.heads
     D_L, d_head, n_heads = widths[-1], max(widths[:-1]), max(heads)
-    vocab = _vocabulary(cfg.layout)  # (V, d): the rows token ids stand for
+    # the rows token ids stand for, (V, d); past MAX_TOKEN_D the one-hot rows e_i only
+    vocab = tokens.vocabulary(cfg.layout) if d <= MAX_TOKEN_D else torch.eye(d)
     dtype, device = model.pos.dtype, model.pos.device
     tl_cfg = TransformerBridgeConfig(
         d_model=D_L, d_head=d_head, n_heads=n_heads, n_layers=cfg.n_layers, n_ctx=T,

@@ -219,6 +219,14 @@ def mse(out: Tensor, Y: Tensor) -> Tensor:
     return ((out - Y.to(out)) ** 2).sum(-1).mean()
 
 
+def answer(layout: Layout, X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch d d"]:
+    """The target ``Y = Pᵀ Y_P`` an input ``X (B, T, d)`` asks for, read off its ``P`` and ``Y_P``
+    rows (any ``X`` of the layout's shape; for a valid input it is the ``Y`` it was made from)."""
+    P = X[:, layout.rows(layout.segment_of_kind("P").name)]
+    Y_P = X[:, layout.rows(layout.segment_of_kind("Y").name)]
+    return P.transpose(-1, -2) @ Y_P
+
+
 def _assemble_X(layout: Layout, P: Tensor, Y_P: Tensor) -> Tensor:
     """Stack the layout's segments: ``(B, d, d)`` inputs → ``X (B, T, d)``."""
     B, d = P.shape[0], layout.d

@@ -18,24 +18,15 @@ from circuitsvis.utils.convert_props import convert_props
 
 from ..model import HookedDisentangledTransformer
 from ..task import Batch
+from ..tokens import row_labels
 
 BUNDLE = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
 
 
 def token_labels(batch: Batch, index: int = 0) -> list[str]:
-    """One label per input row: ``P3→e7`` (P row 3 is e_7), ``Y3=0110…`` (a Y_P row), ``S0``."""
-    layout, labels = batch.layout, []
-    perm = batch.perm[index].tolist()
-    for seg in layout.segments:
-        for i in range(seg.n_rows):
-            if seg.kind == "P":
-                labels.append(f"P{i}→e{perm[i]}")
-            elif seg.kind == "Y":
-                bits = "".join(str(int(v)) for v in batch.Y_P[index, i].round().tolist())
-                labels.append(f"Y{i}={bits}")
-            else:
-                labels.append(f"{seg.name}{i}")
-    return labels
+    """One label per input row of sample ``index``: ``P3→e7`` (P row 3 is e_7), ``Y3=0110…`` (a Y_P
+    row), ``S0`` (:func:`invperm_interp.tokens.row_labels`)."""
+    return row_labels(batch.layout, batch.X[index])
 
 
 def bundle_script() -> str:
