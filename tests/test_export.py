@@ -94,6 +94,7 @@ def test_accumulated_and_decomposed_resid_on_the_export_rebuild_the_stream():
         accumulated, labels = cache.accumulated_resid(return_labels=True)
         decomposed, parts = cache.decompose_resid(return_labels=True)
     torch.testing.assert_close(logits[:, export.rows], model(X), atol=1e-5, rtol=0)
+    torch.testing.assert_close(cache["hook_embed"], export.embed(X), atol=0, rtol=0)  # fires on ids
     L, widths = model.cfg.n_layers, model.cfg.widths
     assert accumulated.shape == (L + 1, 8, model.cfg.T, widths[-1]) and len(labels) == L + 1
     for layer in range(L):

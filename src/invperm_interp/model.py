@@ -11,6 +11,8 @@ hooks, restricted to what the loss reads (the training loop's forward); both cal
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
@@ -18,8 +20,22 @@ from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from . import checkpoint as ckpt
-from .config import ModelConfig
+from . import tokens
+from .cache import StreamCache
+from .config import DTYPES, ModelConfig
 from .stream import Stream
+from .task import answer, mse
+
+RETURN_TYPES = ("output", "loss", "both")
+
+
+class CopyingHookPoint(HookPoint):
+    """A ``HookPoint`` that hands its hooks a copy, so an in-place edit cannot reach the tensor it
+    was given (the caller's ``X``, a buffer, a tensor autograd saved). Without hooks it copies
+    nothing: the unhooked forward pass is unchanged."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.clone() if self._forward_hooks else x
 
 
 def attention_scores(h: Float[Tensor, "batch pos D"], A: Float[Tensor, "head D D"],
@@ -49,7 +65,7 @@ class DisentangledAttention(nn.Module):
         # A[k, i, j]: query feature i, key feature j of head k.
         self.A = nn.Parameter(torch.zeros(n_heads, width, width, dtype=cfg.torch_dtype))
         self.hook_attn_scores = HookPoint()  # (B, H, T, T), -inf above the diagonal when causal
-        self.hook_pattern = HookPoint()  # (B, H, T, T)
+        self.hook_pattern = CopyingHookPoint()  # (B, H, T, T); softmax saves its output
         self.hook_z = HookPoint()  # (B, T, H, D_l)
         mask = torch.ones(cfg.T, cfg.T, dtype=torch.bool).triu(diagonal=1)  # True: key after query
         self.register_buffer("mask", mask, persistent=False)
@@ -84,7 +100,7 @@ class Unembed(nn.Module):
         super().__init__()
         self.rows = cfg.readout_rows
         self.W_U = nn.Parameter(torch.zeros(cfg.widths[-1], cfg.d, dtype=cfg.torch_dtype))
-        self.hook_readout = HookPoint()  # (B, d, D_L): the read-out rows of the final stream
+        self.hook_readout = CopyingHookPoint()  # (B, d, D_L): read-out rows, a view of h^L
 
     def forward(self, h: Float[Tensor, "batch pos d_L"]) -> Float[Tensor, "batch rows d"]:
         return self.hook_readout(h[:, self.rows]) @ self.W_U
@@ -105,13 +121,16 @@ class HookedDisentangledTransformer(HookedRootModule):
             raise ValueError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.stream = Stream(cfg.layout, cfg.heads)
-        self.hook_embed = HookPoint()  # (B, T, d): the tokens X
-        self.hook_pos_embed = HookPoint()  # (B, T, T): one-hot positions I_T
+        self.hook_embed = CopyingHookPoint()  # (B, T, d): the tokens X (the caller's tensor)
+        self.hook_pos_embed = CopyingHookPoint()  # (B, T, T): I_T, an expanded view of a buffer
         self.register_buffer("pos", torch.eye(cfg.T, dtype=cfg.torch_dtype), persistent=False)
         self.blocks = nn.ModuleList(DisentangledBlock(cfg, layer) for layer in range(cfg.n_layers))
         self.unembed = Unembed(cfg)
         self.init_weights(seed)
         self.setup()
+        if cfg.device != "cpu":
+            self.to(cfg.device)
+        self.eval()  # nothing differs in training; TransformerLens's analysis tools require eval
 
     def init_weights(self, seed: int | None = None) -> None:
         """``cfg.init``: zeros (the note's code) or i.i.d. ``N(0, init_scale²)``."""
@@ -129,13 +148,28 @@ class HookedDisentangledTransformer(HookedRootModule):
         pos = self.pos.expand(X.shape[0], -1, -1)
         return torch.cat([self.hook_embed(X), self.hook_pos_embed(pos)], dim=-1)
 
-    def forward(self, X: Tensor, check_input: bool = True) -> Float[Tensor, "batch d d"]:
-        """``X (B, T, d)`` → predicted ``Y`` of shape ``(B, d, d)``.
+    def forward(self, input: Tensor, Y: Tensor | None = None, return_type: str = "output",
+                check_input: bool = True):
+        """``X (B, T, d)``, or token ids ``(B, T)`` (:mod:`.tokens`), → by ``return_type``:
+        ``"output"``, the predicted ``Y`` ``(B, d, d)``; ``"loss"``, the note's loss against ``Y``
+        (default: the answer the input asks for, ``Pᵀ Y_P`` read off its rows), a scalar; ``"both"``.
 
         ``check_input=False`` skips the shape/finiteness checks (the training loop uses it on data it
         drew itself; the finiteness check synchronises a GPU).
         """
-        return self.unembed(self.residual_streams(X, check_input)[-1])
+        if return_type not in RETURN_TYPES:
+            raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
+        X = self.check_input(input) if check_input else input
+        out = self.unembed(self.residual_streams(X, check_input=False)[-1])
+        if return_type == "output":
+            return out
+        if Y is None:
+            Y = answer(self.cfg.layout, X)
+        elif not isinstance(Y, Tensor) or Y.shape != out.shape:
+            shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
+            raise ValueError(f"Y must be a tensor of shape {tuple(out.shape)}, got {shape}")
+        loss = mse(out, Y)
+        return loss if return_type == "loss" else (out, loss)
 
     def residual_streams(self, X: Tensor, check_input: bool = True) -> list[Tensor]:
         """``[h^0, …, h^L]`` for ``X (B, T, d)``; ``h^l`` has shape ``(B, T, D_l)``."""
@@ -152,6 +186,8 @@ class HookedDisentangledTransformer(HookedRootModule):
         if not isinstance(X, Tensor):
             raise ValueError(f"X must be a torch.Tensor of shape (B, {cfg.T}, {cfg.d}), "
                              f"got {type(X).__name__}")
+        if X.ndim == 2 and not (X.is_floating_point() or X.is_complex() or X.dtype == torch.bool):
+            X = tokens.from_tokens(cfg.layout, X.to(self.pos.device), self.pos.dtype)
         if not X.dtype.is_floating_point:
             raise ValueError(f"X must be a floating-point tensor, got dtype {X.dtype}")
         if X.ndim != 3 or X.shape[1:] != (cfg.T, cfg.d):
@@ -170,13 +206,57 @@ class HookedDisentangledTransformer(HookedRootModule):
         **kwargs,
     ) -> tuple[Tensor, ActivationCache | dict[str, Tensor]]:
         """As ``HookedRootModule.run_with_cache``, but the cache is an ``ActivationCache`` so that
-        ``cache["pattern", 0]`` works (pass ``return_cache_object=False`` for the plain dict)."""
+        ``cache["pattern", 0]`` works, whose ``accumulated_resid`` / ``decompose_resid`` work on this
+        stream (:class:`.cache.StreamCache`); ``return_cache_object=False`` gives the plain dict."""
         out, cache = super().run_with_cache(
             *model_args, remove_batch_dim=remove_batch_dim, **kwargs
         )
         if return_cache_object:
-            cache = ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
+            cache = StreamCache(cache, self, has_batch_dim=not remove_batch_dim)
         return out, cache
+
+    def run_with_hooks(self, *model_args, **kwargs):
+        """As ``HookedRootModule.run_with_hooks``. Refuses ``X`` from ``transformer_lens.patching``,
+        which sizes its position axis by the input's last dimension: ``d`` for ``X``, not ``T``."""
+        hooks = [fn for _, fn in kwargs.get("fwd_hooks", [])]
+        X = model_args[0] if model_args else kwargs.get("input")
+        if isinstance(X, Tensor) and X.is_floating_point() and any(map(_from_tl_patching, hooks)):
+            raise ValueError(
+                f"transformer_lens.patching reads its position axis from the input's last "
+                f"dimension, which for X (B, T, d) is d={self.cfg.d}, not T={self.cfg.T}: pass "
+                f"model.to_tokens(X) (token ids (B, T)) for the clean and the corrupted input")
+        return super().run_with_hooks(*model_args, **kwargs)
+
+    # -- TransformerLens conventions ----------------------------------------------------------------
+    @property
+    def W_U(self) -> Float[Tensor, "d_L d"]:
+        """The read-out ``(D_L, d)``: ``resid[:, rows] @ model.W_U`` is the output."""
+        return self.unembed.W_U
+
+    def to_tokens(self, X: Float[Tensor, "batch pos d"]) -> Tensor:
+        """``X (B, T, d)`` → token ids ``(B, T)`` (:mod:`.tokens`); the model takes either."""
+        return tokens.to_tokens(self.cfg.layout, X)
+
+    def to_str_tokens(self, input: Tensor) -> list[str] | list[list[str]]:
+        """Row labels ``P0→e2``, ``Y0=0110…``, ``S0`` of ``X (T, d)`` or ``(B, T, d)``, or of token
+        ids ``(T,)`` / ``(B, T)``: one list, or one per sample when ``B > 1``."""
+        if isinstance(input, Tensor) and input.ndim == (2 if input.is_floating_point() else 1):
+            input = input[None]  # one sample
+        labels = [tokens.row_labels(self.cfg.layout, x) for x in self.check_input(input)]
+        return labels[0] if len(labels) == 1 else labels
+
+    def _apply(self, fn, *args, **kwargs):
+        """``.to`` / ``.double()`` / ``.cuda()`` keep ``cfg.dtype`` and ``cfg.device`` current (as
+        TransformerLens's cfg); a dtype other than float32 / float64 is refused before any cast."""
+        probe = fn(torch.empty(0, dtype=self.pos.dtype, device=self.pos.device))
+        names = {dtype: name for name, dtype in DTYPES.items()}
+        if probe.dtype not in names:
+            raise ValueError(f"the model's dtype must be float32 or float64, got {probe.dtype}")
+        module = super()._apply(fn, *args, **kwargs)
+        dtype, device = names[self.pos.dtype], str(self.pos.device)
+        if (dtype, device) != (self.cfg.dtype, self.cfg.device):
+            self.cfg = replace(self.cfg, dtype=dtype, device=device)
+        return module
 
     @classmethod
     def from_run(cls, run_dir: str, step: int | None = None) -> HookedDisentangledTransformer:
@@ -223,3 +303,8 @@ def readout_forward(model: HookedDisentangledTransformer,
     pattern = torch.softmax(attention_scores(h, A, mask, rows), dim=-1)  # (B, H, R, T)
     u = (h @ W[D:].view(H, D, d).transpose(0, 1).reshape(D, H * d)).view(B, T, H, d)
     return h[:, rows] @ W[:D] + (pattern @ u.transpose(1, 2)).sum(1)  # (B, R, d)
+
+
+def _from_tl_patching(hook) -> bool:
+    """Whether ``hook`` is one of ``transformer_lens.patching``'s patching hooks (a partial)."""
+    return getattr(getattr(hook, "func", hook), "__module__", None) == "transformer_lens.patching"

@@ -1,0 +1,217 @@
+"""TransformerLens idioms on the hooked model: safe in-place hooks, the loss path, the cfg its tools
+read, tokens, and the residual-stream decompositions in the final stream's frame."""
+
+import pytest
+import torch
+from transformer_lens import patching
+
+from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
+from invperm_interp import constructions as C
+from invperm_interp.analysis import patch_positions
+from invperm_interp.cache import StreamCache
+from invperm_interp.export import to_transformer_lens
+from invperm_interp.task import make_input, mse
+from invperm_interp.tokens import from_tokens, row_labels, to_tokens
+from invperm_interp.viz.attention import token_labels
+
+F64 = torch.float64
+
+
+def small_model(attention_dir="bidirectional", dtype="float32", layout=None, n_heads=1):
+    cfg = ModelConfig(layout or Layout.plain(4), n_layers=2, n_heads=n_heads, init_scale=0.5,
+                      attention_dir=attention_dir, dtype=dtype,
+                      readout="S" if layout is not None and "S" in layout.names else "P")
+    return HookedDisentangledTransformer(cfg, seed=0)
+
+
+def batch_for(model, n=8, seed=0):
+    return sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
+                        dtype=model.cfg.torch_dtype)
+
+
+# -- each defect of the issue, as a regression test ------------------------------------------------
+@pytest.mark.parametrize("hook, edit", [
+    ("hook_embed", lambda act: act[:, 0].zero_()),
+    ("hook_pos_embed", lambda act: act[0].zero_()),  # used to zero the positional buffer for good
+    ("hook_pos_embed", lambda act: act[:, 0].zero_()),  # used to raise: an expanded view
+])
+def test_in_place_edits_at_the_inputs_leave_X_the_model_and_the_next_run_untouched(hook, edit):
+    model = small_model()
+    X = batch_for(model).X
+    X_before, pos_before = X.clone(), model.pos.clone()
+    clean = model(X)
+
+    def in_place(act, hook):
+        edit(act)  # returns None: the edited act itself flows on
+
+    edited = model.run_with_hooks(X, fwd_hooks=[(hook, in_place)])
+    assert not torch.allclose(edited, clean)  # the edit took effect in the run
+    assert torch.equal(X, X_before) and torch.equal(model.pos, pos_before)
+    assert torch.equal(model(X), clean)
+
+
+def test_editing_the_pattern_in_place_then_backward_gives_the_out_of_place_gradient():
+    model = small_model("causal")
+    X = batch_for(model).X
+
+    def in_place(act, hook):
+        act[:, :, :, 0] = 0
+
+    def out_of_place(act, hook):
+        act = act.clone()
+        act[:, :, :, 0] = 0
+        return act
+
+    grads = []
+    for fn in (in_place, out_of_place):
+        model.zero_grad()
+        out = model.run_with_hooks(X, fwd_hooks=[("blocks.0.attn.hook_pattern", fn)])
+        out.pow(2).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        assert a.abs().sum() > 0
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_a_cached_pattern_is_unchanged_by_a_later_hook_that_edits_it_in_place():
+    model = small_model()
+    X = batch_for(model).X
+    _, cache = model.run_with_cache(X)
+    kept = cache["pattern", 0].clone()
+
+    def zero(act, hook):
+        act.zero_()
+
+    model.run_with_hooks(X, fwd_hooks=[("blocks.0.attn.hook_pattern", zero)])
+    assert torch.equal(cache["pattern", 0], kept)
+
+
+# -- the loss path, W_U, tokens ---------------------------------------------------------------------
+def test_loss_path_is_the_note_loss_and_defaults_to_the_inputs_own_answer():
+    model = small_model(dtype="float64").requires_grad_(False)
+    batch = batch_for(model)
+    out = model(batch.X)
+    assert float(model(batch.X, return_type="loss")) == pytest.approx(float(mse(out, batch.Y)))
+    other = batch_for(model, seed=1).Y
+    assert float(model(batch.X, other, return_type="loss")) == pytest.approx(float(mse(out, other)))
+    both_out, both_loss = model(batch.X, return_type="both")
+    assert torch.equal(both_out, out) and torch.equal(both_loss, model(batch.X, return_type="loss"))
+    with pytest.raises(ValueError, match="return_type"):
+        model(batch.X, return_type="logits")
+
+
+def test_run_with_cache_incl_bwd_gives_the_gradient_of_the_loss():
+    model = small_model(dtype="float64")
+    batch = batch_for(model)
+    loss, cache = model.run_with_cache(batch.X, return_type="loss", incl_bwd=True)
+    # reference: d loss / d pattern of layer 1 by plain autograd through a retained tensor
+    kept = {}
+
+    def keep(act, hook):
+        act.retain_grad()
+        kept["pattern"] = act
+
+    model.zero_grad()
+    model.run_with_hooks(batch.X, return_type="loss",
+                         fwd_hooks=[("blocks.1.attn.hook_pattern", keep)]).backward()
+    torch.testing.assert_close(cache["blocks.1.attn.hook_pattern_grad"], kept["pattern"].grad)
+    assert float(loss.detach()) == pytest.approx(float(mse(model(batch.X), batch.Y).detach()))
+
+
+def test_W_U_and_tokens_and_str_tokens():
+    layout = Layout.scratch(3, scratch=[0.5, 2.0, 0.0])
+    model = small_model(layout=layout)
+    batch = batch_for(model)
+    assert model.W_U is model.unembed.W_U
+    tokens = model.to_tokens(batch.X)
+    assert tokens.shape == (8, layout.T) and tokens.dtype == torch.int64
+    assert torch.equal(from_tokens(layout, tokens), batch.X)
+    assert torch.equal(model(tokens), model(batch.X))
+    assert model.to_str_tokens(batch.X[0]) == token_labels(batch, 0) == row_labels(layout, batch.X[0])
+    assert model.to_str_tokens(tokens[:1]) == token_labels(batch, 0)
+    assert model.to_str_tokens(batch.X[:2]) == [token_labels(batch, 0), token_labels(batch, 1)]
+    assert token_labels(batch, 0)[0] == f"P0→e{int(batch.perm[0, 0])}"
+    assert token_labels(batch, 0)[3].startswith("Y0=") and token_labels(batch, 0)[6] == "S0"
+    with pytest.raises(ValueError, match="neither a binary row nor the scratch vector"):
+        to_tokens(layout, batch.X + 0.25)
+    with pytest.raises(ValueError, match="tokens must be ids"):
+        model(torch.full((1, layout.T), 99))
+
+
+# -- the cfg TransformerLens's tools read ------------------------------------------------------------
+def test_cfg_carries_what_transformer_lens_reads_and_follows_the_model():
+    model = small_model()
+    cfg = model.cfg
+    assert (cfg.n_ctx, cfg.attn_only, cfg.device) == (cfg.T, True, "cpu")
+    assert not model.training  # eval mode, as TransformerLens's analysis tools require
+    model.to(torch.float64)
+    assert model.cfg.dtype == "float64" and model.cfg.torch_dtype == F64
+    assert model.blocks[0].attn.A.dtype == F64 and model(batch_for(model).X).dtype == F64
+    assert model.cfg == ModelConfig.from_json(model.cfg.to_json())
+    assert "device" not in model.cfg.to_dict()
+    with pytest.raises(ValueError, match="float32 or float64"):
+        model.to(torch.float16)
+    assert model.pos.dtype == F64  # refused before anything was cast
+    with pytest.raises(ValueError, match="device"):
+        ModelConfig(Layout.plain(2), device="gpu9")
+
+
+# -- transformer_lens.patching ---------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["two_block", "theorem3"])
+def test_transformer_lens_patching_by_position_reproduces_analysis_patch(name):
+    model = C.build(name, 3)
+    generator = torch.Generator().manual_seed(0)
+    clean = sample_batch(model.cfg.layout, 16, generator, dtype=F64)
+    other = sample_batch(model.cfg.layout, 16, generator, dtype=F64)
+    corrupted = make_input(model.cfg.layout, other.P, clean.Y_P).X.to(F64)
+
+    def metric(out):
+        return mse(out, clean.Y)
+
+    expected = patch_positions(model, clean.X, corrupted, metric)
+    _, clean_cache = model.run_with_cache(model.to_tokens(clean.X))
+    got = patching.get_act_patch_resid_pre(model, model.to_tokens(corrupted), clean_cache, metric)
+    assert got.shape == (model.cfg.n_layers, model.cfg.T)  # position axis T, every row patched
+    torch.testing.assert_close(got.double(), expected.values, atol=1e-6, rtol=0)
+    assert expected.values.abs().max() > 0.1
+    with pytest.raises(ValueError, match="to_tokens"):  # X's last axis is d, not T
+        patching.get_act_patch_resid_pre(model, corrupted, clean_cache, metric)
+
+
+# -- accumulated_resid / decompose_resid in the final stream's frame ----------------------------------
+@pytest.mark.parametrize("attention_dir, n_heads", [("causal", 2), ("bidirectional", 1)])
+def test_decompositions_sum_exactly_and_read_out_to_the_output(attention_dir, n_heads):
+    model = small_model(attention_dir, "float64", n_heads=n_heads)
+    X = batch_for(model).X
+    out, cache = model.run_with_cache(X)
+    assert isinstance(cache, StreamCache)
+    widths, L, rows = model.cfg.widths, model.cfg.n_layers, model.unembed.rows
+    h_L = cache[f"blocks.{L - 1}.hook_resid_post"]
+    parts, labels = cache.decompose_resid(return_labels=True)
+    assert labels == ["embed", "pos_embed"] + [f"{i}_attn_out" for i in range(L)]
+    assert torch.equal(parts.sum(0), h_L)  # disjoint supports: exact
+    reference = torch.einsum("btD,Dd->btd", h_L[:, rows], model.unembed.W_U)
+    torch.testing.assert_close(torch.einsum("cbtD,Dd->btd", parts[:, :, rows], model.W_U), reference)
+    torch.testing.assert_close(reference, out)
+    stream, labels = cache.accumulated_resid(return_labels=True)
+    assert labels == [f"{i}_pre" for i in range(L)] + ["final_post"]
+    for i in range(L + 1):
+        assert torch.equal(stream[i][..., : widths[i]], h_L[..., : widths[i]])
+        assert not stream[i][..., widths[i]:].any()
+        assert torch.equal(cache.decompose_resid(layer=i).sum(0), stream[i])
+    heads, labels = cache.stack_head_results(return_labels=True, incl_remainder=True)
+    assert labels == [f"L{i}H{k}" for i in range(L) for k in range(n_heads)] + ["remainder"]
+    assert torch.equal(heads.sum(0), h_L)
+    with pytest.raises(ValueError, match="no LayerNorm"):
+        cache.accumulated_resid(apply_ln=True)
+
+
+def test_decompositions_equal_transformer_lens_own_on_the_export():
+    model = C.build("appendix_b", 3, dtype=torch.float32)
+    X = batch_for(model).X
+    export = to_transformer_lens(model)
+    _, ours = model.run_with_cache(X)
+    _, theirs = export.tl_model.run_with_cache(export.to_tokens(X))
+    torch.testing.assert_close(ours.accumulated_resid(), theirs.accumulated_resid(),
+                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.decompose_resid(), theirs.decompose_resid(), atol=1e-5, rtol=0)
