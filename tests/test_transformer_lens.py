@@ -86,6 +86,20 @@ def test_a_cached_pattern_is_unchanged_by_a_later_hook_that_edits_it_in_place():
     assert torch.equal(cache["pattern", 0], kept)
 
 
+def test_an_in_place_edit_of_the_read_out_rows_leaves_the_cached_final_stream_alone():
+    model = small_model()
+    X = batch_for(model).X
+    _, clean = model.run_with_cache(X)
+
+    def zero(act, hook):
+        act.zero_()
+
+    with model.hooks(fwd_hooks=[("unembed.hook_readout", zero)]):
+        out, cache = model.run_with_cache(X)
+    assert not out.any()  # the read-out rows were zeroed before W_U
+    assert torch.equal(cache["blocks.1.hook_resid_post"], clean["blocks.1.hook_resid_post"])
+
+
 # -- the loss path, W_U, tokens ---------------------------------------------------------------------
 def test_loss_path_is_the_note_loss_and_defaults_to_the_inputs_own_answer():
     model = small_model(dtype="float64").requires_grad_(False)
