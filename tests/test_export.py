@@ -5,7 +5,13 @@ import itertools
 import pytest
 import torch
 
-from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
+from invperm_interp import (
+    HookedDisentangledTransformer,
+    Layout,
+    ModelConfig,
+    hook_name,
+    sample_batch,
+)
 from invperm_interp import constructions as C
 from invperm_interp.export import HOOK_MAP, to_transformer_lens
 
@@ -71,13 +77,13 @@ def test_every_hook_reads_back_from_the_export_cache(attention_dir, n_heads):
         got = export.activation(theirs, name)
         torch.testing.assert_close(got, ours[name], atol=1e-5, rtol=0, msg=name)
         back = export.native_name(export.tl_name(name))
-        assert back == name or name in ("hook_embed", *(f"blocks.{i}.attn.hook_attn_scores"
-                                                        for i in range(model.cfg.n_layers)))
+        scores = [hook_name("attn_scores", i) for i in range(model.cfg.n_layers)]
+        assert back == name or name in (hook_name("embed"), *scores)
     assert export.native_name("blocks.1.attn.hook_v") is None
     # every hook the export fires at layer l beyond ours is the layer's new blocks or q/k/v
     attn_out = theirs["blocks.0.hook_attn_out"]
     D0, D1 = model.cfg.widths[:2]
-    torch.testing.assert_close(attn_out[..., D0:D1], ours["blocks.0.hook_resid_post"][..., D0:],
+    torch.testing.assert_close(attn_out[..., D0:D1], ours[hook_name("resid_post", 0)][..., D0:],
                                atol=1e-5, rtol=0)
     assert attn_out[..., :D0].abs().max() == 0 and attn_out[..., D1:].abs().max() == 0
 
@@ -99,8 +105,8 @@ def test_accumulated_and_decomposed_resid_on_the_export_rebuild_the_stream():
     assert accumulated.shape == (L + 1, 8, model.cfg.T, widths[-1]) and len(labels) == L + 1
     for layer in range(L):
         torch.testing.assert_close(accumulated[layer][..., : widths[layer]],
-                                   ours[f"blocks.{layer}.hook_resid_pre"], atol=1e-5, rtol=0)
-    torch.testing.assert_close(accumulated[-1], ours[f"blocks.{L - 1}.hook_resid_post"],
+                                   ours[hook_name("resid_pre", layer)], atol=1e-5, rtol=0)
+    torch.testing.assert_close(accumulated[-1], ours[hook_name("resid_post", L - 1)],
                                atol=1e-5, rtol=0)
     assert parts == ["embed", "pos_embed", "0_attn_out", "1_attn_out"]
     torch.testing.assert_close(decomposed.sum(0), accumulated[-1], atol=1e-5, rtol=0)
@@ -112,10 +118,10 @@ def test_hook_map_names_hooks_the_export_fires():
     model = random_model("causal", "plain", 2, 2)
     export = to_transformer_lens(model)
     fired = set(export.tl_model.hook_dict)
-    for ours in HOOK_MAP:
-        for layer in range(2):
-            assert export.tl_name(ours.replace("{l}", str(layer))) in fired
+    for kind in HOOK_MAP:
+        for layer in (None,) if kind in ("embed", "pos_embed", "readout") else range(2):
+            assert export.tl_name(hook_name(kind, layer)) in fired
     with pytest.raises(ValueError, match="hook name"):
-        export.tl_name("blocks.5.hook_resid_pre")
+        export.tl_name(hook_name("resid_pre", 5))
     with pytest.raises(ValueError, match="X must be a tensor of shape"):
         export.forward(torch.zeros(2, 3, 3))

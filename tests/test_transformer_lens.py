@@ -5,7 +5,13 @@ import pytest
 import torch
 from transformer_lens import patching
 
-from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
+from invperm_interp import (
+    HookedDisentangledTransformer,
+    Layout,
+    ModelConfig,
+    hook_name,
+    sample_batch,
+)
 from invperm_interp import constructions as C
 from invperm_interp.analysis import patch_positions
 from invperm_interp.cache import StreamCache
@@ -31,9 +37,9 @@ def batch_for(model, n=8, seed=0):
 
 # -- each defect of the issue, as a regression test ------------------------------------------------
 @pytest.mark.parametrize("hook, edit", [
-    ("hook_embed", lambda act: act[:, 0].zero_()),
-    ("hook_pos_embed", lambda act: act[0].zero_()),  # used to zero the positional buffer for good
-    ("hook_pos_embed", lambda act: act[:, 0].zero_()),  # used to raise: an expanded view
+    (hook_name("embed"), lambda act: act[:, 0].zero_()),
+    (hook_name("pos_embed"), lambda act: act[0].zero_()),  # used to zero the positional buffer for good
+    (hook_name("pos_embed"), lambda act: act[:, 0].zero_()),  # used to raise: an expanded view
 ])
 def test_in_place_edits_at_the_inputs_leave_X_the_model_and_the_next_run_untouched(hook, edit):
     model = small_model()
@@ -65,7 +71,7 @@ def test_editing_the_pattern_in_place_then_backward_gives_the_out_of_place_gradi
     grads = []
     for fn in (in_place, out_of_place):
         model.zero_grad()
-        out = model.run_with_hooks(X, fwd_hooks=[("blocks.0.attn.hook_pattern", fn)])
+        out = model.run_with_hooks(X, fwd_hooks=[(hook_name("pattern", 0), fn)])
         out.pow(2).sum().backward()
         grads.append([p.grad.clone() for p in model.parameters()])
     for a, b in zip(*grads):
@@ -81,10 +87,10 @@ def test_an_in_place_edit_of_the_read_out_rows_leaves_the_cached_final_stream_al
     def zero(act, hook):
         act.zero_()
 
-    with model.hooks(fwd_hooks=[("unembed.hook_readout", zero)]):
+    with model.hooks(fwd_hooks=[(hook_name("readout"), zero)]):
         out, cache = model.run_with_cache(X)
     assert not out.any()  # the read-out rows were zeroed before W_U
-    assert torch.equal(cache["blocks.1.hook_resid_post"], clean["blocks.1.hook_resid_post"])
+    assert torch.equal(cache[hook_name("resid_post", 1)], clean[hook_name("resid_post", 1)])
 
 
 # -- the loss path, W_U, tokens ---------------------------------------------------------------------
@@ -114,8 +120,8 @@ def test_run_with_cache_incl_bwd_gives_the_gradient_of_the_loss():
 
     model.zero_grad()
     model.run_with_hooks(batch.X, return_type="loss",
-                         fwd_hooks=[("blocks.1.attn.hook_pattern", keep)]).backward()
-    torch.testing.assert_close(cache["blocks.1.attn.hook_pattern_grad"], kept["pattern"].grad)
+                         fwd_hooks=[(hook_name("pattern", 1), keep)]).backward()
+    torch.testing.assert_close(cache[hook_name("pattern", 1) + "_grad"], kept["pattern"].grad)
     assert float(loss.detach()) == pytest.approx(float(mse(model(batch.X), batch.Y).detach()))
 
 
@@ -187,7 +193,7 @@ def test_decompositions_sum_exactly_and_read_out_to_the_output(attention_dir, n_
     out, cache = model.run_with_cache(X)
     assert isinstance(cache, StreamCache)
     widths, L, rows = model.cfg.widths, model.cfg.n_layers, model.unembed.rows
-    h_L = cache[f"blocks.{L - 1}.hook_resid_post"]
+    h_L = cache[hook_name("resid_post", L - 1)]
     parts, labels = cache.decompose_resid(return_labels=True)
     assert labels == ["embed", "pos_embed"] + [f"{i}_attn_out" for i in range(L)]
     assert torch.equal(parts.sum(0), h_L)  # disjoint supports: exact

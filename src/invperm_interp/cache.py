@@ -18,6 +18,8 @@ from torch.nn.functional import pad
 from transformer_lens import ActivationCache
 from transformer_lens.utilities import Slice
 
+from .stream import hook_name
+
 
 def _refuse(**flags) -> None:
     for name, (value, why) in flags.items():
@@ -52,7 +54,7 @@ class StreamCache(ActivationCache):
         layer, L = self._layer(layer), self.model.cfg.n_layers
         parts, labels = [], []
         for i in range(layer + 1):
-            name = f"blocks.{L - 1}.hook_resid_post" if i == L else f"blocks.{i}.hook_resid_pre"
+            name = hook_name("resid_post", L - 1) if i == L else hook_name("resid_pre", i)
             parts.append(self._frame(self[name], 0, pos_slice))
             labels.append("final_post" if i == L else f"{i}_pre")
         stack = torch.stack(parts)
@@ -72,12 +74,12 @@ class StreamCache(ActivationCache):
         layer, widths, d = self._layer(layer), self.model.cfg.widths, self.model.cfg.d
         parts, labels = [], []
         if incl_embeds:
-            parts += [self._frame(self["hook_embed"], 0, pos_slice),
-                      self._frame(self["hook_pos_embed"], d, pos_slice)]
+            parts += [self._frame(self[hook_name("embed")], 0, pos_slice),
+                      self._frame(self[hook_name("pos_embed")], d, pos_slice)]
             labels += ["embed", "pos_embed"]
         if mode != "mlp":  # attention only: "mlp" leaves the embeddings alone, as TransformerLens
             for i in range(layer):
-                z = self[f"blocks.{i}.attn.hook_z"]  # (…, T, H, D_i)
+                z = self[hook_name("z", i)]  # (…, T, H, D_i)
                 parts.append(self._frame(z.flatten(start_dim=-2), widths[i], pos_slice))
                 labels.append(f"{i}_attn_out")
         if not parts:
@@ -94,12 +96,12 @@ class StreamCache(ActivationCache):
         layer, widths = self._layer(layer, allow_zero=False), self.model.cfg.widths
         parts, labels = [], []
         for i in range(layer):
-            z = self[f"blocks.{i}.attn.hook_z"]  # (…, T, H, D_i)
+            z = self[hook_name("z", i)]  # (…, T, H, D_i)
             for k in range(z.shape[-2]):
                 parts.append(self._frame(z[..., k, :], widths[i] * (1 + k), pos_slice))
                 labels.append(f"L{i}H{k}")
         if incl_remainder:
-            rest = self[f"blocks.{layer - 1}.hook_resid_post"][..., : widths[0]]
+            rest = self[hook_name("resid_post", layer - 1)][..., : widths[0]]
             parts.append(self._frame(rest, 0, pos_slice))
             labels.append("remainder")
         stack = torch.stack(parts)

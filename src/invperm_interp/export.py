@@ -48,7 +48,6 @@ bridge fires it with the post-softmax pattern for a natively computed attention.
 from __future__ import annotations
 
 import math
-import re
 
 import torch
 from jaxtyping import Float, Int
@@ -57,30 +56,24 @@ from transformer_lens.utilities import get_act_name
 
 from . import tokens
 from .model import HookedDisentangledTransformer
+from .stream import hook_name
 
 MAX_TOKEN_D = 12  # the token vocabulary lists all 2^d binary rows up to this d
 
-#: ours → (the export's hook, how to convert); ``{l}`` is the layer.
+#: Our hook kind (:func:`.stream.hook_name`) → the export's hook (a ``get_act_name`` kind, at the
+#: same layer) and how our activation is read out of it.
 HOOK_MAP: dict[str, tuple[str, str]] = {
-    "hook_embed": ("blocks.0.hook_resid_pre", "[..., :d]"),
-    "hook_pos_embed": ("hook_pos_embed", "[..., d:d+T]"),
-    "blocks.{l}.hook_resid_pre": ("blocks.{l}.hook_resid_pre", "[..., :D_l]"),
-    "blocks.{l}.attn.hook_attn_scores": ("blocks.{l}.attn.hook_q",
-                                         "hook_q·hook_kᵀ/√d_head, heads [:H_l], causal mask"),
-    "blocks.{l}.attn.hook_pattern": ("blocks.{l}.attn.hook_pattern", "[:, :H_l]"),
-    "blocks.{l}.attn.hook_z": ("blocks.{l}.attn.hook_z", "[:, :, :H_l, :D_l]"),
-    "blocks.{l}.hook_resid_post": ("blocks.{l}.hook_resid_post", "[..., :D_{l+1}]"),
-    "unembed.hook_readout": ("ln_final.hook_out", "[:, read-out rows]"),
+    "embed": ("resid_pre", "layer 0, [..., :d]"),
+    "pos_embed": ("pos_embed", "[..., d:d+T]"),
+    "resid_pre": ("resid_pre", "[..., :D_l]"),
+    "resid_post": ("resid_post", "[..., :D_{l+1}]"),
+    "attn_scores": ("q", "hook_q · hook_kᵀ / √d_head, heads [:H_l], causal mask"),
+    "pattern": ("pattern", "[:, :H_l]"),
+    "z": ("z", "[:, :, :H_l, :D_l]"),
+    "readout": ("ln_final.hook_out", "[:, read-out rows]"),
 }
-_LAYER_HOOK = re.compile(r"blocks\.(\d+)\.(.+)")
-
-
-def _template(name: str) -> tuple[str, int | None]:
-    """``"blocks.1.hook_z"`` → ``("blocks.{l}.hook_z", 1)``; layer-free names map to themselves."""
-    match = _LAYER_HOOK.fullmatch(name)
-    if match:
-        return f"blocks.{{l}}.{match.group(2)}", int(match.group(1))
-    return name, None
+_LAYER_FREE = ("embed", "pos_embed", "readout")
+_NOT_NATIVE = ("embed", "attn_scores")  # their export hooks carry more, or something else
 
 
 class TransformerLensExport:
@@ -135,44 +128,50 @@ class TransformerLensExport:
         return logits[:, self.rows], cache
 
     # -- names --------------------------------------------------------------------------------------
+    def _kinds(self) -> dict[str, tuple[str, int | None]]:
+        """Each of our hook names → ``(kind, layer)``."""
+        kinds = {hook_name(kind): (kind, None) for kind in _LAYER_FREE}
+        for layer in range(len(self.heads)):
+            kinds |= {hook_name(kind, layer): (kind, layer) for kind in HOOK_MAP
+                      if kind not in _LAYER_FREE}
+        return kinds
+
     def tl_name(self, name: str) -> str:
         """Our hook name → the export's hook that carries it (see ``HOOK_MAP`` for the slicing)."""
-        template, layer = _template(name)
-        if template not in HOOK_MAP or (layer is not None and not 0 <= layer < len(self.heads)):
-            raise ValueError(f"hook name must be one of {list(HOOK_MAP)} (l < {len(self.heads)}), "
-                             f"got {name!r}")
-        return HOOK_MAP[template][0].replace("{l}", str(layer))
+        kinds = self._kinds()
+        if name not in kinds:
+            raise ValueError(f"hook name must be one of {list(kinds)}, got {name!r}")
+        kind, layer = kinds[name]
+        return get_act_name(HOOK_MAP[kind][0], 0 if kind == "embed" else layer)
 
     def native_name(self, tl_name: str) -> str | None:
         """The export's hook name → ours carrying the same activation (sliced), or ``None`` when we
         have no such hook (``hook_q``, ``hook_k``, ``hook_v``, ``hook_attn_out``, …)."""
-        template, layer = _template(tl_name)
-        for ours, (theirs, _) in HOOK_MAP.items():
-            if theirs == template and ours != "blocks.{l}.attn.hook_attn_scores":
-                return ours.replace("{l}", str(layer))
-        return None
+        native = {self.tl_name(ours): ours for ours, (kind, _) in self._kinds().items()
+                  if kind not in _NOT_NATIVE}
+        return native.get(tl_name)
 
     def activation(self, tl_cache, name: str) -> Tensor:
         """Our activation ``name``, in our shapes, read from the export's cache ``tl_cache``."""
-        template, layer = _template(name)
         theirs = self.tl_name(name)
+        kind, layer = self._kinds()[name]
         d, T = self.layout.d, self.layout.T
-        if template == "hook_embed":
+        if kind == "embed":
             return tl_cache[theirs][..., :d]
-        if template == "hook_pos_embed":
+        if kind == "pos_embed":
             return tl_cache[theirs][..., d : d + T]
-        if template == "unembed.hook_readout":
+        if kind == "readout":
             return tl_cache[theirs][:, self.rows]
         H, D = self.heads[layer], self.widths[layer]
-        if template == "blocks.{l}.hook_resid_pre":
+        if kind == "resid_pre":
             return tl_cache[theirs][..., :D]
-        if template == "blocks.{l}.hook_resid_post":
+        if kind == "resid_post":
             return tl_cache[theirs][..., : self.widths[layer + 1]]
-        if template == "blocks.{l}.attn.hook_pattern":
+        if kind == "pattern":
             return tl_cache[theirs][:, :H]
-        if template == "blocks.{l}.attn.hook_z":
+        if kind == "z":
             return tl_cache[theirs][:, :, :H, :D]
-        # hook_attn_scores: the bridge has no pre-softmax hook here; recompute from q and k.
+        # attn_scores: the bridge has no pre-softmax hook here; recompute from q and k.
         q = tl_cache[get_act_name("q", layer)][:, :, :H]  # (B, T, H, d_head)
         k = tl_cache[get_act_name("k", layer)][:, :, :H]
         scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / math.sqrt(self.d_head)
