@@ -4,7 +4,9 @@
 matrices), optionally causally masked, ``z_k = softmax(scores) h``; the stream grows by
 concatenation, ``h^{l+1} = [h^l, z_1, …, z_H]``; the read-out is ``h^L[readout rows] W_U``.
 Every intermediate goes through a ``HookPoint`` so TransformerLens's ``run_with_cache``,
-``run_with_hooks`` and ``hooks()`` work unchanged. :func:`readout_forward` is the same maths without
+``run_with_hooks`` and ``hooks()`` work unchanged; where an in-place edit in a hook could reach
+another tensor (the caller's ``X``, a buffer, a tensor autograd saved), the hook gets a copy.
+:func:`readout_forward` is the same maths without
 hooks, restricted to what the loss reads (the training loop's forward); both call
 :func:`attention_scores`.
 """
@@ -109,10 +111,12 @@ class Unembed(nn.Module):
 class HookedDisentangledTransformer(HookedRootModule):
     """Attention-only disentangled transformer with TransformerLens hooks.
 
-    ``forward(X (B, T, d)) → (B, d, d)``: the prediction of ``Y`` from the read-out rows.
-    Hook names: ``hook_embed``, ``hook_pos_embed``, ``blocks.{l}.hook_resid_pre``,
-    ``blocks.{l}.attn.hook_attn_scores`` / ``hook_pattern`` / ``hook_z``,
-    ``blocks.{l}.hook_resid_post``, ``unembed.hook_readout``.
+    ``forward(X (B, T, d)) → (B, d, d)``: the prediction of ``Y`` from the read-out rows (``X`` may
+    be token ids ``(B, T)``; ``return_type="loss"`` gives the note's loss). TransformerLens's
+    conventions hold (``W_U``, ``to_str_tokens``, ``cfg.device`` / ``dtype`` following ``.to``,
+    eval mode; hooks may edit in place). Hook names: ``hook_embed``, ``hook_pos_embed``,
+    ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.attn.hook_attn_scores`` / ``hook_pattern`` /
+    ``hook_z``, ``blocks.{l}.hook_resid_post``, ``unembed.hook_readout``.
     """
 
     def __init__(self, cfg: ModelConfig, seed: int | None = None):
