@@ -36,6 +36,7 @@ def worker(variant: str, threads: int, steps: int) -> dict:
     from invperm_interp.config import TrainConfig
 
     train_mod = importlib.import_module("invperm_interp.train")  # the module, even if re-exported
+    cpu_mod = importlib.import_module("invperm_interp.cpu")
 
     cfg = ModelConfig(Layout.plain(D), attention_dir="bidirectional")
     if variant == "reference":  # what one would write by hand: hooked forward, Adam, fresh data
@@ -57,7 +58,7 @@ def worker(variant: str, threads: int, steps: int) -> dict:
             step()
         rate = steps / (time.perf_counter() - start)
     else:  # train() itself, evaluating only at the start and the end (1024 samples)
-        train_mod.KEEP_FREED_MEMORY = variant != "train, default malloc"
+        cpu_mod.KEEP_FREED_MEMORY = variant != "train, default malloc"
         run = train_mod.train(cfg, TrainConfig(steps=steps, batch_size=BATCH, eval_every=steps,
                                                eval_size=1024, device="cpu"), progress=False)
         rate = steps / run.metrics[-1]["wall_time"]

@@ -88,7 +88,8 @@ def _cmd_construct(args: argparse.Namespace) -> None:
 
 _MODEL_FLAGS = ("layout", "n_scratch", "attention", "readout", "layers", "heads", "d", "dtype")
 _TRAIN_FLAGS = ("steps", "batch_size", "recipe", "lr", "optimizer", "schedule", "schedule_steps",
-                "seed", "device", "threads", "eval_every", "eval_size", "checkpoint_every")
+                "seed", "device", "threads", "eval_every", "eval_size", "checkpoint_every",
+                "stop_at_mse", "stop_at_floor")
 
 
 def _cmd_train(args: argparse.Namespace) -> None:
@@ -140,7 +141,8 @@ def _cmd_train(args: argparse.Namespace) -> None:
         run = train(model_cfg, TrainConfig.from_dict(base), progress=progress)
     m = run.final_metrics
     print(f"{run.dir}: step {run.step}, MSE {m['mse']:.4g} ({m['attention_dir']}; the causal floor "
-          f"of this layout and read-out is {m['causal_floor']:.4g}), rows exact {m['row_acc']:.1%}")
+          f"of this layout and read-out is {m['causal_floor']:.4g}), rows exact {m['row_acc']:.1%}"
+          + (f"; stopped early ({m['stopped']})" if m.get("stopped") else ""))
 
 
 def _cmd_analyze(args: argparse.Namespace) -> None:
@@ -179,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--d", type=int, default=10)
     demo.add_argument("--steps", type=int, default=1500)
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    demo.add_argument("--threads", type=int, default=None, help="torch threads (default 1 on the CPU)")
     demo.add_argument("--out", default="runs/demo", help="where the runs and reports go")
     demo.set_defaults(func=_cmd_demo)
 
@@ -203,14 +205,21 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--dtype", choices=["float32", "float64"])
     tr.add_argument("--steps", type=int, help="with --resume: extend the run to this many")
     tr.add_argument("--batch-size", type=int)
-    tr.add_argument("--recipe", choices=["adam", "paper"], help="adam (default) or the note's")
+    tr.add_argument("--recipe", choices=["adam", "paper", "fast"],
+                    help="adam (default), fast (adam at the batch size that solves soonest on a CPU) "
+                         "or the note's")
     tr.add_argument("--lr", type=float)
     tr.add_argument("--optimizer", choices=["adam", "sgd"])
     tr.add_argument("--schedule", choices=["constant", "cosine"])
     tr.add_argument("--schedule-steps", type=int, help="cosine horizon (paper: 131072, the note's)")
     tr.add_argument("--seed", type=int)
     tr.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
-    tr.add_argument("--threads", type=int, help="torch threads; on busy shared cores try 1")
+    tr.add_argument("--threads", type=int, help="torch threads (default 1 on the CPU: faster on "
+                                                "shared cores; run models side by side instead)")
+    tr.add_argument("--stop-at-mse", type=float, help="stop at the first evaluation below this MSE")
+    tr.add_argument("--stop-at-floor", type=float, metavar="TOL",
+                    help="causal models: stop once 3 evaluations lie within relative TOL of the "
+                         "causal floor")
     tr.add_argument("--eval-every", type=int)
     tr.add_argument("--eval-size", type=int)
     tr.add_argument("--checkpoint-every", type=int)

@@ -168,20 +168,26 @@ class ModelConfig(JSONConfig):
 
 
 
-RECIPES = ("adam", "paper")
+RECIPES = ("adam", "paper", "fast")
+FAST_BATCH, FAST_LR = 128, 1e-2  # chosen from measured seconds to MSE < 1e-3 (see below)
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("constant", "cosine")
 # What each recipe fills in for the fields left None. "paper" is the note's code: zero init, plain
 # SGD at lr 1, each gradient entry clipped to ±1, cosine decay of the lr to 0 over 2^17 steps
 # (whatever the run's length, so a short paper run is a prefix of the note's 2^16-step one).
+# "fast" is Adam at the batch size and lr that reach MSE < 1e-3 soonest in wall-clock time on one
+# CPU thread (benchmarks/train_many.py measures steps and seconds to solve against the batch size).
 RECIPE_DEFAULTS = {
-    "adam": {"optimizer": "adam", "lr": 1e-2, "schedule": "constant"},
+    "adam": {"optimizer": "adam", "lr": 1e-2, "schedule": "constant", "batch_size": 1024},
     "paper": {"optimizer": "sgd", "lr": 1.0, "schedule": "cosine", "init": "zeros",
-              "schedule_steps": 2**17},
+              "schedule_steps": 2**17, "batch_size": 1024},
+    "fast": {"optimizer": "adam", "lr": FAST_LR, "schedule": "constant", "batch_size": FAST_BATCH},
 }
 PAPER_FIXED = ("optimizer", "lr", "schedule", "init")  # what recipe="paper" refuses to change
-# Fields that may change between a run and its resumption without changing what it computes.
-RESUMABLE_FIELDS = ("steps", "out_dir", "threads", "device", "checkpoint_every")
+# Fields that may change between a run and its resumption without changing what it computes (the
+# stopping rules only decide where a run ends, never what a step computes).
+RESUMABLE_FIELDS = ("steps", "out_dir", "threads", "device", "checkpoint_every", "stop_at_mse",
+                    "stop_at_floor", "floor_patience")
 
 
 def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> None:
@@ -200,8 +206,9 @@ class TrainConfig(JSONConfig):
     """
 
     steps: int = 3000
-    batch_size: int = 1024
-    recipe: str = "adam"  # "adam": Adam lr 1e-2 from N(0, 0.01²), solves d=10 in ~1k steps
+    batch_size: int | None = None  # None: the recipe's (1024; "fast": FAST_BATCH)
+    recipe: str = "adam"  # "adam": Adam lr 1e-2 from N(0, 0.01²), solves d=10 in ~1k steps;
+    # "fast": the same at the batch size that solves soonest on a CPU; "paper": the note's
     lr: float | None = None  # None: the recipe's (adam 1e-2, paper 1.0)
     optimizer: str | None = None  # None: the recipe's ("adam"; "sgd" for paper)
     schedule: str | None = None  # None: the recipe's ("constant"; "cosine" for paper)
@@ -214,11 +221,18 @@ class TrainConfig(JSONConfig):
     eval_size: int = 4096
     checkpoint_every: int = 1000
     out_dir: str | None = None  # None: nothing written to disk (no checkpoints, no resume)
-    threads: int | None = None  # None: leave torch's thread count; on busy shared cores try 1
+    threads: int | None = None  # None: 1 on the CPU (measured: see threads_for), torch's on a GPU
+    # Early stopping (both off by default; a stopped run is finished, its last record says why):
+    stop_at_mse: float | None = None  # stop at the first evaluation with MSE < this
+    stop_at_floor: float | None = None  # causal models: stop once the evaluation MSE is within
+    # this relative tolerance of the exact causal floor, MSE <= (1 + tol)·floor, for
+    # ``floor_patience`` consecutive evaluations (a plateau at the best a causal model can do)
+    floor_patience: int = 3
 
     def __post_init__(self) -> None:
         _check_int("steps", self.steps, 1)
-        _check_int("batch_size", self.batch_size, 1)
+        if self.batch_size is not None:
+            _check_int("batch_size", self.batch_size, 1)
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
         number = isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
@@ -248,6 +262,12 @@ class TrainConfig(JSONConfig):
             raise ValueError(f"out_dir must be a path string or None, got {self.out_dir!r}")
         if self.threads is not None:
             _check_int("threads", self.threads, 1)
+        for name in ("stop_at_mse", "stop_at_floor"):
+            value = getattr(self, name)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if value is not None and not (number and 0 < value < float("inf")):
+                raise ValueError(f"{name} must be a finite number > 0 or None, got {value!r}")
+        _check_int("floor_patience", self.floor_patience, 1)
         if self.recipe == "paper":
             for name in PAPER_FIXED:
                 value, given = RECIPE_DEFAULTS["paper"][name], getattr(self, name)

@@ -10,10 +10,8 @@ under that mode has the same bits (tests/test_faults.py checks it); another thre
 
 from __future__ import annotations
 
-import ctypes
 import math
 import signal
-import sys
 import threading
 import time
 from dataclasses import replace
@@ -25,6 +23,7 @@ from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
 from .config import ModelConfig, TrainConfig, config_diffs, config_hash, read_config
+from .cpu import keep_freed_memory, threads_for
 from .metrics import evaluate
 from .model import HookedDisentangledTransformer, readout_forward
 from .runs import (
@@ -36,33 +35,11 @@ from .runs import (
     write_config,
     write_metrics,
 )
+from .stopping import stop_reason
 from .task import mse, sample_batch
 from .theory import causal_floor
 
 FLUSH_EVERY = 32  # steps between reading losses back (one device sync) for the bar and NaN check
-KEEP_FREED_MEMORY = True  # CPU runs on Linux: tune glibc malloc once, see _keep_freed_memory
-_malloc_tuned = False
-
-
-def _keep_freed_memory() -> None:
-    """Ask glibc malloc to keep freed blocks (mmap threshold 32 MiB, trim threshold 256 MiB).
-
-    Each CPU step frees and re-allocates ~5 MB activations at d = 10; by default glibc hands them
-    back to the OS and the next step page-faults them in again: ~2 ms of a ~22 ms step (measured).
-    Process-wide and permanent, so done once, and only on Linux with glibc.
-    """
-    global _malloc_tuned
-    if _malloc_tuned or not KEEP_FREED_MEMORY or not sys.platform.startswith("linux"):
-        return
-    _malloc_tuned = True
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):  # not glibc: nothing to tune
-        pass
-
-
 # -- configuration ------------------------------------------------------------------------------
 def effective_configs(
     model_cfg: ModelConfig, train_cfg: TrainConfig
@@ -99,6 +76,15 @@ def _seeds(seed: int) -> dict[str, int]:
     """Separate streams for the init, the training data and the eval batch: seed s uses 4s, 4s+1,
     4s+2, so no two seeds share one."""
     return {"init": 4 * seed, "data": 4 * seed + 1, "eval": 4 * seed + 2}
+
+
+class Diverged(ValueError):
+    """A run's loss, evaluation MSE or weights became non-finite at ``step`` (nothing of that step
+    or later is checkpointed)."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
 
 
 class _Interrupt:
@@ -141,8 +127,9 @@ def train(
     if resume and cfg.out_dir is None:
         raise ValueError("resume=True needs train_cfg.out_dir, the run directory to continue")
     old_threads = torch.get_num_threads()
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
+    threads = threads_for(cfg)
+    if threads is not None:
+        torch.set_num_threads(threads)
     try:
         trainer = _Trainer(model_cfg, cfg, resume)
         for note in notes if progress else ():
@@ -202,7 +189,7 @@ class _Trainer:
         if cfg.out_dir is not None:
             check_out_dir(Path(cfg.out_dir), model_cfg, cfg, resume)
         if self.device.type == "cpu":
-            _keep_freed_memory()
+            keep_freed_memory()
         self.hash = config_hash(model_cfg, cfg)
         seeds = _seeds(cfg.seed)
         self.model = HookedDisentangledTransformer(model_cfg, seed=seeds["init"]).to(self.device)
@@ -216,6 +203,7 @@ class _Trainer:
         eval_gen = torch.Generator(self.device).manual_seed(seeds["eval"])
         self.eval_batch = sample_batch(model_cfg.layout, cfg.eval_size, eval_gen, dtype=dtype)
         self.floor = causal_floor(model_cfg.layout, model_cfg.readout)
+        self.stopped: str | None = None  # why the run ended before cfg.steps (stop_reason)
         self.step, self.metrics, self.loss_sum, self.loss_count, self.elapsed = 0, [], 0.0, 0, 0.0
         self.dir = Path(cfg.out_dir) if cfg.out_dir is not None else None
         self.pending: list[Tensor] = []
@@ -291,24 +279,23 @@ class _Trainer:
         return OSError(err.errno, f"cannot write {path} at step {self.step} "
                                   f"({err.strerror or err}); {self._last_good(self.step + 1)}")
 
-    def _diverged(self, what: str, step: int) -> ValueError:
+    def _diverged(self, what: str, step: int) -> Diverged:
         """A non-finite loss (of the weights after ``step`` updates) or weights: checkpoints of
         ``step`` or later are not good, earlier ones gave finite losses."""
         kept = f"; {self._last_good(step)}" if self.dir is not None else ""
-        return ValueError(f"training diverged: {what} at step {step}{kept}")
+        return Diverged(f"training diverged: {what} at step {step}{kept}", step)
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self, end: int, interrupt: _Interrupt, progress: bool) -> Run:
         cfg, model, opt = self.cfg, self.model, self.optimizer
         params = list(model.parameters())
         layout, dtype = self.model_cfg.layout, self.model_cfg.torch_dtype
-        if self.step == 0 and not self.metrics:
-            self._evaluate(learning_rate(cfg, 0))
+        self.begin()
         bar = tqdm(total=cfg.steps, initial=self.step, unit="step", disable=not progress,
                    desc=self.dir.name if self.dir else "train", mininterval=0.5)
         started, start = time.perf_counter() - self.elapsed, self.step
         with bar:
-            while self.step < end and not interrupt.requested:
+            while self.step < end and not interrupt.requested and self.stopped is None:
                 lr = learning_rate(cfg, self.step)
                 for group in opt.param_groups:
                     group["lr"] = lr
@@ -321,28 +308,47 @@ class _Trainer:
                     for p in params:
                         p.grad.clamp_(-1.0, 1.0)
                 opt.step()
-                self.pending.append(loss.detach())
-                self.step += 1
                 bar.update()
-                evals = self.step % cfg.eval_every == 0 or self.step == cfg.steps
-                saves = self.dir is not None and (
-                    self.step % cfg.checkpoint_every == 0 or self.step in (end, cfg.steps)
-                    or interrupt.requested)
-                if evals or saves or len(self.pending) >= FLUSH_EVERY:
-                    self._flush(bar)
-                self.elapsed = time.perf_counter() - started
-                if evals:
-                    self._evaluate(lr)
-                if saves:
-                    self._checkpoint()
+                self.after_step(loss.detach(), lr, end, interrupt.requested, bar, started)
             self._flush(bar)
         if interrupt.requested and self.step < end:
             raise KeyboardInterrupt(f"training stopped at step {self.step}"
                                     + (f"; resume with --resume {self.dir}" if self.dir else ""))
-        stepped = self.step > start
+        return self.finish(stepped=self.step > start)
+
+    def begin(self) -> None:
+        """Evaluate the initial weights of a fresh run; decide whether the run is already over."""
+        if self.step == 0 and not self.metrics:
+            self._evaluate(learning_rate(self.cfg, 0))
+        self.stopped = stop_reason(self.cfg, self.metrics, self.model_cfg.causal)
+
+    def after_step(self, loss: Tensor, lr: float, end: int, interrupted: bool, bar,
+                   started: float) -> None:
+        """Count the update whose (still unread) ``loss`` was just taken, then evaluate, read the
+        losses back and checkpoint when due (a stop also checkpoints)."""
+        cfg = self.cfg
+        self.pending.append(loss)
+        self.step += 1
+        evals = self.step % cfg.eval_every == 0 or self.step == cfg.steps
+        saves = self.dir is not None and (
+            self.step % cfg.checkpoint_every == 0 or self.step in (end, cfg.steps) or interrupted)
+        if evals or saves or len(self.pending) >= FLUSH_EVERY:
+            self._flush(bar)
+        self.elapsed = time.perf_counter() - started
+        if evals:
+            self._evaluate(lr)
+        if saves or self.stopped is not None and self.dir is not None:
+            self._checkpoint()
+
+    def finish(self, stepped: bool) -> Run:
+        """Write the final weights of a run that reached ``steps`` or stopped early (again only if
+        it ``stepped`` this session or has none yet) and return it."""
+        cfg, model = self.cfg, self.model
         final = self.dir / "final.safetensors" if self.dir is not None else None
-        if final is not None and self.step == cfg.steps and (stepped or not final.exists()):
-            meta = {"step": self.step, "config_hash": self.hash, "metrics": self.metrics[-1]}
+        done = self.step == cfg.steps or self.stopped is not None
+        if final is not None and done and (stepped or not final.exists()):
+            meta = {"step": self.step, "config_hash": self.hash, "metrics": self.metrics[-1],
+                    "stopped": self.stopped}
             try:
                 ckpt.save(final, ckpt.model_tensors(model), meta)
             except OSError as err:
@@ -368,13 +374,17 @@ class _Trainer:
         bar.set_postfix(loss=f"{values[-1]:.4g}", refresh=False)
 
     def _evaluate(self, lr: float) -> None:
-        metrics = {"step": self.step, **evaluate(self.model, self.eval_batch, self.cfg.batch_size)}
+        chunk = max(self.cfg.batch_size, 1024)  # small training batches: fewer, larger eval chunks
+        metrics = {"step": self.step, **evaluate(self.model, self.eval_batch, chunk)}
         if not math.isfinite(metrics["mse"]):  # finite weights, overflowing scores
             raise self._diverged(f"the evaluation MSE is {metrics['mse']}", self.step)
         train_mse = self.loss_sum / self.loss_count if self.loss_count else None
         metrics.update(train_mse=train_mse, lr=lr, causal_floor=self.floor,
                        attention_dir=self.model_cfg.attention_dir, wall_time=self.elapsed)
         self.loss_sum, self.loss_count = 0.0, 0
+        self.stopped = stop_reason(self.cfg, self.metrics + [metrics], self.model_cfg.causal)
+        if self.stopped is not None:
+            metrics["stopped"] = self.stopped
         self.metrics.append(metrics)
         if self.dir is not None:
             try:
