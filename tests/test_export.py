@@ -4,6 +4,7 @@ import itertools
 
 import pytest
 import torch
+from transformer_lens import patching
 
 from invperm_interp import (
     HookedDisentangledTransformer,
@@ -13,7 +14,9 @@ from invperm_interp import (
     sample_batch,
 )
 from invperm_interp import constructions as C
+from invperm_interp.analysis import patch_positions
 from invperm_interp.export import HOOK_MAP, to_transformer_lens
+from invperm_interp.task import make_input, mse
 
 LAYOUTS = {"plain": lambda d: Layout.plain(d),
            "scratch": lambda d: Layout.scratch(d, scratch=[0.5, -1.0, 2.0][:d])}
@@ -125,3 +128,18 @@ def test_hook_map_names_hooks_the_export_fires():
         export.tl_name(hook_name("resid_pre", 5))
     with pytest.raises(ValueError, match="X must be a tensor of shape"):
         export.forward(torch.zeros(2, 3, 3))
+
+
+def test_transformer_lens_patching_on_the_export_equals_analysis_patch_on_the_model():
+    model = C.build("two_block", 3, dtype=torch.float32)
+    export = to_transformer_lens(model)
+    generator = torch.Generator().manual_seed(0)
+    clean = sample_batch(model.cfg.layout, 16, generator)
+    corrupted = make_input(model.cfg.layout, sample_batch(model.cfg.layout, 16, generator).P,
+                           clean.Y_P).X
+    expected = patch_positions(model, clean.X, corrupted, lambda out: mse(out, clean.Y))
+    _, clean_cache = export.tl_model.run_with_cache(export.to_tokens(clean.X))
+    got = patching.get_act_patch_resid_pre(export.tl_model, export.to_tokens(corrupted), clean_cache,
+                                           lambda logits: mse(logits[:, export.rows], clean.Y))
+    assert got.shape == (model.cfg.n_layers, model.cfg.T) and expected.values.abs().max() > 0.1
+    torch.testing.assert_close(got.double(), expected.values, atol=1e-5, rtol=0)
