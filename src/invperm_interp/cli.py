@@ -28,9 +28,11 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         model_cfg = ModelConfig(Layout.plain(args.d), attention_dir=attention, readout="P")
         train_cfg = TrainConfig(steps=args.steps, out_dir=str(run_dir), threads=args.threads,
                                 seed=args.seed)
-        run = train_or_reuse(model_cfg, train_cfg)  # a finished demo run of this config is reused
+        # a finished demo run of this config is reused
+        run = train_or_reuse(model_cfg, train_cfg, max_memory=args.max_memory)
         finals[attention] = run.final_metrics
-        _analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=512, seed=0)
+        _analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=512, seed=0,
+                            max_memory=args.max_memory)
     floor = finals["causal"]["causal_floor"]
     print(f"\n== the note's claim: bidirectional MSE {finals['bidirectional']['mse']:.3g}, causal MSE "
           f"{finals['causal']['mse']:.3g}, exact causal floor {floor:.4g} (0.5 everywhere: "
@@ -38,17 +40,21 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     print(f"open {out / 'bidirectional' / 'report.html'} and {out / 'causal' / 'report.html'}")
 
 
-def _analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int) -> dict:
+def _analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int,
+                        max_memory: int | None = None) -> dict:
     """Summarise ``model`` on ``n`` fresh samples, print the headline, write ``analysis.json`` and
     ``report.html`` into ``out_dir`` (nothing written when ``out_dir`` is None)."""
     import json
     from pathlib import Path
 
-    from . import sample_batch
+    from . import memory, sample_batch
     from .analysis.summary import headline, summarize
     from .viz.report import write_report
 
     cfg = model.cfg
+    # measured: the analysis peaks at 0.9-1.6x an evaluation on the same samples (test_memory.py)
+    estimate = memory.evaluation_estimate(cfg, n, what=f"the analysis on n={n} samples")
+    memory.check(estimate, max_memory, model.device)
     generator = torch.Generator(device=model.device).manual_seed(seed)
     batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
     summary = summarize(model, batch, source)
@@ -74,14 +80,14 @@ def _cmd_construct(args: argparse.Namespace) -> None:
     if args.name is None:
         raise ValueError(f"give a construction name (one of {constructions.names()}) or --list")
     spec = constructions.get(args.name)
-    model = constructions.build(args.name, args.d, args.beta)
+    model = constructions.build(args.name, args.d, args.beta, max_memory=args.max_memory)
     beta = constructions.DEFAULT_BETA if args.beta is None else args.beta
+    check = constructions.verify(model, n=args.n, seed=args.seed, max_memory=args.max_memory)
     print(f"{spec.name}: {spec.description}")
     print(f"{spec.attention_dir} attention on {model.cfg.layout}; W_U = I on {spec.read_block} "
           f"of the {spec.readout} rows")
     for layer, query, key, template in spec.cells:
         print(f"  layer {layer + 1} (blocks.{layer}): {template:>2s} at ({query}, {key}) x beta={beta:g}")
-    check = constructions.verify(model, n=args.n, seed=args.seed)
     print(f"verification on {check.n} samples: max |error| {check.max_error:.3g}, "
           f"MSE {check.mse:.3g}")
 
@@ -108,7 +114,8 @@ def _cmd_train(args: argparse.Namespace) -> None:
         if extra or args.config or args.out:
             raise ValueError("--resume DIR takes only --steps and --threads; the rest comes from "
                              f"DIR/config.json (got {extra or ['--config/--out']})")
-        run = resume(args.resume, steps=args.steps, threads=args.threads, progress=progress)
+        run = resume(args.resume, steps=args.steps, threads=args.threads, progress=progress,
+                     max_memory=args.max_memory)
     else:
         if args.config is not None:
             if set(given) & set(_MODEL_FLAGS):
@@ -125,6 +132,9 @@ def _cmd_train(args: argparse.Namespace) -> None:
             model_cfg, base = ModelConfig.from_dict(data["model"]), dict(data.get("train") or {})
         else:
             d = given.get("d", 10)
+            if "n_scratch" in given and given.get("layout") != "scratch":
+                raise ValueError("--n-scratch sets the scratch rows of --layout scratch; add "
+                                 "--layout scratch or drop --n-scratch")
             layout = (Layout.scratch(d, given.get("n_scratch")) if given.get("layout") == "scratch"
                       else Layout.plain(d))
             model_cfg = ModelConfig(layout, n_layers=given.get("layers", 2),
@@ -138,7 +148,8 @@ def _cmd_train(args: argparse.Namespace) -> None:
             base["out_dir"] = args.out
         if base.get("out_dir") is None:
             raise ValueError("--out DIR is required: the run directory for metrics and checkpoints")
-        run = train(model_cfg, TrainConfig.from_dict(base), progress=progress)
+        run = train(model_cfg, TrainConfig.from_dict(base), progress=progress,
+                    max_memory=args.max_memory)
     m = run.final_metrics
     print(f"{run.dir}: step {run.step}, MSE {m['mse']:.4g} ({m['attention_dir']}; the causal floor "
           f"of this layout and read-out is {m['causal_floor']:.4g}), rows exact {m['row_acc']:.1%}"
@@ -159,7 +170,7 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     metrics = None
     if args.construction is not None:
-        model = constructions.build(args.construction, args.d, args.beta)
+        model = constructions.build(args.construction, args.d, args.beta, max_memory=args.max_memory)
         source, out_dir = f"construction {args.construction}", args.out
     else:
         run_dir = Path(args.run_dir)
@@ -169,7 +180,21 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
         model, metrics = run.model, run.metrics
         source = f"run {run_dir}" + ("" if args.step is None else f" at step {args.step}")
         out_dir = args.out or run_dir
-    _analyse_and_report(model, source, out_dir, metrics, n=args.n, seed=args.seed)
+    _analyse_and_report(model, source, out_dir, metrics, n=args.n, seed=args.seed,
+                        max_memory=args.max_memory)
+
+
+_MAX_MEMORY_HELP = "memory limit for the size check, e.g. 8G (default: what the machine has left)"
+
+
+def _size(text: str) -> int:
+    """``--max-memory``: ``8G``, ``500M``, ``2e9`` → bytes (argparse reports a bad one)."""
+    from .memory import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--threads", type=int, default=None, help="torch threads (default 1 on the CPU)")
     demo.add_argument("--out", default="runs/demo", help="where the runs and reports go")
+    demo.add_argument("--max-memory", type=_size, metavar="SIZE",
+                      help=_MAX_MEMORY_HELP)
     demo.set_defaults(func=_cmd_demo)
 
     construct = sub.add_parser("construct", help="an analytic construction's cells and its error")
@@ -192,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     construct.add_argument("--beta", type=float, default=None, help="cell scale (default 100)")
     construct.add_argument("--n", type=int, default=256, help="samples for the verification")
     construct.add_argument("--seed", type=int, default=0)
+    construct.add_argument("--max-memory", type=_size, metavar="SIZE",
+                           help=_MAX_MEMORY_HELP)
     construct.set_defaults(func=_cmd_construct)
 
     tr = sub.add_parser("train", help="train a model; config, metrics and checkpoints under --out")
@@ -227,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", help="JSON with 'model' and 'train', e.g. a run's config.json")
     tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tr.add_argument("--max-memory", type=_size, metavar="SIZE",
+                    help=_MAX_MEMORY_HELP)
     tr.set_defaults(func=_cmd_train)
 
     for name in ("analyze", "report"):  # the same job; "report" is the name users look for
@@ -247,15 +278,38 @@ def _add_analyze_parser(sub, name: str) -> None:
     analyze.add_argument("--out", help="directory for analysis.json and report.html "
                                         "(default: the run directory)")
     analyze.add_argument("--threads", type=int, help="torch threads; on busy shared cores try 1")
+    analyze.add_argument("--max-memory", type=_size, metavar="SIZE", help=_MAX_MEMORY_HELP)
     analyze.set_defaults(func=_cmd_analyze)
 
 
+def _out_of_memory(err: BaseException) -> bool:
+    """An allocation the size check let through failed (another process took the memory)."""
+    text = str(err)
+    return isinstance(err, MemoryError) or (
+        isinstance(err, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))
+
+
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
     args = build_parser().parse_args(argv)
+
+    def one_line(message, category, filename, lineno, file=None, line=None):
+        print(f"invperm {args.command}: warning: {message}", file=sys.stderr)
+
     try:
-        args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = one_line
+            args.func(args)
     except (ValueError, OSError) as err:  # OSError: missing or unreadable files, a full disk
         print(f"invperm {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as err:
+        if not _out_of_memory(err):
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"invperm {args.command}: error: out of memory ({first}); lower the sizes or the "
+              f"number of samples, or free memory", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:  # train checkpoints on the first Ctrl-C and says how to resume
         print(f"invperm {args.command}: interrupted{f': {err}' if str(err) else ''}", file=sys.stderr)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import memory
 from .cells import cell_template
 from .config import ModelConfig
 from .model import HookedDisentangledTransformer
@@ -129,11 +130,13 @@ def scratch_guard(spec: ConstructionSpec, scratch) -> list[tuple[Cell, float]]:
 
 
 def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = torch.float64,
-          scratch=None) -> HookedDisentangledTransformer:
+          scratch=None, max_memory: int | str | None = None) -> HookedDisentangledTransformer:
     """The model of construction ``name`` at size ``d``, every cell times ``beta``.
 
     ``beta`` defaults to 100 (errors 1e-20 or less for the working forms at d <= 16; see
     ``ConstructionSpec.beta_exact``); ``scratch`` is the vector ``s`` (length d) of scratch layouts.
+    Weights that would not fit ``max_memory`` (default: the memory left) are refused before they
+    are allocated.
     """
     spec = get(name)
     if beta is None:
@@ -146,6 +149,7 @@ def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = 
     cfg = ModelConfig(spec.make_layout(d, scratch), n_layers=2, n_heads=1,
                       attention_dir=spec.attention_dir, readout=spec.readout,
                       dtype="float64" if dtype == torch.float64 else "float32", init="zeros")
+    memory.check(memory.model_estimate(cfg, f"construction {name!r} at d={d}"), max_memory)
     model = HookedDisentangledTransformer(cfg)
     cells = [(c, 1.0) for c in spec.cells] + scratch_guard(spec, cfg.layout.scratch_vector)
     with torch.no_grad():
@@ -201,11 +205,16 @@ class Verification:
 
 
 def verify(model: HookedDisentangledTransformer, n: int = 256, seed: int = 0,
-           batch: Batch | None = None) -> Verification:
-    """Compare ``model(X)`` with ``Y`` on ``batch``, or on ``n`` fresh samples drawn from ``seed``."""
+           batch: Batch | None = None, max_memory: int | str | None = None) -> Verification:
+    """Compare ``model(X)`` with ``Y`` on ``batch``, or on ``n`` fresh samples drawn from ``seed``.
+
+    A check that would not fit ``max_memory`` (default: the memory left) is refused first.
+    """
     if batch is None:
-        if not isinstance(n, int) or n < 1:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"n must be an integer >= 1, got {n!r}")
+        estimate = memory.evaluation_estimate(model.cfg, n, what=f"checking the model on n={n} samples")
+        memory.check(estimate, max_memory, model.device)
         generator = torch.Generator(device=model.device).manual_seed(seed)
         batch = sample_batch(model.cfg.layout, n, generator=generator, dtype=model.cfg.torch_dtype)
     with torch.no_grad():

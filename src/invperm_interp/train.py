@@ -22,6 +22,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
+from . import memory
 from .config import ModelConfig, TrainConfig, config_diffs, config_hash, read_config
 from .cpu import keep_freed_memory, threads_for
 from .metrics import evaluate
@@ -108,7 +109,7 @@ class _Interrupt:
 
 def train(
     model_cfg: ModelConfig, train_cfg: TrainConfig, *, resume: bool = False,
-    stop_at: int | None = None, progress: bool = True,
+    stop_at: int | None = None, progress: bool = True, max_memory: int | str | None = None,
 ) -> Run:
     """Train a ``HookedDisentangledTransformer`` and return the :class:`Run`.
 
@@ -118,7 +119,9 @@ def train(
     the step and the last good checkpoint (non-finite weights are never checkpointed). An
     ``out_dir`` that cannot be written, or lacks room for the run's checkpoints, is a
     ``ValueError`` before any training work; a write that fails later (a full disk) is an
-    ``OSError`` naming the file, the step and the last good checkpoint.
+    ``OSError`` naming the file, the step and the last good checkpoint. A run whose estimated
+    peak memory exceeds ``max_memory`` (bytes or ``"8G"``; default: what the machine has left) is
+    a ``ValueError`` before anything is allocated or written (see ``memory``).
     """
     model_cfg, cfg, notes = effective_configs(model_cfg, train_cfg)
     end = cfg.steps if stop_at is None else stop_at
@@ -126,6 +129,9 @@ def train(
         raise ValueError(f"stop_at must be an integer in [1, steps={cfg.steps}], got {stop_at!r}")
     if resume and cfg.out_dir is None:
         raise ValueError("resume=True needs train_cfg.out_dir, the run directory to continue")
+    device = resolve_device(cfg.device)
+    estimate = memory.training_estimate(model_cfg, cfg.optimizer, cfg.batch_size, cfg.eval_size)
+    memory.check(estimate, max_memory, device)
     old_threads = torch.get_num_threads()
     threads = threads_for(cfg)
     if threads is not None:
@@ -141,7 +147,8 @@ def train(
 
 
 def resume(run_dir: str | Path, *, steps: int | None = None, threads: int | None = None,
-           stop_at: int | None = None, progress: bool = True) -> Run:
+           stop_at: int | None = None, progress: bool = True,
+           max_memory: int | str | None = None) -> Run:
     """Continue the run in ``run_dir`` from its last checkpoint (to ``steps`` if given)."""
     model_cfg, train_cfg = read_config(run_dir)
     changes = {"out_dir": str(run_dir)}
@@ -150,11 +157,12 @@ def resume(run_dir: str | Path, *, steps: int | None = None, threads: int | None
     if threads is not None:
         changes["threads"] = threads
     return train(model_cfg, replace(train_cfg, **changes), resume=True, stop_at=stop_at,
-                 progress=progress)
+                 progress=progress, max_memory=max_memory)
 
 
 def train_or_reuse(model_cfg: ModelConfig, train_cfg: TrainConfig,
-                   run_dir: str | Path | None = None, *, progress: bool = True) -> Run:
+                   run_dir: str | Path | None = None, *, progress: bool = True,
+                   max_memory: int | str | None = None) -> Run:
     """Train into ``run_dir`` (default ``train_cfg.out_dir``) once; later calls load the finished
     run, so scripts and the demo can be rerun. An unfinished run of the same configuration is
     resumed; a run of another configuration or length is a ``ValueError``."""
@@ -164,7 +172,7 @@ def train_or_reuse(model_cfg: ModelConfig, train_cfg: TrainConfig,
     run_dir = Path(run_dir)
     cfg = replace(train_cfg, out_dir=str(run_dir))
     if not (run_dir / "config.json").is_file():
-        return train(model_cfg, cfg, progress=progress)
+        return train(model_cfg, cfg, progress=progress, max_memory=max_memory)
     model_cfg, cfg, _ = effective_configs(model_cfg, cfg)
     stored = read_config(run_dir)
     diffs = config_diffs(stored, model_cfg, cfg)
@@ -177,7 +185,7 @@ def train_or_reuse(model_cfg: ModelConfig, train_cfg: TrainConfig,
         if progress:
             tqdm.write(f"reusing the finished run in {run_dir}")
         return Run.load(run_dir)
-    return resume(run_dir, threads=cfg.threads, progress=progress)
+    return resume(run_dir, threads=cfg.threads, progress=progress, max_memory=max_memory)
 
 
 class _Trainer:

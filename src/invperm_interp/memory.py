@@ -1,0 +1,286 @@
+"""The memory budget: peak bytes of a model, a construction check, an evaluation and a training
+step, computed from the configuration before anything is allocated, and checked against the memory
+this process can still get.
+
+Estimates count the tensors the code allocates. Per layer ``l`` with ``H`` heads and width
+``D = D_l``, a chunk of ``b`` samples of length ``T`` and element size ``e``:
+
+- the stream ``h_l``: ``b·T·D``; queries ``q_l`` and the head outputs ``z_l``: ``b·H·T·D`` each;
+  scores and patterns: ``b·H·T·T`` each; the next stream ``h_{l+1}``: ``b·T·D·(1 + H)``.
+- Hooked forward without gradients (evaluation, a construction's check): the peak is the largest
+  of ``h + 2q + 2·scores`` (inside attention) and ``h + 2q + h_{l+1}`` (the concatenation) over the
+  layers, plus the final stream and its read-out rows.
+- Training step (``readout_forward``, then backward): autograd keeps every layer's ``h``, ``q`` and
+  pattern until its backward runs (the last layer only for the ``d`` read-out rows); backward adds the
+  gradient of the stream and its temporaries. Weights, their gradients and Adam's two moments are
+  four copies of the parameters (two for SGD), plus the optimizer step's temporaries.
+
+On top of the tensors, the allocator keeps freed blocks for reuse (glibc's heap on the CPU, with
+the trim threshold ``train`` sets; PyTorch's cache on a GPU): the process's peak RSS measured
+1.1-2.4 times the peak of live tensor bytes. ``SLACK`` (half the activations) is added for it.
+
+The check is arithmetic only (microseconds) and runs before every ``train``, ``constructions.build``
+and ``constructions.verify``. The limit is the smallest of ``MemAvailable`` in ``/proc/meminfo``, the
+process's cgroup limit (minus its use) and ``RLIMIT_AS`` (minus the address space in use), or free
+GPU memory for a CUDA device; ``max_memory`` replaces it. tests/test_memory.py holds the estimates
+to within 2x of measured peaks (peak RSS growth of a fresh process).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import resource
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import ModelConfig
+
+GB = 1e9
+SLACK = 0.5  # allocator slack, as a share of the activations (see the module docstring)
+_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30,
+          "ti": 2**40}
+
+
+class MemoryBudgetError(ValueError):
+    """The estimated peak does not fit the memory limit; the message says what to lower."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Estimated peak bytes of a job, by part (``parts`` add up to ``total``); ``lower`` names
+    the settings that would shrink the largest part."""
+
+    what: str  # "this training run", "the construction check", …
+    parts: dict[str, int] = field(default_factory=dict)
+    lower: str = ""
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.parts.items() if v)
+        return f"about {format_bytes(self.total)} ({parts})"
+
+
+def format_bytes(n: float) -> str:
+    if n >= 0.1 * GB:
+        return f"{n / GB:.2f} GB"
+    return f"{n / 1e6:.1f} MB"
+
+
+def parse_size(text: str | int | float) -> int:
+    """``"8G"``, ``"1.5GB"``, ``"500MiB"``, ``"2e9"`` or a number of bytes → bytes (``ValueError``
+    naming ``max_memory`` otherwise)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    elif isinstance(text, str) and (m := re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgGtT]i?)?[bB]?\s*",
+                                                       text)):
+        try:
+            value = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+        except ValueError:
+            value = float("nan")
+    else:
+        value = float("nan")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"max_memory must be a positive size such as 8G, 500M or 2e9 (bytes), "
+                         f"got {text!r}")
+    return int(value)
+
+
+# -- what the machine allows ---------------------------------------------------------------------
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _cgroup_available() -> int | None:
+    """Bytes the process's memory cgroup still allows (v2 or v1), None without a limit."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    best = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2
+            candidates = [(f"/sys/fs/cgroup{path}", "memory.max", "memory.current", "inactive_file"),
+                          ("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file")]
+        elif "memory" in controllers.split(","):  # v1
+            candidates = [(f"/sys/fs/cgroup/memory{path}", "memory.limit_in_bytes",
+                           "memory.usage_in_bytes", "total_inactive_file"),
+                          ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+                           "total_inactive_file")]
+        else:
+            continue
+        for folder, limit_file, usage_file, inactive_key in candidates:
+            limit, usage = _read_int(f"{folder}/{limit_file}"), _read_int(f"{folder}/{usage_file}")
+            if limit is None or usage is None:
+                continue
+            if limit >= 2**60:  # "max" or the v1 unlimited sentinel
+                break
+            inactive = 0  # page cache the kernel reclaims before failing an allocation
+            try:
+                with open(f"{folder}/memory.stat") as f:
+                    for stat in f:
+                        key, _, value = stat.partition(" ")
+                        if key == inactive_key:
+                            inactive = int(value)
+            except (OSError, ValueError):
+                pass
+            free = max(0, limit - usage + inactive)
+            best = free if best is None else min(best, free)
+            break
+    return best
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _address_space_left() -> int | None:
+    """``RLIMIT_AS`` (``ulimit -v``) minus the address space in use, None without a limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/status") as f:
+            used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    except (OSError, StopIteration, ValueError):
+        used = 0
+    return max(0, soft - used)
+
+
+def available_memory(device: torch.device | str = "cpu") -> tuple[int | None, str]:
+    """``(bytes this process can still allocate, where that figure comes from)``; ``None`` when
+    nothing could be read (then nothing is refused)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free, f"free memory of {device}"
+    limits = [(v, why) for v, why in (
+        (_meminfo_available(), "MemAvailable in /proc/meminfo"),
+        (_cgroup_available(), "the memory cgroup's limit minus its use"),
+        (_address_space_left(), "RLIMIT_AS (ulimit -v) minus the address space in use"),
+    ) if v is not None]
+    if not limits:
+        return None, "unknown"
+    return min(limits)
+
+
+def check(estimate: Estimate, max_memory: int | str | None = None,
+          device: torch.device | str = "cpu") -> None:
+    """Raise :class:`MemoryBudgetError` when ``estimate`` exceeds ``max_memory`` (bytes, or a size
+    such as ``"8G"``) or, without it, the memory available to this process."""
+    if max_memory is not None:
+        limit, source = parse_size(max_memory), "max_memory"
+    else:
+        limit, source = available_memory(device)
+    if limit is None or estimate.total <= limit:
+        return
+    advice = f"lower {estimate.lower}" if estimate.lower else "use a smaller configuration"
+    raise MemoryBudgetError(
+        f"{estimate.what} needs {estimate.describe()} but {format_bytes(limit)} is available "
+        f"({source}); {advice}, or set max_memory (--max-memory) if you know better")
+
+
+# -- what a job needs -------------------------------------------------------------------------------
+def _elem(cfg: ModelConfig) -> int:
+    return 8 if cfg.dtype == "float64" else 4
+
+
+def parameter_count(cfg: ModelConfig) -> int:
+    """Entries of every ``A`` ``(H_l, D_l, D_l)`` and of ``W_U`` ``(D_L, d)``."""
+    widths = cfg.widths
+    return sum(h * w * w for h, w in zip(cfg.heads, widths)) + widths[-1] * cfg.d
+
+
+def batch_bytes(cfg: ModelConfig, n: int) -> int:
+    """A ``Batch`` of ``n`` samples (``X``, ``P``, ``Y``, ``Y_P``, ``perm``) plus the int64 draw of
+    ``Y`` that ``sample_batch`` converts."""
+    d = cfg.d
+    return n * ((cfg.T * d + 3 * d * d) * _elem(cfg) + d * 8 + d * d * 8)
+
+
+def forward_bytes(cfg: ModelConfig, b: int) -> int:
+    """Peak bytes of the hooked forward on ``b`` samples without gradients, beyond the weights and
+    the input."""
+    e, T, peak = _elem(cfg), cfg.T, 0
+    for H, D in zip(cfg.heads, cfg.widths):
+        h, q, s = b * T * D, b * H * T * D, b * H * T * T
+        peak = max(peak, h + 2 * q + 2 * s, h + 2 * q + h * (1 + H))
+    rows = cfg.layout.segment(cfg.readout).n_rows
+    peak = max(peak, b * T * cfg.widths[-1] + 2 * b * rows * cfg.widths[-1])
+    return peak * e
+
+
+def training_step_bytes(cfg: ModelConfig, b: int) -> int:
+    """Peak bytes of one training step on ``b`` samples (``readout_forward``, loss, backward) beyond
+    the weights, gradients, optimizer state and the batch: what autograd saves plus the backward's
+    gradients of the stream and their temporaries."""
+    e, T, d = _elem(cfg), cfg.T, cfg.d
+    R = cfg.layout.segment(cfg.readout).n_rows
+    *inner, (H, D) = zip(cfg.heads, cfg.widths)
+    saved = []  # per layer: what autograd keeps until that layer's backward
+    for Hl, Dl in inner:
+        saved.append(b * T * Dl + b * Hl * T * Dl + b * Hl * T * T)  # h_l, q_l, pattern_l
+    saved.append(b * T * D + 2 * b * R * D + b * H * R * D + 2 * b * H * R * T + b * T * H * d)
+    peak = sum(saved) + 2 * b * T * D + 2 * b * H * R * T + b * H * R * D  # the last layer's backward
+    for i, (Hl, Dl) in enumerate(inner):  # an inner layer's backward: grad of h_{l+1} and temporaries
+        grads = b * T * Dl * (1 + Hl) + b * T * Dl + 2 * b * Hl * T * T + 2 * b * Hl * T * Dl
+        peak = max(peak, sum(saved[: i + 1]) + grads)
+    return peak * e
+
+
+def model_estimate(cfg: ModelConfig, what: str = "the model") -> Estimate:
+    return Estimate(what, {"weights": parameter_count(cfg) * _elem(cfg)},
+                    lower="d, n_layers or n_heads (the widths grow as (d + T)·(1 + H)^L)")
+
+
+def evaluation_estimate(cfg: ModelConfig, n: int, chunk: int | None = None,
+                        what: str = "the evaluation") -> Estimate:
+    """``n`` samples drawn and run through the hooked model ``chunk`` at a time (all at once when
+    ``chunk`` is None), weights included."""
+    b = n if chunk is None else min(n, chunk)
+    activations = forward_bytes(cfg, b)
+    return Estimate(what, {"weights": parameter_count(cfg) * _elem(cfg),
+                           "samples": batch_bytes(cfg, n), "activations": activations,
+                           "allocator slack": int(SLACK * activations)},
+                    lower="the number of samples (n) or d")
+
+
+def training_estimate(model_cfg: ModelConfig, optimizer: str, batch_size: int, eval_size: int,
+                      what: str = "this training run") -> Estimate:
+    """A training run's peak: weights, gradients, optimizer state, the evaluation batch, and the
+    larger of a training step (with its batch) and an evaluation chunk (``batch_size`` samples)."""
+    e, n = _elem(model_cfg), parameter_count(model_cfg)
+    copies = 4 + 2 if optimizer == "adam" else 2 + 1  # weights, grads, moments; step temporaries
+    step = training_step_bytes(model_cfg, batch_size) + batch_bytes(model_cfg, batch_size)
+    evaluation = forward_bytes(model_cfg, min(batch_size, eval_size))
+    activations = max(step, evaluation)
+    parts = {"weights, gradients and optimizer state": copies * n * e,
+             "evaluation batch": batch_bytes(model_cfg, eval_size),
+             "activations": activations, "allocator slack": int(SLACK * activations)}
+    largest = max(parts, key=parts.get)
+    if largest == "evaluation batch":
+        lower = f"eval_size (now {eval_size})"
+    elif largest.startswith("weights"):
+        lower = "d, n_layers or n_heads (the widths grow as (d + T)·(1 + H)^L)"
+    else:
+        chunks = "" if step >= evaluation else "; evaluations run in chunks of it"
+        lower = f"batch_size (now {batch_size}{chunks}), d, n_layers or n_heads"
+    return Estimate(what, parts, lower=lower)

@@ -1,0 +1,231 @@
+"""The memory budget: estimates against measured peaks, refusals before anything is allocated or
+written, and the limit as the machine (or ``ulimit -v``) sets it.
+
+Measured peak = growth of the peak resident set (``VmHWM``, reset through ``/proc/self/clear_refs``)
+of a fresh process while it runs the job, after a tiny warm-up run so one-off allocations of the
+kernels are not counted. This is what runs out on a real machine, allocator slack included.
+"""
+
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from invperm_interp import Layout, ModelConfig, memory
+from invperm_interp import constructions as C
+from invperm_interp.cli import main
+from invperm_interp.config import TrainConfig
+from invperm_interp.train import train
+
+PROBE = r"""
+import json, sys
+import torch
+torch.set_num_threads(1)
+from invperm_interp import Layout, ModelConfig, sample_batch
+from invperm_interp import constructions as C, memory
+from invperm_interp.config import TrainConfig
+from invperm_interp.train import train
+
+def status(key):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
+
+job = json.loads(sys.argv[1])
+kind = job["kind"]
+train(ModelConfig(Layout.plain(2)), TrainConfig(steps=1, batch_size=2, eval_size=2, device="cpu"),
+      progress=False)
+C.verify(C.build("theorem2", 2), n=2)
+base = status("VmRSS:")
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # VmHWM := VmRSS
+if kind == "train":
+    cfg = ModelConfig(Layout.plain(job["d"]), n_heads=job["heads"], attention_dir=job["attention"])
+    est = memory.training_estimate(cfg, "adam", job["B"], job["E"])
+    train(cfg, TrainConfig(steps=3, batch_size=job["B"], eval_size=job["E"], eval_every=1,
+                           device="cpu"), progress=False)
+else:
+    model = C.build(job["name"], job["d"])
+    est = memory.evaluation_estimate(model.cfg, job["n"])
+    if kind == "verify":
+        C.verify(model, n=job["n"])
+    else:
+        from invperm_interp.analysis.summary import summarize
+        gen = torch.Generator().manual_seed(0)
+        summarize(model, sample_batch(model.cfg.layout, job["n"], gen, dtype=torch.float64))
+print(json.dumps({"estimate": est.total, "peak": status("VmHWM:") - base}))
+"""
+
+JOBS = {  # each peaks at 50-300 MB
+    "train d=20 causal": dict(kind="train", d=20, heads=1, attention="causal", B=1024, E=1024),
+    "train d=12, 2 heads": dict(kind="train", d=12, heads=2, attention="bidirectional", B=512, E=512),
+    "verify theorem2 d=30": dict(kind="verify", name="theorem2", d=30, n=256),
+    "verify theorem3 d=30": dict(kind="verify", name="theorem3", d=30, n=128),
+    "analyze theorem3 d=8": dict(kind="analyze", name="theorem3", d=8, n=512),
+}
+
+
+def _can_reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _can_reset_peak(), reason="needs Linux /proc/self/clear_refs")
+def test_estimates_are_within_2x_of_measured_peaks():
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = {name: subprocess.Popen([sys.executable, "-c", PROBE, json.dumps(job)], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, job in JOBS.items()}
+    ratios = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+        got = json.loads(out)
+        ratios[name] = got["estimate"] / got["peak"]
+    assert all(0.5 <= r <= 2.0 for r in ratios.values()), ratios
+
+
+# -- the estimates' shapes -----------------------------------------------------------------------
+def test_parameter_count_matches_the_model():
+    from invperm_interp import HookedDisentangledTransformer
+
+    for cfg in (ModelConfig(Layout.plain(3)), ModelConfig(Layout.scratch(4, 2), n_heads=(2, 1),
+                                                          readout="P", n_layers=2)):
+        model = HookedDisentangledTransformer(cfg)
+        assert memory.parameter_count(cfg) == sum(p.numel() for p in model.parameters())
+
+
+def test_estimates_grow_with_the_batch_and_double_with_float64():
+    cfg = ModelConfig(Layout.plain(10))
+    one, two = memory.training_step_bytes(cfg, 512), memory.training_step_bytes(cfg, 1024)
+    assert two == 2 * one
+    wide = ModelConfig(Layout.plain(10), dtype="float64")
+    assert memory.forward_bytes(wide, 64) == 2 * memory.forward_bytes(cfg, 64)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("8G", 8e9), ("8GB", 8e9), ("1.5g", 1.5e9), ("500M", 5e8), ("2GiB", 2 * 2**30), ("2e9", 2e9),
+    ("1024", 1024), (4096, 4096),
+])
+def test_parse_size(text, expected):
+    assert memory.parse_size(text) == int(expected)
+
+
+@pytest.mark.parametrize("text", ["", "-1G", "0", "12Q", "G", "nan", "inf", None, True])
+def test_parse_size_refuses_what_is_not_a_size(text):
+    with pytest.raises(ValueError, match="max_memory must be a positive size such as 8G"):
+        memory.parse_size(text)
+
+
+def test_available_memory_reads_the_machine():
+    limit, source = memory.available_memory()
+    assert limit is None or limit > 0
+    assert isinstance(source, str) and source
+
+
+# -- refusals, before anything is allocated or written ---------------------------------------------
+def test_training_that_does_not_fit_is_refused_before_the_run_directory_exists(tmp_path):
+    model_cfg = ModelConfig(Layout.plain(500))
+    out = tmp_path / "big"
+    with pytest.raises(memory.MemoryBudgetError) as e:
+        train(model_cfg, TrainConfig(steps=10, device="cpu", out_dir=str(out)), progress=False,
+              max_memory="20G")
+    message = str(e.value)
+    assert re.match(r"this training run needs about [0-9.]+ GB \(weights, gradients and optimizer "
+                    r"state [0-9.]+ GB, evaluation batch .*, activations [0-9.]+ GB, allocator slack",
+                    message), message
+    assert "but 20.00 GB is available (max_memory); lower batch_size (now 1024)" in message
+    assert not out.exists()
+    small = TrainConfig(steps=1, batch_size=4, eval_size=4, device="cpu")
+    assert train(ModelConfig(Layout.plain(3)), small, progress=False, max_memory="1G").step == 1
+
+
+def test_the_largest_part_names_what_to_lower():
+    cfg = ModelConfig(Layout.plain(10))
+    assert memory.training_estimate(cfg, "adam", 64, 100000).lower.startswith("eval_size (now 100000)")
+    assert memory.training_estimate(cfg, "adam", 4096, 64).lower.startswith("batch_size (now 4096)")
+
+
+def test_constructions_check_weights_and_samples_before_allocating():
+    with pytest.raises(memory.MemoryBudgetError, match=r"construction 'theorem2' at d=2000 needs "
+                                                        r"about .* GB \(weights"):
+        C.build("theorem2", 2000, max_memory="1G")
+    model = C.build("theorem2", 30)
+    with pytest.raises(memory.MemoryBudgetError, match=r"checking the model on n=100000 samples needs"
+                                                        r".*lower the number of samples \(n\) or d"):
+        C.verify(model, n=100000, max_memory="1G")
+    assert C.verify(model, n=8, max_memory="1G").max_error < 1e-6
+
+
+def test_the_machine_limit_is_used_when_no_max_memory_is_given(monkeypatch, tmp_path):
+    monkeypatch.setattr(memory, "available_memory", lambda device="cpu": (10**6, "a test's limit"))
+    with pytest.raises(memory.MemoryBudgetError, match=r"but 1.0 MB is available \(a test's limit\)"):
+        train(ModelConfig(Layout.plain(10)), TrainConfig(steps=2, device="cpu"), progress=False)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["construct", "theorem2", "--d", "500"],
+     r"checking the model on n=256 samples needs about [0-9.]+ GB .* is available"),
+    (["train", "--d", "500", "--out", "{tmp}/r"], r"this training run needs about [0-9.]+ GB"),
+    (["analyze", "--construction", "theorem2", "--d", "300"], r"the analysis on n=512 samples needs"),
+    (["demo", "--d", "500", "--out", "{tmp}/r"], r"this training run needs about"),
+])
+def test_cli_refuses_what_does_not_fit_in_one_line(tmp_path, capsys, argv, match):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv] + ["--max-memory", "16G"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"invperm {argv[0]}: error: ") and re.search(match, line), line
+    assert "but 16.00 GB is available (max_memory); lower" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_under_ulimit_v_construct_is_refused_in_one_line(tmp_path):
+    """A real address-space cap (``ulimit -v``), set once the imports are done: the check reads it,
+    and the user gets one line instead of an allocator traceback."""
+    script = (
+        "import resource, sys\n"
+        "from invperm_interp.cli import main\n"
+        "used = next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') "
+        "if l.startswith('VmSize:'))\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (used + 2**30, resource.RLIM_INFINITY))\n"
+        "sys.exit(main(['construct', 'theorem2', '--d', '200']))\n"
+    )
+    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        pytest.skip("this process already runs under an address-space limit")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert re.match(r"invperm construct: error: checking the model on n=256 samples needs about "
+                    r"[0-9.]+ GB .* but [0-9.]+ (GB|MB) is available \(RLIMIT_AS", line), line
+
+
+def test_allocation_failures_past_the_check_are_one_line(monkeypatch, capsys):
+    """Memory another process takes after the check passed: the allocator's error becomes one
+    line, not a traceback."""
+    def failing_verify(*args, **kw):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't "
+                           "allocate memory: you tried to allocate 30720000000 bytes.")
+
+    monkeypatch.setattr(C, "verify", failing_verify)
+    assert main(["construct", "theorem2", "--d", "3"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("invperm construct: error: out of memory ([enforce fail")
+
+
+def test_estimating_a_huge_model_allocates_nothing():
+    """The check runs before every train and construct: arithmetic and a few /proc reads."""
+    cfg = ModelConfig(Layout.plain(10_000))  # its weights alone would take ~ 70 TB
+    estimate = memory.training_estimate(cfg, "adam", 1024, 4096)
+    assert estimate.total > 1e13
+    with pytest.raises(memory.MemoryBudgetError):
+        memory.check(estimate)
