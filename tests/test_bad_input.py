@@ -17,11 +17,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, make_input, sample_batch
+from invperm_interp import (
+    Batch,
+    HookedDisentangledTransformer,
+    Layout,
+    ModelConfig,
+    make_input,
+    sample_batch,
+)
 from invperm_interp import constructions as C
+from invperm_interp.analysis.templates import explain
 from invperm_interp.checkpoint import load_model_tensors, model_tensors
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
+from invperm_interp.metrics import evaluate
 from invperm_interp.runs import Run
 from invperm_interp.theory import causal_floor, dependency_map, exact_floor_enumeration
 from invperm_interp.train import resume, train
@@ -211,6 +220,58 @@ def test_verify_and_dependency_map_check_their_batch():
         C.verify(model, n=0)
 
 
+@pytest.mark.parametrize("call", [
+    lambda m, b: C.verify(m, batch=b),
+    lambda m, b: evaluate(m, b),
+    lambda m, b: dependency_map(m, b),
+    lambda m, b: m(b.X),
+])
+def test_an_empty_batch_is_refused(call):
+    """Every use reduces over the batch (a max, an MSE, a Jacobian norm): zero samples raised
+    RuntimeError, ZeroDivisionError or IndexError before."""
+    model = C.theorem2(3)
+    full = sample_batch(Layout.plain(3), 2, dtype=torch.float64)
+    empty = Batch(full.layout, *(t[:0] for t in (full.X, full.P, full.Y, full.Y_P, full.perm)))
+    with pytest.raises(ValueError, match="at least one sample"):
+        call(model, empty)
+
+
+@pytest.mark.parametrize("layer, head", [(True, None), (False, None), (0, True), (1.0, None)])
+def test_layer_and_head_must_be_integers_not_bools(layer, head):
+    with pytest.raises(ValueError, match=r"(layer|head) must be an integer in \[0, \d\] or None"):
+        explain(C.theorem2(3), layer=layer, head=head)
+
+
+# -- numbers in JSON configs ------------------------------------------------------------------
+@pytest.mark.parametrize("edit, match", [
+    (lambda m: m["layout"].update(d=1e999), r"d must be an integer >= 1, got inf"),
+    (lambda m: m["layout"].update(d=4.9), r"d must be an integer >= 1, got 4.9"),  # was stored as 4
+    (lambda m: m["layout"].update(d=3.0), r"d must be an integer >= 1, got 3.0"),
+    (lambda m: m["layout"].update(d="3"), r"d must be an integer >= 1, got '3'"),
+    (lambda m: m["layout"]["segments"][0].__setitem__(2, 2.5), "must have an integer n_rows >= 1, got 2.5"),
+    (lambda m: m["layout"]["segments"][0].__setitem__(2, 1e999), "n_rows >= 1, got inf"),
+    (lambda m: m["layout"].update(scratch=["1", 2]), "'scratch' must be a list of numbers"),
+    (lambda m: m.update(n_layers=1e999), "n_layers must be an integer >= 1, got inf"),
+    (lambda m: m.update(init_scale=1e999), "init_scale must be finite"),
+])
+def test_config_numbers_are_taken_as_written(edit, match):
+    data = ModelConfig(Layout.scratch(3), readout="S").to_dict()
+    edit(data)
+    with pytest.raises(ValueError, match=match):
+        ModelConfig.from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("steps", 1e999, "steps must be an integer >= 1, got inf"),
+    ("steps", 10.5, "steps must be an integer >= 1, got 10.5"),
+    ("lr", 1e999, "lr must be a finite number > 0"),
+    ("batch_size", 8.0, "batch_size must be an integer >= 1, got 8.0"),
+])
+def test_train_config_numbers_are_taken_as_written(key, value, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig.from_json(json.dumps({key: value}))
+
+
 # -- runs on disk: missing, or a config that disagrees with its weights -----------------------
 def small_cfgs(tmp_path, **kw):
     model_cfg = ModelConfig(Layout.plain(2), attention_dir="bidirectional")
@@ -338,6 +399,11 @@ def cli_error(argv, capsys):
     (["train", "--config", "{tmp}/badtrain.json", "--out", "{tmp}/r"], "'train' must be a JSON object"),
     (["train", "--config", "{tmp}/badmodel.json", "--out", "{tmp}/r"], "readout must name a segment"),
     (["train", "--d", "2", "--out", "{tmp}/afile/run"], "out_dir .*afile/run cannot be written"),
+    (["train", "--n-scratch", "3", "--out", "{tmp}/r"], "--n-scratch sets the scratch rows of "
+                                                         "--layout scratch"),
+    (["train", "--config", "{tmp}/hugemodel.json", "--out", "{tmp}/r"], "d must be an integer >= 1, got inf"),
+    (["train", "--config", "{tmp}/fractional.json", "--out", "{tmp}/r"], "d must be an integer >= 1, "
+                                                                          "got 4.9"),
     (["construct", "nope"], "construction name must be one of"),
     (["construct", "theorem2", "--beta", "-1"], "beta must be a finite number > 0, got -1.0"),
     (["construct", "theorem2", "--beta", "nan"], "beta must be a finite number > 0, got nan"),
@@ -346,6 +412,8 @@ def cli_error(argv, capsys):
     (["analyze", "{tmp}/missing"], "missing.* (does not exist|found none)"),
     (["analyze", "--construction", "nope"], "construction name must be one of"),
     (["analyze", "--construction", "theorem2", "--beta", "-5"], "beta must be a finite number > 0"),
+    (["analyze", "--construction", "theorem2", "--d", "3", "--beta", "1e308"],  # construct takes it
+     "weights are too large to analyze .* pass beta <= 1e150"),
     (["analyze"], "give a run directory or --construction"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, match):
@@ -355,6 +423,9 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, match):
     (tmp_path / "badtrain.json").write_text(json.dumps({"model": model, "train": [1]}))
     (tmp_path / "badmodel.json").write_text(json.dumps({"model": {**model, "readout": "S"}}))
     (tmp_path / "afile").write_text("a file, not a directory")
+    for name, d in (("hugemodel", "1e999"), ("fractional", "4.9")):  # as a user writes JSON
+        text = json.dumps({"model": model}).replace('"d": 2', f'"d": {d}')
+        (tmp_path / f"{name}.json").write_text(text)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     line = cli_error(argv, capsys)
     assert re.search(match, line), line

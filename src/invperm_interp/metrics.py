@@ -14,6 +14,8 @@ def evaluate(model: HookedDisentangledTransformer, batch: Batch, chunk: int = 10
     columns, averaged over rows and samples), ``entry_acc`` (entries right after rounding),
     ``row_acc`` (rows all right), ``sample_acc`` (whole ``Y`` right)."""
     n, d = len(batch), model.cfg.d
+    if n == 0:
+        raise ValueError("batch must hold at least one sample, got an empty batch")
     totals = torch.zeros(4, dtype=torch.float64, device=batch.X.device)
     for i in range(0, n, chunk):
         out = model(batch.X[i : i + chunk], check_input=False)

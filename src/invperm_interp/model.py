@@ -199,6 +199,8 @@ class HookedDisentangledTransformer(HookedRootModule):
                 f"X must have shape (B, {cfg.T}, {cfg.d}) for layout {cfg.layout}, "
                 f"got {tuple(X.shape)}"
             )
+        if X.shape[0] == 0:  # every use reduces over the batch (an MSE, a max, a Jacobian norm)
+            raise ValueError(f"X must hold at least one sample, got shape {tuple(X.shape)}")
         # One reduction instead of an elementwise pass (40x cheaper): NaN and ±inf survive a sum;
         # only a finite X whose sum overflows needs the full check.
         if not bool(torch.isfinite(X.sum())) and not bool(torch.isfinite(X).all()):

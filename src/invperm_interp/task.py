@@ -57,9 +57,9 @@ class Layout:
         for seg in self.segments:
             if seg.kind not in SEGMENT_KINDS:
                 raise ValueError(f"segment kind must be one of {SEGMENT_KINDS}, got {seg.kind!r}")
-            if not isinstance(seg.n_rows, int) or seg.n_rows < 1:
+            if not isinstance(seg.n_rows, int) or isinstance(seg.n_rows, bool) or seg.n_rows < 1:
                 raise ValueError(
-                    f"segment {seg.name!r} must have n_rows >= 1, got {seg.n_rows!r}"
+                    f"segment {seg.name!r} must have an integer n_rows >= 1, got {seg.n_rows!r}"
                 )
             if seg.kind in ("P", "Y") and seg.n_rows != self.d:
                 raise ValueError(
@@ -172,13 +172,18 @@ class Layout:
 
     @classmethod
     def from_dict(cls, data: dict) -> Layout:
+        """The inverse of :meth:`to_dict`. Numbers are taken as they are: ``"d": 4.9`` or
+        ``1e999`` is refused, not rounded."""
         try:
-            segments = tuple(Segment(str(n), str(k), int(r)) for n, k, r in data["segments"])
-            d, scratch = int(data["d"]), tuple(float(v) for v in data.get("scratch", ()))
+            segments = tuple(Segment(str(n), str(k), r) for n, k, r in data["segments"])
+            d, scratch = data["d"], tuple(data.get("scratch", ()))
+            _check_d(d)
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise ValueError("layout dict must have 'd' (an integer), 'segments' ([name, kind, "
                              f"n_rows] lists) and optionally 'scratch' (numbers): {err}") from None
-        return cls(d, segments, scratch)
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scratch):
+            raise ValueError(f"layout 'scratch' must be a list of numbers, got {list(scratch)}")
+        return cls(d, segments, tuple(float(v) for v in scratch))
 
     def __str__(self) -> str:
         return "[" + "; ".join(f"{s.name}:{s.n_rows}" for s in self.segments) + f"] (d={self.d})"

@@ -106,7 +106,7 @@ def bayes_mse_monte_carlo(layout: Layout, readout: str, n_samples: int = 20_000,
     from the sampled visible rows (:func:`_bayes_row_prediction`) and its loss averaged.
     """
     rows = _readout_rows(layout, readout)
-    if not isinstance(n_samples, int) or n_samples < 2:
+    if not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 2:
         raise ValueError(f"n_samples must be an integer >= 2, got {n_samples!r}")
     generator = torch.Generator().manual_seed(seed)
     losses = []

@@ -48,7 +48,7 @@ class AblationResult:
 
 def _batch(model: HookedDisentangledTransformer, batch: Batch | None, n: int, seed: int) -> Batch:
     if batch is None:
-        if not isinstance(n, int) or n < 1:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"n must be an integer >= 1, got {n!r}")
         generator = torch.Generator(device=model.device).manual_seed(seed)
         return sample_batch(model.cfg.layout, n, generator=generator, dtype=model.cfg.torch_dtype)

@@ -101,7 +101,7 @@ def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Te
         raise ValueError(f"axes must include 'layer' and name distinct entries of {AXES}, got {axes}")
     L = model.cfg.n_layers
     layers = list(range(L)) if layers is None else list(layers)
-    if not layers or not all(isinstance(lay, int) and 0 <= lay < L for lay in layers):
+    if not layers or not all(type(lay) is int and 0 <= lay < L for lay in layers):
         raise ValueError(f"layers must be integers in [0, {L - 1}], got {layers}")
     stream_layer = {lay: lay + (hook == "resid_post") for lay in layers}
     widest = max(stream_layer.values())
@@ -111,7 +111,7 @@ def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Te
             raise ValueError(f"block {name!r} is not in the stream; known: {model.stream.labels(widest)}")
     T = model.cfg.T
     positions = list(range(T)) if positions is None else list(positions)
-    if not positions or not all(isinstance(p, int) and 0 <= p < T for p in positions):
+    if not positions or not all(type(p) is int and 0 <= p < T for p in positions):
         raise ValueError(f"positions must be integers in [0, {T - 1}], got {positions}")
     clean_X, corrupted_X = model.check_input(clean_X), model.check_input(corrupted_X)
     if clean_X.shape != corrupted_X.shape:

@@ -3,6 +3,8 @@ ablations and the gauge check. ``invperm analyze`` prints it; the HTML report re
 
 from __future__ import annotations
 
+import math
+
 from ..model import HookedDisentangledTransformer
 from ..task import Batch
 from .ablate import standard_ablations
@@ -12,7 +14,18 @@ from .templates import explain, match_templates
 
 
 def summarize(model: HookedDisentangledTransformer, batch: Batch, source: str = "") -> dict:
-    """Everything ``analysis.json`` holds, computed on ``batch`` (JSON-ready; no NaN)."""
+    """Everything ``analysis.json`` holds, computed on ``batch`` (JSON-ready; no NaN).
+
+    Shares and cosines square the weights: weights whose squared norm overflows float64 (a
+    construction at beta ~1e155 or more) are refused rather than reported as NaN.
+    """
+    square = sum(float(p.detach().double().pow(2).sum()) for p in model.parameters())
+    if not math.isfinite(square):
+        largest = max(float(p.detach().abs().max()) for p in model.parameters())
+        raise ValueError(f"the model's weights are too large to analyze (largest |weight| "
+                         f"{largest:.3g}; their squared norm overflows float64): rescale them, or "
+                         f"for a construction pass beta <= 1e150 (its patterns are exact from "
+                         f"beta ~ 100 on)")
     circuit = explain(model)
     ablations = standard_ablations(model, batch)
     return {

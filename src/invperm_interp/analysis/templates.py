@@ -200,12 +200,12 @@ def _weights(model: HookedDisentangledTransformer, layer: int, head: int) -> Ten
 def _selection(model: HookedDisentangledTransformer, layer: int | None,
                head: int | None) -> list[tuple[int, int]]:
     n_layers = model.cfg.n_layers
-    if layer is not None and (not isinstance(layer, int) or not 0 <= layer < n_layers):
+    if layer is not None and (type(layer) is not int or not 0 <= layer < n_layers):
         raise ValueError(f"layer must be an integer in [0, {n_layers - 1}] or None, got {layer!r}")
     out = []
     for lay in [layer] if layer is not None else range(n_layers):
         n_heads = model.cfg.heads[lay]
-        if head is not None and (not isinstance(head, int) or not 0 <= head < n_heads):
+        if head is not None and (type(head) is not int or not 0 <= head < n_heads):
             raise ValueError(f"head must be an integer in [0, {n_heads - 1}] or None, got {head!r}")
         out += [(lay, h) for h in ([head] if head is not None else range(n_heads))]
     return out
