@@ -129,9 +129,8 @@ def train(
         raise ValueError(f"stop_at must be an integer in [1, steps={cfg.steps}], got {stop_at!r}")
     if resume and cfg.out_dir is None:
         raise ValueError("resume=True needs train_cfg.out_dir, the run directory to continue")
-    device = resolve_device(cfg.device)
-    estimate = memory.training_estimate(model_cfg, cfg.optimizer, cfg.batch_size, cfg.eval_size)
-    memory.check(estimate, max_memory, device)
+    memory.check(memory.training_estimate(model_cfg, cfg.optimizer, cfg.batch_size, cfg.eval_size),
+                 max_memory, resolve_device(cfg.device))
     old_threads = torch.get_num_threads()
     threads = threads_for(cfg)
     if threads is not None:
