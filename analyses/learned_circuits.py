@@ -6,8 +6,8 @@ Trains, with the fast recipe (Adam, lr 1e-2, N(0, 0.01²) init, batch 1024, d = 
 - a causal model on [P; Y_P; S] reading the scratch rows (Theorem 3; the note trains none).
 For each run it records the final MSE against the causal floor, the circuit found in the gauge-fixed
 weights, and which registry construction's cells the circuit contains (recall, counting gauge twins).
-Writes assets/learned_circuits.{json,md}, assets/training_curves.png and
-assets/learned/RUN.png (raw and gauge-fixed weights of each run).
+Writes assets/learned_circuits.{json,md}, assets/training_curves.{png,svg} and
+assets/learned/RUN.{png,svg} (the gauge-fixed weights of each run).
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 from common import asset, mechanism, write_table
 
 from invperm_interp import Layout, ModelConfig, sample_batch
 from invperm_interp.analysis import closest_construction, explain
 from invperm_interp.config import TrainConfig
 from invperm_interp.train import train_or_reuse
-from invperm_interp.viz.heatmaps import plot_circuit, save_figure
+from invperm_interp.viz.heatmaps import plot_circuit, save_figures
+from invperm_interp.viz.training import plot_runs
 
 
 def runs(seeds: int) -> dict[str, tuple[ModelConfig, int, int]]:
@@ -66,18 +66,9 @@ def main() -> None:
         })
         curves[name] = run.metrics
         fig = plot_circuit(model, gauge_fixed=True, title=f"{name}: gauge-fixed weights")
-        save_figure(fig, asset(f"learned/{name}.png"))
+        save_figures(fig, asset(f"learned/{name}.png"))
 
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for name, metrics in curves.items():
-        ax.plot([m["step"] for m in metrics], [m["mse"] for m in metrics], label=name)
-    ax.axhline(2.5, color="k", linestyle=":", label="causal floor, reading P rows (2.5)")
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("eval MSE (the note's loss)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    save_figure(fig, asset("training_curves.png"))
+    save_figures(plot_runs(curves, "Adam lr 1e-2, batch 1024, d = 10"), asset("training_curves.png"))
     write_table("learned_circuits", rows, "What training learns (Adam lr 1e-2, d = 10, batch 1024)",
                 "mechanism: the working construction (same attention and read-out) whose cells carry "
                 "the largest share of the learned gauge-fixed weights (atoms matched with sign, "

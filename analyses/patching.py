@@ -3,7 +3,7 @@
 For constructions and the learned bidirectional models (from learned_circuits.py), patch each named
 block of the clean run into a corrupted one (keep Y_P and change P, or keep P and change Y_P) at
 every layer's input, and plot how much of the clean output each block restores. Writes
-assets/patching/NAME.png and assets/patching.{json,md}.
+assets/patching/NAME.{png,svg} and assets/patching.{json,md}.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from common import asset, write_table
 
 from invperm_interp import Run, constructions, make_input, sample_batch
 from invperm_interp.analysis import mse_to, patch_blocks
-from invperm_interp.viz.heatmaps import plot_patching, save_figure
+from invperm_interp.viz.heatmaps import plot_patching, save_figures
+from invperm_interp.viz.labels import hook_label
 
 
 def models(runs: Path) -> dict:
@@ -42,7 +43,9 @@ def main() -> None:
         other = sample_batch(layout, args.n, torch.Generator().manual_seed(1), dtype=dtype)
         corruptions = {"P changed, Y_P kept": make_input(layout, other.P, clean.Y_P),
                        "Y_P changed, P kept": make_input(layout, clean.P, other.Y_P)}
-        fig, axes = plt.subplots(2, 1, figsize=(11, 5.2))
+        n_blocks = len(model.stream.blocks(model.cfg.n_layers - 1))
+        height = 2 * (0.42 * model.cfg.n_layers + 2.4)
+        fig, axes = plt.subplots(2, 1, figsize=(0.42 * n_blocks + 4.2, height))
         for ax, (label, corrupted) in zip(axes, corruptions.items()):
             result = patch_blocks(model, clean.X, corrupted.X.to(dtype), mse_to(clean.Y),
                                   normalize=True)
@@ -50,11 +53,12 @@ def main() -> None:
             for layer in result.labels["layer"]:
                 values = result.sel(layer=layer)
                 best = int(torch.nan_to_num(values, nan=-1e9).argmax())
-                rows.append({"model": name, "corruption": label, "layer_input": f"h^{layer}",
+                rows.append({"model": name, "corruption": label,
+                             "layer_input": hook_label("resid_pre", layer),
                              "best_block": result.labels["block"][best],
                              "restores": float(values[best])})
         fig.tight_layout()
-        save_figure(fig, asset(f"patching/{name.replace(' ', '_')}.png"))
+        save_figures(fig, asset(f"patching/{name.replace(' ', '_')}.png"))
     write_table("patching", rows, "Activation patching: the block that restores most, per layer input",
                 "Normalised: (metric - corrupted) / (clean - corrupted) with the note's MSE against the "
                 "clean Y; 1 = fully restored.")

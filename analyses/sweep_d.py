@@ -3,24 +3,34 @@
 For each d and seed, trains the bidirectional model reading the P rows (Adam, batch 1024) and the
 causal model on [P; Y_P; S] reading the scratch rows, and records the first eval step with MSE
 below 1e-3 (or the final MSE), and which registry mechanism carries most of the learned weights.
-Writes assets/sweep_d.{json,md} and assets/sweep_d.png.
+Writes assets/sweep_d.{json,md} and assets/sweep_d.{png,svg} (``--replot``: only the figure).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 from common import asset, mechanism, write_table
 
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.analysis import explain
 from invperm_interp.config import TrainConfig
 from invperm_interp.train import train_or_reuse
-from invperm_interp.viz.heatmaps import save_figure
+from invperm_interp.viz.heatmaps import save_figures
+from invperm_interp.viz.sweep import plot_sweep
 
 TARGET = 1e-3
+
+
+def write_figure(rows: list[dict], steps: int) -> None:
+    """assets/sweep_d.{png,svg} from the table's rows."""
+    runs = [{"group": r["model"], "d": r["d"], "seed": r["seed"], "steps": steps,
+             "steps_to_solve": r["steps_to_1e-3"]} for r in rows]
+    fig = plot_sweep(runs, TARGET, "bidirectional: [P; Y_P] reading P; scratch: causal on "
+                                   "[P; Y_P; S] reading S")
+    save_figures(fig, asset("sweep_d.png"))
 
 
 def main() -> None:
@@ -30,7 +40,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--runs", default="runs/sweep_d")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--replot", action="store_true",
+                        help="only redraw the figure from assets/sweep_d.json (no training)")
     args = parser.parse_args()
+    if args.replot:
+        write_figure(json.loads(asset("sweep_d.json").read_text()), args.steps)
+        return
 
     rows = []
     for kind in ("bidirectional", "scratch"):
@@ -51,20 +66,7 @@ def main() -> None:
                              "rows_exact": run.final_metrics["row_acc"],
                              "mechanism": name if share > 0.25 else "other"})
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for kind, marker in (("bidirectional", "o"), ("scratch", "s")):
-        pts = [(r["d"], r["steps_to_1e-3"]) for r in rows if r["model"] == kind and r["steps_to_1e-3"]]
-        if pts:
-            ax.scatter(*zip(*pts), marker=marker, label=f"{kind} (reached)")
-        miss = [r["d"] for r in rows if r["model"] == kind and not r["steps_to_1e-3"]]
-        if miss:
-            ax.scatter(miss, [args.steps] * len(miss), marker="x", color="k",
-                       label=f"{kind}: not below 1e-3 in {args.steps} steps")
-    ax.set_xlabel("d")
-    ax.set_ylabel(f"first eval step with MSE < {TARGET:g}")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    save_figure(fig, asset("sweep_d.png"))
+    write_figure(rows, args.steps)
     write_table("sweep_d", rows, "Steps to MSE < 1e-3 and the learned mechanism, by d",
                 "Adam lr 1e-2, batch 1024; bidirectional reads the P rows of [P; Y_P]; scratch is "
                 "causal on [P; Y_P; S] reading the S rows. mechanism: the registry construction whose "

@@ -1,5 +1,7 @@
 """Figures carry the stream's block names; attention pages are self-contained (offline)."""
 
+import json
+
 import torch
 from conftest import loads_from_network
 
@@ -31,11 +33,28 @@ def test_attention_page_is_offline_and_has_one_view_per_layer():
     model = HookedDisentangledTransformer(cfg, seed=0)
     batch = make_input(cfg.layout, torch.eye(3), torch.ones(3, 3))
     body = attention_views(model, batch)
-    assert body.count("CircuitsVis.render(") == 2
-    assert '"maskUpperTri": true' in body
+    assert body.count("CircuitsVis.render(") == 3  # one view per head, side by side
+    assert body.count('"maskUpperTri": true') == 3
+    assert "layer 2 (blocks.1) head 1" in body
+    assert json.dumps("▶P0→e0") in body and json.dumps("Y0") in body  # read-out rows are marked
     html = page("t", body)
     assert "var CircuitsVis" in html  # the bundle is inlined
     assert not loads_from_network(html)
+
+
+def test_bidirectional_views_are_not_masked():
+    cfg = ModelConfig(Layout.plain(3), attention_dir="bidirectional")
+    model = HookedDisentangledTransformer(cfg, seed=0)
+    body = attention_views(model, make_input(cfg.layout, torch.eye(3), torch.ones(3, 3)))
+    assert body.count('"maskUpperTri": false') == 2  # circuitsvis masks unless told not to
+
+
+def test_labels_are_legible_at_the_size_drawn():
+    model = constructions.build("theorem3", 10)  # 16 blocks in the read-out stream
+    fig = plot_circuit(model)
+    sizes = [t.get_fontsize() for ax in fig.axes for t in ax.get_yticklabels() + ax.get_xticklabels()
+             if t.get_text()]
+    assert min(sizes) * 4 / 3 >= 10  # points to CSS pixels at the drawn size
 
 
 def test_patching_heatmap_labels_blocks_and_layers():
@@ -49,5 +68,7 @@ def test_patching_heatmap_labels_blocks_and_layers():
     result = patch_blocks(model, clean.X, corrupted.X.double(), mse_to(clean.Y), normalize=True)
     ax = plot_patching(result)
     assert [t.get_text() for t in ax.get_xticklabels()] == model.stream.labels(1)
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["resid_pre 0", "resid_pre 1"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["layer 1 (blocks.0) input",
+                                                           "layer 2 (blocks.1) input"]
+    assert "not in this\nstream yet" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert "1.00" in {t.get_text() for t in ax.texts}  # some block fully restores the output

@@ -16,13 +16,23 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from ..analysis.gauge import gauge_fix  # noqa: E402
 from ..model import HookedDisentangledTransformer  # noqa: E402
 from ..stream import Block  # noqa: E402
+from .labels import head_name, hook_label  # noqa: E402
+
+# Font sizes in points. Figures are drawn at the size they are shown (an SVG's point is 4/3 CSS
+# pixel), so 8 pt labels are ~11 px on the page; nothing is shrunk to fit more blocks: the figure
+# grows instead.
+LABEL_PT = 8
+TITLE_PT = 9
+BLOCK_IN = 0.2  # inches of axis per block, so a 16-block axis keeps its labels apart
+HATCH = "////"  # cells with no value (not in the stream yet, or exactly zero): hatched, in the legend
 
 
-def _block_axis(ax: Axes, blocks: tuple[Block, ...], axis: str, fontsize: float) -> None:
+def _block_axis(ax: Axes, blocks: tuple[Block, ...], axis: str, fontsize: float = LABEL_PT) -> None:
     """Tick each block at its centre with its name and draw thin lines between blocks."""
     centres = [(b.start + b.stop - 1) / 2 for b in blocks]
     names = [b.name for b in blocks]
@@ -33,6 +43,10 @@ def _block_axis(ax: Axes, blocks: tuple[Block, ...], axis: str, fontsize: float)
         ax.set_xticks(centres, names, rotation=90, fontsize=fontsize)
     else:
         ax.set_yticks(centres, names, fontsize=fontsize)
+
+
+def _axis_inches(n_blocks: int, least: float = 2.6) -> float:
+    return max(least, BLOCK_IN * n_blocks)
 
 
 def plot_matrix(
@@ -46,15 +60,16 @@ def plot_matrix(
     """Heatmap of ``M (rows, cols)`` with named block ticks on both axes."""
     M = M.detach().cpu().numpy() if isinstance(M, torch.Tensor) else np.asarray(M)
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 6))
+        _, ax = plt.subplots(figsize=(_axis_inches(len(col_blocks)) + 1.6,
+                                      _axis_inches(len(row_blocks)) + 1.4))
     vmax = float(np.abs(M).max()) or 1.0
     kwargs = dict(cmap="RdBu_r", vmin=-vmax, vmax=vmax) if symmetric else dict(cmap="viridis")
     image = ax.imshow(M, interpolation="nearest", aspect="auto", **kwargs)
-    fontsize = 7 if max(len(row_blocks), len(col_blocks)) <= 12 else 5
-    _block_axis(ax, col_blocks, "x", fontsize)
-    _block_axis(ax, row_blocks, "y", fontsize)
-    ax.set_title(title, fontsize=9)
-    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    _block_axis(ax, col_blocks, "x")
+    _block_axis(ax, row_blocks, "y")
+    ax.set_title(title, fontsize=TITLE_PT)
+    bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    bar.ax.tick_params(labelsize=LABEL_PT)
     return ax
 
 
@@ -67,55 +82,114 @@ def plot_attention_weights(
     if gauge_fixed:
         A = gauge_fix(A.double(), model.stream, layer)
     blocks = model.stream.blocks(layer)
-    which = "gauge-fixed " if gauge_fixed else ""
-    ax = plot_matrix(A, blocks, blocks, f"{which}A, blocks.{layer} head {head}", ax)
-    ax.set_xlabel("key block", fontsize=8)
-    ax.set_ylabel("query block", fontsize=8)
+    which = "gauge-fixed " if gauge_fixed else "raw "
+    ax = plot_matrix(A, blocks, blocks, f"{which}A, {head_name(layer, head)}", ax)
+    ax.set_xlabel("key block", fontsize=LABEL_PT)
+    ax.set_ylabel("query block", fontsize=LABEL_PT)
     return ax
 
 
 def plot_unembed(model: HookedDisentangledTransformer, ax: Axes | None = None) -> Axes:
     """``W_U (D_L, d)``: which blocks of the final stream the read-out copies."""
     W = model.unembed.W_U.detach()
-    d = model.cfg.d
+    d, L = model.cfg.d, model.cfg.n_layers
+    if ax is None:
+        _, ax = plt.subplots(figsize=(2.9, _axis_inches(len(model.stream.blocks(L))) + 1.4))
     cols = (Block("Y column", 0, d),)
-    return plot_matrix(W, model.stream.blocks(model.cfg.n_layers), cols,
-                       f"W_U (read-out of {model.cfg.readout} rows)", ax)
+    ax = plot_matrix(W, model.stream.blocks(L), cols, f"W_U reads the {model.cfg.readout} rows", ax)
+    ax.set_ylabel("block of the read-out stream", fontsize=LABEL_PT)
+    return ax
+
+
+def head_figure(model: HookedDisentangledTransformer, layer: int, head: int = 0,
+                gauge_fixed: bool = True) -> Figure:
+    """One head's ``A`` as a figure of its own, sized so its block labels stay legible."""
+    n = len(model.stream.blocks(layer))
+    fig, ax = plt.subplots(figsize=(_axis_inches(n) + 2.2, _axis_inches(n) + 1.9))
+    plot_attention_weights(model, layer, head, gauge_fixed=gauge_fixed, ax=ax)
+    fig.tight_layout()
+    return fig
+
+
+def unembed_figure(model: HookedDisentangledTransformer) -> Figure:
+    """``W_U`` as a figure of its own (it is not touched by the gauge, so it is drawn once)."""
+    n = len(model.stream.blocks(model.cfg.n_layers))
+    fig, ax = plt.subplots(figsize=(3.1, _axis_inches(n) + 1.9))
+    plot_unembed(model, ax=ax)
+    fig.tight_layout()
+    return fig
 
 
 def plot_circuit(model: HookedDisentangledTransformer, gauge_fixed: bool = False,
                  title: str | None = None) -> Figure:
     """Every head's ``A`` and ``W_U`` side by side (the note's Figure 2, labelled)."""
     panels = [(layer, head) for layer, n in enumerate(model.cfg.heads) for head in range(n)]
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5.2 * (len(panels) + 1), 5.6),
-                             gridspec_kw={"width_ratios": [1] * len(panels) + [0.45]})
+    L = model.cfg.n_layers
+    side = _axis_inches(len(model.stream.blocks(L - 1))) + 2.0
+    height = max(side, _axis_inches(len(model.stream.blocks(L))) + 1.9)
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(side * len(panels) + 2.6, height),
+                             gridspec_kw={"width_ratios": [1] * len(panels) + [0.3]})
     for ax, (layer, head) in zip(axes, panels):
         plot_attention_weights(model, layer, head, gauge_fixed=gauge_fixed, ax=ax)
     plot_unembed(model, ax=axes[-1])
     if title:
-        fig.suptitle(title, fontsize=11)
+        fig.suptitle(title, fontsize=TITLE_PT + 1)
     fig.tight_layout()
     return fig
 
 
+def _hatch_background(ax: Axes) -> None:
+    """Hatch behind the image, so cells without a value (NaN: transparent) show the hatch."""
+    ax.set_facecolor("white")
+    ax.add_patch(Rectangle((0, 0), 1, 1, transform=ax.transAxes, facecolor="white",
+                           edgecolor="#9a9a9a", hatch=HATCH, linewidth=0, zorder=-1))
+
+
+def _hatch_legend(ax: Axes, label: str, below: float | None) -> None:
+    """A legend entry for the hatch: under the axes (``below`` in axes fractions) or, with
+    ``below=None``, in the free corner left of the x tick labels and under the y tick labels."""
+    handle = Patch(facecolor="white", edgecolor="#9a9a9a", hatch=HATCH, label=label)
+    where = dict(loc="upper left", bbox_to_anchor=(0, -below)) if below is not None else dict(
+        loc="upper right", bbox_to_anchor=(-0.01, -0.01))
+    ax.legend(handles=[handle], bbox_transform=ax.transAxes, fontsize=LABEL_PT, frameon=False,
+              borderaxespad=0.2, handlelength=1.6, **where)
+
+
 def plot_dependency(norms: torch.Tensor, row_positions, layout, title: str = "") -> Figure:
-    """Lemma 1 certificate: ``norms (n_readout, T)`` of d output / d input row, log colour scale."""
+    """Lemma 1 certificate: ``norms (n_readout, T)`` of d output / d input row, log colour scale.
+
+    Exactly-zero dependences are hatched (and say so in a legend), so "exactly 0" is never confused
+    with "small".
+    """
     values = norms.detach().cpu().double().numpy()
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    shown = np.log10(values + 1e-30)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.16 * values.shape[1] + 2.4),
+                                    max(2.4, 0.2 * values.shape[0] + 1.6)))
+    _hatch_background(ax)
+    shown = np.log10(np.where(values > 0, values, 1.0))
     image = ax.imshow(np.where(values > 0, shown, np.nan), cmap="magma", aspect="auto",
                       interpolation="nearest")
-    ax.set_facecolor("#d9d9d9")  # exactly zero dependence shows as grey
     blocks, start = [], 0
     for seg in layout.segments:
         blocks.append(Block(f"input {seg.name}", start, start + seg.n_rows))
         start += seg.n_rows
-    _block_axis(ax, tuple(blocks), "x", 7)
-    ax.set_yticks(range(len(row_positions)), [f"row {p}" for p in row_positions], fontsize=6)
-    ax.set_title(title or "log10 |∂ output row / ∂ input row| (grey: exactly 0)", fontsize=9)
-    fig.colorbar(image, ax=ax)
+    _block_axis(ax, tuple(blocks), "x")
+    ax.tick_params(axis="x", labelrotation=0)
+    ax.set_yticks(range(len(row_positions)), [f"row {p}" for p in row_positions], fontsize=LABEL_PT)
+    ax.set_ylabel("read-out row", fontsize=LABEL_PT)
+    ax.set_title(title or "log10 |∂ read-out row / ∂ input row|", fontsize=TITLE_PT)
+    bar = fig.colorbar(image, ax=ax)
+    bar.ax.tick_params(labelsize=LABEL_PT)
+    _hatch_legend(ax, "exactly 0 (no dependence)", below=0.12)
     fig.tight_layout()
     return fig
+
+
+FIGURE_DPI = 130
+
+
+def _metadata(suffix: str) -> dict:
+    """No creation date in SVGs, so regenerating an unchanged figure leaves the file unchanged."""
+    return {"Date": None} if suffix == ".svg" else {}
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:
@@ -124,32 +198,45 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     if path.suffix not in (".png", ".svg"):
         raise ValueError(f"path must end in .png or .svg, got {path.name!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130, bbox_inches="tight")
+    fig.savefig(path, dpi=FIGURE_DPI, bbox_inches="tight", metadata=_metadata(path.suffix))
     plt.close(fig)
     return path
+
+
+def save_figures(fig: Figure, path: str | Path) -> tuple[Path, Path]:
+    """Write ``fig`` as both ``path.png`` and ``path.svg`` (any suffix of ``path`` is replaced)."""
+    path = Path(path)
+    png, svg = path.with_suffix(".png"), path.with_suffix(".svg")
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(svg, bbox_inches="tight", metadata=_metadata(".svg"))
+    return save_figure(fig, png), svg
 
 
 def plot_patching(result, title: str = "", ax: Axes | None = None) -> Axes:
     """A ``(layer, block)`` patching result (``analysis.patch_blocks``) as a labelled heatmap.
 
-    Cells a layer's stream does not have yet (NaN) are grey; with ``normalize=True`` 1 means the
-    patch restores the clean output and 0 that it changes nothing.
+    Rows name the stream patched by the layer that reads it (``layer 1 (blocks.0) input``). Cells a
+    layer's stream does not have yet (NaN) are hatched, with a legend; with ``normalize=True`` 1
+    means the patch restores the clean output and 0 that it changes nothing.
     """
     if tuple(result.dims) != ("layer", "block"):
         raise ValueError(f"result must have dims ('layer', 'block'), got {tuple(result.dims)}")
     values = result.values.detach().cpu().double().numpy()
     if ax is None:
-        _, ax = plt.subplots(figsize=(0.55 * values.shape[1] + 2, 0.5 * values.shape[0] + 1.6))
-    ax.set_facecolor("#d9d9d9")
+        _, ax = plt.subplots(figsize=(0.42 * values.shape[1] + 3.2, 0.42 * values.shape[0] + 2.4))
+    _hatch_background(ax)
     image = ax.imshow(values, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-    ax.set_xticks(range(values.shape[1]), result.labels["block"], rotation=90, fontsize=7)
+    ax.set_xticks(range(values.shape[1]), result.labels["block"], rotation=90, fontsize=LABEL_PT)
     hook = result.attrs.get("hook", "resid_pre")
-    ax.set_yticks(range(values.shape[0]), [f"{hook} {lay}" for lay in result.labels["layer"]],
-                  fontsize=7)
+    ax.set_yticks(range(values.shape[0]), [hook_label(hook, lay) for lay in result.labels["layer"]],
+                  fontsize=LABEL_PT)
     for (i, j), v in np.ndenumerate(values):
         if np.isfinite(v) and abs(v) >= 0.005:
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=LABEL_PT - 1,
                     color="white" if abs(v) > 0.5 else "black")
-    ax.set_title(title, fontsize=9)
-    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_title(title, fontsize=TITLE_PT)
+    bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
+    bar.ax.tick_params(labelsize=LABEL_PT)
+    bar.set_label("share of the clean output restored", fontsize=LABEL_PT)
+    _hatch_legend(ax, "not in this\nstream yet", below=None)
     return ax
