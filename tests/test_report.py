@@ -1,32 +1,163 @@
-"""The HTML report: every section present, self-contained, and the CLI writes it."""
+"""The HTML report: what a reader needs is on the page, said once, with one layer numbering."""
 
+import html as html_lib
 import json
+import re
 
+import pytest
 import torch
 from conftest import loads_from_network
 
-from invperm_interp import constructions, sample_batch
+from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, constructions, sample_batch
 from invperm_interp.analysis.summary import headline, summarize
 from invperm_interp.cli import main
-from invperm_interp.viz.report import write_report
+from invperm_interp.config import TrainConfig
+from invperm_interp.viz.attention import BUNDLE, write_bundle
+from invperm_interp.viz.heatmaps import head_figure, plot_dependency, plot_patching, unembed_figure
+from invperm_interp.viz.report import report_html
+from invperm_interp.viz.training import excess_text, plot_training
 
 
-def test_report_of_a_causal_construction(tmp_path):
+def _metrics(floor: float, last: float, attention: str) -> list[dict]:
+    return [{"step": s, "mse": m, "train_mse": m, "causal_floor": floor, "entry_acc": 0.75,
+             "row_acc": 0.625, "sample_acc": 0.125, "attention_dir": attention}
+            for s, m in ((0, 5.0), (100, 2.6), (200, last))]
+
+
+@pytest.fixture(scope="module")
+def theorem3():
     model = constructions.build("theorem3", 3)
     batch = sample_batch(model.cfg.layout, 64, torch.Generator().manual_seed(0), dtype=torch.float64)
-    summary = summarize(model, batch, "construction theorem3")
-    metrics = [{"step": s, "mse": 2.0 / (s + 1), "train_mse": None, "causal_floor": 0.0}
-               for s in (0, 10, 20)]
-    page = write_report(model, summary, batch, tmp_path / "r.html", metrics).read_text()
-    for section in ("Summary", "Training", "Circuit", "Weights, gauge-fixed", "Ablations",
-                    "Lemma 1 certificate", "Attention on one sample"):
-        assert f"<h2>{section}</h2>" in page or f"<h3>{section}</h3>" in page, section
-    assert "Every dependence of a read-out row on a later input row is exactly 0" in page
-    assert page.count("data:image/png;base64,") == 4  # training, raw, gauge-fixed, dependency
-    assert not loads_from_network(page)
-    # the circuit table names the construction's cells
-    for _layer, query, key, template in constructions.REGISTRY["theorem3"].cells:
-        assert f"{template} at ({query}, {key})" in headline(summary)
+    return model, batch, summarize(model, batch, "construction theorem3")
+
+
+@pytest.fixture(scope="module")
+def theorem3_page(theorem3):
+    model, batch, summary = theorem3
+    return report_html(model, summary, batch, _metrics(0.0, 1e-4, "causal"), "construction theorem3",
+                       train_cfg=TrainConfig(steps=200, seed=7, batch_size=256, eval_size=512))
+
+
+def _sections(page: str) -> dict[str, str]:
+    """Visible text of each <h2> section (tags, scripts and styles removed)."""
+    page = re.sub(r"<(script|style)\b.*?</\1>", "", page, flags=re.S)
+    parts = re.split(r"<h2>(.*?)</h2>", page)
+    return {parts[i]: html_lib.unescape(re.sub(r"<[^>]+>", " ", parts[i + 1]))
+            for i in range(1, len(parts), 2)}
+
+
+def test_report_has_every_section_in_reading_order(theorem3_page):
+    assert list(_sections(theorem3_page)) == [
+        "Headline", "Results", "Training", "Circuit", "Closest constructions", "Ablations",
+        "Lemma 1 certificate", "Attention on one sample"]
+    assert "Every dependence of a read-out row on a later input row is exactly 0" in theorem3_page
+    assert not loads_from_network(theorem3_page)
+
+
+def test_headline_names_the_mechanism_of_a_construction(theorem3_page):
+    head = _sections(theorem3_page)["Headline"]
+    assert "Closest mechanism: theorem3" in head and "No template" not in head
+
+
+def test_headline_says_when_no_template_explains_the_circuit():
+    cfg = ModelConfig(Layout.plain(4), attention_dir="causal", readout="P", init_scale=1.0)
+    model = HookedDisentangledTransformer(cfg, seed=0)  # random weights: nothing to explain
+    batch = sample_batch(cfg.layout, 32, torch.Generator().manual_seed(0))
+    summary = summarize(model, batch, "random")
+    page = report_html(model, summary, batch)
+    assert "No template explains this circuit" in _sections(page)["Headline"]
+
+
+def test_run_details_are_said_once(theorem3_page):
+    sections = _sections(theorem3_page)
+    meta = theorem3_page.split("<h2>")[0]
+    for detail in ("200 steps", "lr 0.01", "batch size 256", "seed 7", "fixed batch of 512"):
+        assert detail in meta, detail
+    assert theorem3_page.count("construction theorem3") == 2  # <title> and <h1> only
+    assert "construction theorem3" not in "".join(sections.values())
+
+
+def test_results_show_excess_over_floor_and_accuracies(theorem3):
+    model, batch, summary = theorem3
+    page = report_html(model, summary, batch, _metrics(2.5, 2.5025, "causal"))
+    results = _sections(page)["Results"]
+    assert "2.5025 = floor 2.5 + 0.0025" in results  # the run's last eval, with enough digits
+    assert excess_text(2.49, 2.5) == "2.49 = floor 2.5 − 0.01"
+    assert "62.50%" in results and "12.50%" in results  # the run's row and sample accuracy
+    assert "fresh batch" in results and "differ" in results  # why the two MSEs differ
+
+
+def test_causal_curve_is_drawn_as_excess_over_the_floor():
+    fig = plot_training(_metrics(2.5, 2.5025, "causal"))
+    line = fig.axes[0].get_lines()[0]
+    assert line.get_ydata()[-1] == pytest.approx(0.0025)
+    assert fig.axes[0].get_yscale() == "symlog"
+    accuracy = {ln.get_label(): ln.get_ydata()[-1] for ln in fig.axes[1].get_lines()}
+    assert accuracy == {"entries exact": 0.75, "rows exact": 0.625, "samples exact (whole Y)": 0.125}
+
+
+def test_weights_once_each_with_alt_text(theorem3_page):
+    images = re.findall(r"<img [^>]*>", theorem3_page)
+    alts = [re.search(r'alt="([^"]*)"', img).group(1) for img in images]
+    assert len(images) == 7 and all(alts)  # curve, 2 gauge-fixed, W_U, 2 raw, Lemma 1
+    assert sum("W_U" in a for a in alts) == 1
+    assert all('width="' in img for img in images)  # drawn at the size shown
+
+
+def test_tables_have_captions_and_ablations_state_the_baseline_once(theorem3_page):
+    assert theorem3_page.count('<p class="caption">') == 4  # results, circuit, constructions, ablations
+    ablations = theorem3_page.split("<h2>Ablations</h2>")[1].split("<h2>")[0]
+    assert "MSE before" not in ablations and "causal floor</th>" not in ablations
+    assert "Before any ablation the MSE is" in ablations
+
+
+LAYER_WORD = re.compile(r"\b[Ll]ayer\s+(\d+)(\s*\(blocks\.(\d+)\))?")
+BARE_INDEX = re.compile(r"(?<!\()\bblocks\.\d+(?!\.hook_)|\bh\^\d|\bresid_(?:pre|post) \d|\bLayer \d")
+
+
+def _check_naming(text: str, n_layers: int, where: str) -> int:
+    """Every layer mention in ``text`` is ``layer l (blocks.l-1)``; returns how many there were."""
+    assert not BARE_INDEX.findall(text), f"{where}: {BARE_INDEX.findall(text)}"
+    found = LAYER_WORD.findall(text)
+    for number, with_index, index in found:
+        assert with_index, f"{where}: 'layer {number}' without its module index"
+        assert int(index) == int(number) - 1 and 1 <= int(number) <= n_layers, (where, number, index)
+    return len(found)
+
+
+def _figure_text(fig) -> str:
+    texts = [t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))]
+    return "\n".join(texts)
+
+
+def test_each_layer_is_named_the_same_way_in_every_section(theorem3, theorem3_page):
+    from invperm_interp.analysis import mse_to, patch_blocks
+    from invperm_interp.theory import dependency_map
+
+    model, batch, _ = theorem3
+    mentions = {where: _check_naming(text, 2, where) for where, text in _sections(theorem3_page).items()}
+    for section in ("Circuit", "Ablations", "Attention on one sample"):
+        assert mentions[section] > 0, section  # these sections name layers, and name them so
+    deps = dependency_map(model, batch.X[:2])
+    other = sample_batch(model.cfg.layout, 64, torch.Generator().manual_seed(1), dtype=torch.float64)
+    patching = patch_blocks(model, batch.X, other.X, mse_to(batch.Y), normalize=True)
+    figures = {"A": head_figure(model, 1, 0), "W_U": unembed_figure(model),
+               "Lemma 1": plot_dependency(deps.norms, deps.positions, model.cfg.layout),
+               "patching": plot_patching(patching).figure}
+    for where, fig in figures.items():
+        _check_naming(_figure_text(fig), 2, where)
+    assert "layer 2 (blocks.1)" in _figure_text(figures["A"])
+    assert "layer 1 (blocks.0) input" in _figure_text(figures["patching"])
+
+
+def test_a_shared_bundle_replaces_the_inline_copy(theorem3, tmp_path):
+    model, batch, summary = theorem3
+    inline = report_html(model, summary, batch)
+    shared = report_html(model, summary, batch, bundle="../circuitsvis.js")
+    assert '<script src="../circuitsvis.js"></script>' in shared and "var CircuitsVis" not in shared
+    assert len(inline) - len(shared) > 0.9 * BUNDLE.stat().st_size
+    path = write_bundle(tmp_path)
+    assert path.read_bytes() == BUNDLE.read_bytes()
 
 
 def test_cli_report_on_a_construction(tmp_path, capsys):
@@ -36,3 +167,9 @@ def test_cli_report_on_a_construction(tmp_path, capsys):
     assert data["mse"] < 1e-6 and data["causal_floor"] == 0.75
     assert (tmp_path / "report.html").stat().st_size > 100_000  # the inlined bundle
     assert "I at (pos.Y, pos.P)" in capsys.readouterr().out
+
+
+def test_analyze_headline_names_the_construction_cells(theorem3):
+    _, _, summary = theorem3
+    for _layer, query, key, template in constructions.REGISTRY["theorem3"].cells:
+        assert f"{template} at ({query}, {key})" in headline(summary)

@@ -1,122 +1,262 @@
-"""The HTML report of one model: a single self-contained page a person opens in a browser.
+"""The HTML report of one model: a page a researcher reads top to bottom in a minute.
 
-Sections: summary, training curve (when metrics exist), the circuit (atoms of the gauge-fixed
-weights), raw and gauge-fixed weight heatmaps, closest constructions, ablations, the Lemma 1
-dependency map and circuitsvis attention views. Figures are embedded as PNG, the circuitsvis bundle
-is inlined once: nothing is fetched from the network.
+Order: what was run (once), the headline (the mechanism and what it means), the numbers (MSE against
+the causal floor, accuracies), the training curve, the circuit (table with captions, gauge-fixed
+weights, raw weights folded away), closest constructions, ablations, the Lemma 1 certificate and
+the attention patterns of one sample. Layers are named one way everywhere (``viz.labels``).
+
+The page only renders: the numbers come from the analysis summary and the run's metrics. Figures
+are inline SVG with alt text; the circuitsvis bundle is inlined (one self-contained file) unless
+``bundle`` names a shared copy (a directory of reports, see ``viz.index``).
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
+import re
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
-
 from ..analysis.summary import atom_label
+from ..config import TrainConfig
+from ..metrics import evaluate
 from ..model import HookedDisentangledTransformer
 from ..task import Batch
 from ..theory import dependency_map
 from .attention import attention_views, page
-from .heatmaps import plot_circuit, plot_dependency
+from .heatmaps import head_figure, plot_dependency, unembed_figure
+from .html import figure, table
+from .labels import layer_name, name_streams
+from .training import excess_text, plot_training
+
+__all__ = ["write_report", "report_html", "plot_training"]
+
+# A circuit whose atoms leave more than this share of a layer's weights unexplained is not presented
+# as explained by templates.
+UNEXPLAINED = 0.5
 
 
-def _png(fig: Figure) -> str:
-    """``<img>`` holding ``fig`` as an inline PNG; closes the figure."""
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return f'<img style="max-width: 100%" src="data:image/png;base64,{data}">'
+def _esc(value) -> str:
+    return html.escape(str(value))
 
 
-def plot_training(metrics: list[dict], title: str = "") -> Figure:
-    """Eval MSE (log scale) against step, with the causal floor of the configuration's causal twin."""
-    steps = [m["step"] for m in metrics]
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    ax.plot(steps, [m["mse"] for m in metrics], label="eval MSE", color="C0")
-    train = [(m["step"], m["train_mse"]) for m in metrics if m.get("train_mse") is not None]
-    if train:
-        ax.plot(*zip(*train), label="train MSE", color="C0", alpha=0.4, linestyle="--")
-    floor = metrics[-1].get("causal_floor")
-    if floor is not None and floor > 0:
-        ax.axhline(floor, color="C3", linestyle=":", label=f"causal floor {floor:.4g}")
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("MSE (the note's loss)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def _table(header: list[str], rows: list[list]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return (f"<table border='1' cellpadding='4' style='border-collapse: collapse; font-size: 13px'>"
-            f"<tr>{head}</tr>{body}</table>")
-
-
-def _sections(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
-              metrics: list[dict] | None) -> list[str]:
+def _setup(model: HookedDisentangledTransformer, train_cfg: TrainConfig | None,
+           metrics: list[dict] | None) -> str:
+    """What was run, said once: the model and, for a trained run, how it was trained."""
     cfg = model.cfg
-    parts = [
-        "<h2>Summary</h2>",
-        f"<p>{html.escape(summary['source'])}: {cfg.attention_dir} attention, layout "
-        f"{html.escape(str(cfg.layout))}, {cfg.n_layers} layers, heads {list(cfg.heads)}, reads the "
-        f"{cfg.readout} rows. MSE <b>{summary['mse']:.3g}</b>; the causal floor of this layout and "
-        f"read-out is <b>{summary['causal_floor']:.4g}</b> (no causally masked model can go below it). "
-        f"Gauge check: patterns of A and gauge_fix(A) differ by {summary['gauge_check']:.2g}.</p>",
-    ]
+    model_text = (f"{cfg.attention_dir} attention on {_esc(cfg.layout)}, "
+                  f"{cfg.n_layers} layers, heads per layer {list(cfg.heads)}, reads the "
+                  f"{cfg.readout} rows; {cfg.dtype}")
+    parts = [f"<b>Model</b>: {model_text}."]
+    if train_cfg is not None:
+        t = train_cfg.resolved()
+        steps = metrics[-1]["step"] if metrics else t.steps
+        schedule = t.schedule + (f" over {t.schedule_steps} steps" if t.schedule == "cosine" else "")
+        parts.append(f"<b>Training</b>: {steps} steps of {t.optimizer} (recipe {t.recipe}), "
+                     f"lr {t.lr:g} ({schedule}), batch size {t.batch_size}, seed {t.seed}, "
+                     f"evaluated every {t.eval_every} steps on a fixed batch of {t.eval_size}.")
+    elif metrics:
+        parts.append(f"<b>Training</b>: {metrics[-1]['step']} steps (no config.json given).")
+    return f'<p class="meta">{"<br>".join(parts)}</p>'
+
+
+def _headline(summary: dict) -> str:
+    """The first thing on the page: which mechanism, how faithfully, what it means."""
+    cfg = summary["model"]
+    unexplained = summary["circuit"]["residual_share"]
+    worst = max(unexplained) if unexplained else 0.0
+    closest = summary["closest_constructions"][0] if summary["closest_constructions"] else None
+    atoms = summary["circuit"]["atoms"]
+    scores = [a["score"] for a in atoms if a["share"] >= 0.01]
+    floor, mse = summary["causal_floor"], summary["mse"]
+    at_floor = cfg["attention_dir"] == "causal" and floor > 0 and mse >= 0.98 * floor
+    if worst > UNEXPLAINED:
+        score_text = (f"its atoms match their templates with cosine {min(scores):.2f}–{max(scores):.2f}"
+                      if scores else "no atom holds 1% of a layer")
+        text = (f"<b>No template explains this circuit.</b> {score_text[0].upper()}{score_text[1:]}, and "
+                f"{min(unexplained):.0%}–{worst:.0%} of each layer's gauge-fixed weights are "
+                f"unexplained; the atoms below are the best sparse fit, not a mechanism.")
+        cls = "headline none"
+    elif closest is not None:
+        text = (f"<b>Closest mechanism: {_esc(closest['name'])}</b>; its cells carry "
+                f"{closest['norm_share']:.0%} of the gauge-fixed weights ({closest['cells_found']:.0%} "
+                f"of them found), attention-pattern distance {closest['pattern_tv']:.2f} (TV, 0 = the "
+                f"same patterns). {len(atoms)} atoms leave {worst:.0%} of the weights unexplained.")
+        cls = "headline"
+    else:
+        text = (f"<b>{len(atoms)} atoms</b> leave at most {worst:.0%} of a layer's weights "
+                f"unexplained; no registry construction has this attention and read-out.")
+        cls = "headline"
+    if at_floor:
+        text += (f" The model sits at the causal floor ({excess_text(mse, floor)}): under the mask "
+                 f"it cannot see the rows it needs (Lemma 1), so no circuit can do better.")
+    return f'<h2>Headline</h2><div class="{cls}"><p>{text}</p></div>'
+
+
+def _results(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
+             metrics: list[dict] | None, train_cfg: TrainConfig | None) -> str:
+    """The numbers: MSE against the floor on the eval batch and on the analysis batch, accuracies."""
+    floor = summary["causal_floor"]
+    rows = []
     if metrics:
-        parts += ["<h2>Training</h2>", _png(plot_training(metrics, summary["source"]))]
+        last = metrics[-1]
+        size = f"{train_cfg.eval_size} " if train_cfg is not None else ""
+        rows.append([f"training's eval batch ({size}samples), step {last['step']}",
+                     excess_text(last["mse"], last.get("causal_floor", floor)),
+                     *(f"{last[k]:.2%}" if last.get(k) is not None else "—"
+                       for k in ("entry_acc", "row_acc", "sample_acc"))])
+    acc = evaluate(model, batch.to(model.device, model.cfg.torch_dtype))
+    rows.append([f"this analysis's fresh batch ({summary['n_samples']} samples)",
+                 excess_text(summary["mse"], floor),
+                 *(f"{acc[k]:.2%}" for k in ("entry_acc", "row_acc", "sample_acc"))])
+    caption = (f"MSE is the note's loss (squared error summed over columns, averaged over rows); "
+               f"0.5 everywhere scores {0.25 * model.cfg.d:.4g}. The causal floor "
+               f"{floor:.6g} is the best any causally masked model with this layout and read-out can do. "
+               "Exact: entries, rows, whole Y right after rounding.")
+    note = ""
+    if metrics:
+        note = ("<p class='meta'>The two MSEs differ because they are measured on different samples: "
+                "the curve's last point on the fixed batch the run evaluated on throughout, the "
+                "analysis below on a fresh batch drawn for it.</p>")
+    return "<h2>Results</h2>" + table(["measured on", "MSE", "entries exact", "rows exact",
+                                       "samples exact"], rows, caption) + note
+
+
+def _circuit(model: HookedDisentangledTransformer, summary: dict) -> str:
     atoms = sorted(summary["circuit"]["atoms"], key=lambda a: (a["layer"], a["head"], -a["share"]))
-    rows = [[a["layer"] + 1, a["head"], atom_label(a), f"{abs(a['beta']):.3g}", f"{a['share']:.1%}",
-             f"{a['score']:.3f}", f"{a['raw_score']:.3f}"] for a in atoms if a["share"] >= 0.01]
-    residual = ", ".join(f"layer {i + 1}: {s:.1%}"
+    rows = [[layer_name(a["layer"]), a["head"], atom_label(a), f"{abs(a['beta']):.3g}",
+             f"{a['share']:.1%}", f"{a['score']:.3f}", f"{a['raw_score']:.3f}"]
+            for a in atoms if a["share"] >= 0.01]
+    residual = "; ".join(f"{layer_name(i)}: {s:.1%}"
                          for i, s in enumerate(summary["circuit"]["residual_share"]))
-    parts += [
-        "<h2>Circuit</h2>",
-        "<p>The gauge-fixed A of each head written as a sum of block templates (β × template at "
-        "(query block, key block)); 'a = b' lists readings equal modulo the softmax gauge. score: "
-        "cosine of the gauge-fixed cell with its template; raw: the same for the raw weights. "
-        f"Unexplained norm: {residual}.</p>",
-        _table(["layer", "head", "cell", "β", "share", "score", "raw"], rows),
-        "<h3>Weights, raw</h3>", _png(plot_circuit(model)),
-        "<h3>Weights, gauge-fixed</h3>", _png(plot_circuit(model, gauge_fixed=True)),
-    ]
-    if summary["closest_constructions"]:
-        parts += ["<h2>Closest constructions</h2>", _table(
-            ["construction", "β", "pattern TV", "weight cos", "its cells found",
-             "share of the weights its cells carry"],
-            [[m["name"], f"{m['beta']:g}", f"{m['pattern_tv']:.3f}", f"{m['weight_cosine']:.2f}",
-              f"{m['cells_found']:.0%}", f"{m['norm_share']:.0%}"]
-             for m in summary["closest_constructions"]])]
-    parts += ["<h2>Ablations</h2>", _table(
-        ["ablation", "MSE before", "MSE after", "causal floor"],
-        [[a["name"], f"{a['mse_before']:.3g}", f"{a['mse_after']:.3g}", f"{a['causal_floor']:.4g}"]
-         for a in summary["ablations"]])]
+    caption = (
+        "Each head's gauge-fixed <code>A</code> written as a sum of placed templates (atoms): "
+        "<b>cell</b> is template at (query block, key block), 'a = b' lists readings equal modulo "
+        "the softmax gauge; <b>β</b> the template's scale (sharper attention when larger; the "
+        "constructions use 100); <b>share</b> of the layer's squared gauge-fixed weights this atom "
+        "carries (atoms under 1% not listed); <b>score</b> cosine of the gauge-fixed cell with its "
+        "template (1 = exactly the template); <b>raw</b> the same for the raw weights (low raw with "
+        f"high score: the gauge hid it). Unexplained: {residual}.")
+    heads = [(layer, head) for layer, n in enumerate(model.cfg.heads) for head in range(n)]
+    gauge_figs = "".join(
+        figure(head_figure(model, layer, head, gauge_fixed=True),
+               f"Heatmap of the gauge-fixed A of {layer_name(layer)} head {head}: query blocks in "
+               "rows, key blocks in columns, red positive, blue negative.")
+        for layer, head in heads)
+    w_u = figure(unembed_figure(model), "Heatmap of W_U: which blocks of the final stream are "
+                 "copied into the output, one column per output column.")
+    raw_figs = "".join(
+        figure(head_figure(model, layer, head, gauge_fixed=False),
+               f"Heatmap of the raw A of {layer_name(layer)} head {head}.")
+        for layer, head in heads)
+    return (
+        "<h2>Circuit</h2>" + table(["layer", "head", "cell", "β", "share", "score", "raw"], rows,
+                                   caption)
+        + "<h3>Weights</h3><p class='meta'>The gauge-fixed <code>A</code> of each head (what the "
+          "table reads) and <code>W_U</code> (untouched by the gauge, drawn once).</p>"
+        + f'<div class="figs">{gauge_figs}{w_u}</div>'
+        + "<details><summary>Raw weights, before gauge fixing</summary>"
+          "<p class='meta'>Softmax ignores adding the same vector to every key score of a query, so "
+          "raw weights carry an invisible gauge component; these are the weights as trained.</p>"
+        + f'<div class="figs">{raw_figs}</div></details>')
+
+
+def _constructions(summary: dict) -> str:
+    matches = summary["closest_constructions"]
+    if not matches:
+        return ""
+    caption = ("Registry constructions with this model's attention and read-out, each at the β "
+               "closest to the model, best first. <b>pattern TV</b>: mean total-variation distance "
+               "between the two models' attention patterns (0 = identical, 1 = disjoint); "
+               "<b>weight cos</b>: cosine of the gauge-fixed weights (1 = same up to scale); "
+               "<b>its cells found</b>: share of the construction's cells among this model's atoms; "
+               "<b>weight share</b>: share of this model's gauge-fixed weights those cells carry.")
+    rows = [[m["name"], f"{m['beta']:g}", f"{m['pattern_tv']:.3f}", f"{m['weight_cosine']:.2f}",
+             f"{m['cells_found']:.0%}", f"{m['norm_share']:.0%}"] for m in matches]
+    return "<h2>Closest constructions</h2>" + table(
+        ["construction", "β", "pattern TV", "weight cos", "its cells found", "weight share"],
+        rows, caption)
+
+
+def _ablations(model: HookedDisentangledTransformer, summary: dict) -> str:
+    ablations = summary["ablations"]
+    if not ablations:
+        return ""
+    L = model.cfg.n_layers
+    before, floor = ablations[0]["mse_before"], ablations[0]["causal_floor"]
+    caption = (f"Each row runs the model once with one intervention, on the analysis batch. Before any "
+               f"ablation the MSE is <b>{before:.4g}</b>; the causal floor is <b>{floor:.4g}</b>. An "
+               f"ablation that sends the MSE to the floor or above removed what the model needs.")
+    rows = [[name_streams(a["name"], L), _what_it_does(a["description"], L),
+             f"{a['mse_after']:.4g}", f"{a['mse_after'] - a['mse_before']:+.3g}"] for a in ablations]
+    return "<h2>Ablations</h2>" + table(["ablation", "what it does", "MSE after", "change"], rows,
+                                        caption)
+
+
+_BLOCK_ABLATION = re.compile(r"^(\w+) the block \S+ of h\^\d+ at every position \((\S+)\)$")
+
+
+def _what_it_does(description: str, n_layers: int) -> str:
+    """An ablation's description, without restating the block and stream its name already gives."""
+    match = _BLOCK_ABLATION.match(description)
+    if match:
+        return f"{match.group(1)} it at every position (hook {match.group(2)})"
+    return name_streams(description, n_layers)
+
+
+def _certificate(model: HookedDisentangledTransformer, batch: Batch) -> str:
+    cfg = model.cfg
     deps = dependency_map(model, batch.X[:4])
     if deps.causal_ok:
         verdict = "Every dependence of a read-out row on a later input row is exactly 0"
     else:
         verdict = f"Read-out rows depend on later input rows ({cfg.attention_dir} attention)"
-    parts += ["<h2>Lemma 1 certificate</h2>", f"<p>{verdict}.</p>",
-              _png(plot_dependency(deps.norms, deps.positions, cfg.layout))]
-    parts += ["<h2>Attention on one sample</h2>", attention_views(model, batch, index=0)]
-    return parts
+    fig = plot_dependency(deps.norms, deps.positions, cfg.layout)
+    return ("<h2>Lemma 1 certificate</h2>" + f"<p>{verdict}.</p>" + figure(
+        fig, f"Heatmap of how strongly each read-out row depends on each input row; {verdict}.",
+        "Largest Jacobian norm over 4 samples of each read-out row (rows) with respect to each "
+        "input row (columns). Hatched: exactly zero, as Lemma 1 requires for every later row under "
+        "a causal mask."))
+
+
+def _attention(model: HookedDisentangledTransformer, batch: Batch) -> str:
+    return ("<h2>Attention on one sample</h2>"
+            "<p class='meta'>Each head's attention pattern on sample 0 of the analysis batch: query "
+            "(destination) rows down, key (source) rows across, darker = more attention (hover for "
+            "values); grey cells are masked. Token labels: <code>P3→e7</code> is P row 3 (the one-hot "
+            "e_7), <code>Y3</code> row 3 of Y_P, <code>S3</code> a scratch row; "
+            f"<code>▶</code> marks the {model.cfg.readout} rows the model reads out.</p>"
+            + attention_views(model, batch, index=0))
+
+
+def report_html(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
+                metrics: list[dict] | None = None, title: str = "invperm-interp report", *,
+                train_cfg: TrainConfig | None = None, bundle: str | None = None) -> str:
+    """The report page as a string (see :func:`write_report`)."""
+    parts = [_setup(model, train_cfg, metrics), _headline(summary),
+             _results(model, summary, batch, metrics, train_cfg)]
+    if metrics:
+        parts += ["<h2>Training</h2>", figure(
+            plot_training(metrics),
+            "Training curves: eval loss against step (left) and the fraction of entries, rows and "
+            "samples exact (right).",
+            "Eval loss on the run's fixed eval batch; a causal run is drawn as its excess over the "
+            "causal floor (linear within ±1e-4 of it, logarithmic beyond).")]
+    parts += [_circuit(model, summary), _constructions(summary), _ablations(model, summary),
+              _certificate(model, batch), _attention(model, batch)]
+    return page(title, "\n".join(p for p in parts if p), bundle=bundle)
 
 
 def write_report(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
                  path: str | Path, metrics: list[dict] | None = None,
-                 title: str = "invperm-interp report") -> Path:
-    """Write the report page for ``model`` (with ``summary`` from ``analysis.summary.summarize``)."""
+                 title: str = "invperm-interp report", *, train_cfg: TrainConfig | None = None,
+                 bundle: str | None = None) -> Path:
+    """Write the report page for ``model`` (with ``summary`` from ``analysis.summary.summarize``).
+
+    ``metrics``/``train_cfg``: the run's eval records and training configuration, when it is a
+    trained run. ``bundle``: a relative URL of a shared circuitsvis bundle instead of inlining it.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = "\n".join(_sections(model, summary, batch, metrics))
-    path.write_text(page(title, body), encoding="utf-8")
+    path.write_text(report_html(model, summary, batch, metrics, title, train_cfg=train_cfg,
+                                bundle=bundle), encoding="utf-8")
     return path

@@ -1,0 +1,52 @@
+"""Small HTML pieces the report and the index page share: tables with captions and figures with
+alt text, embedded so that a page needs no other file."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import re
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+_SVG_SIZE = re.compile(rb'<svg[^>]*?width="([\d.]+)pt" height="([\d.]+)pt"')
+
+
+def svg_bytes(fig: Figure) -> bytes:
+    """``fig`` as SVG (text drawn as paths, so it looks the same in every browser); closes it."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def figure(fig: Figure, alt: str, caption: str = "") -> str:
+    """``<figure>`` holding ``fig`` as an inline SVG image at the size it was drawn (shrunk only
+    when the page is narrower), with ``alt`` text and an optional caption; closes ``fig``."""
+    data = svg_bytes(fig)
+    size = _SVG_SIZE.search(data[:2000])
+    dims = ""
+    if size:  # points to CSS pixels, so labels drawn at 8 pt show at ~11 px
+        width, height = (round(float(v) * 4 / 3) for v in size.groups())
+        dims = f' width="{width}" height="{height}"'
+    src = "data:image/svg+xml;base64," + base64.b64encode(data).decode("ascii")
+    cap = f"<figcaption>{caption}</figcaption>" if caption else ""
+    return f'<figure><img src="{src}" alt="{html.escape(alt)}"{dims}>{cap}</figure>'
+
+
+def cell(value) -> str:
+    """A ``<td>``; numbers (and number-like strings) align right."""
+    text = str(value)
+    numeric = isinstance(value, (int, float)) or bool(re.fullmatch(r"[-+−]?[\d.,%e×−+]+", text))
+    return f'<td class="num">{html.escape(text)}</td>' if numeric else f"<td>{html.escape(text)}</td>"
+
+
+def table(header: list[str], rows: list[list], caption: str = "", attrs: str = "") -> str:
+    """An HTML table; ``caption`` is trusted HTML (it may hold <b> or <code>)."""
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(cell(c) for c in row) + "</tr>" for row in rows)
+    cap = f'<p class="caption">{caption}</p>' if caption else ""
+    return (f"<div class='table'>{cap}<table{attrs}><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table></div>")

@@ -1,0 +1,129 @@
+"""Training curves read against the causal floor.
+
+A causally masked model ends at its floor (2.5 for the note's causal model at d = 10), and on a log
+axis of the MSE its last thousand steps lie on the floor line at the bottom edge. So a causal run
+is drawn as the excess ``MSE − floor`` (symmetric-log axis: it can dip below 0 by sampling noise of
+the eval batch), a bidirectional run as the MSE itself, with the floor of its causal twin for
+reference. The accuracies the run records (entries, rows, whole samples exact) sit beside it.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
+
+ACCURACIES = (("entry_acc", "entries exact"), ("row_acc", "rows exact"),
+              ("sample_acc", "samples exact (whole Y)"))
+EXCESS_LINEAR = 1e-4  # symlog: linear within ±1e-4 of the floor, logarithmic beyond
+
+
+def is_causal(metrics: list[dict]) -> bool:
+    return bool(metrics) and metrics[-1].get("attention_dir") == "causal"
+
+
+def excess_text(mse: float, floor: float | None) -> str:
+    """``"2.5025 = floor 2.5 + 0.0025"``: the MSE with the digits that tell it from its floor."""
+    if floor is None or floor <= 0:
+        return f"{mse:.4g}"
+    excess = mse - floor
+    return f"{mse:.6g} = floor {floor:.6g} {'+' if excess >= 0 else '−'} {abs(excess):.3g}"
+
+
+def plot_loss(ax: Axes, metrics: list[dict], label: str = "eval MSE", color: str = "C0",
+              causal: bool | None = None) -> None:
+    """One run's eval curve on ``ax``: ``MSE − floor`` for a causal run, else the MSE (log)."""
+    causal = is_causal(metrics) if causal is None else causal
+    steps = [m["step"] for m in metrics]
+    floor = metrics[-1].get("causal_floor") or 0.0
+    if causal and floor > 0:
+        ax.plot(steps, [m["mse"] - floor for m in metrics], color=color, label=label)
+        ax.set_yscale("symlog", linthresh=EXCESS_LINEAR)
+        ax.axhline(0.0, color="C3", linestyle=":", linewidth=1.2)
+    else:
+        ax.plot(steps, [m["mse"] for m in metrics], color=color, label=label)
+        ax.set_yscale("log")
+
+
+def plot_training(metrics: list[dict], title: str = "") -> Figure:
+    """Eval loss (left) and the recorded accuracies (right) against step."""
+    causal, floor = is_causal(metrics), metrics[-1].get("causal_floor") or 0.0
+    accuracies = [(k, name) for k, name in ACCURACIES if metrics[-1].get(k) is not None]
+    fig, axes = plt.subplots(1, 2 if accuracies else 1, figsize=(9.6 if accuracies else 5.6, 3.1),
+                             squeeze=False)
+    ax = axes[0, 0]
+    plot_loss(ax, metrics, causal=causal)
+    train = [(m["step"], m["train_mse"]) for m in metrics if m.get("train_mse") is not None]
+    if train and not (causal and floor > 0):
+        ax.plot(*zip(*train), color="C0", alpha=0.45, linestyle="--", label="train MSE")
+    if causal and floor > 0:
+        ax.set_ylabel("eval MSE − causal floor", fontsize=LABEL_PT)
+        ax.set_title(f"excess over the causal floor {floor:.4g} (dotted: 0, at the floor)",
+                     fontsize=TITLE_PT)
+    else:
+        if floor > 0:
+            ax.axhline(floor, color="C3", linestyle=":", label=f"causal floor {floor:.4g}")
+        ax.set_ylabel("MSE (the note's loss)", fontsize=LABEL_PT)
+        ax.set_title(title or "eval MSE", fontsize=TITLE_PT)
+        ax.legend(fontsize=LABEL_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3,
+                  frameon=False)
+    ax.set_xlabel("step", fontsize=LABEL_PT)
+    ax.tick_params(labelsize=LABEL_PT)
+    ax.grid(alpha=0.3, which="major")
+    if accuracies:
+        acc = axes[0, 1]
+        steps = [m["step"] for m in metrics]
+        for (key, name), style in zip(accuracies, ("-", "--", ":")):
+            acc.plot(steps, [m.get(key) for m in metrics], linestyle=style, color="k", label=name)
+        acc.set_ylim(-0.02, 1.02)
+        acc.set_xlabel("step", fontsize=LABEL_PT)
+        acc.set_ylabel("fraction exact after rounding", fontsize=LABEL_PT)
+        acc.set_title("accuracy on the eval batch", fontsize=TITLE_PT)
+        acc.tick_params(labelsize=LABEL_PT)
+        acc.grid(alpha=0.3)
+        acc.legend(fontsize=LABEL_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3,
+                   frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_runs(curves: dict[str, list[dict]], title: str = "") -> Figure:
+    """Several runs' eval curves: the MSE of every run (log, left, legend outside) and, when some
+    runs are causal with a floor, their excess over it (right), where a run at its floor is visible
+    instead of lying under the floor line."""
+    causal = {name: m for name, m in curves.items() if is_causal(m) and m[-1].get("causal_floor")}
+    fig, axes = plt.subplots(1, 2 if causal else 1, figsize=(11 if causal else 7.5, 3.4),
+                             squeeze=False, gridspec_kw={"wspace": 0.28})
+    ax = axes[0, 0]
+    colors = {name: f"C{i}" for i, name in enumerate(curves)}
+    for name, metrics in curves.items():
+        ax.plot([m["step"] for m in metrics], [m["mse"] for m in metrics], color=colors[name],
+                label=name)
+    floors = sorted({m[-1]["causal_floor"] for m in causal.values()})
+    for floor in floors:
+        ax.axhline(floor, color="k", linestyle=":", linewidth=1)
+        ax.annotate(f"causal floor {floor:g}", (1.0, floor), xycoords=("axes fraction", "data"),
+                    xytext=(-4, 4), textcoords="offset points", ha="right", fontsize=LABEL_PT)
+    ax.set_yscale("log")
+    ax.set_xlabel("step", fontsize=LABEL_PT)
+    ax.set_ylabel("eval MSE (the note's loss)", fontsize=LABEL_PT)
+    ax.set_title(title or "eval MSE", fontsize=TITLE_PT)
+    ax.tick_params(labelsize=LABEL_PT)
+    ax.grid(alpha=0.3)
+    if causal:
+        ex = axes[0, 1]
+        for name, metrics in causal.items():
+            plot_loss(ex, metrics, label=name, color=colors[name], causal=True)
+        ex.set_xlabel("step", fontsize=LABEL_PT)
+        ex.set_ylabel("eval MSE − causal floor", fontsize=LABEL_PT)
+        ex.set_title("causal runs: excess over their floor (dotted: at the floor)", fontsize=TITLE_PT)
+        ex.tick_params(labelsize=LABEL_PT)
+        ex.grid(alpha=0.3)
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(4, len(curves)), fontsize=LABEL_PT, frameon=False)
+    return fig

@@ -1,0 +1,111 @@
+"""The report in a real browser: headless Chromium with the network blocked loads the page, and
+nothing leaves the file, no error is raised, every image decodes and every circuitsvis view draws.
+
+Skipped (with how to install it) when no Chromium is on the machine.
+"""
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from invperm_interp import constructions, sample_batch
+from invperm_interp.analysis.summary import summarize
+from invperm_interp.viz.attention import write_bundle
+from invperm_interp.viz.report import write_report
+
+BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
+                if shutil.which(b)), None)
+pytestmark = pytest.mark.skipif(
+    BROWSER is None, reason="needs headless Chromium: apt-get install -y chromium (Debian/Ubuntu)")
+
+# Runs first in <head>: records errors and console.error calls, before any script of the page.
+PROBE_HEAD = """<script>
+window.__errors = [];
+window.addEventListener('error', e => __errors.push(String(e.message || e.type)), true);
+const __consoleError = console.error;
+console.error = (...a) => { __errors.push(a.map(String).join(' ')); __consoleError(...a); };
+</script>"""
+
+# Runs after load: writes what it saw into the DOM, which --dump-dom prints.
+PROBE_END = """<script>
+window.addEventListener('load', () => setTimeout(() => {
+  const out = document.createElement('pre'); out.id = '__probe';
+  out.textContent = JSON.stringify({
+    errors: __errors,
+    images: [...document.images].map(i => ({alt: i.alt, ok: i.complete && i.naturalWidth > 0})),
+    views: [...document.querySelectorAll('div.cv')]
+      .map(d => d.querySelectorAll('canvas, svg, table, span').length),
+    resources: performance.getEntriesByType('resource').map(r => r.name),
+  });
+  document.body.appendChild(out);
+}, 1500));
+</script>"""
+
+
+def _load(page, tmp_path) -> tuple[dict, list[str]]:
+    """Open ``page`` (a file) in Chromium with the network blocked: the probe's findings and every
+    URL the browser's network log saw."""
+    text = page.read_text()
+    probed = page.with_name("probed_" + page.name)
+    probed.write_text(text.replace("<head>", "<head>" + PROBE_HEAD, 1)
+                      .replace("</body>", PROBE_END + "</body>", 1))
+    netlog = tmp_path / "netlog.json"
+    cmd = [BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update",
+           "--proxy-server=http://127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
+           f"--log-net-log={netlog}", f"--user-data-dir={tmp_path / 'profile'}",
+           "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    match = re.search(r'<pre id="__probe">(.*?)</pre>', result.stdout, re.S)
+    assert match, f"the page did not finish loading: {result.stderr[-2000:]}"
+    found = json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&")
+                       .replace("&lt;", "<").replace("&gt;", ">"))
+    # Requests the page made carry an initiator; the browser's own (updates, time sync) do not.
+    log = netlog.read_text() if netlog.is_file() else ""
+    urls = [re.search(r'"url":"([^"]+)"', m.group(0)).group(1)
+            for m in re.finditer(r'\{[^{}]*"initiator":[^{}]*"url":"[^"]+"[^{}]*\}', log)]
+    return found, urls
+
+
+@pytest.fixture(scope="module")
+def report_page(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    model = constructions.build("theorem3", 3)
+    batch = sample_batch(model.cfg.layout, 32, torch.Generator().manual_seed(0), dtype=torch.float64)
+    summary = summarize(model, batch, "construction theorem3")
+    metrics = [{"step": s, "mse": 1.0 / (s + 1), "train_mse": None, "causal_floor": 0.0,
+                "entry_acc": 0.9, "row_acc": 0.5, "sample_acc": 0.1, "attention_dir": "causal"}
+               for s in (0, 10, 20)]
+    single = write_report(model, summary, batch, tmp / "single" / "report.html", metrics)
+    write_bundle(tmp / "sweep")
+    shared = write_report(model, summary, batch, tmp / "sweep" / "run0" / "report.html", metrics,
+                          bundle="../circuitsvis.js")
+    return tmp, single, shared
+
+
+@pytest.mark.parametrize("which", ["single", "shared"])
+def test_report_loads_offline_without_errors_and_renders(report_page, which):
+    tmp, single, shared = report_page
+    page = single if which == "single" else shared
+    found, urls = _load(page, tmp)
+    assert found["errors"] == []
+    outside = [u for u in urls + found["resources"] if not u.startswith(("file:", "data:", "blob:"))]
+    assert outside == [], f"requests left the file: {outside}"
+    assert len(found["images"]) == 7  # curve, 2 gauge-fixed A, W_U, 2 raw A, Lemma 1 map
+    assert all(image["ok"] and image["alt"] for image in found["images"]), found["images"]
+    assert len(found["views"]) == 2 and all(n > 0 for n in found["views"]), found["views"]
+    if which == "shared":  # the views drew from the shared copy: the page has none of its own
+        assert "var CircuitsVis" not in page.read_text()
+
+
+def test_the_probe_sees_a_request_that_leaves_the_file(tmp_path):
+    page = tmp_path / "leaky.html"
+    page.write_text("<!DOCTYPE html><html><head></head><body>"
+                    "<img alt='x' src='http://example.invalid/x.png'></body></html>")
+    found, urls = _load(page, tmp_path)
+    assert "http://example.invalid/x.png" in urls + found["resources"]
+    assert found["images"] == [{"alt": "x", "ok": False}]
