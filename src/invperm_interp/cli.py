@@ -32,7 +32,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         run = train_or_reuse(model_cfg, train_cfg, max_memory=args.max_memory)
         finals[attention] = run.final_metrics
         _analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=512, seed=0,
-                            max_memory=args.max_memory)
+                            train_cfg=run.train_cfg, max_memory=args.max_memory)
     floor = finals["causal"]["causal_floor"]
     print(f"\n== the note's claim: bidirectional MSE {finals['bidirectional']['mse']:.3g}, causal MSE "
           f"{finals['causal']['mse']:.3g}, exact causal floor {floor:.4g} (0.5 everywhere: "
@@ -41,9 +41,11 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
 
 def _analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int,
+                        train_cfg=None, bundle: str | None = None, quiet: bool = False,
                         max_memory: int | None = None) -> dict:
     """Summarise ``model`` on ``n`` fresh samples, print the headline, write ``analysis.json`` and
-    ``report.html`` into ``out_dir`` (nothing written when ``out_dir`` is None)."""
+    ``report.html`` into ``out_dir`` (nothing written when ``out_dir`` is None). ``bundle``: the
+    relative URL of a shared circuitsvis bundle (default: inlined)."""
     import json
     from pathlib import Path
 
@@ -58,13 +60,16 @@ def _analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, se
     generator = torch.Generator(device=model.device).manual_seed(seed)
     batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
     summary = summarize(model, batch, source)
-    print(headline(summary))
+    if not quiet:
+        print(headline(summary))
     if out_dir is not None:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "analysis.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
-        write_report(model, summary, batch, out_dir / "report.html", metrics, title=source)
-        print(f"\nwrote {out_dir / 'analysis.json'} and {out_dir / 'report.html'}")
+        write_report(model, summary, batch, out_dir / "report.html", metrics, title=source,
+                     train_cfg=train_cfg, bundle=bundle)
+        if not quiet:
+            print(f"\nwrote {out_dir / 'analysis.json'} and {out_dir / 'report.html'}")
     return summary
 
 
@@ -176,12 +181,50 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
         run_dir = Path(args.run_dir)
         if not run_dir.is_dir():
             raise NotADirectoryError(f"run directory {run_dir} does not exist")
+        if not (run_dir / "config.json").is_file():  # a sweep or census: its index page
+            _report_directory(run_dir, args)
+            return
+        if args.index_only or args.inline_bundle:
+            raise ValueError("--index-only and --inline-bundle are for a directory of runs; "
+                             f"{run_dir} is one run")
         run = Run.load(run_dir, step=args.step)
         model, metrics = run.model, run.metrics
         source = f"run {run_dir}" + ("" if args.step is None else f" at step {args.step}")
         out_dir = args.out or run_dir
     _analyse_and_report(model, source, out_dir, metrics, n=args.n, seed=args.seed,
+                        train_cfg=None if args.construction is not None else run.train_cfg,
                         max_memory=args.max_memory)
+
+
+def _report_directory(root, args: argparse.Namespace) -> None:
+    """``invperm report DIR`` on a directory of runs: a report for each run that has none (sharing
+    one circuitsvis bundle, ``DIR/circuitsvis.js``, unless ``--inline-bundle``), then
+    ``DIR/index.html``."""
+    import os
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from .train import Run
+    from .viz.attention import write_bundle
+    from .viz.index import find_runs, write_index
+
+    if args.step is not None or args.out is not None:
+        raise ValueError("--step and --out are for one run; DIR is a directory of runs")
+    rows = find_runs(root)
+    todo = [r.dir for r in rows if not (r.dir / "report.html").is_file()
+            and (r.dir / "final.safetensors").is_file()]
+    if todo and not args.index_only:
+        shared = None if args.inline_bundle else write_bundle(root)
+        for run_dir in tqdm(todo, desc="run reports", unit="run"):
+            run = Run.load(run_dir)
+            bundle = None if shared is None else Path(os.path.relpath(shared, run_dir)).as_posix()
+            _analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=args.n,
+                                seed=args.seed, train_cfg=run.train_cfg, bundle=bundle, quiet=True,
+                                max_memory=args.max_memory)
+        rows = find_runs(root)  # the new analyses name mechanisms
+    path = write_index(root, rows)
+    print(f"wrote {path} ({len(rows)} runs, {len(todo) if not args.index_only else 0} new reports)")
 
 
 _MAX_MEMORY_HELP = "memory limit for the size check, e.g. 8G (default: what the machine has left)"
@@ -268,7 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_analyze_parser(sub, name: str) -> None:
     analyze = sub.add_parser(name, help="circuit, templates, closest construction, ablations and "
                                         "an HTML report of a run or a construction")
-    analyze.add_argument("run_dir", nargs="?", help="a training run directory (gets analysis.json)")
+    analyze.add_argument("run_dir", nargs="?", help="a training run directory (gets analysis.json), "
+                                                     "or a directory of runs (gets index.html)")
     analyze.add_argument("--step", type=int, default=None, help="a checkpoint step (default: final)")
     analyze.add_argument("--construction", help="analyze a construction instead (see construct --list)")
     analyze.add_argument("--d", type=int, default=10, help="task size for --construction")
@@ -279,6 +323,11 @@ def _add_analyze_parser(sub, name: str) -> None:
                                         "(default: the run directory)")
     analyze.add_argument("--threads", type=int, help="torch threads; on busy shared cores try 1")
     analyze.add_argument("--max-memory", type=_size, metavar="SIZE", help=_MAX_MEMORY_HELP)
+    analyze.add_argument("--index-only", action="store_true",
+                         help="for a directory of runs: only the index page, no missing run reports")
+    analyze.add_argument("--inline-bundle", action="store_true",
+                         help="for a directory of runs: inline circuitsvis in every report instead "
+                              "of sharing DIR/circuitsvis.js")
     analyze.set_defaults(func=_cmd_analyze)
 
 

@@ -1,0 +1,217 @@
+"""The index page of a directory of runs (a sweep, a census): one sortable table linking every run's
+report, and the sweep figure.
+
+A directory is read in one of two forms: a ``sweep.jsonl`` (one JSON object per run, as the sweep
+command writes it) or, failing that, every run directory below it (a folder with ``config.json``).
+For each run the table shows the model, the final MSE against the causal floor, rows exact, the
+first eval step with MSE below the target, and the mechanism when an analysis has named one.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ModelConfig
+from .html import figure
+from .sweep import plot_sweep
+from .training import excess_text
+
+SOLVED_BELOW = 1e-3  # "steps to solve": the first eval step with MSE below this
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run of the index: what the table shows about it."""
+
+    dir: Path
+    group: str  # the model kind: attention, layout and read-out
+    d: int
+    seed: int
+    steps: int
+    mse: float | None
+    causal_floor: float | None
+    row_acc: float | None
+    steps_to_solve: int | None
+    mechanism: str | None
+
+
+def _model(model: dict) -> ModelConfig:
+    try:
+        return ModelConfig.from_dict(model)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"not a model configuration ({err}): {model}") from None
+
+
+def _group(cfg: ModelConfig) -> str:
+    """``"bidirectional [P; Y] → P"``: the model kind, the same for every d."""
+    return (f"{cfg.attention_dir} [{'; '.join(s.name for s in cfg.layout.segments)}] "
+            f"→ {cfg.readout}")
+
+
+def _first_below(metrics: list[dict], target: float) -> int | None:
+    return next((m["step"] for m in metrics if m.get("mse", float("inf")) < target), None)
+
+
+def _mechanism(run_dir: Path) -> str | None:
+    """The mechanism an analysis of the run named (its ``analysis.json``), if any."""
+    path = run_dir / "analysis.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    mech = data.get("mechanism")
+    if isinstance(mech, dict):
+        return mech.get("name")
+    return mech if isinstance(mech, str) else None
+
+
+def _read_metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a run killed mid-write: keep what came before
+    return out
+
+
+def _row_from_dir(run_dir: Path) -> RunRow:
+    config = json.loads((run_dir / "config.json").read_text())
+    model, train = _model(config.get("model", {})), config.get("train", {})
+    metrics = _read_metrics(run_dir)
+    last = metrics[-1] if metrics else {}
+    return RunRow(run_dir, _group(model), model.d, int(train.get("seed", 0)),
+                  int(last.get("step", 0)), last.get("mse"), last.get("causal_floor"),
+                  last.get("row_acc"), _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir))
+
+
+def _row_from_record(root: Path, record: dict) -> RunRow:
+    """A run from a ``sweep.jsonl`` line: its config, final metrics, steps to solve, mechanism."""
+    config = record.get("config", record)
+    model, train = _model(config.get("model", {})), config.get("train", {})
+    final = record.get("final_metrics") or record.get("metrics") or {}
+    run_dir = Path(record.get("run_dir") or record.get("dir") or train.get("out_dir") or root)
+    if not run_dir.is_absolute() and not run_dir.exists():
+        run_dir = root / run_dir
+    mechanism = record.get("mechanism")
+    if isinstance(mechanism, dict):
+        mechanism = mechanism.get("name")
+    solve = record.get("steps_to_solve")
+    return RunRow(run_dir, _group(model), model.d, int(train.get("seed", 0)),
+                  int(final.get("step", train.get("steps", 0))), final.get("mse"),
+                  final.get("causal_floor"), final.get("row_acc"),
+                  None if solve is None else int(solve), mechanism or _mechanism(run_dir))
+
+
+def find_runs(directory: str | Path) -> list[RunRow]:
+    """Every run of ``directory``: from its ``sweep.jsonl`` if it has one, else each folder below it
+    holding a ``config.json``. Raises ``ValueError`` when there is none."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise ValueError(f"directory {root} does not exist")
+    sweep = root / "sweep.jsonl"
+    if sweep.is_file():
+        rows = []
+        for i, line in enumerate(sweep.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(_row_from_record(root, json.loads(line)))
+            except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as err:
+                raise ValueError(f"{sweep} line {i} is not a run record: {err}") from None
+    else:
+        rows = [_row_from_dir(p.parent) for p in sorted(root.rglob("config.json"))
+                if p.parent != root]
+    if not rows:
+        raise ValueError(f"{root} holds no runs (no sweep.jsonl and no run directory with "
+                         "config.json below it)")
+    return sorted(rows, key=lambda r: (r.group, r.d, r.seed, str(r.dir)))
+
+
+_SORT_JS = """
+document.querySelectorAll('table.sortable th').forEach((th, col) => {
+  th.addEventListener('click', () => {
+    const body = th.closest('table').tBodies[0];
+    const key = tr => tr.cells[col].dataset.sort ?? tr.cells[col].textContent;
+    const up = th.dataset.dir !== 'up'; th.dataset.dir = up ? 'up' : 'down';
+    const rows = [...body.rows].sort((a, b) => {
+      const x = key(a), y = key(b), nx = parseFloat(x), ny = parseFloat(y);
+      const c = (isNaN(nx) || isNaN(ny)) ? x.localeCompare(y) : nx - ny;
+      return up ? c : -c; });
+    rows.forEach(r => body.appendChild(r));
+  });
+});
+"""
+
+
+def _td(text: str, sort: float | str | None = None, num: bool = False) -> str:
+    key = "" if sort is None else f' data-sort="{html.escape(str(sort))}"'
+    cls = ' class="num"' if num else ""
+    return f"<td{cls}{key}>{text}</td>"
+
+
+def index_html(directory: str | Path, rows: list[RunRow], title: str | None = None) -> str:
+    """The index page (a string) for ``rows`` found under ``directory``."""
+    from .attention import STYLE
+
+    root = Path(directory)
+    title = title or f"Runs in {root}"
+    body = []
+    for r in rows:
+        report = r.dir / "report.html"
+        name = html.escape(os.path.relpath(r.dir, root))
+        link = (f'<a href="{html.escape(os.path.relpath(report, root))}">{name}</a>'
+                if report.is_file() else f"{name} <span class='meta'>(no report)</span>")
+        mse = "—" if r.mse is None else html.escape(excess_text(r.mse, r.causal_floor
+                                                                if "causal" in r.group else None))
+        body.append("<tr>" + "".join([
+            _td(link, name), _td(html.escape(r.group)), _td(str(r.d), r.d, True),
+            _td(str(r.seed), r.seed, True), _td(str(r.steps), r.steps, True),
+            _td(mse, "inf" if r.mse is None else r.mse, True),
+            _td("—" if r.row_acc is None else f"{r.row_acc:.1%}", r.row_acc or 0, True),
+            _td("not solved" if r.steps_to_solve is None else str(r.steps_to_solve),
+                "inf" if r.steps_to_solve is None else r.steps_to_solve, True),
+            _td(html.escape(r.mechanism or "—")),
+        ]) + "</tr>")
+    header = ["run", "model", "d", "seed", "steps", "final MSE", "rows exact",
+              f"steps to MSE < {SOLVED_BELOW:g}", "mechanism"]
+    head = "".join(f"<th title='click to sort'>{html.escape(h)}</th>" for h in header)
+    solved = sum(r.steps_to_solve is not None for r in rows)
+    parts = [
+        f"<p class='meta'>{len(rows)} runs; {solved} reached MSE &lt; {SOLVED_BELOW:g}. "
+        "Click a column header to sort; a run's name opens its report. Final MSE is on the run's "
+        "eval batch at its last step; for causal runs it is written against the causal floor.</p>",
+    ]
+    if len({r.d for r in rows}) > 1 or len(rows) > 1:
+        parts.append(figure(
+            plot_sweep([{"group": r.group, "d": r.d, "seed": r.seed, "steps": r.steps,
+                         "steps_to_solve": r.steps_to_solve} for r in rows], SOLVED_BELOW),
+            f"Steps to MSE below {SOLVED_BELOW:g} against d, one colour per model and one marker "
+            "per seed; runs that never got there sit in the strip on top.",
+            "Steps to solve by d. Hollow markers in the top strip: not solved in the run's steps."))
+    parts.append(f"<div class='table'><table class='sortable'><thead><tr>{head}</tr></thead>"
+                 f"<tbody>{''.join(body)}</tbody></table></div>")
+    return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+            f"<title>{html.escape(title)}</title><style>{STYLE} th {{ cursor: pointer; }}</style>"
+            f"</head>\n<body><h1>{html.escape(title)}</h1>\n{''.join(parts)}\n"
+            f"<script>{_SORT_JS}</script></body></html>\n")
+
+
+def write_index(directory: str | Path, rows: list[RunRow] | None = None,
+                title: str | None = None) -> Path:
+    """Write ``directory/index.html`` for the runs under it (found with :func:`find_runs`)."""
+    root = Path(directory)
+    rows = find_runs(root) if rows is None else rows
+    path = root / "index.html"
+    path.write_text(index_html(root, rows, title), encoding="utf-8")
+    return path
