@@ -38,6 +38,11 @@ class RunRow:
     steps_to_solve: int | None
     mechanism: str | None
 
+    @property
+    def solvable(self) -> bool:
+        """False for a causal run whose floor is above the target: it cannot get there."""
+        return not ("causal" in self.group and (self.causal_floor or 0.0) >= SOLVED_BELOW)
+
 
 def _model(model: dict) -> ModelConfig:
     try:
@@ -159,6 +164,12 @@ def _td(text: str, sort: float | str | None = None, num: bool = False) -> str:
     return f"<td{cls}{key}>{text}</td>"
 
 
+def _solve_text(r: RunRow) -> str:
+    if r.steps_to_solve is not None:
+        return str(r.steps_to_solve)
+    return "not solved" if r.solvable else f"cannot: floor {r.causal_floor:.4g}"
+
+
 def index_html(directory: str | Path, rows: list[RunRow], title: str | None = None) -> str:
     """The index page (a string) for ``rows`` found under ``directory``."""
     from .attention import STYLE
@@ -178,23 +189,27 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
             _td(str(r.seed), r.seed, True), _td(str(r.steps), r.steps, True),
             _td(mse, "inf" if r.mse is None else r.mse, True),
             _td("—" if r.row_acc is None else f"{r.row_acc:.1%}", r.row_acc or 0, True),
-            _td("not solved" if r.steps_to_solve is None else str(r.steps_to_solve),
-                "inf" if r.steps_to_solve is None else r.steps_to_solve, True),
+            _td(_solve_text(r), "inf" if r.steps_to_solve is None else r.steps_to_solve, True),
             _td(html.escape(r.mechanism or "—")),
         ]) + "</tr>")
     header = ["run", "model", "d", "seed", "steps", "final MSE", "rows exact",
               f"steps to MSE < {SOLVED_BELOW:g}", "mechanism"]
     head = "".join(f"<th title='click to sort'>{html.escape(h)}</th>" for h in header)
     solved = sum(r.steps_to_solve is not None for r in rows)
+    plotted = [r for r in rows if r.solvable]
+    cannot = len(rows) - len(plotted)
     parts = [
-        f"<p class='meta'>{len(rows)} runs; {solved} reached MSE &lt; {SOLVED_BELOW:g}. "
+        f"<p class='meta'>{len(rows)} run{'s' if len(rows) != 1 else ''}; {solved} reached MSE "
+        f"&lt; {SOLVED_BELOW:g}"
+        + (f"; {cannot} causal runs cannot (their causal floor is above it) and are left out of "
+           "the figure" if cannot else "") + ". "
         "Click a column header to sort; a run's name opens its report. Final MSE is on the run's "
         "eval batch at its last step; for causal runs it is written against the causal floor.</p>",
     ]
-    if len({r.d for r in rows}) > 1 or len(rows) > 1:
+    if plotted:
         parts.append(figure(
             plot_sweep([{"group": r.group, "d": r.d, "seed": r.seed, "steps": r.steps,
-                         "steps_to_solve": r.steps_to_solve} for r in rows], SOLVED_BELOW),
+                         "steps_to_solve": r.steps_to_solve} for r in plotted], SOLVED_BELOW),
             f"Steps to MSE below {SOLVED_BELOW:g} against d, one colour per model and one marker "
             "per seed; runs that never got there sit in the strip on top.",
             "Steps to solve by d. Hollow markers in the top strip: not solved in the run's steps."))

@@ -1,0 +1,69 @@
+"""The index page of a directory of runs: every run once, linked, with what it reached."""
+
+import json
+import re
+
+from invperm_interp import Layout, ModelConfig
+from invperm_interp.cli import main
+from invperm_interp.config import TrainConfig
+from invperm_interp.viz.index import find_runs, write_index
+
+
+def _fake_run(run_dir, d: int, seed: int, attention: str, mses: list[float], floor: float) -> dict:
+    """A run directory as training leaves it (config and metrics; no weights needed here)."""
+    model = ModelConfig(Layout.plain(d), attention_dir=attention, readout="P")
+    train = TrainConfig(steps=100 * len(mses), seed=seed, out_dir=str(run_dir))
+    config = {"model": model.to_dict(), "train": train.to_dict()}
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(config))
+    lines = [json.dumps({"step": 100 * (i + 1), "mse": m, "row_acc": 1.0 if m < 1e-3 else 0.0,
+                         "causal_floor": floor, "attention_dir": attention})
+             for i, m in enumerate(mses)]
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return config
+
+
+def _rows(page: str) -> list[list[str]]:
+    body = page.split("<tbody>")[1].split("</tbody>")[0]
+    return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
+            for tr in re.findall(r"<tr>(.*?)</tr>", body)]
+
+
+def test_index_of_run_directories(tmp_path):
+    _fake_run(tmp_path / "b_d4_s0", 4, 0, "bidirectional", [2.0, 5e-4, 1e-4], 1.0)
+    _fake_run(tmp_path / "b_d4_s1", 4, 1, "bidirectional", [2.0, 0.5, 0.1], 1.0)
+    _fake_run(tmp_path / "c_d4_s0", 4, 0, "causal", [2.0, 1.01, 1.001], 1.0)
+    (tmp_path / "b_d4_s0" / "report.html").write_text("<html></html>")
+    page = write_index(tmp_path).read_text()
+    rows = {r[0].split()[0]: r for r in _rows(page)}
+    assert set(rows) == {"b_d4_s0", "b_d4_s1", "c_d4_s0"}
+    assert rows["b_d4_s0"][7] == "200"  # first eval step below 1e-3
+    assert rows["b_d4_s1"][7] == "not solved"
+    assert rows["c_d4_s0"][7] == "cannot: floor 1"  # a causal run at its floor is not "unsolved"
+    assert rows["c_d4_s0"][5] == "1.001 = floor 1 + 0.001"
+    assert '<a href="b_d4_s0/report.html">' in page and "(no report)" in rows["b_d4_s1"][0]
+    assert page.count("<img ") == 1 and "sortable" in page and "addEventListener" in page
+
+
+def test_index_reads_a_sweep_jsonl(tmp_path):
+    records = []
+    for seed, solve in ((0, 300), (1, None)):
+        config = _fake_run(tmp_path / f"run{seed}", 6, seed, "bidirectional", [1.0], 1.5)
+        records.append({"config": config, "run_dir": f"run{seed}", "steps_to_solve": solve,
+                        "final_metrics": {"step": 400, "mse": 2e-4, "row_acc": 1.0},
+                        "mechanism": {"name": "two_block"}})
+    (tmp_path / "sweep.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    rows = find_runs(tmp_path)
+    assert [(r.seed, r.steps_to_solve, r.mechanism, r.steps) for r in rows] == [
+        (0, 300, "two_block", 400), (1, None, "two_block", 400)]
+    assert rows[0].dir == tmp_path / "run0"
+
+
+def test_cli_report_on_a_directory(tmp_path, capsys):
+    _fake_run(tmp_path / "a", 3, 0, "bidirectional", [1.0, 1e-4], 0.75)
+    assert main(["report", str(tmp_path), "--index-only"]) == 0
+    assert (tmp_path / "index.html").is_file() and "index.html" in capsys.readouterr().out
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty)]) == 2
+    assert "holds no runs" in capsys.readouterr().err
