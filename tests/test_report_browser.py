@@ -109,3 +109,25 @@ def test_the_probe_sees_a_request_that_leaves_the_file(tmp_path):
     found, urls = _load(page, tmp_path)
     assert "http://example.invalid/x.png" in urls + found["resources"]
     assert found["images"] == [{"alt": "x", "ok": False}]
+
+
+def test_index_table_sorts_by_a_clicked_column(tmp_path):
+    from test_index import _fake_run
+
+    from invperm_interp.viz.index import write_index
+
+    for seed, last in enumerate((1e-4, 0.3, 2e-3)):
+        _fake_run(tmp_path / f"run{seed}", 4, seed, "bidirectional", [2.0, last], 1.0)
+    page = write_index(tmp_path)
+    click = """<script>window.addEventListener('load', () => {
+      const th = [...document.querySelectorAll('th')].find(t => t.textContent === 'final MSE');
+      th.click(); th.click();  // ascending, then descending
+      const out = document.createElement('pre'); out.id = 'order';
+      out.textContent = [...document.querySelectorAll('tbody tr')].map(r => r.cells[0].textContent
+        .split(' ')[0]).join(',');
+      document.body.appendChild(out); });</script>"""
+    page.write_text(page.read_text().replace("</body>", click + "</body>"))
+    result = subprocess.run([BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu",
+                             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000",
+                             "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert re.search(r'<pre id="order">(.*?)</pre>', result.stdout).group(1) == "run1,run2,run0"

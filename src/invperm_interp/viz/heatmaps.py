@@ -96,16 +96,15 @@ def plot_unembed(model: HookedDisentangledTransformer, ax: Axes | None = None) -
     if ax is None:
         _, ax = plt.subplots(figsize=(2.9, _axis_inches(len(model.stream.blocks(L))) + 1.4))
     cols = (Block("Y column", 0, d),)
-    ax = plot_matrix(W, model.stream.blocks(L), cols, f"W_U reads the {model.cfg.readout} rows", ax)
-    ax.set_ylabel("block of the read-out stream", fontsize=LABEL_PT)
-    return ax
+    return plot_matrix(W, model.stream.blocks(L), cols,
+                       f"W_U: read-out stream → {model.cfg.readout} rows", ax)
 
 
 def head_figure(model: HookedDisentangledTransformer, layer: int, head: int = 0,
                 gauge_fixed: bool = True) -> Figure:
     """One head's ``A`` as a figure of its own, sized so its block labels stay legible."""
     n = len(model.stream.blocks(layer))
-    fig, ax = plt.subplots(figsize=(_axis_inches(n) + 2.2, _axis_inches(n) + 1.9))
+    fig, ax = plt.subplots(figsize=(_axis_inches(n) + 1.9, _axis_inches(n) + 1.9))
     plot_attention_weights(model, layer, head, gauge_fixed=gauge_fixed, ax=ax)
     fig.tight_layout()
     return fig
@@ -114,7 +113,7 @@ def head_figure(model: HookedDisentangledTransformer, layer: int, head: int = 0,
 def unembed_figure(model: HookedDisentangledTransformer) -> Figure:
     """``W_U`` as a figure of its own (it is not touched by the gauge, so it is drawn once)."""
     n = len(model.stream.blocks(model.cfg.n_layers))
-    fig, ax = plt.subplots(figsize=(3.1, _axis_inches(n) + 1.9))
+    fig, ax = plt.subplots(figsize=(2.6, _axis_inches(n) + 1.9))
     plot_unembed(model, ax=ax)
     fig.tight_layout()
     return fig

@@ -96,21 +96,24 @@ def _results(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
              metrics: list[dict] | None, train_cfg: TrainConfig | None) -> str:
     """The numbers: MSE against the floor on the eval batch and on the analysis batch, accuracies."""
     floor = summary["causal_floor"]
+    causal = model.cfg.attention_dir == "causal"
     rows = []
     if metrics:
         last = metrics[-1]
         size = f"{train_cfg.eval_size} " if train_cfg is not None else ""
         rows.append([f"training's eval batch ({size}samples), step {last['step']}",
-                     excess_text(last["mse"], last.get("causal_floor", floor)),
+                     excess_text(last["mse"], last.get("causal_floor", floor) if causal else None),
                      *(f"{last[k]:.2%}" if last.get(k) is not None else "—"
                        for k in ("entry_acc", "row_acc", "sample_acc"))])
     acc = evaluate(model, batch.to(model.device, model.cfg.torch_dtype))
     rows.append([f"this analysis's fresh batch ({summary['n_samples']} samples)",
-                 excess_text(summary["mse"], floor),
+                 excess_text(summary["mse"], floor if causal else None),
                  *(f"{acc[k]:.2%}" for k in ("entry_acc", "row_acc", "sample_acc"))])
+    binds = ("" if causal else " (this model is bidirectional: the floor is its causal twin's, "
+             "which this model can go below)")
     caption = (f"MSE is the note's loss (squared error summed over columns, averaged over rows); "
-               f"0.5 everywhere scores {0.25 * model.cfg.d:.4g}. The causal floor "
-               f"{floor:.6g} is the best any causally masked model with this layout and read-out can do. "
+               f"0.5 everywhere scores {0.25 * model.cfg.d:.4g}. The causal floor {floor:.6g} is the "
+               f"best any causally masked model with this layout and read-out can do{binds}. "
                "Exact: entries, rows, whole Y right after rounding.")
     note = ""
     if metrics:
@@ -235,12 +238,13 @@ def report_html(model: HookedDisentangledTransformer, summary: dict, batch: Batc
     parts = [_setup(model, train_cfg, metrics), _headline(summary),
              _results(model, summary, batch, metrics, train_cfg)]
     if metrics:
+        how = ("drawn as its excess over the causal floor (linear within ±1e-4 of the floor, "
+               "logarithmic beyond), so a run at its floor is visible"
+               if model.cfg.attention_dir == "causal" else "with the causal floor for reference")
         parts += ["<h2>Training</h2>", figure(
             plot_training(metrics),
             "Training curves: eval loss against step (left) and the fraction of entries, rows and "
-            "samples exact (right).",
-            "Eval loss on the run's fixed eval batch; a causal run is drawn as its excess over the "
-            "causal floor (linear within ±1e-4 of it, logarithmic beyond).")]
+            "samples exact (right).", f"Eval loss on the run's fixed eval batch, {how}.")]
     parts += [_circuit(model, summary), _constructions(summary), _ablations(model, summary),
               _certificate(model, batch), _attention(model, batch)]
     return page(title, "\n".join(p for p in parts if p), bundle=bundle)
