@@ -205,7 +205,7 @@ def _report_directory(root, args: argparse.Namespace) -> None:
 
     from tqdm import tqdm
 
-    from .train import Run
+    from .runs import Run
     from .viz.attention import write_bundle
     from .viz.index import find_runs, write_index
 

@@ -15,7 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import ModelConfig
+from ..config import ModelConfig, read_config
+from ..runs import read_metrics
 from .html import figure
 from .sweep import plot_sweep
 from .training import excess_text
@@ -76,25 +77,11 @@ def _mechanism(run_dir: Path) -> str | None:
     return mech if isinstance(mech, str) else None
 
 
-def _read_metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a run killed mid-write: keep what came before
-    return out
-
-
 def _row_from_dir(run_dir: Path) -> RunRow:
-    config = json.loads((run_dir / "config.json").read_text())
-    model, train = _model(config.get("model", {})), config.get("train", {})
-    metrics = _read_metrics(run_dir)
+    model, train = read_config(run_dir)
+    metrics = read_metrics(run_dir)
     last = metrics[-1] if metrics else {}
-    return RunRow(run_dir, _group(model), model.d, int(train.get("seed", 0)),
+    return RunRow(run_dir, _group(model), model.d, train.seed,
                   int(last.get("step", 0)), last.get("mse"), last.get("causal_floor"),
                   last.get("row_acc"), _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir))
 

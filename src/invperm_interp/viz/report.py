@@ -96,7 +96,7 @@ def _results(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
              metrics: list[dict] | None, train_cfg: TrainConfig | None) -> str:
     """The numbers: MSE against the floor on the eval batch and on the analysis batch, accuracies."""
     floor = summary["causal_floor"]
-    causal = model.cfg.attention_dir == "causal"
+    causal = model.cfg.causal
     rows = []
     if metrics:
         last = metrics[-1]
@@ -240,7 +240,7 @@ def report_html(model: HookedDisentangledTransformer, summary: dict, batch: Batc
     if metrics:
         how = ("drawn as its excess over the causal floor (linear within ±1e-4 of the floor, "
                "logarithmic beyond), so a run at its floor is visible"
-               if model.cfg.attention_dir == "causal" else "with the causal floor for reference")
+               if model.cfg.causal else "with the causal floor for reference")
         parts += ["<h2>Training</h2>", figure(
             plot_training(metrics),
             "Training curves: eval loss against step (left) and the fraction of entries, rows and "
