@@ -15,7 +15,7 @@ from invperm_interp.config import TrainConfig
 from invperm_interp.viz.attention import BUNDLE, write_bundle
 from invperm_interp.viz.heatmaps import head_figure, plot_dependency, plot_patching, unembed_figure
 from invperm_interp.viz.report import report_html
-from invperm_interp.viz.training import excess_text, plot_training
+from invperm_interp.viz.training import excess_text, plot_accuracy, plot_training
 
 
 def _metrics(floor: float, last: float, attention: str) -> list[dict]:
@@ -92,14 +92,15 @@ def test_causal_curve_is_drawn_as_excess_over_the_floor():
     line = fig.axes[0].get_lines()[0]
     assert line.get_ydata()[-1] == pytest.approx(0.0025)
     assert fig.axes[0].get_yscale() == "symlog"
-    accuracy = {ln.get_label(): ln.get_ydata()[-1] for ln in fig.axes[1].get_lines()}
+    accuracy = {ln.get_label(): ln.get_ydata()[-1]
+                for ln in plot_accuracy(_metrics(2.5, 2.5025, "causal")).axes[0].get_lines()}
     assert accuracy == {"entries exact": 0.75, "rows exact": 0.625, "samples exact (whole Y)": 0.125}
 
 
 def test_weights_once_each_with_alt_text(theorem3_page):
     images = re.findall(r"<img [^>]*>", theorem3_page)
     alts = [re.search(r'alt="([^"]*)"', img).group(1) for img in images]
-    assert len(images) == 7 and all(alts)  # curve, 2 gauge-fixed, W_U, 2 raw, Lemma 1
+    assert len(images) == 8 and all(alts)  # curve, accuracy, 2 gauge-fixed, W_U, 2 raw, Lemma 1
     assert sum("W_U" in a for a in alts) == 1
     assert all('width="' in img for img in images)  # drawn at the size shown
 

@@ -95,7 +95,7 @@ def test_report_loads_offline_without_errors_and_renders(report_page, which):
     assert found["errors"] == []
     outside = [u for u in urls + found["resources"] if not u.startswith(("file:", "data:", "blob:"))]
     assert outside == [], f"requests left the file: {outside}"
-    assert len(found["images"]) == 7  # curve, 2 gauge-fixed A, W_U, 2 raw A, Lemma 1 map
+    assert len(found["images"]) == 8  # curve, accuracy, 2 gauge-fixed A, W_U, 2 raw A, Lemma 1
     assert all(image["ok"] and image["alt"] for image in found["images"]), found["images"]
     assert len(found["views"]) == 2 and all(n > 0 for n in found["views"]), found["views"]
     if which == "shared":  # the views drew from the shared copy: the page has none of its own

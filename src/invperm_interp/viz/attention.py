@@ -106,7 +106,7 @@ div.table { overflow-x: auto; }
 td.num { white-space: nowrap; }
 figure { margin: 8px 0; } figcaption { font-size: 13px; color: #444; max-width: 900px; }
 .figs { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
-.figs img { max-width: 100%; height: auto; }
+img { max-width: 100%; height: auto; }
 .wide { overflow-x: auto; }
 .attn-row { display: flex; flex-wrap: wrap; gap: 16px; }
 figure.attn { width: 460px; max-width: 100%; margin: 0; }

@@ -26,7 +26,7 @@ from .attention import attention_views, page
 from .heatmaps import head_figure, plot_dependency, unembed_figure
 from .html import figure, table
 from .labels import layer_name, name_streams
-from .training import excess_text, plot_training
+from .training import excess_text, plot_accuracy, plot_training
 
 __all__ = ["write_report", "report_html", "plot_training"]
 
@@ -241,10 +241,14 @@ def report_html(model: HookedDisentangledTransformer, summary: dict, batch: Batc
         how = ("drawn as its excess over the causal floor (linear within ±1e-4 of the floor, "
                "logarithmic beyond), so a run at its floor is visible"
                if model.cfg.causal else "with the causal floor for reference")
-        parts += ["<h2>Training</h2>", figure(
-            plot_training(metrics),
-            "Training curves: eval loss against step (left) and the fraction of entries, rows and "
-            "samples exact (right).", f"Eval loss on the run's fixed eval batch, {how}.")]
+        accuracy = plot_accuracy(metrics)
+        parts += ["<h2>Training</h2>", '<div class="figs">', figure(
+            plot_training(metrics), "Training curve: eval loss against step.",
+            f"Eval loss on the run's fixed eval batch, {how}.")]
+        if accuracy is not None:
+            parts.append(figure(accuracy, "Fraction of entries, rows and samples exact against step.",
+                                "Entries, rows and whole samples exact after rounding."))
+        parts.append("</div>")
     parts += [_circuit(model, summary), _constructions(summary), _ablations(model, summary),
               _certificate(model, batch), _attention(model, batch)]
     return page(title, "\n".join(p for p in parts if p), bundle=bundle)

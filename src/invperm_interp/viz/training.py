@@ -51,19 +51,17 @@ def plot_loss(ax: Axes, metrics: list[dict], label: str = "eval MSE", color: str
 
 
 def plot_training(metrics: list[dict], title: str = "") -> Figure:
-    """Eval loss (left) and the recorded accuracies (right) against step."""
+    """Eval loss against step: the excess over the floor for a causal run, else the MSE (log) with
+    the causal floor (of the causal twin) for reference, and the train loss."""
     causal, floor = is_causal(metrics), metrics[-1].get("causal_floor") or 0.0
-    accuracies = [(k, name) for k, name in ACCURACIES if metrics[-1].get(k) is not None]
-    fig, axes = plt.subplots(1, 2 if accuracies else 1, figsize=(9.6 if accuracies else 5.6, 3.1),
-                             squeeze=False)
-    ax = axes[0, 0]
+    fig, ax = plt.subplots(figsize=(5.0, 3.1))
     plot_loss(ax, metrics, causal=causal)
     train = [(m["step"], m["train_mse"]) for m in metrics if m.get("train_mse") is not None]
     if train and not (causal and floor > 0):
         ax.plot(*zip(*train), color="C0", alpha=0.45, linestyle="--", label="train MSE")
     if causal and floor > 0:
         ax.set_ylabel("eval MSE − causal floor", fontsize=LABEL_PT)
-        ax.set_title(f"excess over the causal floor {floor:.4g} (dotted: 0, at the floor)",
+        ax.set_title(title or f"excess over the causal floor {floor:.4g} (dotted: at the floor)",
                      fontsize=TITLE_PT)
     else:
         if floor > 0:
@@ -75,19 +73,28 @@ def plot_training(metrics: list[dict], title: str = "") -> Figure:
     ax.set_xlabel("step", fontsize=LABEL_PT)
     ax.tick_params(labelsize=LABEL_PT)
     ax.grid(alpha=0.3, which="major")
-    if accuracies:
-        acc = axes[0, 1]
-        steps = [m["step"] for m in metrics]
-        for (key, name), style in zip(accuracies, ("-", "--", ":")):
-            acc.plot(steps, [m.get(key) for m in metrics], linestyle=style, color="k", label=name)
-        acc.set_ylim(-0.02, 1.02)
-        acc.set_xlabel("step", fontsize=LABEL_PT)
-        acc.set_ylabel("fraction exact after rounding", fontsize=LABEL_PT)
-        acc.set_title("accuracy on the eval batch", fontsize=TITLE_PT)
-        acc.tick_params(labelsize=LABEL_PT)
-        acc.grid(alpha=0.3)
-        acc.legend(fontsize=LABEL_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3,
-                   frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_accuracy(metrics: list[dict]) -> Figure | None:
+    """The accuracies the run recorded (entries, rows, whole samples exact) against step; ``None``
+    when it recorded none."""
+    accuracies = [(k, name) for k, name in ACCURACIES if metrics[-1].get(k) is not None]
+    if not accuracies:
+        return None
+    fig, acc = plt.subplots(figsize=(4.6, 3.1))
+    steps = [m["step"] for m in metrics]
+    for (key, name), style in zip(accuracies, ("-", "--", ":")):
+        acc.plot(steps, [m.get(key) for m in metrics], linestyle=style, color="k", label=name)
+    acc.set_ylim(-0.02, 1.02)
+    acc.set_xlabel("step", fontsize=LABEL_PT)
+    acc.set_ylabel("fraction exact after rounding", fontsize=LABEL_PT)
+    acc.set_title("accuracy on the eval batch", fontsize=TITLE_PT)
+    acc.tick_params(labelsize=LABEL_PT)
+    acc.grid(alpha=0.3)
+    acc.legend(fontsize=LABEL_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2,
+               frameon=False)
     fig.tight_layout()
     return fig
 
