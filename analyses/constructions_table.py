@@ -1,15 +1,18 @@
 """Claim: the note's constructions as printed fail; the corrected forms of DESIGN.md section 6 work.
 
 Writes assets/constructions.{json,md} (max error and MSE against Y per construction, d and beta)
-and assets/constructions/NAME.png (the labelled weights of every construction at d = 10).
+and assets/constructions/NAME.{png,svg} (the labelled weights of every construction at d = 10).
 """
 
 from __future__ import annotations
 
+import textwrap
+
 from common import asset, write_table
 
 from invperm_interp import constructions
-from invperm_interp.viz.heatmaps import plot_circuit, save_figure
+from invperm_interp.viz.heatmaps import plot_circuit, save_figures
+from invperm_interp.viz.labels import layer_name
 
 DS = (2, 5, 10, 16)
 BETAS = (10.0, 100.0)
@@ -24,9 +27,9 @@ def main() -> None:
                 rows.append({"construction": name, "works": spec.works, "attention": spec.attention_dir,
                              "d": d, "beta": beta, "max_error": result.max_error, "mse": result.mse})
         model = constructions.build(name, 10)
-        cells = ", ".join(f"{t} at ({q}, {k}) in blocks.{layer}" for layer, q, k, t in spec.cells)
-        fig = plot_circuit(model, title=f"{name}: {cells}; read {spec.read_block}")
-        save_figure(fig, asset(f"constructions/{name}.png"))
+        cells = ", ".join(f"{t} at ({q}, {k}) in {layer_name(layer)}" for layer, q, k, t in spec.cells)
+        title = textwrap.fill(f"{name}: {cells}; read {spec.read_block}", 110)
+        save_figures(plot_circuit(model, title=title), asset(f"constructions/{name}.png"))
     write_table("constructions", rows, "Constructions: error against Y (float64, 512 samples)",
                 "Printed forms (works = False) keep errors near 1 at every beta; corrected forms "
                 "fall to 0 as beta grows.")

@@ -37,7 +37,10 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     print(f"\n== the note's claim: bidirectional MSE {finals['bidirectional']['mse']:.3g}, causal MSE "
           f"{finals['causal']['mse']:.3g}, exact causal floor {floor:.4g} (0.5 everywhere: "
           f"{0.25 * args.d:.4g})")
-    print(f"open {out / 'bidirectional' / 'report.html'} and {out / 'causal' / 'report.html'}")
+    from .viz.index import write_index
+
+    print(f"open {write_index(out)}, or {out / 'bidirectional' / 'report.html'} and "
+          f"{out / 'causal' / 'report.html'}")
 
 
 def _analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int,
