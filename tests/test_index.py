@@ -3,6 +3,8 @@
 import json
 import re
 
+import pytest
+
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
@@ -46,17 +48,23 @@ def test_index_of_run_directories(tmp_path):
 
 
 def test_index_reads_a_sweep_jsonl(tmp_path):
+    """``invperm sweep``'s format: one line per run, its folder named by ``name``."""
     records = []
-    for seed, solve in ((0, 300), (1, None)):
+    for seed, solve, status in ((0, 300, "finished"), (1, None, "diverged")):
         config = _fake_run(tmp_path / f"run{seed}", 6, seed, "bidirectional", [1.0], 1.5)
-        records.append({"config": config, "run_dir": f"run{seed}", "steps_to_solve": solve,
-                        "final_metrics": {"step": 400, "mse": 2e-4, "row_acc": 1.0},
-                        "mechanism": {"name": "two_block"}})
+        records.append({"name": f"run{seed}", "status": status, "step": 400, "steps_to_solve": solve,
+                        "solve_mse": 1e-3, "final": {"step": 400, "mse": 2e-4, "row_acc": 1.0},
+                        "mechanism": "two_block", **config})
     (tmp_path / "sweep.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     rows = find_runs(tmp_path)
-    assert [(r.seed, r.steps_to_solve, r.mechanism, r.steps) for r in rows] == [
-        (0, 300, "two_block", 400), (1, None, "two_block", 400)]
+    assert [(r.seed, r.steps_to_solve, r.mechanism, r.steps, r.status) for r in rows] == [
+        (0, 300, "two_block", 400, None), (1, None, "two_block", 400, "diverged")]
     assert rows[0].dir == tmp_path / "run0"
+    page = write_index(tmp_path).read_text()
+    assert "diverged at step 400" in page
+    (tmp_path / "sweep.jsonl").write_text('{"name": "x"}\n')
+    with pytest.raises(ValueError, match="line 1 is not a run record"):
+        find_runs(tmp_path)
 
 
 def test_cli_report_on_a_directory(tmp_path, capsys):

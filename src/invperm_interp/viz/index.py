@@ -38,6 +38,7 @@ class RunRow:
     row_acc: float | None
     steps_to_solve: int | None
     mechanism: str | None
+    status: str | None = None  # "diverged", "unfinished": a run that did not end normally
 
     @property
     def solvable(self) -> bool:
@@ -87,21 +88,23 @@ def _row_from_dir(run_dir: Path) -> RunRow:
 
 
 def _row_from_record(root: Path, record: dict) -> RunRow:
-    """A run from a ``sweep.jsonl`` line: its config, final metrics, steps to solve, mechanism."""
-    config = record.get("config", record)
-    model, train = _model(config.get("model", {})), config.get("train", {})
-    final = record.get("final_metrics") or record.get("metrics") or {}
-    run_dir = Path(record.get("run_dir") or record.get("dir") or train.get("out_dir") or root)
-    if not run_dir.is_absolute() and not run_dir.exists():
-        run_dir = root / run_dir
+    """A run from a ``sweep.jsonl`` line (``invperm sweep``'s format: ``name`` (its folder under the
+    sweep), ``status``, ``step``, ``steps_to_solve``, ``final`` (the last metrics), ``mechanism``,
+    ``model`` and ``train``)."""
+    model, train = _model(record["model"]), record.get("train", {})
+    final = record.get("final") or {}
+    name = record.get("name") or record.get("run_dir")
+    run_dir = root / name if name else Path(train.get("out_dir") or root)
     mechanism = record.get("mechanism")
     if isinstance(mechanism, dict):
         mechanism = mechanism.get("name")
     solve = record.get("steps_to_solve")
+    status = record.get("status")
     return RunRow(run_dir, _group(model), model.d, int(train.get("seed", 0)),
-                  int(final.get("step", train.get("steps", 0))), final.get("mse"),
+                  int(record.get("step") or final.get("step") or 0), final.get("mse"),
                   final.get("causal_floor"), final.get("row_acc"),
-                  None if solve is None else int(solve), mechanism or _mechanism(run_dir))
+                  None if solve is None else int(solve), mechanism or _mechanism(run_dir),
+                  None if status in (None, "finished", "stopped") else status)
 
 
 def find_runs(directory: str | Path) -> list[RunRow]:
@@ -118,7 +121,7 @@ def find_runs(directory: str | Path) -> list[RunRow]:
                 continue
             try:
                 rows.append(_row_from_record(root, json.loads(line)))
-            except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as err:
+            except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{sweep} line {i} is not a run record: {err}") from None
     else:
         rows = [_row_from_dir(p.parent) for p in sorted(root.rglob("config.json"))
@@ -154,6 +157,8 @@ def _td(text: str, sort: float | str | None = None, num: bool = False) -> str:
 def _solve_text(r: RunRow) -> str:
     if r.steps_to_solve is not None:
         return str(r.steps_to_solve)
+    if r.status is not None:
+        return f"{r.status} at step {r.steps}"
     return "not solved" if r.solvable else f"cannot: floor {r.causal_floor:.4g}"
 
 
