@@ -1,4 +1,4 @@
-"""Claim: the note's constructions as printed fail; the corrected forms of DESIGN.md section 6 work.
+"""Claim: the note's constructions as printed fail; the corrected forms of docs/design.md section 6 work.
 
 Writes assets/constructions.{json,md} (max error and MSE against Y per construction, d and beta)
 and assets/constructions/NAME.{png,svg} (the labelled weights of every construction at d = 10).

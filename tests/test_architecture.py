@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,20 @@ def test_config_properties():
     cfg = ModelConfig(Layout.of(3, "0", "P", "Y", "0"), attention_dir="causal", readout="P")
     assert cfg.causal and cfg.readout_rows == slice(3, 6)
     assert not ModelConfig(Layout.plain(3), attention_dir="bidirectional").causal
+
+
+def test_every_design_citation_points_into_the_repository():
+    root = SRC.parent.parent
+    design = root / "docs" / "design.md"
+    sections = {int(line.split()[1].rstrip(".")) for line in design.read_text().splitlines()
+                if line.startswith("## ") and line.split()[1].rstrip(".").isdigit()}
+    outside = ("DESIGN" + ".md", "../" + "shared")  # spelled apart so this file does not match
+    files = [root / "README.md", root / "Makefile", root / "pyproject.toml"]
+    files += [p for folder in ("src", "tests", "analyses", "benchmarks")
+              for p in (root / folder).rglob("*") if p.suffix in (".py", ".sh", ".md")]
+    for path in files:
+        text = path.read_text()
+        assert not any(s in text for s in outside), f"{path} cites a file outside the repository"
+        for cited in re.findall(r"docs/design\.md,? section (\d+)", text):
+            assert int(cited) in sections, f"{path} cites docs/design.md section {cited}"
+    assert "docs/design.md" in (root / "README.md").read_text()

@@ -1,4 +1,4 @@
-"""The analytic constructions (DESIGN.md section 6): the corrected forms compute Y, the printed
+"""The analytic constructions (docs/design.md section 6): the corrected forms compute Y, the printed
 forms fail, the weights are exactly the registry's cells, and the CLI prints them."""
 
 import itertools
@@ -116,7 +116,7 @@ def test_scratch_vector_does_not_matter(name, d, s):
 
 
 def test_design_minus_one_guard_fails_for_large_scratch(monkeypatch):
-    design = [((0, "pos.S", "pos.S", "-1"), 1.0)]  # DESIGN.md: -1 at (pos.S, pos.S) in layer 1
+    design = [((0, "pos.S", "pos.S", "-1"), 1.0)]  # a fixed -1 at (pos.S, pos.S) in layer 1
     monkeypatch.setattr(C, "scratch_guard", lambda spec, scratch: design)
     assert C.verify(C.build("theorem3", 10, 100.0, scratch=3 * torch.ones(10))).max_error > 0.5
 

@@ -1,4 +1,4 @@
-"""Named residual-stream blocks (DESIGN.md section 3)."""
+"""Named residual-stream blocks (docs/design.md section 3)."""
 
 import pytest
 import torch
