@@ -1,8 +1,8 @@
 """Claim: the note's training recipe is slow and unstable; Adam from a small init is not.
 
 Trains the bidirectional d = 10 model twice with the same data stream: the note's recipe exactly
-(zero init, SGD lr 1, element-wise gradient clipping to ±1, cosine decay over 2^17 steps; a prefix of
-its 2^16-step run) and the default Adam recipe. Writes assets/paper_vs_adam.png and
+(zero init, SGD lr 1, element-wise gradient clipping to ±1, cosine decay over the note's 2^16 steps;
+the first --paper-steps of its run) and the default Adam recipe. Writes assets/paper_vs_adam.png and
 assets/paper_vs_adam.{json,md}.
 """
 
@@ -54,8 +54,8 @@ def main() -> None:
     fig.tight_layout()
     save_figure(fig, asset("paper_vs_adam.png"))
     write_table("paper_vs_adam", rows, "The note's recipe against Adam (bidirectional, d = 10)",
-                "paper: zero init, SGD lr 1, element-wise clipping to ±1, cosine over 2^17 steps "
-                "(a prefix of the note's run); adam: lr 1e-2 from N(0, 0.01²).")
+                "paper: zero init, SGD lr 1, element-wise clipping to ±1, cosine over the note's "
+                "2^16 steps (a prefix of the note's run); adam: lr 1e-2 from N(0, 0.01²).")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The training engine: recipes, determinism, resume, checkpoint safety, and that it learns."""
 
 import json
+import math
 import os
 import signal
 import threading
@@ -13,7 +14,7 @@ from helpers import assert_same_weights, run, small, strip, weights
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, Run, sample_batch
 from invperm_interp.checkpoint import checkpoint_path, list_checkpoints
 from invperm_interp.cli import main
-from invperm_interp.config import TrainConfig, config_hash
+from invperm_interp.config import TrainConfig, config_hash, read_config
 from invperm_interp.model import readout_forward
 from invperm_interp.theory import causal_floor
 from invperm_interp.train import _seeds, learning_rate, resume, train_or_reuse
@@ -26,13 +27,13 @@ def snapshot(folder):
 
 # -- configuration ----------------------------------------------------------------------------
 def test_train_config_json_round_trip_and_recipe_defaults():
-    cfg = TrainConfig(steps=10, recipe="paper", schedule_steps=2**17, threads=1, out_dir="runs/x")
+    cfg = TrainConfig(steps=10, recipe="paper", schedule_steps=2**15, threads=1, out_dir="runs/x")
     assert TrainConfig.from_json(cfg.to_json()) == cfg
     resolved = cfg.resolved()
     assert (resolved.optimizer, resolved.lr, resolved.schedule, resolved.init) == (
         "sgd", 1.0, "cosine", "zeros")
     assert TrainConfig(steps=7).resolved().schedule_steps is None  # constant lr: no horizon
-    assert TrainConfig(steps=7, recipe="paper").resolved().schedule_steps == 2**17  # the note's
+    assert TrainConfig(steps=7, recipe="paper").resolved().schedule_steps == 2**16  # the note's
     assert TrainConfig(steps=7, schedule="cosine").resolved().schedule_steps == 7
     assert TrainConfig().resolved().lr == 1e-2
 
@@ -89,6 +90,18 @@ def test_learning_rate_schedules():
     assert learning_rate(cos, 0) == 1.0
     assert learning_rate(cos, 4) == pytest.approx(0.5)
     assert learning_rate(cos, 8) == learning_rate(cos, 9) == pytest.approx(0.0, abs=1e-15)
+
+
+@pytest.mark.parametrize("steps", [10, 2**16])
+def test_paper_recipe_decays_over_the_notes_2_to_the_16_steps(steps):
+    """The note trains 2^16 steps; its code's cosine runs over that run's own length, whatever the
+    length of this run (a shorter one is a prefix of the note's)."""
+    cfg = TrainConfig(steps=steps, recipe="paper")
+    for s in (0, 2**15, 2**16 - 1):
+        assert learning_rate(cfg, s) == pytest.approx(0.5 * (1 + math.cos(math.pi * s / 2**16)),
+                                                      rel=1e-12, abs=1e-15)
+    assert learning_rate(cfg, 0) == 1.0 and learning_rate(cfg, 2**15) == pytest.approx(0.5)
+    assert 0 < learning_rate(cfg, 2**16 - 1) < 1e-8  # the last update still moves, barely
 
 
 def test_paper_recipe_is_the_notes_update_rule():
@@ -320,3 +333,23 @@ def test_train_or_reuse_finishes_an_interrupted_run(tmp_path):
     assert_same_weights(finished.model, straight.model)
     with pytest.raises(ValueError, match="run_dir .* must name the run directory"):
         train_or_reuse(model_cfg, train_cfg)
+
+
+def test_cli_trains_the_notes_code_layout(tmp_path, capsys):
+    """``--layout code`` is the note's code's ``[0; P; Y_P; 0]``, read out on the first padding
+    segment by default: under a causal mask those rows see nothing of the task (floor d/4)."""
+    common = ["--attention", "causal", "--d", "3", "--steps", "2", "--batch-size", "8",
+              "--eval-every", "2", "--eval-size", "16", "--device", "cpu", "--no-progress"]
+    assert main(["train", "--layout", "code", "--out", str(tmp_path / "code"), *common]) == 0
+    model_cfg, _ = read_config(tmp_path / "code")
+    assert model_cfg.layout == Layout.of(3, "0", "P", "Y", "0")
+    assert model_cfg.layout.names == ("pad0", "P", "Y", "pad1") and model_cfg.readout == "pad0"
+    assert Run.load(tmp_path / "code").final_metrics["causal_floor"] == pytest.approx(3 / 4)
+    assert main(["train", "--layout", "code", "--readout", "Y", "--out", str(tmp_path / "y"),
+                 *common]) == 0
+    assert read_config(tmp_path / "y")[0].readout_rows == slice(6, 9)
+    assert main(["train", "--layout", "code", "--n-scratch", "2", "--out", str(tmp_path / "bad"),
+                 *common]) == 2
+    assert "--n-scratch sets the scratch rows of --layout scratch" in capsys.readouterr().err
+    assert main(["train", "--readout", "Q", "--out", str(tmp_path / "bad"), *common]) == 2
+    assert "readout must name a segment of the layout" in capsys.readouterr().err

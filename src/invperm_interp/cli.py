@@ -106,12 +106,28 @@ _TRAIN_FLAGS = ("steps", "batch_size", "recipe", "lr", "optimizer", "schedule", 
                 "stop_at_mse", "stop_at_floor")
 
 
+_DEFAULT_READOUT = {"plain": "P", "scratch": "P", "code": "pad0"}  # code: the note's code's rows
+
+
+def _layout(kind: str, d: int, n_scratch: int | None):
+    """``--layout``: ``plain`` ``[P; Y_P]``, ``scratch`` ``[P; Y_P; S]``, ``code`` the note's code's
+    ``[0; P; Y_P; 0]`` (segments ``pad0, P, Y, pad1``; its code reads out ``pad0``)."""
+    from . import Layout
+
+    if n_scratch is not None and kind != "scratch":
+        raise ValueError("--n-scratch sets the scratch rows of --layout scratch; add "
+                         "--layout scratch or drop --n-scratch")
+    if kind == "scratch":
+        return Layout.scratch(d, n_scratch)
+    return Layout.of(d, "0", "P", "Y", "0") if kind == "code" else Layout.plain(d)
+
+
 def _cmd_train(args: argparse.Namespace) -> None:
     """Train a model, or continue one (``--resume DIR``); everything lands in the run directory."""
     import json
     from pathlib import Path
 
-    from . import Layout, ModelConfig
+    from . import ModelConfig
     from .config import TrainConfig
     from .train import resume, train
 
@@ -139,16 +155,12 @@ def _cmd_train(args: argparse.Namespace) -> None:
                 raise ValueError(f"--config {args.config}: 'train' must be a JSON object")
             model_cfg, base = ModelConfig.from_dict(data["model"]), dict(data.get("train") or {})
         else:
-            d = given.get("d", 10)
-            if "n_scratch" in given and given.get("layout") != "scratch":
-                raise ValueError("--n-scratch sets the scratch rows of --layout scratch; add "
-                                 "--layout scratch or drop --n-scratch")
-            layout = (Layout.scratch(d, given.get("n_scratch")) if given.get("layout") == "scratch"
-                      else Layout.plain(d))
+            kind = given.get("layout", "plain")
+            layout = _layout(kind, given.get("d", 10), given.get("n_scratch"))
             model_cfg = ModelConfig(layout, n_layers=given.get("layers", 2),
                                     n_heads=given.get("heads", 1),
                                     attention_dir=given.get("attention", "causal"),
-                                    readout=given.get("readout", "P"),
+                                    readout=given.get("readout", _DEFAULT_READOUT[kind]),
                                     dtype=given.get("dtype", "float32"))
             base = {}
         base.update({k: v for k, v in given.items() if k in _TRAIN_FLAGS})
@@ -270,10 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     construct.set_defaults(func=_cmd_construct)
 
     tr = sub.add_parser("train", help="train a model; config, metrics and checkpoints under --out")
-    tr.add_argument("--layout", choices=["plain", "scratch"], help="[P; Y_P] or [P; Y_P; S]")
+    tr.add_argument("--layout", choices=["plain", "scratch", "code"],
+                    help="[P; Y_P] (default), [P; Y_P; S], or the note's code's [0; P; Y_P; 0]")
     tr.add_argument("--n-scratch", type=int, help="scratch rows (default d)")
     tr.add_argument("--attention", choices=["causal", "bidirectional"], help="default causal")
-    tr.add_argument("--readout", choices=["P", "Y", "S"], help="segment read out (default P)")
+    tr.add_argument("--readout", help="segment read out: P, Y, S, pad0, pad1 (default P; "
+                                      "pad0 for --layout code)")
     tr.add_argument("--layers", type=int, help="default 2")
     tr.add_argument("--heads", type=int, help="heads per layer (default 1)")
     tr.add_argument("--d", type=int, help="task size (default 10)")
@@ -286,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--lr", type=float)
     tr.add_argument("--optimizer", choices=["adam", "sgd"])
     tr.add_argument("--schedule", choices=["constant", "cosine"])
-    tr.add_argument("--schedule-steps", type=int, help="cosine horizon (paper: 131072, the note's)")
+    tr.add_argument("--schedule-steps", type=int, help="cosine horizon (paper: 65536, the note's)")
     tr.add_argument("--seed", type=int)
     tr.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
     tr.add_argument("--threads", type=int, help="torch threads (default 1 on the CPU: faster on "

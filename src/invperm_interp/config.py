@@ -172,15 +172,16 @@ RECIPES = ("adam", "paper", "fast")
 FAST_BATCH, FAST_LR = 128, 1e-2  # chosen from measured seconds to MSE < 1e-3 (see below)
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("constant", "cosine")
+NOTE_STEPS = 2**16  # the note trains 2^16 steps, and its code decays the lr over the run's length
 # What each recipe fills in for the fields left None. "paper" is the note's code: zero init, plain
-# SGD at lr 1, each gradient entry clipped to ±1, cosine decay of the lr to 0 over 2^17 steps
-# (whatever the run's length, so a short paper run is a prefix of the note's 2^16-step one).
+# SGD at lr 1, each gradient entry clipped to ±1, cosine decay of the lr to 0 over NOTE_STEPS = 2^16
+# steps (whatever this run's length, so a shorter paper run is a prefix of the note's run).
 # "fast" is Adam at the batch size and lr that reach MSE < 1e-3 soonest in wall-clock time on one
 # CPU thread (benchmarks/train_many.py measures steps and seconds to solve against the batch size).
 RECIPE_DEFAULTS = {
     "adam": {"optimizer": "adam", "lr": 1e-2, "schedule": "constant", "batch_size": 1024},
     "paper": {"optimizer": "sgd", "lr": 1.0, "schedule": "cosine", "init": "zeros",
-              "schedule_steps": 2**17, "batch_size": 1024},
+              "schedule_steps": NOTE_STEPS, "batch_size": 1024},
     "fast": {"optimizer": "adam", "lr": FAST_LR, "schedule": "constant", "batch_size": FAST_BATCH},
 }
 PAPER_FIXED = ("optimizer", "lr", "schedule", "init")  # what recipe="paper" refuses to change
@@ -212,7 +213,7 @@ class TrainConfig(JSONConfig):
     lr: float | None = None  # None: the recipe's (adam 1e-2, paper 1.0)
     optimizer: str | None = None  # None: the recipe's ("adam"; "sgd" for paper)
     schedule: str | None = None  # None: the recipe's ("constant"; "cosine" for paper)
-    schedule_steps: int | None = None  # cosine horizon; None: 2**17 for paper (the note), else steps
+    schedule_steps: int | None = None  # cosine horizon; None: 2**16 for paper (the note's), else steps
     init: str | None = None  # None: the model config's init ("zeros" for paper, which requires it)
     seed: int = 0  # seeds the init, the training stream and the eval batch (separate streams)
     device: str = "auto"  # "auto": CUDA when available, else CPU
