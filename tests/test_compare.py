@@ -64,7 +64,7 @@ def test_closest_construction_fits_beta(name):
     (dict(layout=Layout.plain(4), attention_dir="bidirectional"),
      ["theorem2_as_printed", "theorem2", "two_block", "appendix_b_as_printed", "appendix_b"]),
     (dict(layout=Layout.scratch(4), attention_dir="causal", readout="S"),
-     ["theorem3_as_printed", "theorem3", "theorem3_two_block"]),
+     ["theorem3_as_printed", "theorem3", "theorem3_two_block", "theorem3_complement"]),
     (dict(layout=Layout.plain(4), attention_dir="causal"), []),
     (dict(layout=Layout.scratch(4, 3), attention_dir="causal", readout="P"), []),
     (dict(layout=Layout.plain(4), attention_dir="bidirectional", n_heads=2), []),
@@ -97,7 +97,8 @@ def test_analyze_writes_analysis_json_for_a_construction(tmp_path, capsys):
     report = json.loads((tmp_path / "analysis.json").read_text())
     cells = {(a["layer"], a["query"], a["key"], a["label"]) for a in report["circuit"]["atoms"]}
     assert cells == set(C.REGISTRY["theorem3"].cells)
-    assert report["closest_constructions"][0]["name"] == "theorem3"
+    assert report["closest"][0]["name"] == "theorem3"
+    assert report["mechanism"]["name"] == "theorem3" and "mechanism: theorem3" in printed
     assert len(report["cells"]) == 4**2 + 8**2  # every (query, key) cell: 4 blocks, then 8
     assert {r["name"] for r in report["ablations"]} >= {"ablate mask", "scratch remove"}
 

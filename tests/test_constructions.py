@@ -27,7 +27,8 @@ def special_inputs(d: int):
 
 
 def test_registry_lists_every_row_of_the_design_table():
-    assert WORKING == ["theorem2", "two_block", "appendix_b", "theorem3", "theorem3_two_block"]
+    assert WORKING[:5] == ["theorem2", "two_block", "appendix_b", "theorem3", "theorem3_two_block"]
+    assert WORKING[5:] == ["theorem3_complement"]  # learned by training, not in the note
     assert PRINTED == ["theorem2_as_printed", "appendix_b_as_printed", "theorem3_as_printed"]
     for spec in C.REGISTRY.values():
         assert (spec.beta_exact is not None) == spec.works
@@ -71,8 +72,11 @@ def test_weights_are_exactly_the_registry_cells(name):
     spec, d, beta = C.REGISTRY[name], 4, 7.0
     model = C.build(name, d, beta)
     templates = {"I": torch.eye(d, dtype=F64), "J": torch.eye(d, dtype=F64).flip(-1),
-                 "-1": -torch.ones(d, d, dtype=F64)}
-    expected = {(layer, q, k): beta * templates[t] for layer, q, k, t in spec.cells}
+                 "1": torch.ones(d, d, dtype=F64)}
+    templates.update({f"-{k}": -v for k, v in list(templates.items())})
+    expected = {}
+    for layer, q, k, t in spec.cells:  # a cell may hold several templates: they add
+        expected[(layer, q, k)] = expected.get((layer, q, k), 0) + beta * templates[t]
     for layer, block in enumerate(model.blocks):
         for (q, k), cell in model.stream.split(block.attn.A.data[0], layer).items():
             want = expected.pop((layer, q, k), torch.zeros_like(cell))
@@ -156,3 +160,53 @@ def test_cli_construct_prints_cells_and_check(capsys):
 def test_cli_construct_errors_exit_2(argv, capsys):
     assert main(argv) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_register_checks_a_construction_with_verify():
+    cells = [(0, "pos.Y", "pos.P", "I"), (1, "pos.P", "L1.x", "I")]  # two_block, under a new name
+    try:
+        spec = C.register("my_two_block", cells, read="L2.x", description="mine")
+        assert spec.beta_exact is not None and C.names()[-1] == "my_two_block"
+        model = C.build("my_two_block", 5, spec.beta_exact)
+        assert C.verify(model).max_error < 1e-6
+        with pytest.raises(ValueError, match="already registered"):
+            C.register("my_two_block", cells)
+    finally:
+        C.REGISTRY.pop("my_two_block", None)
+
+
+@pytest.mark.parametrize("cells,kwargs,match", [
+    ([(0, "pos.Y", "pos.P", "I")], {}, "does not solve the task"),  # half of two_block
+    ([(0, "pos.Q", "pos.P", "I")], {}, "pos.Q"),
+    ([(0, "pos.Y", "pos.P", "K")], {}, "template"),
+    ([(2, "pos.Y", "pos.P", "I")], {}, "layer"),
+    ([(0, "pos.S", "pos.P", "I")], {}, "pos.S"),  # no scratch rows in the plain layout
+    ([(0, "pos.Y", "pos.P", "I")], {"read": "L3.x"}, "L3.x"),
+    ([(0, "pos.Y", "pos.P", "I")], {"layout": "code"}, "layout"),
+])
+def test_register_refuses_bad_constructions(cells, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        C.register("bad_one", cells, **kwargs)
+    assert "bad_one" not in C.REGISTRY
+
+
+def test_a_signed_read_out_is_built_as_a_signed_sum():
+    cells = [(0, "pos.Y", "pos.P", "I"), (1, "pos.P", "L1.x", "I")]
+    try:
+        C.register("signed", cells, read="L2.x - L1.x + L2.L1.x", beta=60.0)
+    except ValueError:
+        pass  # it need not solve the task; build must still honour the signs
+    spec = C.ConstructionSpec("signed", "", "bidirectional", "plain", "P", "L2.x - L1.x + L2.L1.x",
+                              True, tuple(cells))
+    assert spec.read_terms == (("L2.x", 1.0), ("L1.x", -1.0), ("L2.L1.x", 1.0))
+    C.REGISTRY["signed"] = spec
+    try:
+        W = C.build("signed", 3).unembed.W_U.detach()
+        stream = C.build("signed", 3).stream
+        eye = torch.eye(3, dtype=F64)
+        assert torch.equal(W[stream.slice("L2.x", 2)], eye)
+        assert torch.equal(W[stream.slice("L1.x", 2)], -eye)
+        assert torch.equal(W[stream.slice("L2.L1.x", 2)], eye)
+        assert float(W.abs().sum()) == 9.0
+    finally:
+        C.REGISTRY.pop("signed", None)

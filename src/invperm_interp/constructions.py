@@ -5,13 +5,16 @@ Each construction is data: a ``ConstructionSpec`` whose ``cells`` list the nonze
 section 6),
 and one generic builder turns cells into a ``HookedDisentangledTransformer``. ``layer`` is the
 module index (``blocks.{layer}``; the note's "layer 1" is ``0``); templates are ``"I"`` (identity),
-``"J"`` (anti-diagonal) and ``"-1"`` (all minus ones), each times ``beta``: labels of the
-vocabulary in ``cells``, which the template matching reads back. The read-out ``W_U`` is
-the identity on ``read_block`` of the final stream. The printed forms are kept to show their failure.
+``"J"`` (anti-diagonal) and ``"1"`` (all ones), each with an optional ``-``, times ``beta``:
+labels of the vocabulary in ``cells``, which the template matching reads back. The read-out ``W_U``
+is the identity on ``read_block`` of the final stream, or a signed sum of identities
+(``"L2.x - L1.x"``). The printed forms are kept to show their failure; :func:`register` adds a
+user's construction after checking it with :func:`verify`.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +26,7 @@ from .model import HookedDisentangledTransformer
 from .task import Batch, Layout, mse, sample_batch
 
 Cell = tuple[int, str, str, str]  # (layer, query block, key block, template)
-TEMPLATES = ("I", "J", "-1")
+TEMPLATES = ("I", "J", "1", "-I", "-J", "-1")
 DEFAULT_BETA = 100.0
 
 
@@ -34,8 +37,9 @@ class ConstructionSpec:
     ``beta_exact`` is the smallest β, in steps of 5, at which the float64 max error is below 1e-6
     for every d in {1, 2, 3, 5, 10, 16} on random data, the identity and reversal permutations with
     ``Y`` all zeros / all ones (measured; ``None`` for the printed forms, which never get there).
-    It is set by the worst margin: ``β`` for one-hot lookups, ``β/4`` for ``two_block`` at d = 2
-    and ``β/3`` for ``theorem3_two_block`` at d = 1 (their keys hold averages of one-hots).
+    It is set by the worst margin: ``β`` for one-hot lookups, ``β/4`` for ``two_block`` at d = 2,
+    ``β/3`` for ``theorem3_two_block`` at d = 1 (their keys hold averages of one-hots) and
+    ``β/(d - 1)`` for ``theorem3_complement`` at d = 16 (its keys hold complements).
     """
 
     name: str
@@ -43,10 +47,15 @@ class ConstructionSpec:
     attention_dir: str  # "causal" or "bidirectional"
     layout: str  # "plain": [P; Y_P]; "scratch": [P; Y_P; S] with d scratch rows
     readout: str  # segment whose rows are read out
-    read_block: str  # block of the final stream that W_U copies
+    read_block: str  # block(s) of the final stream that W_U copies: "L2.x" or "L2.x - L1.x"
     works: bool  # False for the note's printed forms
     cells: tuple[Cell, ...]
     beta_exact: float | None = None
+
+    @property
+    def read_terms(self) -> tuple[tuple[str, float], ...]:
+        """``read_block`` as ``((block, sign), ...)``: ``"L2.x - L1.x"`` → ``(("L2.x", 1), ("L1.x", -1))``."""
+        return parse_read(self.read_block)
 
     def make_layout(self, d: int, scratch=None) -> Layout:
         if self.layout == "scratch":
@@ -54,6 +63,23 @@ class ConstructionSpec:
         if scratch is not None:
             raise ValueError(f"scratch is only for scratch layouts; {self.name!r} reads [P; Y_P]")
         return Layout.plain(d)
+
+
+def parse_read(text: str) -> tuple[tuple[str, float], ...]:
+    """``"L2.x - L1.x"`` → ``(("L2.x", 1.0), ("L1.x", -1.0))``: block names joined by + and -."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"read must be block names joined by + and -, e.g. 'L2.x - L1.x', got {text!r}")
+    terms, sign = [], 1.0
+    for token in re.findall(r"[+-]|[^\s+-]+", text.strip()):
+        if token in "+-":
+            sign = -sign if token == "-" else sign
+            continue
+        terms.append((token, sign))
+        sign = 1.0
+    names = [t for t, _ in terms]
+    if not terms or len(set(names)) != len(names):
+        raise ValueError(f"read must name each block once, e.g. 'L2.x - L1.x', got {text!r}")
+    return tuple(terms)
 
 
 def _spec(name, description, attention_dir, layout, readout, read_block, works, cells, beta=None):
@@ -97,6 +123,15 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
           "look them up",
           "causal", "scratch", "S", "L2.x", True,
           [(0, "pos.Y", "pos.P", "I"), (1, "pos.S", "L1.x", "I"), (1, "pos.S", "pos.P", "-1")], 45),
+    # What the causal scratch model learns (assets/census.md): the complement of theorem3_two_block.
+    # Y_P row j attends every P row but its own ((1 - I) at (pos.Y, pos.P): -I and 1 in one cell),
+    # so its L1.x is (1 - e_perm(j)) / (d - 1); S row i looks, among the Y_P rows (+1), for the one
+    # whose L1.x_i is 0, i.e. perm(j) = i. The margin is β/(d - 1): it needs a larger β.
+    _spec("theorem3_complement", "Theorem 3, complement two-block (learned): Y_P rows average every "
+          "P row but their own, S rows look for the one missing e_i",
+          "causal", "scratch", "S", "L2.x", True,
+          [(0, "pos.Y", "pos.P", "-I"), (0, "pos.Y", "pos.P", "1"), (1, "pos.S", "L1.x", "-I"),
+           (1, "pos.S", "pos.Y", "1")], 250),
 )}
 
 
@@ -156,8 +191,9 @@ def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = 
         for (layer, query, key, kind), scale in cells:
             view = model.stream.split(model.blocks[layer].attn.A.data[0], layer)[(query, key)]
             view += beta * scale * cell_template(kind, *view.shape, dtype=dtype)
-        readout = model.stream.slice(spec.read_block, cfg.n_layers)
-        model.unembed.W_U.data[readout] = torch.eye(d, dtype=dtype)
+        for block, sign in spec.read_terms:
+            eye = torch.eye(d, dtype=dtype)
+            model.unembed.W_U.data[model.stream.slice(block, cfg.n_layers)] = sign * eye
     return model
 
 
@@ -221,3 +257,86 @@ def verify(model: HookedDisentangledTransformer, n: int = 256, seed: int = 0,
         out = model(batch.X)  # (B, d, d)
     Y = batch.Y.to(out)
     return Verification(float((out - Y).abs().max()), float(mse(out, Y)), len(batch))
+
+
+#: Sizes and β values :func:`register` checks a new construction at (the smallest β that works).
+REGISTER_DS = (3, 5, 10)
+REGISTER_BETAS = (5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+REGISTER_TOL = 1e-6
+
+
+def _check_cells(cells, layout: str, attention_dir: str, readout: str, read: str) -> tuple[Cell, ...]:
+    """Cells in the vocabulary, on blocks of a 2-layer one-head stream of this layout."""
+    if layout not in ("plain", "scratch"):
+        raise ValueError(f"layout must be 'plain' ([P; Y_P]) or 'scratch' ([P; Y_P; S]), got {layout!r}")
+    if attention_dir not in ("causal", "bidirectional"):
+        raise ValueError(f"attention_dir must be 'causal' or 'bidirectional', got {attention_dir!r}")
+    probe = Layout.scratch(3) if layout == "scratch" else Layout.plain(3)
+    if readout not in probe.names:
+        raise ValueError(f"readout must be a segment of the {layout} layout {probe.names}, got {readout!r}")
+    stream = HookedDisentangledTransformer(ModelConfig(probe, n_layers=2, n_heads=1)).stream
+    out = []
+    for cell in cells:
+        if not (isinstance(cell, (tuple, list)) and len(cell) == 4):
+            raise ValueError(f"cells must be (layer, query block, key block, template), got {cell!r}")
+        layer, query, key, kind = cell
+        if layer not in (0, 1):
+            raise ValueError(f"cell {cell!r}: layer must be 0 or 1 (blocks.0, blocks.1)")
+        for block in (query, key):
+            if block not in stream.labels(layer):
+                raise ValueError(f"cell {cell!r}: block {block!r} is not in the stream read by "
+                                 f"blocks.{layer} (known: {stream.labels(layer)})")
+        if kind not in TEMPLATES:
+            raise ValueError(f"cell {cell!r}: template must be one of {TEMPLATES}")
+        out.append((layer, query, key, kind))
+    if not out:
+        raise ValueError("cells must list at least one cell")
+    for block, _ in parse_read(read):
+        if block not in stream.labels(2):
+            raise ValueError(f"read block {block!r} is not in the final stream (known: {stream.labels(2)})")
+    return tuple(out)
+
+
+def register(name: str, cells, *, layout: str = "plain", attention_dir: str = "bidirectional",
+             readout: str | None = None, read: str = "L2.x", description: str = "",
+             beta: float | None = None, replace: bool = False) -> ConstructionSpec:
+    """Add a working construction to the registry, after checking that it solves the task.
+
+    ``cells``: ``(layer, query block, key block, template)`` in the vocabulary above (layer 0 or 1
+    of a two-layer, one-head model); ``layout``: ``"plain"`` or ``"scratch"``; ``readout``: the
+    segment read (default ``"S"`` on scratch layouts, else ``"P"``); ``read``: the blocks ``W_U``
+    copies, signed (``"L2.x - L1.x"``). :func:`verify` must find a max error below 1e-6 at every
+    ``d`` in ``REGISTER_DS`` at ``beta`` (or, when ``None``, at the smallest of ``REGISTER_BETAS``
+    that works, stored as ``beta_exact``); otherwise ``ValueError``. Names are unique unless
+    ``replace``. The construction then works everywhere a registry name does (``build``,
+    ``invperm construct``, ``analysis.mechanism``).
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"name must be an identifier-like string, got {name!r}")
+    if name in REGISTRY and not replace:
+        raise ValueError(f"construction {name!r} is already registered (pass replace=True)")
+    readout = readout or ("S" if layout == "scratch" else "P")
+    spec = ConstructionSpec(name, description or name, attention_dir, layout, readout, read, True,
+                            _check_cells(cells, layout, attention_dir, readout, read))
+    betas = REGISTER_BETAS if beta is None else (beta,)
+    errors = {}
+    for b in betas:
+        errors[b] = max(_max_error(spec, d, b) for d in REGISTER_DS)
+        if errors[b] < REGISTER_TOL:
+            spec = ConstructionSpec(**{**vars(spec), "beta_exact": b})
+            REGISTRY[name] = spec
+            return spec
+    worst = ", ".join(f"beta {b:g}: {e:.2g}" for b, e in errors.items())
+    raise ValueError(f"construction {name!r} does not solve the task to {REGISTER_TOL:g} at every d in "
+                     f"{REGISTER_DS} (max error {worst})")
+
+
+def _max_error(spec: ConstructionSpec, d: int, beta: float) -> float:
+    REGISTRY[spec.name], old = spec, REGISTRY.get(spec.name)
+    try:
+        return verify(build(spec.name, d, beta), n=256, seed=0).max_error
+    finally:
+        if old is None:
+            del REGISTRY[spec.name]
+        else:
+            REGISTRY[spec.name] = old

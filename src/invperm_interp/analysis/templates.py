@@ -95,6 +95,11 @@ class Atom:
         out["label"], out["twins"] = self.label, [list(t) for t in self.twins]
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict) -> Atom:
+        fields = {k: data[k] for k in cls.__dataclass_fields__}
+        return cls(**{**fields, "twins": tuple(tuple(t) for t in data["twins"])})
+
     def __str__(self) -> str:
         same = "".join(f" = {t} at ({q}, {k})" for q, k, t in self.twins)
         return (f"layer {self.layer + 1} head {self.head}: {self.label} at ({self.query}, {self.key})"
@@ -114,6 +119,10 @@ class Circuit:
 
     def to_dict(self) -> dict:
         return {"atoms": [a.to_dict() for a in self.atoms], "residual_share": list(self.residual_share)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Circuit:
+        return cls(tuple(Atom.from_dict(a) for a in data["atoms"]), tuple(data["residual_share"]))
 
     def _matched(self, cells: set) -> set:
         """The ``cells`` that some atom is, counting its gauge twins (:attr:`Atom.placements`)."""

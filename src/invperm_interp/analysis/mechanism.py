@@ -1,0 +1,203 @@
+"""Which mechanism a model implements, by one rule: the construction whose circuit runs on its own.
+
+:func:`mechanism` tests every working registry construction that fits the model (layout, attention,
+read-out rows) with :func:`analysis.faithfulness.faithfulness` and names the one whose
+circuit-only model is **faithful** (:func:`is_faithful`), preferring the fewest cells, then the
+most loss recovered. A cell test alone cannot tell ``I`` from ``-I`` in one cell (the complement
+form ``theorem3_complement`` and ``theorem3_two_block`` share their cells), so the named
+construction's templates must also fit the weights with positive β
+(``Faithfulness.signs_agree``). When none qualifies, the name is ``"none"`` and
+:func:`minimal_circuit` says what the model does instead. ``invperm analyze``, the HTML report
+and ``analyses/`` all use this rule.
+
+The thresholds (``FAITHFUL_ROWS``, ``FAITHFUL_RECOVERED``) were chosen from the census of trained
+models (``analyses/census.py``, ``assets/census.md``): a construction's circuit-only model either
+gets essentially every row exact and recovers most of the loss, or gets almost no row exact (the
+wrong lookups fetch the wrong row); the circuit-only MSE sits well above the model's own (the
+remaining weights sharpen the same lookups), so faithfulness is judged relative to the baseline
+``d/4`` (everything ablated), not against an absolute MSE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import constructions
+from ..model import HookedDisentangledTransformer
+from ..task import Batch
+from .compare import candidates
+from .faithfulness import AtomCell, Faithfulness, Hypothesis, Score, Tester, as_hypothesis, project
+from .templates import Circuit, explain
+
+#: A circuit-only model is faithful when at least this share of its rows is exactly right …
+FAITHFUL_ROWS = 0.99
+#: … and it recovers at least this fraction of the loss, baseline ``d/4`` (0.5 everywhere).
+FAITHFUL_RECOVERED = 0.8
+#: ``W_U`` blocks holding at least this share of ``||W_U||²`` are candidates of a minimal circuit.
+READ_SHARE = 0.01
+
+
+def is_faithful(score: Score, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED) -> bool:
+    """The rule's verdict on a circuit-only model's :class:`Score`."""
+    return (score.rows_exact >= rows and score.loss_recovered is not None
+            and score.loss_recovered >= recovered)
+
+
+def is_minimal(result: Faithfulness) -> bool:
+    """Faithful, and no longer faithful with any one of its cells removed."""
+    return is_faithful(result.circuit) and all(not is_faithful(s) for s in result.minimality)
+
+
+@dataclass(frozen=True)
+class MinimalCircuit:
+    """The smallest set of cells (and read-out blocks) found whose circuit-only model is faithful.
+
+    ``faithful`` is False when even every cell the model's atoms occupy is not: then ``cells``
+    holds them all. ``weight_share``: the share of the gauge-fixed weights the cells carry."""
+
+    cells: tuple[AtomCell, ...]
+    read: tuple[str, ...]
+    faithful: bool
+    score: Score
+    weight_share: float
+
+    @property
+    def size(self) -> int:
+        return len(self.cells)
+
+    def to_dict(self) -> dict:
+        return {"cells": [list(c) for c in self.cells], "read": list(self.read),
+                "faithful": self.faithful, "score": vars(self.score),
+                "weight_share": self.weight_share, "size": self.size}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MinimalCircuit:
+        return cls(tuple(tuple(c) for c in data["cells"]), tuple(data["read"]), data["faithful"],
+                   Score(**data["score"]), data["weight_share"])
+
+
+def _candidate_cells(circuit: Circuit) -> list[AtomCell]:
+    """One cell per (layer, head, query, key) the atoms occupy, labelled by its largest atom."""
+    best: dict[tuple, tuple[float, AtomCell]] = {}
+    for a in circuit:
+        key = (a.layer, a.head, a.query, a.key)
+        if key not in best or a.share > best[key][0]:
+            best[key] = (a.share, (a.layer, a.head, a.query, a.key, a.label))
+    return [cell for _, cell in best.values()]
+
+
+def _read_candidates(model: HookedDisentangledTransformer) -> list[str]:
+    W = model.unembed.W_U.detach().double()
+    total = float(W.pow(2).sum()) or 1.0
+    blocks = model.stream.blocks(model.cfg.n_layers)
+    return [b.name for b in blocks if float(W[b.slice].pow(2).sum()) / total >= READ_SHARE]
+
+
+def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
+                    circuit: Circuit | None = None, tester: Tester | None = None,
+                    rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED) -> MinimalCircuit:
+    """The fewest cells of ``A`` (and blocks of ``W_U``) whose circuit-only model is faithful.
+
+    Candidates: the cells that the atoms of ``circuit`` (default ``explain(model)``) occupy, and the
+    blocks holding at least ``READ_SHARE`` of ``W_U``. Greedy by functional effect: each candidate's
+    effect is the MSE rise when it alone is removed from the circuit of all candidates; candidates
+    are added in decreasing effect until the circuit is faithful, then each kept one is dropped, in
+    increasing effect, if the circuit stays faithful without it (pruning).
+    """
+    tester = tester or Tester(model, batch)
+    circuit = circuit if circuit is not None else explain(model)
+    cells, reads = _candidate_cells(circuit), _read_candidates(model)
+    items = [("cell", c) for c in cells] + [("read", r) for r in reads]
+
+    def hyp(chosen) -> Hypothesis:
+        return Hypothesis("minimal", tuple(v for k, v in chosen if k == "cell"),
+                          tuple(v for k, v in chosen if k == "read"), "cells")
+
+    def ok(s: Score) -> bool:
+        return is_faithful(s, rows, recovered)
+
+    full = tester.circuit(hyp(items))
+    if not ok(full) or not items:
+        return _result(model, hyp(items), full, False)
+    effect = {item: tester.circuit(hyp([i for i in items if i != item])).mse - full.mse
+              for item in items}
+    order = sorted(items, key=lambda i: -effect[i])
+    chosen, score = [], None
+    for item in order:
+        chosen.append(item)
+        score = tester.circuit(hyp(chosen))
+        if ok(score):
+            break
+    for item in sorted(chosen, key=lambda i: effect[i]):
+        rest = [i for i in chosen if i != item]
+        trial = tester.circuit(hyp(rest)) if rest else None
+        if trial is not None and ok(trial):
+            chosen, score = rest, trial
+    return _result(model, hyp(chosen), score, True)
+
+
+def _result(model, hyp: Hypothesis, score: Score, faithful: bool) -> MinimalCircuit:
+    share = project(model, hyp).weight_share if hyp.cells else 0.0
+    return MinimalCircuit(hyp.cells, hyp.read or (), faithful, score, share)
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """The rule's answer: ``name`` (a registry construction, or ``"none"``), its faithfulness test
+    (``None`` for ``"none"``), every fitting working construction's test (best first) and the
+    minimal circuit."""
+
+    name: str
+    faithfulness: Faithfulness | None
+    tested: tuple[Faithfulness, ...]
+    minimal: MinimalCircuit
+    rows: float = FAITHFUL_ROWS
+    recovered: float = FAITHFUL_RECOVERED
+
+    def __str__(self) -> str:
+        if self.faithfulness is None:
+            m = self.minimal
+            found = "faithful" if m.faithful else "not faithful even with every atom's cell"
+            return (f"none of the registry; minimal circuit: {m.size} cells ({found}, rows exact "
+                    f"{m.score.rows_exact:.1%}, loss recovered {_pct(m.score.loss_recovered)})")
+        f = self.faithfulness
+        return (f"{self.name}: its {f.n_atoms} cells alone get {f.circuit.rows_exact:.1%} of rows "
+                f"exact, recover {_pct(f.circuit.loss_recovered)} of the loss (MSE "
+                f"{f.circuit.mse:.3g} vs the model's {f.model.mse:.3g}, baseline {f.baseline:g}); "
+                f"without them: MSE {f.without.mse:.3g}")
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "rows": self.rows, "recovered": self.recovered,
+                "faithfulness": None if self.faithfulness is None else self.faithfulness.to_dict(),
+                "tested": [t.to_dict() for t in self.tested], "minimal": self.minimal.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Mechanism:
+        f = data["faithfulness"]
+        return cls(data["name"], None if f is None else Faithfulness.from_dict(f),
+                   tuple(Faithfulness.from_dict(t) for t in data["tested"]),
+                   MinimalCircuit.from_dict(data["minimal"]), data["rows"], data["recovered"])
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}"
+
+
+def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Circuit | None = None,
+              tester: Tester | None = None, rows: float = FAITHFUL_ROWS,
+              recovered: float = FAITHFUL_RECOVERED) -> Mechanism:
+    """Name the model's mechanism by the one rule (module docstring); ``circuit``/``tester``
+    reuse an ``explain`` result and a clean run already computed."""
+    if not isinstance(model, HookedDisentangledTransformer):
+        raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
+    tester = tester or Tester(model, batch)
+    names = [n for n in candidates(model) if constructions.get(n).works]
+    tested = [tester.test(as_hypothesis(model, n)) for n in names]
+    good = [t for t in tested if t.signs_agree and is_faithful(t.circuit, rows, recovered)]
+    rank = lambda t: (t not in good, t.n_atoms, -(t.circuit.loss_recovered or -1e9))  # noqa: E731
+    tested.sort(key=rank)
+    minimal = minimal_circuit(model, batch, circuit=circuit, tester=tester, rows=rows,
+                              recovered=recovered)
+    best = good and min(good, key=rank)
+    return Mechanism(best.hypothesis if best else "none", best or None, tuple(tested), minimal,
+                     rows, recovered)
