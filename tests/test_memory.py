@@ -53,9 +53,9 @@ else:
     if kind == "verify":
         C.verify(model, n=job["n"])
     else:
-        from invperm_interp.analysis.summary import summarize
+        from invperm_interp.analysis.record import analyze
         gen = torch.Generator().manual_seed(0)
-        summarize(model, sample_batch(model.cfg.layout, job["n"], gen, dtype=torch.float64))
+        analyze(model, sample_batch(model.cfg.layout, job["n"], gen, dtype=torch.float64))
 print(json.dumps({"estimate": est.total, "peak": status("VmHWM:") - base}))
 """
 

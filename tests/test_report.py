@@ -9,7 +9,7 @@ import torch
 from conftest import loads_from_network
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, constructions, sample_batch
-from invperm_interp.analysis.summary import headline, summarize
+from invperm_interp.analysis.record import ModelAnalysis, analyze, headline
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
 from invperm_interp.viz.attention import BUNDLE, write_bundle
@@ -28,7 +28,7 @@ def _metrics(floor: float, last: float, attention: str) -> list[dict]:
 def theorem3():
     model = constructions.build("theorem3", 3)
     batch = sample_batch(model.cfg.layout, 64, torch.Generator().manual_seed(0), dtype=torch.float64)
-    return model, batch, summarize(model, batch, "construction theorem3")
+    return model, batch, analyze(model, batch, "construction theorem3")
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +56,18 @@ def test_report_has_every_section_in_reading_order(theorem3_page):
 
 def test_headline_names_the_mechanism_of_a_construction(theorem3_page):
     head = _sections(theorem3_page)["Headline"]
-    assert "Closest mechanism: theorem3" in head and "No template" not in head
+    assert "Mechanism: theorem3" in head and "none of the registry" not in head
+    # at beta 100 its -1 guard is not needed: the minimal circuit is the two lookups
+    assert "100.0% of rows exact" in head and "Minimal circuit: 2 cells (faithful" in head
 
 
 def test_headline_says_when_no_template_explains_the_circuit():
     cfg = ModelConfig(Layout.plain(4), attention_dir="causal", readout="P", init_scale=1.0)
     model = HookedDisentangledTransformer(cfg, seed=0)  # random weights: nothing to explain
     batch = sample_batch(cfg.layout, 32, torch.Generator().manual_seed(0))
-    summary = summarize(model, batch, "random")
+    summary = analyze(model, batch, "random")
     page = report_html(model, summary, batch)
-    assert "No template explains this circuit" in _sections(page)["Headline"]
+    assert "Mechanism: none of the registry" in _sections(page)["Headline"]
 
 
 def test_run_details_are_said_once(theorem3_page):
@@ -168,6 +170,8 @@ def test_cli_report_on_a_construction(tmp_path, capsys):
     assert data["mse"] < 1e-6 and data["causal_floor"] == 0.75
     assert (tmp_path / "report.html").stat().st_size > 100_000  # the inlined bundle
     assert "I at (pos.Y, pos.P)" in capsys.readouterr().out
+    record = ModelAnalysis.from_json((tmp_path / "analysis.json").read_text())
+    assert record.mechanism.name == "two_block" and record.minimal.size == 2
 
 
 def test_analyze_headline_names_the_construction_cells(theorem3):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from invperm_interp import constructions, sample_batch
-from invperm_interp.analysis.summary import summarize
+from invperm_interp.analysis.record import analyze
 from invperm_interp.viz.attention import write_bundle
 from invperm_interp.viz.report import write_report
 
@@ -76,7 +76,7 @@ def report_page(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     model = constructions.build("theorem3", 3)
     batch = sample_batch(model.cfg.layout, 32, torch.Generator().manual_seed(0), dtype=torch.float64)
-    summary = summarize(model, batch, "construction theorem3")
+    summary = analyze(model, batch, "construction theorem3")
     metrics = [{"step": s, "mse": 1.0 / (s + 1), "train_mse": None, "causal_floor": 0.0,
                 "entry_acc": 0.9, "row_acc": 0.5, "sample_acc": 0.1, "attention_dir": "causal"}
                for s in (0, 10, 20)]

@@ -45,15 +45,15 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
 def _analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int,
                         train_cfg=None, bundle: str | None = None, quiet: bool = False,
-                        max_memory: int | None = None) -> dict:
-    """Summarise ``model`` on ``n`` fresh samples, print the headline, write ``analysis.json`` and
-    ``report.html`` into ``out_dir`` (nothing written when ``out_dir`` is None). ``bundle``: the
-    relative URL of a shared circuitsvis bundle (default: inlined)."""
-    import json
+                        max_memory: int | None = None):
+    """Analyse ``model`` on ``n`` fresh samples (``analysis.analyze``), print the headline, write
+    ``analysis.json`` (the ``ModelAnalysis`` record) and ``report.html`` into ``out_dir`` (nothing
+    written when ``out_dir`` is None); returns the record. ``bundle``: the relative URL of a shared
+    circuitsvis bundle (default: inlined)."""
     from pathlib import Path
 
     from . import memory, sample_batch
-    from .analysis.summary import headline, summarize
+    from .analysis.record import analyze, headline
     from .viz.report import write_report
 
     cfg = model.cfg
@@ -62,18 +62,18 @@ def _analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, se
     memory.check(estimate, max_memory, model.device)
     generator = torch.Generator(device=model.device).manual_seed(seed)
     batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
-    summary = summarize(model, batch, source)
+    result = analyze(model, batch, source)
     if not quiet:
-        print(headline(summary))
+        print(headline(result))
     if out_dir is not None:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "analysis.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
-        write_report(model, summary, batch, out_dir / "report.html", metrics, title=source,
+        (out_dir / "analysis.json").write_text(result.to_json())
+        write_report(model, result, batch, out_dir / "report.html", metrics, title=source,
                      train_cfg=train_cfg, bundle=bundle)
         if not quiet:
             print(f"\nwrote {out_dir / 'analysis.json'} and {out_dir / 'report.html'}")
-    return summary
+    return result
 
 
 def _cmd_construct(args: argparse.Namespace) -> None:

@@ -1,5 +1,7 @@
-"""Analyses of learned and analytic weights: the gauge, template matching, comparison, ablations
-and activation patching. The public surface is listed here explicitly."""
+"""Analyses of learned and analytic weights: the gauge, template matching, comparison, circuits
+tested by running them (faithfulness, the mechanism rule, minimal circuits), ablations, activation
+patching and the whole-model record (``analyze`` → ``ModelAnalysis``). The public surface is listed
+here explicitly."""
 
 from .ablate import (
     AblationResult,
@@ -18,7 +20,17 @@ from .compare import (
     closest_construction,
     compare,
 )
+from .faithfulness import Faithfulness, Hypothesis, Score, faithfulness
 from .gauge import gauge_check, gauge_fix, gauge_fixed, key_gauge_basis, perturb, random_gauge
+from .mechanism import (
+    FAITHFUL_RECOVERED,
+    FAITHFUL_ROWS,
+    Mechanism,
+    MinimalCircuit,
+    is_faithful,
+    mechanism,
+    minimal_circuit,
+)
 from .patch import (
     LabelledTensor,
     mse_to,
@@ -27,6 +39,7 @@ from .patch import (
     patch_blocks,
     patch_positions,
 )
+from .record import ModelAnalysis, analyze
 from .templates import (
     Atom,
     CellMatch,
@@ -37,6 +50,19 @@ from .templates import (
 )
 
 __all__ = [
+    "FAITHFUL_RECOVERED",
+    "FAITHFUL_ROWS",
+    "Faithfulness",
+    "Hypothesis",
+    "Mechanism",
+    "MinimalCircuit",
+    "ModelAnalysis",
+    "Score",
+    "analyze",
+    "faithfulness",
+    "is_faithful",
+    "mechanism",
+    "minimal_circuit",
     "AblationResult",
     "Atom",
     "CellMatch",

@@ -34,6 +34,10 @@ class AblationResult:
     causal_floor: float
     description: str
 
+    @classmethod
+    def from_dict(cls, data: dict) -> AblationResult:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
     @property
     def change(self) -> float:
         return self.mse_after - self.mse_before
@@ -65,9 +69,14 @@ def _run(model: HookedDisentangledTransformer, X: Tensor,
         return model.run_with_hooks(X, fwd_hooks=hooks or [])
 
 
+def clean_mse(model: HookedDisentangledTransformer, batch: Batch) -> float:
+    """The model's own MSE on ``batch``: what every ablation is read against."""
+    return float(mse(_run(model, batch.X), batch.Y))
+
+
 def _result(name: str, model: HookedDisentangledTransformer, batch: Batch, after: Tensor,
-            description: str) -> AblationResult:
-    before = float(mse(_run(model, batch.X), batch.Y))
+            description: str, before: float | None = None) -> AblationResult:
+    before = clean_mse(model, batch) if before is None else before
     floor = causal_floor(model.cfg.layout, model.cfg.readout)
     return AblationResult(name, before, float(mse(after, batch.Y)), floor, description)
 
@@ -82,7 +91,8 @@ def flip_mask(model: HookedDisentangledTransformer) -> HookedDisentangledTransfo
 
 
 def ablate_mask(model: HookedDisentangledTransformer, batch: Batch | None = None, *, n: int = 512,
-                seed: int = 0) -> tuple[HookedDisentangledTransformer, AblationResult]:
+                seed: int = 0,
+                before: float | None = None) -> tuple[HookedDisentangledTransformer, AblationResult]:
     """Flip the attention direction; returns the flipped model and the MSE change.
 
     A bidirectional construction under a causal mask can do no better than the causal floor
@@ -91,7 +101,7 @@ def ablate_mask(model: HookedDisentangledTransformer, batch: Batch | None = None
     batch = _batch(model, batch, n, seed)
     twin = flip_mask(model)
     desc = f"attention {model.cfg.attention_dir} → {twin.cfg.attention_dir}, same weights"
-    return twin, _result("ablate mask", model, batch, _run(twin, batch.X), desc)
+    return twin, _result("ablate mask", model, batch, _run(twin, batch.X), desc, before)
 
 
 # -- scratch rows --------------------------------------------------------------------------------------
@@ -106,7 +116,8 @@ def scratch_rows(model: HookedDisentangledTransformer) -> list[int]:
 
 
 def ablate_scratch(model: HookedDisentangledTransformer, mode: str = "remove", *, k: int | None = None,
-                   batch: Batch | None = None, n: int = 512, seed: int = 0) -> AblationResult:
+                   batch: Batch | None = None, n: int = 512, seed: int = 0,
+                   before: float | None = None) -> AblationResult:
     """Ablate the scratch rows ``S`` (Theorem 3's extra tokens).
 
     - ``"remove"``: no scratch rows. Every layer's attention masks them as keys (``-inf`` scores),
@@ -134,7 +145,7 @@ def ablate_scratch(model: HookedDisentangledTransformer, mode: str = "remove", *
                 f"remove the {len(rows)} scratch rows") + (
                 "; removed rows are masked as keys and removed read-out rows predict 0.5")
         return _result(f"scratch {mode}" + (f" (k={k})" if mode == "fewer" else ""), model, batch,
-                       out, desc)
+                       out, desc, before)
     index = torch.tensor(rows, device=model.device)
     if mode == "zero":
         def zero(act: Tensor, hook) -> Tensor:
@@ -144,7 +155,8 @@ def ablate_scratch(model: HookedDisentangledTransformer, mode: str = "remove", *
 
         out = _run(model, batch.X, [("hook_embed", zero), ("hook_pos_embed", zero)])
         return _result("scratch zero", model, batch, out,
-                       f"the {len(rows)} scratch rows' embedding (content and position) set to 0")
+                       f"the {len(rows)} scratch rows' embedding (content and position) set to 0",
+                       before)
     generator = torch.Generator().manual_seed(seed)
     noise = torch.randint(0, 2, (len(batch), len(rows), model.cfg.d), generator=generator)
 
@@ -155,7 +167,7 @@ def ablate_scratch(model: HookedDisentangledTransformer, mode: str = "remove", *
 
     out = _run(model, batch.X, [("hook_embed", randomise)])
     return _result("scratch random", model, batch, out,
-                   f"the {len(rows)} scratch rows' content replaced by random binary rows")
+                   f"the {len(rows)} scratch rows' content replaced by random binary rows", before)
 
 
 def _without_rows(model: HookedDisentangledTransformer, X: Tensor, gone: list[int]) -> Tensor:
@@ -189,7 +201,8 @@ def stream_hook(model: HookedDisentangledTransformer, layer: int) -> str:
 
 
 def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, how: str = "zero", *,
-                 batch: Batch | None = None, n: int = 512, seed: int = 0) -> AblationResult:
+                 batch: Batch | None = None, n: int = 512, seed: int = 0,
+                 before: float | None = None) -> AblationResult:
     """Zero- or mean-ablate the named block ``name`` of ``h^layer`` at every position.
 
     ``"mean"`` replaces the block by its mean over the batch, position by position. The stream is
@@ -209,7 +222,7 @@ def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, ho
 
     out = _run(model, batch.X, [(hook, ablate)])
     return _result(f"{how}-ablate {name} at h^{layer}", model, batch, out,
-                   f"{how} the block {name} of h^{layer} at every position ({hook})")
+                   f"{how} the block {name} of h^{layer} at every position ({hook})", before)
 
 
 # -- the standard table -----------------------------------------------------------------------------------
@@ -223,15 +236,16 @@ def read_blocks(model: HookedDisentangledTransformer) -> list[str]:
 def standard_ablations(model: HookedDisentangledTransformer, batch: Batch | None = None, *,
                        n: int = 512, seed: int = 0) -> list[AblationResult]:
     """The mask, every scratch mode (when the layout has ``S``), the token block ``x`` of ``h^0``
-    and each block ``W_U`` reads, zero-ablated."""
+    and each block ``W_U`` reads, zero-ablated. The clean run is computed once for all of them."""
     batch = _batch(model, batch, n, seed)
-    out = [ablate_mask(model, batch)[1]]
+    before = clean_mse(model, batch)
+    out = [ablate_mask(model, batch, before=before)[1]]
     if any(seg.kind == "S" for seg in model.cfg.layout.segments):
         n_scratch = len(scratch_rows(model))
         for mode in SCRATCH_MODES:
             k = n_scratch // 2 if mode == "fewer" else None
-            out.append(ablate_scratch(model, mode, k=k, batch=batch, seed=seed))
-    out.append(ablate_block(model, "x", 0, batch=batch))
+            out.append(ablate_scratch(model, mode, k=k, batch=batch, seed=seed, before=before))
+    out.append(ablate_block(model, "x", 0, batch=batch, before=before))
     for name in read_blocks(model):
-        out.append(ablate_block(model, name, model.cfg.n_layers, batch=batch))
+        out.append(ablate_block(model, name, model.cfg.n_layers, batch=batch, before=before))
     return out

@@ -17,6 +17,7 @@ from functools import partial
 
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from ..model import HookedDisentangledTransformer
 from ..stream import hook_name
@@ -84,7 +85,7 @@ def position_labels(model: HookedDisentangledTransformer) -> tuple[str, ...]:
 def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Tensor, metric: Metric,
           *, hook: str = "resid_pre", axes: Sequence[str] = AXES, layers: Sequence[int] | None = None,
           blocks: Sequence[str] | None = None, positions: Sequence[int] | None = None,
-          normalize: bool = False) -> LabelledTensor:
+          normalize: bool = False, progress: bool = True) -> LabelledTensor:
     """Patch clean activations into the corrupted run, one slice at a time; score with ``metric``.
 
     ``axes`` (containing ``"layer"``) are the dimensions of the result; an axis left out is patched
@@ -92,7 +93,7 @@ def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Te
     ``layers``, ``blocks`` and ``positions`` (default: all) restrict what is tried. A block absent
     from a layer's stream gives NaN.
     ``normalize=True`` reports ``(value - corrupted) / (clean - corrupted)``: 1 means the patch
-    restores the clean metric, 0 that it does nothing.
+    restores the clean metric, 0 that it does nothing. ``progress``: a tqdm bar over the patches.
     """
     if hook not in HOOKS:
         raise ValueError(f"hook must be one of {HOOKS}, got {hook!r}")
@@ -129,12 +130,14 @@ def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Te
     block_axis = [[name] for name in blocks] if "block" in axes else [blocks]
     pos_axis = [[p] for p in positions] if "pos" in axes else [positions]
     values = torch.full((len(layers), len(block_axis), len(pos_axis)), float("nan"), dtype=torch.float64)
+    bar = tqdm(total=values.numel(), desc="patching", unit="patch", disable=not progress, leave=False)
     for i, layer in enumerate(layers):
         clean_act = cache[hook_name(hook, layer)]
         present = set(model.stream.labels(stream_layer[layer]))
         for j, names in enumerate(block_axis):
             names = [name for name in names if name in present]
             if not names:
+                bar.update(len(pos_axis))
                 continue  # the block is not in this layer's stream yet: NaN
             features = torch.cat([torch.arange(model.stream.width(stream_layer[layer]))[
                 model.stream.slice(name, stream_layer[layer])] for name in names])
@@ -149,6 +152,8 @@ def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Te
                 with torch.no_grad():
                     out = model.run_with_hooks(corrupted_X, fwd_hooks=[(hook_name(hook, layer), put)])
                 values[i, j, k] = float(metric(out))
+                bar.update()
+    bar.close()
     if normalize:
         if not abs(clean_value - corrupted_value) > 1e-12 * max(abs(clean_value), abs(corrupted_value)):
             raise ValueError(f"normalize needs clean and corrupted metrics that differ, got {clean_value} "

@@ -5,9 +5,9 @@ the causal floor, accuracies), the training curve, the circuit (table with capti
 weights, raw weights folded away), closest constructions, ablations, the Lemma 1 certificate and
 the attention patterns of one sample. Layers are named one way everywhere (``viz.labels``).
 
-The page only renders: the numbers come from the analysis summary and the run's metrics. Figures
-are inline SVG with alt text; the circuitsvis bundle is inlined (one self-contained file) unless
-``bundle`` names a shared copy (a directory of reports, see ``viz.index``).
+The page only renders: the numbers come from the analysis record (``ModelAnalysis``) and the run's
+metrics. Figures are inline SVG with alt text; the circuitsvis bundle is inlined (one
+self-contained file) unless ``bundle`` names a shared copy (a directory of reports, see ``viz.index``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import html
 import re
 from pathlib import Path
 
-from ..analysis.summary import atom_label
+from ..analysis.record import ModelAnalysis, atom_label
 from ..config import TrainConfig
 from ..metrics import evaluate
 from ..model import HookedDisentangledTransformer
@@ -29,11 +29,6 @@ from .labels import layer_name, name_streams
 from .training import excess_text, plot_accuracy, plot_training
 
 __all__ = ["write_report", "report_html", "plot_training"]
-
-# A circuit whose atoms leave more than this share of a layer's weights unexplained is not presented
-# as explained by templates.
-UNEXPLAINED = 0.5
-
 
 def _esc(value) -> str:
     return html.escape(str(value))
@@ -59,37 +54,45 @@ def _setup(model: HookedDisentangledTransformer, train_cfg: TrainConfig | None,
     return f'<p class="meta">{"<br>".join(parts)}</p>'
 
 
-def _headline(summary: dict) -> str:
-    """The first thing on the page: which mechanism, how faithfully, what it means."""
+def _headline(result: ModelAnalysis, summary: dict) -> str:
+    """The first thing on the page: the mechanism by the library's rule, how faithfully, what it
+    means (``analysis.mechanism``: a construction's cells run on their own)."""
     cfg = summary["model"]
+    mech = result.mechanism
     unexplained = summary["circuit"]["residual_share"]
     worst = max(unexplained) if unexplained else 0.0
-    closest = summary["closest_constructions"][0] if summary["closest_constructions"] else None
-    atoms = summary["circuit"]["atoms"]
-    scores = [a["score"] for a in atoms if a["share"] >= 0.01]
     floor, mse = summary["causal_floor"], summary["mse"]
     at_floor = cfg["attention_dir"] == "causal" and floor > 0 and mse >= 0.98 * floor
-    if worst > UNEXPLAINED:
-        score_text = (f"its atoms match their templates with cosine {min(scores):.2f}–{max(scores):.2f}"
-                      if scores else "no atom holds 1% of a layer")
-        text = (f"<b>No template explains this circuit.</b> {score_text[0].upper()}{score_text[1:]}, and "
-                f"{min(unexplained):.0%}–{worst:.0%} of each layer's gauge-fixed weights are "
-                f"unexplained; the atoms below are the best sparse fit, not a mechanism.")
-        cls = "headline none"
-    elif closest is not None:
-        text = (f"<b>Closest mechanism: {_esc(closest['name'])}</b>; its cells carry "
-                f"{closest['norm_share']:.0%} of the gauge-fixed weights ({closest['cells_found']:.0%} "
-                f"of them found), attention-pattern distance {closest['pattern_tv']:.2f} (TV, 0 = the "
-                f"same patterns). {len(atoms)} atoms leave {worst:.0%} of the weights unexplained.")
+    f, m = mech.faithfulness, mech.minimal
+    recovered = lambda x: "n/a" if x is None else f"{x:.0%}"  # noqa: E731
+    minimal = (f"Minimal circuit: {m.size} cells ({'faithful' if m.faithful else 'not faithful'}: "
+               f"{m.score.rows_exact:.1%} of rows exact, {recovered(m.score.loss_recovered)} of the "
+               f"loss recovered, {m.weight_share:.0%} of the gauge-fixed weights).")
+    if f is not None:
+        text = (f"<b>Mechanism: {_esc(mech.name)}</b>. Its {f.n_atoms} cells alone, at the model's "
+                f"fitted β, get {f.circuit.rows_exact:.1%} of rows exact and recover "
+                f"{recovered(f.circuit.loss_recovered)} of the loss (MSE {f.circuit.mse:.3g} against "
+                f"0.5 everywhere's {f.baseline:g}); without them the model's MSE is "
+                f"{f.without.mse:.3g}. {minimal}")
         cls = "headline"
     else:
-        text = (f"<b>{len(atoms)} atoms</b> leave at most {worst:.0%} of a layer's weights "
-                f"unexplained; no registry construction has this attention and read-out.")
-        cls = "headline"
+        text = (f"<b>Mechanism: none of the registry.</b> No construction's cells, run on their own, "
+                f"get {mech.rows:.0%} of rows exact and {mech.recovered:.0%} of the loss back. "
+                f"{minimal} {len(result.circuit)} atoms leave {worst:.0%} of a layer's weights "
+                f"unexplained.")
+        cls = "headline none"
     if at_floor:
         text += (f" The model sits at the causal floor ({excess_text(mse, floor)}): under the mask "
                  f"it cannot see the rows it needs (Lemma 1), so no circuit can do better.")
     return f'<h2>Headline</h2><div class="{cls}"><p>{text}</p></div>'
+
+
+def _as_summary(result: ModelAnalysis) -> dict:
+    """The record in the plain form the section renderers read."""
+    return {"model": result.model.to_dict(), "circuit": result.circuit.to_dict(),
+            "closest_constructions": [vars(m) for m in result.closest],
+            "causal_floor": result.causal_floor, "mse": result.mse, "n_samples": result.n_samples,
+            "ablations": [a.to_dict() for a in result.ablations]}
 
 
 def _results(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
@@ -231,11 +234,12 @@ def _attention(model: HookedDisentangledTransformer, batch: Batch) -> str:
             + attention_views(model, batch, index=0))
 
 
-def report_html(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
+def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
                 metrics: list[dict] | None = None, title: str = "invperm-interp report", *,
                 train_cfg: TrainConfig | None = None, bundle: str | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
-    parts = [_setup(model, train_cfg, metrics), _headline(summary),
+    summary = _as_summary(result)
+    parts = [_setup(model, train_cfg, metrics), _headline(result, summary),
              _results(model, summary, batch, metrics, train_cfg)]
     if metrics:
         how = ("drawn as its excess over the causal floor (linear within ±1e-4 of the floor, "
@@ -254,17 +258,17 @@ def report_html(model: HookedDisentangledTransformer, summary: dict, batch: Batc
     return page(title, "\n".join(p for p in parts if p), bundle=bundle)
 
 
-def write_report(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
+def write_report(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
                  path: str | Path, metrics: list[dict] | None = None,
                  title: str = "invperm-interp report", *, train_cfg: TrainConfig | None = None,
                  bundle: str | None = None) -> Path:
-    """Write the report page for ``model`` (with ``summary`` from ``analysis.summary.summarize``).
+    """Write the report page for ``model`` (with ``result`` from ``analysis.record.analyze``).
 
     ``metrics``/``train_cfg``: the run's eval records and training configuration, when it is a
     trained run. ``bundle``: a relative URL of a shared circuitsvis bundle instead of inlining it.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report_html(model, summary, batch, metrics, title, train_cfg=train_cfg,
+    path.write_text(report_html(model, result, batch, metrics, title, train_cfg=train_cfg,
                                 bundle=bundle), encoding="utf-8")
     return path

@@ -1,0 +1,237 @@
+"""One model's whole analysis as one typed record: :func:`analyze` → :class:`ModelAnalysis`.
+
+``invperm analyze`` prints it and writes it as ``analysis.json``; the HTML report renders it;
+``analyses/`` read it. Its sections, in the order a reader wants them (``ModelAnalysis.SECTIONS``):
+the mechanism by the library's one rule with its faithfulness, completeness and minimality; the
+minimal circuit; the circuit (atoms of the gauge-fixed weights, per-cell templates); every fitting
+construction, tested by running it and by attention-pattern distance; ablations; the gauge check;
+the Lemma 1 certificate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..config import ModelConfig
+from ..model import HookedDisentangledTransformer
+from ..task import Batch
+from ..theory import dependency_map
+from .ablate import AblationResult, standard_ablations
+from .compare import ConstructionMatch, closest_construction
+from .faithfulness import Faithfulness, Tester, cell_text
+from .gauge import gauge_check
+from .mechanism import Mechanism, MinimalCircuit, mechanism
+from .templates import CellMatch, Circuit, explain, match_templates
+
+RECORD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Lemma1:
+    """The Lemma 1 certificate on a few samples (``theory.dependency_map``): ``norms[r][t]`` is the
+    largest ``||∂ out[r] / ∂ X[t]||`` of read-out row ``r`` (at input position ``positions[r]``);
+    ``causal_ok``: every dependence on a later row is exactly 0; ``max_later``: the largest one."""
+
+    causal_ok: bool
+    max_later: float
+    positions: tuple[int, ...]
+    norms: tuple[tuple[float, ...], ...]
+
+    def to_dict(self) -> dict:
+        return {"causal_ok": self.causal_ok, "max_later": self.max_later,
+                "positions": list(self.positions), "norms": [list(r) for r in self.norms]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Lemma1:
+        return cls(data["causal_ok"], data["max_later"], tuple(data["positions"]),
+                   tuple(tuple(r) for r in data["norms"]))
+
+
+@dataclass(frozen=True)
+class ModelAnalysis:
+    """Everything :func:`analyze` finds about one model on one batch.
+
+    Fields:
+    - ``source`` (where the model came from), ``model`` (its ``ModelConfig``), ``n_samples``;
+    - ``mse``, ``rows_exact``: the model's own score; ``causal_floor``: the best any causally
+      masked model can do with this layout and read-out (``theory.causal_floor``);
+    - ``mechanism``: :class:`analysis.mechanism.Mechanism`, the one rule's answer: ``.name`` (a
+      registry construction or ``"none"``), ``.faithfulness`` (its circuit-only model, the model
+      without it, each cell removed), ``.tested`` (every fitting working construction, tested the
+      same way, best first) and ``.minimal`` (:class:`MinimalCircuit`);
+    - ``circuit``: the atoms of the gauge-fixed weights (``explain``); ``cells``: one
+      :class:`CellMatch` per (layer, head, query, key) cell;
+    - ``closest``: the fitting constructions by attention-pattern distance (``closest_construction``);
+    - ``ablations``: the standard ablations against the causal floor;
+    - ``gauge_check``: largest attention-pattern change from gauge-fixing ``A`` (~1e-6 in float32);
+    - ``lemma1``: the dependency certificate.
+    """
+
+    SECTIONS = ("mechanism", "minimal_circuit", "circuit", "constructions", "ablations", "gauge",
+                "lemma1")
+
+    source: str
+    model: ModelConfig
+    n_samples: int
+    mse: float
+    rows_exact: float
+    causal_floor: float
+    mechanism: Mechanism
+    circuit: Circuit
+    cells: tuple[CellMatch, ...]
+    closest: tuple[ConstructionMatch, ...]
+    ablations: tuple[AblationResult, ...]
+    gauge_check: float
+    lemma1: Lemma1
+    version: int = field(default=RECORD_VERSION)
+
+    @property
+    def faithfulness(self) -> Faithfulness | None:
+        """The named construction's test (``None`` when the mechanism is ``"none"``)."""
+        return self.mechanism.faithfulness
+
+    @property
+    def minimal(self) -> MinimalCircuit:
+        return self.mechanism.minimal
+
+    def to_dict(self) -> dict:
+        return {
+            "version": self.version, "source": self.source, "model": self.model.to_dict(),
+            "n_samples": self.n_samples, "mse": self.mse, "rows_exact": self.rows_exact,
+            "causal_floor": self.causal_floor, "mechanism": self.mechanism.to_dict(),
+            "circuit": self.circuit.to_dict(), "cells": [c.to_dict() for c in self.cells],
+            "closest": [vars(m) for m in self.closest],
+            "ablations": [a.to_dict() for a in self.ablations],
+            "gauge_check": self.gauge_check, "lemma1": self.lemma1.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelAnalysis:
+        if data.get("version") != RECORD_VERSION:
+            raise ValueError(f"analysis record version must be {RECORD_VERSION}, got "
+                             f"{data.get('version')!r}: rerun `invperm analyze`")
+        return cls(
+            source=data["source"], model=ModelConfig.from_dict(data["model"]),
+            n_samples=data["n_samples"], mse=data["mse"], rows_exact=data["rows_exact"],
+            causal_floor=data["causal_floor"], mechanism=Mechanism.from_dict(data["mechanism"]),
+            circuit=Circuit.from_dict(data["circuit"]),
+            cells=tuple(CellMatch(**c) for c in data["cells"]),
+            closest=tuple(ConstructionMatch(**m) for m in data["closest"]),
+            ablations=tuple(AblationResult.from_dict(a) for a in data["ablations"]),
+            gauge_check=data["gauge_check"], lemma1=Lemma1.from_dict(data["lemma1"]))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> ModelAnalysis:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"analysis record is not JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise ValueError("analysis record must be a JSON object")
+        return cls.from_dict(data)
+
+
+def analyze(model: HookedDisentangledTransformer, batch: Batch, source: str = "", *,
+            lemma1_samples: int = 4) -> ModelAnalysis:
+    """The whole analysis of ``model`` on ``batch`` (the clean run is computed once and shared by
+    the mechanism tests; the ablations share theirs)."""
+    if not isinstance(model, HookedDisentangledTransformer):
+        raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
+    _check_finite_norm(model)
+    tester = Tester(model, batch)
+    circuit = explain(model)
+    mech = mechanism(model, batch, circuit=circuit, tester=tester)
+    ablations = standard_ablations(model, tester.batch)
+    deps = dependency_map(model, tester.batch.X[:lemma1_samples])
+    later = torch.arange(deps.norms.shape[-1])[None, :] > torch.tensor(deps.positions)[:, None]
+    norms = deps.norms.double().cpu()
+    return ModelAnalysis(
+        source=source, model=model.cfg, n_samples=len(batch), mse=tester.clean.mse,
+        rows_exact=tester.clean.rows_exact, causal_floor=ablations[0].causal_floor,
+        mechanism=mech, circuit=circuit, cells=tuple(match_templates(model)),
+        closest=closest_construction(model, tester.batch), ablations=tuple(ablations),
+        gauge_check=gauge_check(model, tester.batch.X), lemma1=Lemma1(
+            deps.causal_ok, float(norms[later].max()) if bool(later.any()) else 0.0,
+            tuple(deps.positions), tuple(tuple(r) for r in norms.tolist())))
+
+
+def _check_finite_norm(model: HookedDisentangledTransformer) -> None:
+    """Shares and cosines square the weights: weights whose squared norm overflows float64 (a
+    construction at beta ~1e155 or more) are refused rather than reported as NaN."""
+    square = sum(float(p.detach().double().pow(2).sum()) for p in model.parameters())
+    if not math.isfinite(square):
+        largest = max(float(p.detach().abs().max()) for p in model.parameters())
+        raise ValueError(f"the model's weights are too large to analyze (largest |weight| "
+                         f"{largest:.3g}; their squared norm overflows float64): rescale them, or "
+                         f"for a construction pass beta <= 1e150 (its patterns are exact from "
+                         f"beta ~ 100 on)")
+
+
+def atom_label(atom) -> str:
+    """``"I at (pos.P, x)"`` plus its gauge twins, from an :class:`Atom` (or its dict)."""
+    a = atom if isinstance(atom, dict) else atom.to_dict()
+    twins = "".join(f" = {t} at ({q}, {k})" for q, k, t in a.get("twins", ()))
+    return f"{a['label']} at ({a['query']}, {a['key']}){twins}"
+
+
+def headline(result: ModelAnalysis, min_share: float = 0.01) -> str:
+    """The human-readable text ``invperm analyze`` prints: mechanism first."""
+    cfg, mech = result.model, result.mechanism
+    lines = [
+        f"{result.source}: {cfg.attention_dir}, reads {cfg.readout} rows; MSE {result.mse:.3g}, "
+        f"rows exact {result.rows_exact:.1%} (causal floor {result.causal_floor:.3g})",
+        "", f"mechanism: {mech}",
+    ]
+    f = mech.faithfulness
+    if f is not None:
+        lines += ["  cells (fitted beta): " + "; ".join(
+            f"{cell_text(c)} x {b:.3g}" for c, b in zip(f.cells, f.betas)),
+            f"  complete: without them the model's MSE is {f.without.mse:.3g} "
+            f"(loss recovered {_pct(f.without.loss_recovered)})",
+            "  minimal: circuit MSE with one cell removed: " + "; ".join(
+                f"{cell_text(c)} -> {s.mse:.3g} ({s.rows_exact:.0%} rows)"
+                for c, s in zip(f.cells, f.minimality))]
+    m = mech.minimal
+    lines += [f"minimal circuit: {m.size} cells, read {', '.join(m.read) or '-'}; "
+              f"{'faithful' if m.faithful else 'NOT faithful'} (rows exact {m.score.rows_exact:.1%}, "
+              f"loss recovered {_pct(m.score.loss_recovered)}, {m.weight_share:.0%} of the weights)"]
+    lines += [f"  {cell_text(c)}" for c in m.cells]
+    lines += ["", "constructions tested by running their cells alone (rule: rows exact >= "
+              f"{mech.rows:.0%} and loss recovered >= {mech.recovered:.0%})"]
+    for t in mech.tested:
+        lines.append(f"  {t.hypothesis:22s} rows exact {t.circuit.rows_exact:6.1%}  loss recovered "
+                     f"{_pct(t.circuit.loss_recovered):>6s}  MSE {t.circuit.mse:.3g}")
+    lines += ["", f"gauge: attention patterns of A and gauge_fix(A) differ by {result.gauge_check:.2g} "
+              f"at most on {result.n_samples} samples",
+              "", "circuit: atoms of gauge_fix(A) holding >= 1% of their layer (layer: the note's, "
+              "from 1; score: gauge-fixed cosine; raw: the raw cell's)",
+              f"  {'layer':5s}  {'cell':34s} {'beta':>8s} {'share':>6s} {'score':>6s} {'raw':>6s}"]
+    atoms = sorted(result.circuit.atoms, key=lambda a: (a.layer, a.head, -a.share))
+    for a in atoms:
+        if a.share >= min_share:
+            cell = f"{a.label} at ({a.query}, {a.key})"
+            lines.append(f"  {a.layer + 1:<5d}  {cell:34s} {a.scale:8.3g} {a.share:6.1%} "
+                         f"{a.score:6.3f} {a.raw_score:6.3f}{atom_label(a)[len(cell):]}")
+    left = ", ".join(f"layer {i + 1} {s:.1%}" for i, s in enumerate(result.circuit.residual_share))
+    lines.append(f"  unexplained: {left}; {len(atoms)} atoms in all")
+    if result.closest:
+        lines += ["", "closest constructions by attention patterns (each at its best beta)"]
+        for c in result.closest[:3]:
+            lines.append(f"  {c.name:22s} beta {c.beta:<6g} pattern TV {c.pattern_tv:.3f}  "
+                         f"weight cos {c.weight_cosine:.2f}")
+    lines += ["", "ablations"] + [f"  {a}" for a in result.ablations]
+    verdict = ("every dependence on a later input row is exactly 0" if result.lemma1.causal_ok
+               else f"read-out rows depend on later input rows (up to {result.lemma1.max_later:.3g})")
+    lines += ["", f"Lemma 1: {verdict}"]
+    return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}"

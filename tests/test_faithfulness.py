@@ -1,0 +1,166 @@
+"""Circuit claims tested by running them: faithfulness, completeness, minimality, the mechanism rule
+and the minimal circuit, on constructions (where the answer is known) and perturbed constructions."""
+
+import pytest
+import torch
+
+from invperm_interp import constructions as C
+from invperm_interp import sample_batch
+from invperm_interp.analysis import (
+    ModelAnalysis,
+    analyze,
+    faithfulness,
+    gauge_fix,
+    is_faithful,
+    mechanism,
+    minimal_circuit,
+    perturb,
+)
+from invperm_interp.analysis.faithfulness import Hypothesis, as_hypothesis, project
+
+WORKING = [n for n in C.names() if C.REGISTRY[n].works]
+
+
+def batch_for(model, n=256, seed=0):
+    return sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
+                        dtype=model.cfg.torch_dtype)
+
+
+def add_cells(model, cells, beta):
+    """``model`` with ``beta`` times each (layer, query, key, template) cell added to ``A``."""
+    with torch.no_grad():
+        for layer, query, key, kind in cells:
+            view = model.stream.split(model.blocks[layer].attn.A.data[0], layer)[(query, key)]
+            view += beta * C._template(kind, view.shape, view.dtype)
+    return model
+
+
+@pytest.mark.parametrize("name", WORKING)
+def test_a_construction_is_its_own_faithful_complete_minimal_mechanism(name):
+    """At d = 10 and the construction's ``beta_exact``: the ``-1`` guard cells only sharpen a lookup
+    that works without them as β grows (at d = 4, β = 20 ``theorem2`` less its ``-1`` still gets every
+    row exact), so minimality is a statement at a given β."""
+    spec = C.REGISTRY[name]
+    model = C.build(name, 10, spec.beta_exact)
+    batch = batch_for(model)
+    mech = mechanism(model, batch)
+    assert mech.name == name
+    f = mech.faithfulness
+    assert f.circuit.mse < 1e-8 and f.circuit.rows_exact == 1.0
+    # complete: without its cells the model is broken. (Not always up to the causal floor: with A
+    # zeroed, uniform attention averages the visible Y rows, which beats 0.5 everywhere a little.)
+    assert f.without.rows_exact < 0.5 and f.without.loss_recovered < 0.25
+    # minimal: each cell is needed
+    assert len(f.minimality) == len(spec.cells)
+    assert all(not is_faithful(s) for s in f.minimality)
+    # the minimal circuit is exactly its cells (counting a -1 cell's gauge twin as the cell)
+    found = {(c[0], c[2], c[3]) for c in mech.minimal.cells}
+    assert found == {(c[0], c[1], c[2]) for c in spec.cells}
+    assert mech.minimal.read == tuple(block for block, _ in spec.read_terms)
+
+
+@pytest.mark.parametrize("name,other", [("two_block", "appendix_b"), ("appendix_b", "two_block"),
+                                        ("theorem3_two_block", "theorem3")])
+def test_a_construction_with_another_faintly_added_is_still_named(name, other):
+    beta = 100.0
+    model = add_cells(C.build(name, 5, beta), C.REGISTRY[other].cells, beta / 50)
+    model = perturb(model, gauge=3.0, seed=1)
+    batch = batch_for(model)
+    assert C.verify(model, batch=batch).max_error < 0.1  # it still solves the task
+    mech = mechanism(model, batch)
+    assert mech.name == name
+    assert mech.faithfulness.circuit.mse < 1e-3
+
+
+@pytest.mark.parametrize("name", ["two_block", "appendix_b", "theorem3_two_block"])
+def test_a_construction_missing_a_needed_cell_is_not_named(name):
+    spec = C.REGISTRY[name]
+    model = C.build(name, 5, spec.beta_exact)
+    layer, query, key, kind = spec.cells[0]
+    add_cells(model, [spec.cells[0]], -spec.beta_exact)  # remove it
+    mech = mechanism(model, batch_for(model))
+    assert mech.name != name
+
+
+def test_the_cell_fit_matches_a_dense_least_squares_reference():
+    """The fast normal-equation fit against ``lstsq`` over every entry of the cells, gauge-fixed."""
+    model = perturb(C.build("appendix_b", 3, 7.0), gauge=2.0, noise=0.5, seed=3)
+    hyp = as_hypothesis(model, "appendix_b")
+    proj = project(model, hyp)
+    stream = model.stream
+    for layer in range(2):
+        D = stream.width(layer)
+        F = gauge_fix(model.blocks[layer].attn.A.detach()[0].double(), stream, layer)
+        columns = []
+        for cell in hyp.cells:
+            if cell[0] != layer:
+                continue
+            for a in range(*stream.slice(cell[2], layer).indices(D)):
+                for b in range(*stream.slice(cell[3], layer).indices(D)):
+                    E = torch.zeros(D, D, dtype=torch.float64)
+                    E[a, b] = 1.0
+                    columns.append(gauge_fix(E, stream, layer).reshape(-1))
+        Phi = torch.stack(columns, dim=1)
+        coef = torch.linalg.lstsq(Phi, F.reshape(-1, 1), driver="gelsd").solution
+        assert torch.allclose(proj.kept[layer][0], (Phi @ coef).reshape(D, D), atol=1e-9)
+
+
+def test_the_circuit_of_every_cell_is_the_model():
+    model = perturb(C.build("two_block", 3, 9.0), gauge=1.0, noise=0.3, seed=0)
+    batch = batch_for(model, 64)
+    cells = [(layer, 0, q.name, k.name, "I") for layer in range(2)
+             for q in model.stream.blocks(layer) for k in model.stream.blocks(layer)]
+    f = faithfulness(model, Hypothesis("all", tuple(cells)), batch, minimality=False)
+    assert abs(f.circuit.mse - f.model.mse) < 1e-9 and abs(f.weight_share - 1.0) < 1e-9
+    with torch.no_grad():
+        out = model(batch.X)
+    assert abs(f.model.mse - float(((out - batch.Y) ** 2).sum(-1).mean())) < 1e-12
+
+
+def test_the_fitted_beta_is_the_model_s_own():
+    model = perturb(C.build("two_block", 4, 37.0), gauge=5.0, seed=2)
+    f = faithfulness(model, "two_block", batch_for(model, 32), minimality=False)
+    assert f.betas == pytest.approx((37.0, 37.0), rel=1e-9)
+    atoms = faithfulness(model, "two_block", batch_for(model, 32), unit="atoms", minimality=False)
+    assert atoms.betas == pytest.approx((37.0, 37.0), rel=1e-9)
+    assert atoms.circuit.mse == pytest.approx(f.circuit.mse, abs=1e-12)
+
+
+def test_baseline_and_loss_recovered():
+    model = C.build("theorem2", 4)
+    f = faithfulness(model, "two_block", batch_for(model), minimality=False)
+    assert f.baseline == 1.0  # 0.5 everywhere: d/4
+    assert f.circuit.loss_recovered == pytest.approx((1.0 - f.circuit.mse) / (1.0 - f.model.mse))
+
+
+@pytest.mark.parametrize("hypothesis,match", [
+    ("no_such_construction", "construction name"),
+    ([(0, "pos.P", "pos.Q", "I")], "pos.Q"),
+    ([(0, "pos.P", "L1.x", "I")], "L1.x"),
+    ([(2, "pos.P", "x", "I")], "layer"),
+    ([(0, "pos.P", "x", "K")], "label"),
+    ("theorem3", "theorem3"),  # a scratch, causal construction on a plain bidirectional model
+    (42, "hypothesis"),
+])
+def test_bad_hypotheses_are_named(hypothesis, match):
+    model = C.build("two_block", 3)
+    with pytest.raises(ValueError, match=match):
+        faithfulness(model, hypothesis, batch_for(model, 8))
+
+
+def test_minimal_circuit_of_a_perturbed_construction_is_its_cells():
+    model = perturb(C.build("theorem2", 10, 20.0), gauge=2.0, seed=4)
+    result = minimal_circuit(model, batch_for(model))
+    assert result.faithful
+    assert {(c[0], c[2], c[3]) for c in result.cells} == {(c[0], c[1], c[2])
+                                                          for c in C.REGISTRY["theorem2"].cells}
+
+
+def test_model_analysis_round_trips_through_json():
+    model = C.build("theorem3_two_block", 3)
+    record = analyze(model, batch_for(model, 32), "construction")
+    again = ModelAnalysis.from_json(record.to_json())
+    assert again == record
+    assert again.mechanism.name == "theorem3_two_block"
+    with pytest.raises(ValueError, match="version"):
+        ModelAnalysis.from_json(record.to_json().replace('"version": 1', '"version": 0'))
