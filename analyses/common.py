@@ -32,16 +32,3 @@ def write_table(name: str, rows: list[dict], title: str, notes: str = "") -> Non
     print(f"wrote assets/{name}.json and assets/{name}.md")
 
 
-def mechanism(circuit, model_cfg) -> tuple[str | None, float, float]:
-    """The working registry construction with the model's attention and read-out whose cells carry
-    the largest share of the circuit's gauge-fixed weights: ``(name, share, recall)``."""
-    from invperm_interp import constructions
-
-    fits = {name: (circuit.norm_share(spec.cells), circuit.recall(spec.cells))
-            for name, spec in constructions.REGISTRY.items()
-            if spec.works and spec.attention_dir == model_cfg.attention_dir
-            and spec.readout == model_cfg.readout}
-    if not fits:
-        return None, 0.0, 0.0
-    best = max(fits, key=lambda name: fits[name][0])
-    return (best, *fits[best])

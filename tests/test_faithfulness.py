@@ -17,6 +17,7 @@ from invperm_interp.analysis import (
     perturb,
 )
 from invperm_interp.analysis.faithfulness import Hypothesis, as_hypothesis, project
+from invperm_interp.cells import cell_template
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]
 
@@ -31,7 +32,7 @@ def add_cells(model, cells, beta):
     with torch.no_grad():
         for layer, query, key, kind in cells:
             view = model.stream.split(model.blocks[layer].attn.A.data[0], layer)[(query, key)]
-            view += beta * C._template(kind, view.shape, view.dtype)
+            view += beta * cell_template(kind, *view.shape, dtype=view.dtype)
     return model
 
 
