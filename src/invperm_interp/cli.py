@@ -322,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name in ("analyze", "report"):  # the same job; "report" is the name users look for
         _add_analyze_parser(sub, name)
+    from .cli_sweep import add_sweep_parsers
+
+    add_sweep_parsers(sub)
     return parser
 
 

@@ -1,0 +1,40 @@
+"""The ``invperm sweep`` and ``invperm sweep-report`` subcommands (kept out of ``cli`` so the
+command line loads nothing heavy until a command runs)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _cmd_sweep(args: argparse.Namespace) -> None:
+    """Train a grid's runs (skipping finished ones, resuming interrupted ones), write sweep.jsonl."""
+    from .sweep import run_sweep
+
+    path = run_sweep(args.grid, args.out, executor=args.executor, workers=args.workers,
+                     progress=not args.quiet)
+    print(f"wrote {path}; `invperm sweep-report {path.parent}` makes its table and figure")
+
+
+def _cmd_sweep_report(args: argparse.Namespace) -> None:
+    """A sweep folder's table (sweep_report.md) and figure (sweep_report.png)."""
+    from .sweep_report import write_report
+
+    md, png = write_report(args.dir)
+    print(f"wrote {md} and {png}")
+
+
+def add_sweep_parsers(sub) -> None:
+    sweep = sub.add_parser("sweep", help="train a grid of runs (TOML) with submitit; "
+                                         "resumable; writes sweep.jsonl")
+    sweep.add_argument("grid", help="grid file, e.g. analyses/grids/sweep_d.toml")
+    sweep.add_argument("--executor", choices=["local", "slurm", "debug"], default="local",
+                       help="local: one process per core (default); slurm: a job array with the "
+                            "grid's [slurm] table; debug: in this process")
+    sweep.add_argument("--out", help="sweep folder (default runs/<grid name>)")
+    sweep.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress lines")
+    sweep.set_defaults(func=_cmd_sweep)
+
+    report = sub.add_parser("sweep-report", help="a sweep folder's table and figure")
+    report.add_argument("dir", help="the sweep folder (holds sweep.jsonl)")
+    report.set_defaults(func=_cmd_sweep_report)

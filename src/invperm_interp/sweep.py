@@ -1,0 +1,205 @@
+"""``invperm sweep``: train a grid's jobs with submitit and collect them into ``sweep.jsonl``.
+
+The sweep folder holds one run directory per job (``train``'s format), ``sweep.jsonl`` (one line per
+job, in grid order: name, status, configs, steps to solve, final metrics, mechanism) and submitit's
+logs under ``.submitit/``. Units of work: on a CPU one job each (vectorising does not pay there),
+on a GPU one bucket of same-shape jobs (``many.bucket_key``), trained together by ``train_many``.
+
+- ``local``: one worker process per core; each worker claims the next unclaimed unit, so fast and
+  slow runs balance out.
+- ``slurm``: one job array, one task per unit (at most ``jobs_per_task`` jobs of a bucket each),
+  with ``partition``, ``time``, ``gpus`` and ``cpus_per_task`` from the grid's ``[slurm]`` table.
+- ``debug``: submitit's in-process executor (the slurm code path, for tests).
+
+Rerunning a sweep skips finished (or diverged) runs and resumes interrupted ones from their last
+checkpoint, so a killed sweep rerun ends with the same ``sweep.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+from .grid import Grid, Job, load_grid
+
+EXECUTORS = ("local", "slurm", "debug")
+WALL_CLOCK = ("wall_time",)  # kept in metrics.jsonl, left out of sweep.jsonl (not reproducible)
+
+
+def job_done(run_dir: Path) -> bool:
+    """A finished, stopped or diverged run: nothing left to train."""
+    return (run_dir / "final.safetensors").is_file() or (run_dir / "diverged.json").is_file()
+
+
+def units(grid: Grid, out: Path) -> list[list[int]]:
+    """Indices of the unfinished jobs, grouped into units of work (see the module docstring)."""
+    from .many import bucket_key
+    from .runs import resolve_device
+
+    todo = [i for i, job in enumerate(grid.jobs) if not job_done(out / job.name)]
+    per = grid.slurm.get("jobs_per_task")
+    groups: dict[tuple, list[int]] = {}
+    for i in todo:
+        job = grid.jobs[i]
+        gpu = resolve_device(job.train_cfg.device).type == "cuda"
+        groups.setdefault(bucket_key(job.model_cfg, job.train_cfg) if gpu else (i,), []).append(i)
+    result = []
+    for members in groups.values():
+        size = per or len(members)
+        result += [members[k:k + size] for k in range(0, len(members), size)]
+    return sorted(result, key=lambda u: -_cost(grid.jobs[u[0]]) * len(u))  # longest first
+
+
+def _cost(job: Job) -> float:
+    """A rough relative cost of a job (steps × batch × the last layer's attention work)."""
+    m, t = job.model_cfg, job.train_cfg.resolved()
+    return t.steps * t.batch_size * m.T * m.T * m.widths[-1]
+
+
+def _train_unit(grid_path: str, out: str, indices: list[int]) -> list[str]:
+    """Train one unit's jobs (resuming any that started) and name their mechanisms when asked."""
+    from dataclasses import replace
+
+    from .many import train_many
+
+    grid = load_grid(grid_path)
+    jobs = [grid.jobs[i] for i in indices]
+    pairs = [(j.model_cfg, replace(j.train_cfg, out_dir=str(Path(out) / j.name))) for j in jobs]
+    train_many(pairs, resume=True, progress=False)
+    if grid.mechanism:
+        for job in jobs:
+            write_mechanism(Path(out) / job.name)
+    return [j.name for j in jobs]
+
+
+def _claiming_worker(grid_path: str, out: str, unit_list: list[list[int]], token: str) -> int:
+    """Train every unit no other worker of this sweep (``token``) has claimed yet."""
+    done = 0
+    claims = Path(out) / ".claims"
+    for n, unit in enumerate(unit_list):
+        try:
+            os.close(os.open(claims / f"{token}-{n}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
+        _train_unit(grid_path, out, unit)
+        done += 1
+    return done
+
+
+def write_mechanism(run_dir: Path, n: int = 512, seed: int = 0) -> str | None:
+    """The run's mechanism by ``analysis.mechanism.mechanism`` (if this version has it) on ``n``
+    fresh samples, cached in ``run_dir/mechanism.json``; None for unfinished runs or without it."""
+    path = run_dir / "mechanism.json"
+    if path.is_file():
+        return json.loads(path.read_text())["name"]
+    if not (run_dir / "final.safetensors").is_file():
+        return None
+    try:
+        from .analysis.mechanism import mechanism
+    except ImportError:
+        return None
+    import torch
+
+    from .runs import Run
+    from .task import sample_batch
+
+    model = Run.load(run_dir).model
+    batch = sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
+                         dtype=model.cfg.torch_dtype)
+    found = mechanism(model, batch)
+    from .checkpoint import atomic_write
+
+    atomic_write(path, (json.dumps({"name": found.name, "n": n, "seed": seed}) + "\n").encode())
+    return found.name
+
+
+def executor_parameters(kind: str, slurm: dict) -> dict:
+    """submitit parameters from a grid's ``[slurm]`` table (``time`` in minutes bounds every task;
+    default one day). The debug executor gets the slurm ones, which it ignores, so a test of it
+    runs the slurm code path."""
+    params = {"timeout_min": slurm.get("time", 60 * 24), "name": "invperm-sweep"}
+    if kind in ("slurm", "debug"):
+        params.update(gpus_per_node=slurm.get("gpus", 0), cpus_per_task=slurm.get("cpus_per_task", 1))
+        if "partition" in slurm:
+            params["slurm_partition"] = slurm["partition"]
+    return params
+
+
+def make_executor(kind: str, folder: Path, slurm: dict):
+    """A submitit executor writing its logs under ``folder/.submitit``."""
+    import submitit
+
+    if kind not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {kind!r}")
+    executor = submitit.AutoExecutor(folder=folder / ".submitit", cluster=kind)
+    executor.update_parameters(**executor_parameters(kind, slurm))
+    return executor
+
+
+def run_sweep(grid_path: str | Path, out: str | Path | None = None, *, executor: str = "local",
+              workers: int | None = None, progress: bool = True) -> Path:
+    """Train every unfinished job of the grid, then write ``out/sweep.jsonl``; returns its path."""
+    grid = load_grid(grid_path)  # a malformed grid fails here, before anything starts
+    out = Path(out if out is not None else Path("runs") / grid.name)
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
+    out.mkdir(parents=True, exist_ok=True)
+    todo = units(grid, out)
+    workers = workers or os.cpu_count() or 1
+    if todo:
+        if progress:
+            left = sum(map(len, todo))
+            print(f"sweep {grid.name}: {left} of {len(grid.jobs)} runs to train "
+                  f"({executor}{f', {min(workers, len(todo))} workers' if executor == 'local' else ''})"
+                  f" -> {out}", flush=True)
+        ex = make_executor(executor, out, grid.slurm)
+        grid_arg, out_arg = str(Path(grid_path).resolve()), str(out.resolve())
+        if executor == "local":
+            token = uuid.uuid4().hex[:12]
+            (out / ".claims").mkdir(exist_ok=True)
+            n = min(workers, len(todo))
+            submitted = ex.map_array(_claiming_worker, [grid_arg] * n, [out_arg] * n, [todo] * n,
+                                     [token] * n)
+        else:
+            submitted = ex.map_array(_train_unit, [grid_arg] * len(todo), [out_arg] * len(todo), todo)
+        try:
+            for job in submitted:
+                job.result()
+        except KeyboardInterrupt:
+            for job in submitted:
+                job.cancel(check=False)
+            raise
+    return collect(grid, out)
+
+
+def collect(grid: Grid, out: Path) -> Path:
+    """Write ``out/sweep.jsonl`` from the run directories (one line per job, in grid order)."""
+    from .runs import read_metrics
+
+    lines = []
+    for job in grid.jobs:
+        run_dir = out / job.name
+        metrics = [{k: v for k, v in m.items() if k not in WALL_CLOCK} for m in read_metrics(run_dir)]
+        diverged = run_dir / "diverged.json"
+        if diverged.is_file():
+            status, step = "diverged", json.loads(diverged.read_text())["step"]
+        elif (run_dir / "final.safetensors").is_file():
+            last = metrics[-1] if metrics else {}
+            status, step = ("stopped" if last.get("stopped") else "finished"), last.get("step")
+        else:
+            status, step = "unfinished", metrics[-1]["step"] if metrics else 0
+        solved = next((m["step"] for m in metrics if m["mse"] < grid.solve_mse), None)
+        mech = run_dir / "mechanism.json"
+        lines.append({
+            "name": job.name, "status": status, "step": step, "steps_to_solve": solved,
+            "solve_mse": grid.solve_mse, "final": metrics[-1] if metrics else None,
+            "mechanism": json.loads(mech.read_text())["name"] if mech.is_file() else None,
+            "model": job.model_cfg.to_dict(), "train": job.train_cfg.to_dict(),
+        })
+    path = out / "sweep.jsonl"
+    from .checkpoint import atomic_write
+
+    atomic_write(path, "".join(json.dumps(x) + "\n" for x in lines).encode())
+    return path

@@ -1,0 +1,102 @@
+"""``invperm sweep-report DIR``: a sweep's ``sweep.jsonl`` as a Markdown table and a figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+COLUMNS = ("name", "status", "step", "steps_to_solve", "final_mse", "rows_exact", "mechanism")
+
+
+def read_sweep(folder: str | Path) -> list[dict]:
+    path = Path(folder) / "sweep.jsonl"
+    if not path.is_file():
+        raise ValueError(f"DIR must be a sweep folder with sweep.jsonl, found none at {path}")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _row(r: dict) -> dict:
+    final = r.get("final") or {}
+    return {"name": r["name"], "status": r["status"], "step": r["step"],
+            "steps_to_solve": r["steps_to_solve"], "final_mse": final.get("mse"),
+            "rows_exact": final.get("row_acc"), "mechanism": r.get("mechanism")}
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "–"
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _varying(rows: list[dict]) -> list[tuple[str, str]]:
+    """The (section, field) pairs whose value differs between runs (seed excluded)."""
+    keys = []
+    for section in ("model", "train"):
+        for key in rows[0][section]:
+            if key != "seed" and len({json.dumps(r[section].get(key)) for r in rows}) > 1:
+                keys.append((section, key))
+    return keys
+
+
+def _value(r: dict, section: str, key: str):
+    v = r[section].get(key)
+    if section == "model" and key == "layout":
+        return v["d"]
+    return v
+
+
+def write_report(folder: str | Path) -> tuple[Path, Path]:
+    """``DIR/sweep_report.md`` (one row per run, then solved counts per group) and
+    ``DIR/sweep_report.png`` (steps to solve against the first varying numeric field)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    runs = read_sweep(folder)
+    if not runs:
+        raise ValueError(f"{folder}/sweep.jsonl lists no runs")
+    solve = runs[0]["solve_mse"]
+    varying = _varying(runs)
+    numeric = [(s, k) for s, k in varying if all(
+        isinstance(_value(r, s, k), (int, float)) for r in runs)]
+    x_key = ("model", "layout") if ("model", "layout") in varying else (numeric[0] if numeric else None)
+    group_keys = [k for k in varying if k != x_key]
+    rows = [_row(r) for r in runs]
+    lines = [f"# Sweep {folder.name}", "",
+             f"{len(runs)} runs; solved = evaluation MSE < {solve:g}; varying: "
+             + (", ".join(f"{s}.{k}" for s, k in varying) or "seed only"), "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_fmt(r[c]) for c in COLUMNS) + " |" for r in rows]
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        label = ", ".join(f"{k}={_fmt(_value(r, s, k))}" for s, k in group_keys) or "all"
+        groups.setdefault(label, []).append(r)
+    lines += ["", "| group | solved | median steps to solve |", "| --- | --- | --- |"]
+    for label, members in groups.items():
+        steps = sorted(r["steps_to_solve"] for r in members if r["steps_to_solve"] is not None)
+        median = steps[len(steps) // 2] if steps else None
+        lines.append(f"| {label} | {len(steps)} of {len(members)} | {_fmt(median)} |")
+    md = folder / "sweep_report.md"
+    md.write_text("\n".join(lines) + "\n")
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for label, members in groups.items():
+        xs = [_value(r, *x_key) if x_key else i for i, r in enumerate(members)]
+        hit = [(x, r["steps_to_solve"]) for x, r in zip(xs, members) if r["steps_to_solve"] is not None]
+        miss = [(x, r["step"]) for x, r in zip(xs, members) if r["steps_to_solve"] is None]
+        points = ax.scatter(*zip(*hit), label=label, alpha=0.8) if hit else None
+        if miss:
+            color = points.get_facecolor()[0] if points is not None else "k"
+            ax.scatter(*zip(*miss), marker="x", color=color,
+                       label=f"{label}: not solved (last step)")
+    ax.set_xlabel(("d" if x_key == ("model", "layout") else f"{x_key[0]}.{x_key[1]}") if x_key else "run")
+    ax.set_ylabel(f"first eval step with MSE < {solve:g}")
+    ax.set_title(f"sweep {folder.name}: {len(runs)} runs", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    png = folder / "sweep_report.png"
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return md, png

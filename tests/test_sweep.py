@@ -1,0 +1,151 @@
+"""invperm sweep: grid expansion and its errors, the local and (debug-executor) slurm paths, a
+sweep killed mid-way and rerun, and the report."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from invperm_interp.cli import main
+from invperm_interp.grid import load_grid
+from invperm_interp.sweep import executor_parameters, run_sweep, units
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+TINY = """
+name = "tiny"
+seeds = {{start = 0, stop = 2}}
+[model]
+d = [2, 3]
+attention_dir = "bidirectional"
+[train]
+steps = {steps}
+batch_size = 16
+eval_every = 5
+eval_size = 32
+checkpoint_every = {every}
+device = "cpu"
+lr = 0.05
+[slurm]
+partition = "gpu"
+time = 30
+gpus = 1
+cpus_per_task = 2
+"""
+
+
+def grid_file(tmp_path, text=None, steps=20, every=10, name="grid.toml"):
+    path = tmp_path / name
+    path.write_text(text if text is not None else TINY.format(steps=steps, every=every))
+    return path
+
+
+def lines(path):
+    return [json.loads(x) for x in Path(path).read_text().splitlines()]
+
+
+def test_grid_expands_axes_seeds_and_variants(tmp_path):
+    grid = load_grid(grid_file(tmp_path))
+    assert [j.name for j in grid.jobs] == ["d2_seed0", "d2_seed1", "d3_seed0", "d3_seed1"]
+    assert [(j.model_cfg.d, j.train_cfg.seed) for j in grid.jobs] == [(2, 0), (2, 1), (3, 0), (3, 1)]
+    text = """seeds = 1
+[train]
+steps = [5, 7]
+[[variants]]
+name = "bi"
+model = { attention_dir = "bidirectional" }
+[[variants]]
+name = "scr"
+model = { layout = "scratch", d = 3, attention_dir = "causal", readout = "S", n_heads = [[2, 1]] }
+"""
+    grid = load_grid(grid_file(tmp_path, text))
+    assert [j.name for j in grid.jobs] == ["bi_steps5_seed0", "bi_steps7_seed0", "scr_steps5_seed0",
+                                           "scr_steps7_seed0"]
+    scr = grid.jobs[2].model_cfg
+    assert (scr.layout.names, scr.heads, scr.readout) == (("P", "Y", "S"), (2, 1), "S")
+
+
+@pytest.mark.parametrize("text, key", [
+    ("[model]\nwidth = 3", "model.width: unknown field"),
+    ("[train]\nsteps = []", "train.steps: is an empty axis"),
+    ("[train]\nsteps = [10, 0]", "train.steps = 0: steps must be"),
+    ("[model]\nreadout = 'S'", "model.readout = 'S': readout must name"),
+    ("[model]\nlayout = 'ring'", "model.layout = 'ring'"),
+    ("seeds = 0", "seeds: must be"),
+    ("sedes = 2", "sedes: unknown key"),
+    ("[train]\nseed = 3", "train.seed: give seeds at the top level"),
+    ("[slurm]\ngpu = 1", "slurm.gpu: unknown key"),
+    ("[[variants]]\nname = 'a'\n[[variants]]\nname = 'a'", "two jobs are both named"),
+    ("[train\nsteps = 1", "is not TOML"),
+])
+def test_a_malformed_grid_is_one_error_naming_the_key_before_any_job(tmp_path, text, key, capsys):
+    path = grid_file(tmp_path, text)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="grid .*" + key.replace("[", r"\[").replace("(", r"\(")):
+        run_sweep(path, out, executor="debug", progress=False)
+    assert not out.exists()  # nothing started
+    assert main(["sweep", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("invperm sweep: error: grid ")
+
+
+def test_slurm_parameters_come_from_the_grid(tmp_path):
+    grid = load_grid(grid_file(tmp_path))
+    params = executor_parameters("slurm", grid.slurm)
+    assert params == {"timeout_min": 30, "name": "invperm-sweep", "gpus_per_node": 1,
+                      "cpus_per_task": 2, "slurm_partition": "gpu"}
+
+
+def test_slurm_path_with_the_debug_executor_then_nothing_left(tmp_path):
+    path = grid_file(tmp_path)
+    out = tmp_path / "out"
+    sweep = run_sweep(path, out, executor="debug", progress=False)
+    rows = lines(sweep)
+    assert [r["name"] for r in rows] == ["d2_seed0", "d2_seed1", "d3_seed0", "d3_seed1"]
+    assert all(r["status"] == "finished" and r["step"] == 20 for r in rows)
+    for r in rows:
+        metrics = [json.loads(x) for x in (out / r["name"] / "metrics.jsonl").read_text().splitlines()]
+        solved = next((m["step"] for m in metrics if m["mse"] < 1e-3), None)
+        assert r["steps_to_solve"] == solved and r["final"]["mse"] == metrics[-1]["mse"]
+        assert r["train"]["seed"] == int(r["name"][-1]) and r["model"]["layout"]["d"] == int(r["name"][1])
+    assert units(load_grid(path), out) == []  # a rerun has nothing to train
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("final.safetensors")}
+    assert run_sweep(path, out, executor="debug", progress=False).read_text() == sweep.read_text()
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("final.safetensors")} == before
+    assert main(["sweep-report", str(out)]) == 0
+    report = (out / "sweep_report.md").read_text()
+    assert "d2_seed0" in report and (out / "sweep_report.png").stat().st_size > 1000
+
+
+def test_local_sweep_killed_mid_way_and_rerun_ends_the_same(tmp_path):
+    path = grid_file(tmp_path, steps=300, every=20)
+    reference = run_sweep(path, tmp_path / "ref", executor="debug", progress=False)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "invperm_interp.cli", "sweep", str(path), "--out", str(out),
+           "--workers", "1", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:  # kill the whole sweep (driver and worker) once one run is done and another has started
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            finals = list(out.glob("*/final.safetensors"))
+            started = [p for p in out.glob("*/checkpoints/*.safetensors") if
+                       not (p.parent.parent / "final.safetensors").exists()]
+            if finals and started or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finished = {p.parent.name: p.stat().st_mtime_ns for p in out.glob("*/final.safetensors")}
+    assert 1 <= len(finished) < 4, "the sweep should have been killed mid-way"
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert (out / "sweep.jsonl").read_text() == reference.read_text()
+    for name, mtime in finished.items():  # finished runs were skipped, not retrained
+        assert (out / name / "final.safetensors").stat().st_mtime_ns == mtime
