@@ -27,9 +27,11 @@ reproduce: $(STAMP)
 	for script in constructions_table causal_floors learned_circuits patching paper_recipe; do \
 		$(PY) analyses/$$script.py || exit 1; done
 
-# Beyond the note: learning speed and mechanism across d (20 runs: about 25 minutes on 2 cores).
+# Beyond the note: learning speed and mechanism across d (20 runs, one process per core, early
+# stopping; resumable). Table and figure: runs/sweep_d/sweep_report.{md,png}.
 sweep: $(STAMP)
-	$(PY) analyses/sweep_d.py
+	$(VENV)/bin/invperm sweep analyses/grids/sweep_d.toml --out runs/sweep_d
+	$(VENV)/bin/invperm sweep-report runs/sweep_d
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses

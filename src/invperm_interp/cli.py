@@ -8,8 +8,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import torch
-
 
 def _cmd_demo(args: argparse.Namespace) -> None:
     """The main job: train the note's two models (bidirectional and causal, reading the P rows),
@@ -51,6 +49,8 @@ def _analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, se
     written when ``out_dir`` is None); returns the record. ``bundle``: the relative URL of a shared
     circuitsvis bundle (default: inlined)."""
     from pathlib import Path
+
+    import torch
 
     from . import memory, sample_batch
     from .analysis.record import analyze, headline
@@ -187,6 +187,8 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
     if (args.run_dir is None) == (args.construction is None):
         raise ValueError("give a run directory or --construction NAME (one of them)")
     if args.threads is not None:
+        import torch
+
         torch.set_num_threads(args.threads)
     metrics = None
     if args.construction is not None:
