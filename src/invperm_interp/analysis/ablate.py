@@ -194,12 +194,6 @@ def _without_rows(model: HookedDisentangledTransformer, X: Tensor, gone: list[in
 
 
 # -- named blocks ----------------------------------------------------------------------------------------
-def stream_hook(model: HookedDisentangledTransformer, layer: int) -> str:
-    """The hook that carries ``h^layer``: ``blocks.{layer}.hook_resid_pre``, or the last block's
-    ``hook_resid_post`` for the read-out stream ``h^L``."""
-    return model.stream.resid_hook(layer)
-
-
 def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, how: str = "zero", *,
                  batch: Batch | None = None, n: int = 512, seed: int = 0,
                  before: float | None = None) -> AblationResult:
@@ -210,7 +204,7 @@ def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, ho
     """
     if how not in BLOCK_MODES:
         raise ValueError(f"how must be one of {BLOCK_MODES}, got {how!r}")
-    hook = stream_hook(model, layer)
+    stream_hook = model.stream.resid_hook(layer)  # carries h^layer
     features = model.stream.slice(name, layer)
     batch = _batch(model, batch, n, seed)
 
@@ -220,9 +214,9 @@ def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, ho
         act[..., features] = 0.0 if how == "zero" else block.mean(0, keepdim=True).expand_as(block)
         return act
 
-    out = _run(model, batch.X, [(hook, ablate)])
+    out = _run(model, batch.X, [(stream_hook, ablate)])
     return _result(f"{how}-ablate {name} at h^{layer}", model, batch, out,
-                   f"{how} the block {name} of h^{layer} at every position ({hook})", before)
+                   f"{how} the block {name} of h^{layer} at every position ({stream_hook})", before)
 
 
 # -- the standard table -----------------------------------------------------------------------------------
