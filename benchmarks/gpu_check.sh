@@ -6,6 +6,9 @@
 # 2. The fast default (Adam lr 1e-2, 2^13 steps) for comparison.
 # 3. Resume on CUDA: 400 steps straight vs 200 + resume 200 (bit identity is only promised on the
 #    CPU; this reports whether it holds here and the largest weight difference).
+# 4. Many models at once: train_many of 256 (and 1, 8, 64) bidirectional d = 10 models as one
+#    vectorised model at batch 1024 against one model trained alone, in model-steps/s (goal: 256
+#    at >= 50% of the single model's throughput per model). Sizes: MANY="1 8 64 256".
 # Prints steps/s, final MSE and exact-row accuracy per run, and writes $OUT/gpu_check.json.
 #
 # Needs a Python with torch (CUDA), safetensors, tqdm and transformer_lens; set PYTHON to it
@@ -28,6 +31,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 
 PYTHONPATH=src "$PYTHON" - "$OUT" "$PAPER_STEPS" "$ADAM_STEPS" "$DEVICE" <<'EOF'
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -78,6 +82,36 @@ same_metrics = [{k: v for k, v in x.items() if k != "wall_time"} for x in straig
 results["resume"] = {"bit_identical": all(torch.equal(a[k], b[k]) for k in a),
                      "max_weight_diff": diff, "metrics_identical": same_metrics}
 print(f"resume on {device}: {results['resume']}")
+
+from invperm_interp.many import train_many  # noqa: E402
+
+
+def timed(fn):
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+many_steps = 200 if cuda else 4
+quick = dict(batch_size=1024, eval_every=10**6, eval_size=256, device=device)
+single = TrainConfig(steps=many_steps, **quick)
+train(cfg, replace(single, steps=10), progress=False)  # warm-up
+alone = many_steps / timed(lambda: train(cfg, single, progress=False))
+results["many"] = {"steps": many_steps, "single_steps_per_s": alone}
+print(f"one model alone: {alone:.0f} steps/s at batch 1024", flush=True)
+for n in [int(x) for x in os.environ.get("MANY", "1 8 64 256").split()]:
+    jobs = [(cfg, TrainConfig(steps=many_steps, seed=s, **quick)) for s in range(n)]
+    train_many([(c, replace(t, steps=5)) for c, t in jobs], vectorize=True, progress=False)
+    rate = n * many_steps / timed(lambda: train_many(jobs, vectorize=True, progress=False))
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
+    results["many"][str(n)] = {"model_steps_per_s": rate, "per_model_vs_alone": rate / n / alone,
+                               "peak_gpu_mb": peak}
+    print(f"train_many x{n}: {rate:.0f} model-steps/s = {rate / alone:.2f}x one model's steps/s "
+          f"({rate / n / alone:.2f} of its speed per model)", flush=True)
 with open(f"{out}/gpu_check.json", "w") as f:
     json.dump(results, f, indent=2)
 print(f"wrote {out}/gpu_check.json")
