@@ -75,6 +75,7 @@ class RunWeights(NamedTuple):
     tensors: dict[str, Tensor]
     step: int
     path: Path
+    meta: dict  # the file's metadata (:func:`load`)
 
 
 def read_run(run_dir: str | Path, step: int | None = None) -> RunWeights:
@@ -85,7 +86,7 @@ def read_run(run_dir: str | Path, step: int | None = None) -> RunWeights:
     tensors, meta = load(path)
     if meta.get("config_hash") != config_hash(model_cfg, train_cfg):
         raise ValueError(f"{path} was written by another configuration than {run_dir}/config.json")
-    return RunWeights(model_cfg, train_cfg, tensors, meta["step"], path)
+    return RunWeights(model_cfg, train_cfg, tensors, meta["step"], path, meta)
 
 
 def digest(tensors: dict[str, Tensor]) -> str:
@@ -143,14 +144,36 @@ def load(path: str | Path) -> tuple[dict[str, Tensor], dict]:
             f"checkpoint {path} is truncated or corrupted (cannot be read as an invperm "
             f"safetensors checkpoint: {err}); delete it to resume from an earlier one"
         ) from None
-    if meta.get("format") != FORMAT:
-        raise ValueError(f"checkpoint {path} has format {meta.get('format')!r}, expected {FORMAT!r}")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else meta
+        raise ValueError(f"checkpoint {path} has format {found!r}, expected {FORMAT!r}")
     if digest(tensors) != expected:
         raise ValueError(
             f"checkpoint {path} is corrupted: its tensors do not match the digest written with "
             "them; delete it to resume from an earlier one"
         )
+    check_meta(meta, path, {"step": "a step >= 0", "config_hash": "a string"})
     return tensors, meta
+
+
+_META_KINDS = {
+    "a step >= 0": lambda v: type(v) is int and v >= 0,
+    "a string": lambda v: isinstance(v, str),
+    "a number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "a count >= 0": lambda v: type(v) is int and v >= 0,
+    "an object of objects": lambda v: isinstance(v, dict) and all(isinstance(x, dict) for x in v.values()),
+}
+TRAINING_META = {"device": "a string", "optimizer": "an object of objects", "elapsed": "a number",
+                 "loss_sum": "a number", "loss_count": "a count >= 0"}
+
+
+def check_meta(meta: dict, path: str | Path, expected: dict[str, str]) -> None:
+    """``ValueError`` naming the first entry of ``meta`` that is not the kind ``expected`` says
+    (a file whose digest is right but whose metadata was written by something else)."""
+    for key, kind in expected.items():
+        if not _META_KINDS[kind](meta.get(key)):
+            raise ValueError(f"checkpoint {path} has malformed metadata: {key!r} must be {kind}, got "
+                             f"{meta.get(key)!r}; delete it to resume from an earlier one")
 
 
 # -- model and optimizer state ----------------------------------------------------------------

@@ -135,9 +135,10 @@ def _cmd_train(args: argparse.Namespace) -> None:
     progress = not args.no_progress
     if args.resume is not None:
         extra = sorted(set(given) - {"steps", "threads"})
-        if extra or args.config or args.out:
+        extra += [f"--{k}" for k in ("config", "out") if getattr(args, k) is not None]
+        if extra or args.force:
             raise ValueError("--resume DIR takes only --steps and --threads; the rest comes from "
-                             f"DIR/config.json (got {extra or ['--config/--out']})")
+                             f"DIR/config.json (got {extra or ['--force']})")
         run = resume(args.resume, steps=args.steps, threads=args.threads, progress=progress,
                      max_memory=args.max_memory)
     else:
@@ -169,7 +170,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
         if base.get("out_dir") is None:
             raise ValueError("--out DIR is required: the run directory for metrics and checkpoints")
         run = train(model_cfg, TrainConfig.from_dict(base), progress=progress,
-                    max_memory=args.max_memory)
+                    max_memory=args.max_memory, force=args.force)
     m = run.final_metrics
     print(f"{run.dir}: step {run.step}, MSE {m['mse']:.4g} ({m['attention_dir']}; the causal floor "
           f"of this layout and read-out is {m['causal_floor']:.4g}), rows exact {m['row_acc']:.1%}"
@@ -314,7 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--eval-every", type=int)
     tr.add_argument("--eval-size", type=int)
     tr.add_argument("--checkpoint-every", type=int)
-    tr.add_argument("--out", help="run directory (must not hold a run yet)")
+    tr.add_argument("--out", help="run directory (new or empty)")
+    tr.add_argument("--force", action="store_true",
+                    help="write the run into an --out that holds other files (never over a run)")
     tr.add_argument("--config", help="JSON with 'model' and 'train', e.g. a run's config.json")
     tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -382,9 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"invperm {args.command}: error: out of memory ({first}); lower the sizes or the "
               f"number of samples, or free memory", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as err:  # train checkpoints on the first Ctrl-C and says how to resume
-        print(f"invperm {args.command}: interrupted{f': {err}' if str(err) else ''}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # SIGINT / SIGTERM: train checkpoints and says how to resume
+        code = getattr(err, "exit_code", 130)
+        how = "interrupted" if code == 130 else f"terminated by {err.signal_name}"
+        print(f"invperm {args.command}: {how}{f': {err}' if str(err) else ''}", file=sys.stderr)
+        return code
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -263,8 +264,9 @@ class TrainConfig(JSONConfig):
         _check_int("eval_every", self.eval_every, 1)
         _check_int("eval_size", self.eval_size, 1)
         _check_int("checkpoint_every", self.checkpoint_every, 1)
-        if self.out_dir is not None and not isinstance(self.out_dir, str):
-            raise ValueError(f"out_dir must be a path string or None, got {self.out_dir!r}")
+        if self.out_dir is not None and not (isinstance(self.out_dir, str) and self.out_dir.strip()):
+            # "" would be the current directory: never a run directory by accident
+            raise ValueError(f"out_dir must be a non-empty path string or None, got {self.out_dir!r}")
         if self.threads is not None:
             _check_int("threads", self.threads, 1)
         for name in ("stop_at_mse", "stop_at_floor"):
@@ -309,6 +311,27 @@ class TrainConfig(JSONConfig):
 
 
 
+def learning_rate(cfg: TrainConfig, step: int) -> float:
+    """The lr of update ``step`` (0-based). Cosine: decay to 0 over ``H = schedule_steps`` updates,
+    ``lr·½(1 + cos(π·min(step, H)/H))``, the first update at the full lr (the note's code)."""
+    if cfg.lr is None or cfg.schedule is None or cfg.schedule == "cosine" and not cfg.schedule_steps:
+        cfg = cfg.resolved()
+    if cfg.schedule == "constant":
+        return float(cfg.lr)
+    horizon = cfg.schedule_steps
+    return float(cfg.lr) * 0.5 * (1.0 + math.cos(math.pi * min(step, horizon) / horizon))
+
+
+def check_horizon(cfg: TrainConfig) -> None:
+    """A resolved cosine run must not go past its horizon, where the lr is 0: a ``ValueError``
+    (extending a finished cosine run with more steps would otherwise run them at lr 0)."""
+    if cfg.schedule == "cosine" and cfg.schedule_steps is not None and cfg.steps > cfg.schedule_steps:
+        raise ValueError(f"steps={cfg.steps} runs past the cosine schedule's horizon schedule_steps="
+                         f"{cfg.schedule_steps}, where the lr is 0 (those steps would not change the "
+                         "weights); a run's horizon is fixed when it starts: train a new run with "
+                         f"schedule_steps >= {cfg.steps}")
+
+
 # -- a run's configuration on disk ----------------------------------------------------------------
 def config_hash(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
     """A digest of everything that fixes a run's trajectory (not steps, out_dir, threads, …)."""
@@ -328,6 +351,9 @@ def config_diffs(stored: tuple[ModelConfig, TrainConfig], model_cfg: ModelConfig
 
 def read_config(run_dir: str | Path) -> tuple[ModelConfig, TrainConfig]:
     """The ``(model, train)`` configurations stored in ``run_dir/config.json``."""
+    if not isinstance(run_dir, (str, Path)) or not str(run_dir).strip():
+        raise ValueError(f"run_dir must be a non-empty path (\"\" is not the current directory "
+                         f"here), got {run_dir!r}")
     path = Path(run_dir) / "config.json"
     if not path.is_file():
         raise ValueError(f"run_dir must hold a run (config.json), found none at {path}")

@@ -32,10 +32,10 @@ from .config import ModelConfig, TrainConfig
 from .cpu import threads_for
 from .model import readout_forward
 from .runs import Run, resolve_device
+from .signals import StopRequest
 from .task import mse, sample_batch
 from .train import (
     Diverged,
-    _Interrupt,
     _Trainer,
     effective_configs,
     learning_rate,
@@ -226,15 +226,19 @@ def _train_bucket(jobs: list[tuple[ModelConfig, TrainConfig]], *, resume: bool,
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
+    trainers: list[_Trainer] = []
     try:
-        trainers = [_Trainer(m, t, resume and _holds_run(t)) for m, t in configs]
-        with _Interrupt() as interrupt:
+        for m, t in configs:  # each takes its run directory's lock
+            trainers.append(_Trainer(m, t, resume and _holds_run(t)))
+        with StopRequest() as interrupt:
             return _run_bucket(jobs, trainers, interrupt, progress)
     finally:
+        for trainer in trainers:
+            trainer.close()
         torch.set_num_threads(old_threads)
 
 
-def _run_bucket(jobs, trainers: list[_Trainer], interrupt: _Interrupt,
+def _run_bucket(jobs, trainers: list[_Trainer], interrupt: StopRequest,
                 progress: bool) -> list[Run | Failed]:
     results: list[Run | Failed | None] = [None] * len(trainers)
 
@@ -298,7 +302,7 @@ def _run_bucket(jobs, trainers: list[_Trainer], interrupt: _Interrupt,
             if trainers[i].dir is not None:
                 trainers[i]._checkpoint()
         where = ", ".join(str(trainers[i].dir) for i in live if trainers[i].dir is not None)
-        raise KeyboardInterrupt(f"training stopped with {len(live)} of {len(trainers)} runs "
+        raise interrupt.interrupted(f"training stopped with {len(live)} of {len(trainers)} runs "
                                 f"unfinished" + (f"; resume them: {where}" if where else ""))
     return results
 

@@ -11,8 +11,6 @@ under that mode has the same bits (tests/test_faults.py checks it); another thre
 from __future__ import annotations
 
 import math
-import signal
-import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -23,19 +21,32 @@ from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
 from . import memory
-from .config import ModelConfig, TrainConfig, config_diffs, config_hash, read_config
+from .config import (
+    ModelConfig,
+    TrainConfig,
+    check_horizon,
+    config_diffs,
+    config_hash,
+    learning_rate,
+    read_config,
+)
 from .cpu import keep_freed_memory, threads_for
 from .metrics import evaluate
 from .model import HookedDisentangledTransformer, readout_forward
 from .runs import (
     Run,
+    RunLock,
     append_metrics,
+    check_final,
+    check_new_out_dir,
     check_out_dir,
+    check_restart,
     read_metrics,
     resolve_device,
     write_config,
     write_metrics,
 )
+from .signals import StopRequest
 from .stopping import stop_reason
 from .task import mse, sample_batch
 from .theory import causal_floor
@@ -62,17 +73,6 @@ def effective_configs(
     return replace(model_cfg, **changes), cfg, notes
 
 
-def learning_rate(cfg: TrainConfig, step: int) -> float:
-    """The lr of update ``step`` (0-based). Cosine: decay to 0 over ``H = schedule_steps`` updates,
-    ``lr·½(1 + cos(π·min(step, H)/H))``, the first update at the full lr (the note's code)."""
-    if cfg.lr is None or cfg.schedule is None or cfg.schedule == "cosine" and not cfg.schedule_steps:
-        cfg = cfg.resolved()
-    if cfg.schedule == "constant":
-        return float(cfg.lr)
-    horizon = cfg.schedule_steps
-    return float(cfg.lr) * 0.5 * (1.0 + math.cos(math.pi * min(step, horizon) / horizon))
-
-
 def _seeds(seed: int) -> dict[str, int]:
     """Separate streams for the init, the training data and the eval batch: seed s uses 4s, 4s+1,
     4s+2, so no two seeds share one."""
@@ -88,28 +88,10 @@ class Diverged(ValueError):
         self.step = step
 
 
-class _Interrupt:
-    """First Ctrl-C: finish the step, checkpoint, then stop; a second one stops at once."""
-
-    def __enter__(self) -> _Interrupt:
-        self.requested, self._old = False, None
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __exit__(self, *exc) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-
-
 def train(
     model_cfg: ModelConfig, train_cfg: TrainConfig, *, resume: bool = False,
     stop_at: int | None = None, progress: bool = True, max_memory: int | str | None = None,
+    force: bool = False,
 ) -> Run:
     """Train a ``HookedDisentangledTransformer`` and return the :class:`Run`.
 
@@ -119,9 +101,10 @@ def train(
     the step and the last good checkpoint (non-finite weights are never checkpointed). An
     ``out_dir`` that cannot be written, or lacks room for the run's checkpoints, is a
     ``ValueError`` before any training work; a write that fails later (a full disk) is an
-    ``OSError`` naming the file, the step and the last good checkpoint. A run whose estimated
-    peak memory exceeds ``max_memory`` (bytes or ``"8G"``; default: what the machine has left) is
-    a ``ValueError`` before anything is allocated or written (see ``memory``).
+    ``OSError`` naming the file, the step and the last good checkpoint. A ``memory`` estimate over
+    ``max_memory`` (default: what is left) is a ``ValueError`` before any work. The run directory
+    is locked (``runs.RunLock``); a new run's must be empty (``force``: or hold no run). SIGINT or
+    SIGTERM checkpoints and raises ``signals.Interrupted``.
     """
     model_cfg, cfg, notes = effective_configs(model_cfg, train_cfg)
     end = cfg.steps if stop_at is None else stop_at
@@ -129,19 +112,23 @@ def train(
         raise ValueError(f"stop_at must be an integer in [1, steps={cfg.steps}], got {stop_at!r}")
     if resume and cfg.out_dir is None:
         raise ValueError("resume=True needs train_cfg.out_dir, the run directory to continue")
+    check_horizon(cfg)
     memory.check(memory.training_estimate(model_cfg, cfg.optimizer, cfg.batch_size, cfg.eval_size),
                  max_memory, resolve_device(cfg.device))
     old_threads = torch.get_num_threads()
     threads = threads_for(cfg)
     if threads is not None:
         torch.set_num_threads(threads)
+    trainer = None
     try:
-        trainer = _Trainer(model_cfg, cfg, resume)
+        trainer = _Trainer(model_cfg, cfg, resume, force=force)
         for note in notes if progress else ():
             tqdm.write(f"invperm train: {note}")
-        with _Interrupt() as interrupt:
-            return trainer.run(end, interrupt, progress)
+        with StopRequest() as stop:
+            return trainer.run(end, stop, progress)
     finally:
+        if trainer is not None:
+            trainer.close()
         torch.set_num_threads(old_threads)
 
 
@@ -190,7 +177,7 @@ def train_or_reuse(model_cfg: ModelConfig, train_cfg: TrainConfig,
 class _Trainer:
     """The state of one run: model, optimizer, data stream, counters and its directory."""
 
-    def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool):
+    def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool, force: bool = False):
         self.model_cfg, self.cfg = model_cfg, cfg
         self.device = resolve_device(cfg.device)
         if cfg.out_dir is not None:
@@ -214,25 +201,34 @@ class _Trainer:
         self.step, self.metrics, self.loss_sum, self.loss_count, self.elapsed = 0, [], 0.0, 0, 0.0
         self.dir = Path(cfg.out_dir) if cfg.out_dir is not None else None
         self.pending: list[Tensor] = []
-        if self.dir is not None:
-            self._open_dir(resume)
+        self.lock = RunLock(self.dir).acquire() if self.dir is not None and self.dir.is_dir() else None
+        try:
+            if self.dir is not None:
+                self._open_dir(resume, force)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the run directory's lock (taken when the trainer was made; idempotent)."""
+        if self.lock is not None:
+            self.lock.release()
 
     # -- run directory ---------------------------------------------------------------------------
-    def _open_dir(self, resume: bool) -> None:
+    def _open_dir(self, resume: bool, force: bool) -> None:
         """Check the directory, restore the last checkpoint; write only after every check passed."""
         run_dir, cfg = self.dir, self.cfg
         if not resume:
-            taken = [n for n in ("config.json", "metrics.jsonl", "checkpoints")
-                     if (run_dir / n).exists()]
-            if taken:
-                raise ValueError(f"out_dir {run_dir} already holds a run ({', '.join(taken)}); "
-                                 "resume it or choose another out_dir")
+            check_new_out_dir(run_dir, force)
         else:
             diffs = config_diffs(read_config(run_dir), self.model_cfg, cfg)
             if diffs:
                 raise ValueError(f"cannot resume {run_dir}: the configuration differs from its "
                                  f"config.json in {'; '.join(diffs)}")
             found = ckpt.list_checkpoints(run_dir)
+            if not found:
+                check_restart(run_dir)
+            check_final(run_dir)
             if found:
                 self._restore(*found[-1])
         write_config(run_dir, self.model_cfg, cfg)
@@ -240,6 +236,7 @@ class _Trainer:
 
     def _restore(self, step: int, path: Path) -> None:
         tensors, meta = ckpt.load(path)
+        ckpt.check_meta(meta, path, ckpt.TRAINING_META)
         if meta.get("config_hash") != self.hash or meta.get("step") != step:
             raise ValueError(f"checkpoint {path} belongs to another run or step (config hash "
                              f"{meta.get('config_hash')}, this run's {self.hash})")
@@ -293,7 +290,7 @@ class _Trainer:
         return Diverged(f"training diverged: {what} at step {step}{kept}", step)
 
     # -- the loop --------------------------------------------------------------------------------
-    def run(self, end: int, interrupt: _Interrupt, progress: bool) -> Run:
+    def run(self, end: int, interrupt: StopRequest, progress: bool) -> Run:
         cfg, model, opt = self.cfg, self.model, self.optimizer
         params = list(model.parameters())
         layout, dtype = self.model_cfg.layout, self.model_cfg.torch_dtype
@@ -319,8 +316,10 @@ class _Trainer:
                 self.after_step(loss.detach(), lr, end, interrupt.requested, bar, started)
             self._flush(bar)
         if interrupt.requested and self.step < end:
-            raise KeyboardInterrupt(f"training stopped at step {self.step}"
-                                    + (f"; resume with --resume {self.dir}" if self.dir else ""))
+            if self.dir is not None and not ckpt.checkpoint_path(self.dir, self.step).exists():
+                self._checkpoint()  # the signal came after this step's checkpoint was decided
+            raise interrupt.interrupted(f"training stopped at step {self.step}"
+                                        + (f"; resume with --resume {self.dir}" if self.dir else ""))
         return self.finish(stepped=self.step > start)
 
     def begin(self) -> None:
