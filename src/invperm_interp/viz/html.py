@@ -3,14 +3,15 @@ alt text, embedded so that a page needs no other file."""
 
 from __future__ import annotations
 
-import base64
 import html
 import io
 import re
+from urllib.parse import quote
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+_URL_SAFE = " !$&'()*+,-./:;=?@[]^_`{|}~"  # kept as is in a data URL (not %, #, ", <, >, newlines)
 _SVG_SIZE = re.compile(rb'<svg[^>]*?width="([\d.]+)pt" height="([\d.]+)pt"')
 
 
@@ -27,13 +28,15 @@ def figure(fig: Figure, alt: str, caption: str = "") -> str:
     when the page is narrower), with ``alt`` text and an optional caption; closes ``fig``."""
     data = svg_bytes(fig)
     size = _SVG_SIZE.search(data[:2000])
-    dims = ""
+    dims = box = ""
     if size:  # points to CSS pixels, so labels drawn at 8 pt show at ~11 px
         width, height = (round(float(v) * 4 / 3) for v in size.groups())
         dims = f' width="{width}" height="{height}"'
-    src = "data:image/svg+xml;base64," + base64.b64encode(data).decode("ascii")
+        box = f' style="max-width: {width}px"'  # the caption wraps at the figure's width
+    # Percent-encoded rather than base64: the SVG is text (its figures ~12% smaller this way).
+    src = "data:image/svg+xml;charset=utf-8," + quote(data.decode("utf-8"), safe=_URL_SAFE)
     cap = f"<figcaption>{caption}</figcaption>" if caption else ""
-    return f'<figure><img src="{src}" alt="{html.escape(alt)}"{dims}>{cap}</figure>'
+    return f'<figure{box}><img src="{src}" alt="{html.escape(alt)}"{dims}>{cap}</figure>'
 
 
 def cell(value) -> str:
