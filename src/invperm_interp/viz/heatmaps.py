@@ -207,7 +207,8 @@ def save_figures(fig: Figure, path: str | Path) -> tuple[Path, Path]:
     path = Path(path)
     png, svg = path.with_suffix(".png"), path.with_suffix(".svg")
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(svg, bbox_inches="tight", metadata=_metadata(".svg"))
+    with matplotlib.rc_context({"svg.hashsalt": "invperm"}):  # the same ids on every run
+        fig.savefig(svg, bbox_inches="tight", metadata=_metadata(".svg"))
     return save_figure(fig, png), svg
 
 

@@ -193,8 +193,8 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
     parts = [
         f"<p class='meta'>{len(rows)} run{'s' if len(rows) != 1 else ''}; {solved} reached MSE "
         f"&lt; {SOLVED_BELOW:g}"
-        + (f"; {cannot} causal runs cannot (their causal floor is above it) and are left out of "
-           "the figure" if cannot else "") + ". "
+        + (f"; {cannot} causal run{'s' if cannot != 1 else ''} cannot (the causal floor is above "
+           "it) and stay out of the figure" if cannot else "") + ". "
         "Click a column header to sort; a run's name opens its report. Final MSE is on the run's "
         "eval batch at its last step; for causal runs it is written against the causal floor.</p>",
     ]
@@ -204,7 +204,9 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
                          "steps_to_solve": r.steps_to_solve} for r in plotted], SOLVED_BELOW),
             f"Steps to MSE below {SOLVED_BELOW:g} against d, one colour per model and one marker "
             "per seed; runs that never got there sit in the strip on top.",
-            "Steps to solve by d. Hollow markers in the top strip: not solved in the run's steps."))
+            "Steps to solve by d" + (". Hollow markers in the top strip: not solved in the run's "
+                                     "steps." if any(r.steps_to_solve is None for r in plotted)
+                                     else ".")))
     parts.append(f"<div class='table'><table class='sortable'><thead><tr>{head}</tr></thead>"
                  f"<tbody>{''.join(body)}</tbody></table></div>")
     return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"

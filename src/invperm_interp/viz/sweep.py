@@ -32,9 +32,13 @@ def plot_sweep(rows: list[dict], target: float = 1e-3, title: str = "") -> Figur
     ds = sorted({r["d"] for r in rows})
     seeds = sorted({r["seed"] for r in rows}, key=str)
     unsolved = [r for r in rows if r.get("steps_to_solve") is None]
-    fig, (top, ax) = plt.subplots(
-        2, 1, sharex=True, figsize=(max(5.5, 1.1 * len(ds) + 2.5), 3.9),
-        gridspec_kw={"height_ratios": [1, 5.5], "hspace": 0.06})
+    width_in = max(5.5, 1.1 * len(ds) + 2.5)
+    if unsolved:  # a strip on top for them: they have no value to plot
+        fig, (top, ax) = plt.subplots(2, 1, sharex=True, figsize=(width_in, 3.9),
+                                      gridspec_kw={"height_ratios": [1, 5.5], "hspace": 0.06})
+    else:
+        fig, ax = plt.subplots(figsize=(width_in, 3.4))
+        top = None
     width = 0.8 / len(groups)
     for gi, group in enumerate(groups):
         color = f"C{gi}"
@@ -51,12 +55,13 @@ def plot_sweep(rows: list[dict], target: float = 1e-3, title: str = "") -> Figur
                 else:
                     ax.scatter(x, r["steps_to_solve"], marker=marker, s=34, color=color,
                                edgecolors="white", linewidths=0.5)
-    budgets = sorted({r.get("steps") for r in unsolved if r.get("steps")})
-    budget = f" in {', '.join(map(str, budgets))} steps" if budgets else ""
-    top.set_yticks([0.5], [f"not solved{budget}"], fontsize=LABEL_PT)
-    top.set_ylim(0, 1)
-    top.tick_params(axis="x", length=0)
-    top.set_facecolor("#f4f4f4")
+    if top is not None:
+        budgets = sorted({r.get("steps") for r in unsolved if r.get("steps")})
+        budget = f" in {', '.join(map(str, budgets))} steps" if budgets else ""
+        top.set_yticks([0.5], [f"not solved{budget}"], fontsize=LABEL_PT)
+        top.set_ylim(0, 1)
+        top.tick_params(axis="x", length=0)
+        top.set_facecolor("#f4f4f4")
     ax.set_xticks(range(len(ds)), [str(d) for d in ds], fontsize=LABEL_PT)
     ax.set_xlim(-0.5, len(ds) - 0.5)
     ax.set_ylim(bottom=0)
@@ -68,10 +73,11 @@ def plot_sweep(rows: list[dict], target: float = 1e-3, title: str = "") -> Figur
                for gi, g in enumerate(groups)]
     handles += [Line2D([], [], linestyle="", marker=SEED_MARKERS[si % len(SEED_MARKERS)],
                        color="#555", label=f"seed {seed}") for si, seed in enumerate(seeds)]
-    handles.append(Line2D([], [], linestyle="", marker="o", markerfacecolor="none", color="#555",
-                          label="hollow: not solved"))
+    if top is not None:
+        handles.append(Line2D([], [], linestyle="", marker="o", markerfacecolor="none",
+                              color="#555", label="hollow: not solved"))
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=LABEL_PT,
                frameon=False)
-    top.set_title(title, fontsize=TITLE_PT)
+    (top or ax).set_title(title, fontsize=TITLE_PT)
     fig.subplots_adjust(left=0.2, right=0.98)
     return fig
