@@ -42,13 +42,15 @@ def _sections(page: str) -> dict[str, str]:
     """Visible text of each <h2> section (tags, scripts and styles removed)."""
     page = re.sub(r"<(script|style)\b.*?</\1>", "", page, flags=re.S)
     parts = re.split(r"<h2>(.*?)</h2>", page)
-    return {parts[i]: html_lib.unescape(re.sub(r"<[^>]+>", " ", parts[i + 1]))
-            for i in range(1, len(parts), 2)}
+    inline = re.compile(r"</?(?:b|code|i|span)\b[^>]*>")
+    return {parts[i]: " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", inline.sub("", parts[i + 1])))
+                               .split()) for i in range(1, len(parts), 2)}
 
 
 def test_report_has_every_section_in_reading_order(theorem3_page):
     assert list(_sections(theorem3_page)) == [
-        "Headline", "Results", "Training", "Circuit", "Closest constructions", "Ablations",
+        "Headline", "Results", "Training", "Mechanism", "Circuit",
+        "Closest constructions by attention patterns", "Ablations",
         "Lemma 1 certificate", "Attention on one sample"]
     assert "Every dependence of a read-out row on a later input row is exactly 0" in theorem3_page
     assert not loads_from_network(theorem3_page)
@@ -58,7 +60,8 @@ def test_headline_names_the_mechanism_of_a_construction(theorem3_page):
     head = _sections(theorem3_page)["Headline"]
     assert "Mechanism: theorem3" in head and "none of the registry" not in head
     # at beta 100 its -1 guard is not needed: the minimal circuit is the two lookups
-    assert "100.0% of rows exact" in head and "Minimal circuit: 2 cells (faithful" in head
+    assert "100.0% of rows exact" in head and "smallest faithful circuit found has 2 cells" in head
+    assert "1 of them can go on their own" in head  # the -1 guard, not needed at this beta
 
 
 def test_headline_says_when_no_template_explains_the_circuit():
@@ -67,7 +70,9 @@ def test_headline_says_when_no_template_explains_the_circuit():
     batch = sample_batch(cfg.layout, 32, torch.Generator().manual_seed(0))
     summary = analyze(model, batch, "random")
     page = report_html(model, summary, batch)
-    assert "Mechanism: none of the registry" in _sections(page)["Headline"]
+    head = _sections(page)["Headline"]
+    assert "No registry construction explains this model" in head
+    assert "No template explains the weights" in head and "unexplained" in head
 
 
 def test_run_details_are_said_once(theorem3_page):
@@ -108,7 +113,8 @@ def test_weights_once_each_with_alt_text(theorem3_page):
 
 
 def test_tables_have_captions_and_ablations_state_the_baseline_once(theorem3_page):
-    assert theorem3_page.count('<p class="caption">') == 4  # results, circuit, constructions, ablations
+    tables = re.findall(r"<div class='table'>(.*?)<table", theorem3_page, re.S)
+    assert len(tables) == 7 and all('<p class="caption">' in t for t in tables)  # each says what it shows
     ablations = theorem3_page.split("<h2>Ablations</h2>")[1].split("<h2>")[0]
     assert "MSE before" not in ablations and "causal floor</th>" not in ablations
     assert "Before any ablation the MSE is" in ablations

@@ -1,9 +1,10 @@
 """The HTML report of one model: a page a researcher reads top to bottom in a minute.
 
-Order: what was run (once), the headline (the mechanism and what it means), the numbers (MSE against
-the causal floor, accuracies), the training curve, the circuit (table with captions, gauge-fixed
-weights, raw weights folded away), closest constructions, ablations, the Lemma 1 certificate and
-the attention patterns of one sample. Layers are named one way everywhere (``viz.labels``).
+Order: what was run (once), the headline (the mechanism and what it means, ``viz.mechanism``), the
+numbers (MSE against the causal floor, accuracies), the training curve, the mechanism tests, the
+circuit (table with captions, gauge-fixed weights, raw weights folded away), closest constructions
+by attention patterns, ablations, the Lemma 1 certificate and the attention patterns of one sample.
+Layers are named one way everywhere (``viz.labels``).
 
 The page only renders: the numbers come from the analysis record (``ModelAnalysis``) and the run's
 metrics. Figures are inline SVG with alt text; the circuitsvis bundle is inlined (one
@@ -16,16 +17,18 @@ import html
 import re
 from pathlib import Path
 
+import torch
+
 from ..analysis.record import ModelAnalysis, atom_label
 from ..config import TrainConfig
 from ..metrics import evaluate
 from ..model import HookedDisentangledTransformer
 from ..task import Batch
-from ..theory import dependency_map
 from .attention import attention_views, page
 from .heatmaps import head_figure, plot_dependency, unembed_figure
 from .html import figure, table
 from .labels import layer_name, name_streams
+from .mechanism import headline, mechanism_section
 from .training import excess_text, plot_accuracy, plot_training
 
 __all__ = ["write_report", "report_html", "plot_training"]
@@ -54,51 +57,10 @@ def _setup(model: HookedDisentangledTransformer, train_cfg: TrainConfig | None,
     return f'<p class="meta">{"<br>".join(parts)}</p>'
 
 
-def _headline(result: ModelAnalysis, summary: dict) -> str:
-    """The first thing on the page: the mechanism by the library's rule, how faithfully, what it
-    means (``analysis.mechanism``: a construction's cells run on their own)."""
-    cfg = summary["model"]
-    mech = result.mechanism
-    unexplained = summary["circuit"]["residual_share"]
-    worst = max(unexplained) if unexplained else 0.0
-    floor, mse = summary["causal_floor"], summary["mse"]
-    at_floor = cfg["attention_dir"] == "causal" and floor > 0 and mse >= 0.98 * floor
-    f, m = mech.faithfulness, mech.minimal
-    recovered = lambda x: "n/a" if x is None else f"{x:.0%}"  # noqa: E731
-    minimal = (f"Minimal circuit: {m.size} cells ({'faithful' if m.faithful else 'not faithful'}: "
-               f"{m.score.rows_exact:.1%} of rows exact, {recovered(m.score.loss_recovered)} of the "
-               f"loss recovered, {m.weight_share:.0%} of the gauge-fixed weights).")
-    if f is not None:
-        text = (f"<b>Mechanism: {_esc(mech.name)}</b>. Its {f.n_atoms} cells alone, at the model's "
-                f"fitted β, get {f.circuit.rows_exact:.1%} of rows exact and recover "
-                f"{recovered(f.circuit.loss_recovered)} of the loss (MSE {f.circuit.mse:.3g} against "
-                f"0.5 everywhere's {f.baseline:g}); without them the model's MSE is "
-                f"{f.without.mse:.3g}. {minimal}")
-        cls = "headline"
-    else:
-        text = (f"<b>Mechanism: none of the registry.</b> No construction's cells, run on their own, "
-                f"get {mech.rows:.0%} of rows exact and {mech.recovered:.0%} of the loss back. "
-                f"{minimal} {len(result.circuit)} atoms leave {worst:.0%} of a layer's weights "
-                f"unexplained.")
-        cls = "headline none"
-    if at_floor:
-        text += (f" The model sits at the causal floor ({excess_text(mse, floor)}): under the mask "
-                 f"it cannot see the rows it needs (Lemma 1), so no circuit can do better.")
-    return f'<h2>Headline</h2><div class="{cls}"><p>{text}</p></div>'
-
-
-def _as_summary(result: ModelAnalysis) -> dict:
-    """The record in the plain form the section renderers read."""
-    return {"model": result.model.to_dict(), "circuit": result.circuit.to_dict(),
-            "closest_constructions": [vars(m) for m in result.closest],
-            "causal_floor": result.causal_floor, "mse": result.mse, "n_samples": result.n_samples,
-            "ablations": [a.to_dict() for a in result.ablations]}
-
-
-def _results(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
+def _results(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
              metrics: list[dict] | None, train_cfg: TrainConfig | None) -> str:
     """The numbers: MSE against the floor on the eval batch and on the analysis batch, accuracies."""
-    floor = summary["causal_floor"]
+    floor = result.causal_floor
     causal = model.cfg.causal
     rows = []
     if metrics:
@@ -109,8 +71,8 @@ def _results(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
                      *(f"{last[k]:.2%}" if last.get(k) is not None else "—"
                        for k in ("entry_acc", "row_acc", "sample_acc"))])
     acc = evaluate(model, batch.to(model.device, model.cfg.torch_dtype))
-    rows.append([f"this analysis's fresh batch ({summary['n_samples']} samples)",
-                 excess_text(summary["mse"], floor if causal else None),
+    rows.append([f"this analysis's fresh batch ({result.n_samples} samples)",
+                 excess_text(result.mse, floor if causal else None),
                  *(f"{acc[k]:.2%}" for k in ("entry_acc", "row_acc", "sample_acc"))])
     binds = ("" if causal else " (this model is bidirectional: the floor is its causal twin's, "
              "which this model can go below)")
@@ -127,13 +89,12 @@ def _results(model: HookedDisentangledTransformer, summary: dict, batch: Batch,
                                        "samples exact"], rows, caption) + note
 
 
-def _circuit(model: HookedDisentangledTransformer, summary: dict) -> str:
-    atoms = sorted(summary["circuit"]["atoms"], key=lambda a: (a["layer"], a["head"], -a["share"]))
-    rows = [[layer_name(a["layer"]), a["head"], atom_label(a), f"{abs(a['beta']):.3g}",
-             f"{a['share']:.1%}", f"{a['score']:.3f}", f"{a['raw_score']:.3f}"]
-            for a in atoms if a["share"] >= 0.01]
+def _circuit(model: HookedDisentangledTransformer, result: ModelAnalysis) -> str:
+    atoms = sorted(result.circuit.atoms, key=lambda a: (a.layer, a.head, -a.share))
+    rows = [[layer_name(a.layer), a.head, atom_label(a), f"{a.scale:.3g}", f"{a.share:.1%}",
+             f"{a.score:.3f}", f"{a.raw_score:.3f}"] for a in atoms if a.share >= 0.01]
     residual = "; ".join(f"{layer_name(i)}: {s:.1%}"
-                         for i, s in enumerate(summary["circuit"]["residual_share"]))
+                         for i, s in enumerate(result.circuit.residual_share))
     caption = (
         "Each head's gauge-fixed <code>A</code> written as a sum of placed templates (atoms): "
         "<b>cell</b> is template at (query block, key block), 'a = b' lists readings equal modulo "
@@ -166,8 +127,8 @@ def _circuit(model: HookedDisentangledTransformer, summary: dict) -> str:
         + f'<div class="figs">{raw_figs}</div></details>')
 
 
-def _constructions(summary: dict) -> str:
-    matches = summary["closest_constructions"]
+def _constructions(result: ModelAnalysis) -> str:
+    matches = result.closest
     if not matches:
         return ""
     caption = ("Registry constructions with this model's attention and read-out, each at the β "
@@ -176,24 +137,24 @@ def _constructions(summary: dict) -> str:
                "<b>weight cos</b>: cosine of the gauge-fixed weights (1 = same up to scale); "
                "<b>its cells found</b>: share of the construction's cells among this model's atoms; "
                "<b>weight share</b>: share of this model's gauge-fixed weights those cells carry.")
-    rows = [[m["name"], f"{m['beta']:g}", f"{m['pattern_tv']:.3f}", f"{m['weight_cosine']:.2f}",
-             f"{m['cells_found']:.0%}", f"{m['norm_share']:.0%}"] for m in matches]
-    return "<h2>Closest constructions</h2>" + table(
+    rows = [[m.name, f"{m.beta:g}", f"{m.pattern_tv:.3f}", f"{m.weight_cosine:.2f}",
+             f"{m.cells_found:.0%}", f"{m.norm_share:.0%}"] for m in matches]
+    return "<h2>Closest constructions by attention patterns</h2>" + table(
         ["construction", "β", "pattern TV", "weight cos", "its cells found", "weight share"],
         rows, caption)
 
 
-def _ablations(model: HookedDisentangledTransformer, summary: dict) -> str:
-    ablations = summary["ablations"]
+def _ablations(model: HookedDisentangledTransformer, result: ModelAnalysis) -> str:
+    ablations = result.ablations
     if not ablations:
         return ""
     L = model.cfg.n_layers
-    before, floor = ablations[0]["mse_before"], ablations[0]["causal_floor"]
+    before, floor = ablations[0].mse_before, ablations[0].causal_floor
     caption = (f"Each row runs the model once with one intervention, on the analysis batch. Before any "
                f"ablation the MSE is <b>{before:.4g}</b>; the causal floor is <b>{floor:.4g}</b>. An "
                f"ablation that sends the MSE to the floor or above removed what the model needs.")
-    rows = [[name_streams(a["name"], L), _what_it_does(a["description"], L),
-             f"{a['mse_after']:.4g}", f"{a['mse_after'] - a['mse_before']:+.3g}"] for a in ablations]
+    rows = [[name_streams(a.name, L), _what_it_does(a.description, L), f"{a.mse_after:.4g}",
+             f"{a.change:+.3g}"] for a in ablations]
     return "<h2>Ablations</h2>" + table(["ablation", "what it does", "MSE after", "change"], rows,
                                         caption)
 
@@ -209,14 +170,14 @@ def _what_it_does(description: str, n_layers: int) -> str:
     return name_streams(description, n_layers)
 
 
-def _certificate(model: HookedDisentangledTransformer, batch: Batch) -> str:
-    cfg = model.cfg
-    deps = dependency_map(model, batch.X[:4])
-    if deps.causal_ok:
+def _certificate(model: HookedDisentangledTransformer, result: ModelAnalysis) -> str:
+    cfg, lemma1 = model.cfg, result.lemma1
+    if lemma1.causal_ok:
         verdict = "Every dependence of a read-out row on a later input row is exactly 0"
     else:
-        verdict = f"Read-out rows depend on later input rows ({cfg.attention_dir} attention)"
-    fig = plot_dependency(deps.norms, deps.positions, cfg.layout)
+        verdict = (f"Read-out rows depend on later input rows, up to {lemma1.max_later:.3g} "
+                   f"({cfg.attention_dir} attention)")
+    fig = plot_dependency(torch.tensor(lemma1.norms), lemma1.positions, cfg.layout)
     return ("<h2>Lemma 1 certificate</h2>" + f"<p>{verdict}.</p>" + figure(
         fig, f"Heatmap of how strongly each read-out row depends on each input row; {verdict}.",
         "Largest Jacobian norm over 4 samples of each read-out row (rows) with respect to each "
@@ -238,9 +199,8 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
                 metrics: list[dict] | None = None, title: str = "invperm-interp report", *,
                 train_cfg: TrainConfig | None = None, bundle: str | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
-    summary = _as_summary(result)
-    parts = [_setup(model, train_cfg, metrics), _headline(result, summary),
-             _results(model, summary, batch, metrics, train_cfg)]
+    parts = [_setup(model, train_cfg, metrics), headline(result),
+             _results(model, result, batch, metrics, train_cfg)]
     if metrics:
         how = ("drawn as its excess over the causal floor (linear within ±1e-4 of the floor, "
                "logarithmic beyond), so a run at its floor is visible"
@@ -253,8 +213,8 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
             parts.append(figure(accuracy, "Fraction of entries, rows and samples exact against step.",
                                 "Entries, rows and whole samples exact after rounding."))
         parts.append("</div>")
-    parts += [_circuit(model, summary), _constructions(summary), _ablations(model, summary),
-              _certificate(model, batch), _attention(model, batch)]
+    parts += [mechanism_section(result), _circuit(model, result), _constructions(result),
+              _ablations(model, result), _certificate(model, result), _attention(model, batch)]
     return page(title, "\n".join(p for p in parts if p), bundle=bundle)
 
 
