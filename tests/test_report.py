@@ -61,7 +61,7 @@ def test_headline_names_the_mechanism_of_a_construction(theorem3_page):
     assert "Mechanism: theorem3" in head and "none of the registry" not in head
     # at beta 100 its -1 guard is not needed: the minimal circuit is the two lookups
     assert "100.0% of rows exact" in head and "smallest faithful circuit found has 2 cells" in head
-    assert "1 of them can go on their own" in head  # the -1 guard, not needed at this beta
+    assert "stays faithful without layer 1 (blocks.0): -1 at (pos.S, pos.Y)" in head  # not needed here
 
 
 def test_headline_says_when_no_template_explains_the_circuit():

@@ -27,6 +27,13 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0%}"
 
 
+def _recovered(x: float | None) -> str:
+    """``"94% of the loss recovered"``, or why there is none to recover."""
+    if x is None:
+        return "no loss to recover: the model does no better than 0.5 everywhere"
+    return f"{x:.0%} of the loss recovered"
+
+
 def cell_name(cell) -> str:
     """``"layer 1 (blocks.0): I at (pos.Y, pos.P)"`` for a cell ``(layer, head, query, key, label)``
     (the head is added when it is not 0)."""
@@ -46,8 +53,9 @@ def headline(analysis: ModelAnalysis) -> str:
     if f is not None:
         spare = [c for c, s in zip(f.cells, f.minimality) if is_faithful(s, mech.rows, mech.recovered)]
         if spare:
-            needed = (f"{len(spare)} of them can go on their own and the rest stays faithful ("
-                      + "; ".join(cell_name(c) for c in spare) + ")")
+            needed = ("the circuit stays faithful without "
+                      + (f"{len(spare)} of them, each removed alone: " if len(spare) > 1 else "")
+                      + "; ".join(cell_name(c) for c in spare))
         else:
             worst = max((s.rows_exact for s in f.minimality), default=0.0)
             needed = (f"each is needed: without any one the circuit gets at most {worst:.0%} of rows "
@@ -80,8 +88,7 @@ def headline(analysis: ModelAnalysis) -> str:
         else:
             sentences.append(
                 f"Even all {m.size} cells the fitted atoms occupy, run on their own, are not faithful "
-                f"({m.score.rows_exact:.1%} of rows exact, {_pct(m.score.loss_recovered)} of the "
-                "loss recovered).")
+                f"({m.score.rows_exact:.1%} of rows exact; {_recovered(m.score.loss_recovered)}).")
     unexplained = analysis.circuit.residual_share
     if unexplained and max(unexplained) > UNEXPLAINED:
         cls = "headline none"
@@ -93,10 +100,11 @@ def headline(analysis: ModelAnalysis) -> str:
             f"{max(unexplained):.0%} of each layer's gauge-fixed weights are unexplained; the circuit "
             "table below is the best sparse fit, not a mechanism.")
     floor, cfg = analysis.causal_floor, analysis.model
-    if cfg.causal and floor > 0 and analysis.mse >= 0.98 * floor:
-        sentences.append(
-            f"The model sits at the causal floor ({excess_text(analysis.mse, floor)}): under the mask "
-            "a read-out row cannot see the input rows it needs (Lemma 1), so no circuit can do better.")
+    if cfg.causal and floor > 0 and analysis.mse >= 0.98 * floor:  # the first thing to know
+        sentences.insert(0, (
+            f"<b>The model sits at the causal floor</b> ({excess_text(analysis.mse, floor)}): under "
+            "the mask a read-out row cannot see the input rows it needs (Lemma 1), so no circuit "
+            "can do better."))
     return f'<h2>Headline</h2><div class="{cls}"><p>{" ".join(sentences)}</p></div>'
 
 
@@ -135,6 +143,5 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
          "No faithful circuit was found: these are all the cells the fitted atoms occupy, run on "
          "their own")
         + f"; reads {html.escape(', '.join(m.read) or '—')}; {m.score.rows_exact:.1%} of rows exact, "
-        f"{_pct(m.score.loss_recovered)} of the loss recovered, {m.weight_share:.0%} of the "
-        "gauge-fixed weights."))
+        f"{_recovered(m.score.loss_recovered)}; {m.weight_share:.0%} of the gauge-fixed weights."))
     return "".join(parts)
