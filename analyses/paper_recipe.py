@@ -17,7 +17,7 @@ from common import asset, write_table
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.config import TrainConfig
 from invperm_interp.train import train_or_reuse
-from invperm_interp.viz.heatmaps import save_figure
+from invperm_interp.viz.heatmaps import save_figures
 
 
 def main() -> None:
@@ -52,7 +52,7 @@ def main() -> None:
     ax.set_title("Bidirectional d = 10: the note's recipe against Adam (same data stream)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save_figure(fig, asset("paper_vs_adam.png"))
+    save_figures(fig, asset("paper_vs_adam.png"))
     write_table("paper_vs_adam", rows, "The note's recipe against Adam (bidirectional, d = 10)",
                 "paper: zero init, SGD lr 1, element-wise clipping to ±1, cosine over the note's "
                 "2^16 steps (a prefix of the note's run); adam: lr 1e-2 from N(0, 0.01²).")

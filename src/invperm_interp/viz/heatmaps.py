@@ -178,7 +178,8 @@ def plot_dependency(norms: torch.Tensor, row_positions, layout, title: str = "")
     ax.set_title(title or "log10 |∂ read-out row / ∂ input row|", fontsize=TITLE_PT)
     bar = fig.colorbar(image, ax=ax)
     bar.ax.tick_params(labelsize=LABEL_PT)
-    _hatch_legend(ax, "exactly 0 (no dependence)", below=0.12)
+    if bool((values == 0).any()):
+        _hatch_legend(ax, "exactly 0 (no dependence)", below=0.12)
     fig.tight_layout()
     return fig
 

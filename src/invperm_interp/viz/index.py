@@ -194,7 +194,7 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
         f"<p class='meta'>{len(rows)} run{'s' if len(rows) != 1 else ''}; {solved} reached MSE "
         f"&lt; {SOLVED_BELOW:g}"
         + (f"; {cannot} causal run{'s' if cannot != 1 else ''} cannot (the causal floor is above "
-           "it) and stay out of the figure" if cannot else "") + ". "
+           f"it) and {'stay' if cannot != 1 else 'stays'} out of the figure" if cannot else "") + ". "
         "Click a column header to sort; a run's name opens its report. Final MSE is on the run's "
         "eval batch at its last step; for causal runs it is written against the causal floor.</p>",
     ]

@@ -89,23 +89,25 @@ def headline(analysis: ModelAnalysis) -> str:
             sentences.append(
                 f"Even all {m.size} cells the fitted atoms occupy, run on their own, are not faithful "
                 f"({m.score.rows_exact:.1%} of rows exact; {_recovered(m.score.loss_recovered)}).")
+    paragraphs = [" ".join(sentences)]  # the mechanism; the floor and the fit get their own
     unexplained = analysis.circuit.residual_share
     if unexplained and max(unexplained) > UNEXPLAINED:
         cls = "headline none"
         scores = [a.score for a in analysis.circuit.atoms if a.share >= 0.01]
         fit = (f"its atoms match their templates with cosine {min(scores):.2f}–{max(scores):.2f}"
                if scores else "no atom holds 1% of a layer")
-        sentences.append(
+        paragraphs.append(
             f"<b>No template explains the weights:</b> {fit}, and {min(unexplained):.0%}–"
             f"{max(unexplained):.0%} of each layer's gauge-fixed weights are unexplained; the circuit "
             "table below is the best sparse fit, not a mechanism.")
     floor, cfg = analysis.causal_floor, analysis.model
     if cfg.causal and floor > 0 and analysis.mse >= 0.98 * floor:  # the first thing to know
-        sentences.insert(0, (
+        paragraphs.insert(0, (
             f"<b>The model sits at the causal floor</b> ({excess_text(analysis.mse, floor)}): under "
             "the mask a read-out row cannot see the input rows it needs (Lemma 1), so no circuit "
             "can do better."))
-    return f'<h2>Headline</h2><div class="{cls}"><p>{" ".join(sentences)}</p></div>'
+    body = "".join(f"<p>{p}</p>" for p in paragraphs)
+    return f'<h2>Headline</h2><div class="{cls}">{body}</div>'
 
 
 def mechanism_section(analysis: ModelAnalysis) -> str:
