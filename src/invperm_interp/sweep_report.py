@@ -47,11 +47,10 @@ def _value(r: dict, section: str, key: str):
 
 def write_report(folder: str | Path) -> tuple[Path, Path]:
     """``DIR/sweep_report.md`` (one row per run, then solved counts per group) and
-    ``DIR/sweep_report.png`` (steps to solve against the first varying numeric field)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    ``DIR/sweep_report.{png,svg}`` (steps to solve against the first varying numeric field,
+    ``viz.sweep.plot_sweep``: unsolved runs apart, not drawn at their last step)."""
+    from .viz.heatmaps import save_figures
+    from .viz.sweep import plot_sweep
 
     folder = Path(folder)
     runs = read_sweep(folder)
@@ -81,22 +80,11 @@ def write_report(folder: str | Path) -> tuple[Path, Path]:
     md = folder / "sweep_report.md"
     md.write_text("\n".join(lines) + "\n")
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    for label, members in groups.items():
-        xs = [_value(r, *x_key) if x_key else i for i, r in enumerate(members)]
-        hit = [(x, r["steps_to_solve"]) for x, r in zip(xs, members) if r["steps_to_solve"] is not None]
-        miss = [(x, r["step"]) for x, r in zip(xs, members) if r["steps_to_solve"] is None]
-        points = ax.scatter(*zip(*hit), label=label, alpha=0.8) if hit else None
-        if miss:
-            color = points.get_facecolor()[0] if points is not None else "k"
-            ax.scatter(*zip(*miss), marker="x", color=color,
-                       label=f"{label}: not solved (last step)")
-    ax.set_xlabel(("d" if x_key == ("model", "layout") else f"{x_key[0]}.{x_key[1]}") if x_key else "run")
-    ax.set_ylabel(f"first eval step with MSE < {solve:g}")
-    ax.set_title(f"sweep {folder.name}: {len(runs)} runs", fontsize=10)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    png = folder / "sweep_report.png"
-    fig.savefig(png, dpi=120)
-    plt.close(fig)
+    x_label = (("d (task size)" if x_key == ("model", "layout") else f"{x_key[0]}.{x_key[1]}")
+               if x_key else "run")
+    points = [{"group": label, "d": _value(r, *x_key) if x_key else i, "seed": r["train"].get("seed"),
+               "steps_to_solve": r["steps_to_solve"], "steps": r["step"]}
+              for label, members in groups.items() for i, r in enumerate(members)]
+    fig = plot_sweep(points, solve, f"sweep {folder.name}: {len(runs)} runs", x_label)
+    png, _ = save_figures(fig, folder / "sweep_report.png")
     return md, png

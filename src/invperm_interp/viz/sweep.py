@@ -18,18 +18,20 @@ from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
 SEED_MARKERS = "o^sDvP*Xph<>"
 
 
-def plot_sweep(rows: list[dict], target: float = 1e-3, title: str = "") -> Figure:
+def plot_sweep(rows: list[dict], target: float = 1e-3, title: str = "",
+               x_label: str = "d (task size)") -> Figure:
     """Steps to MSE < ``target`` against ``d``, one colour per ``group`` and one marker per seed.
 
-    ``rows``: dicts with ``group`` (e.g. the model kind), ``d``, ``seed``, ``steps_to_solve``
-    (``None``: not solved) and ``steps`` (the run's length). Groups sit side by side at each ``d``
-    and seeds are spread within a group, so no two markers overlap; only ``d`` values with runs get
-    a tick.
+    ``rows``: dicts with ``group`` (e.g. the model kind), ``d`` (or any value to place runs by,
+    named by ``x_label``), ``seed``, ``steps_to_solve`` (``None``: not solved) and ``steps`` (the
+    run's length). Groups sit side by side at each ``d`` and seeds are spread within a group, so no
+    two markers overlap; only ``d`` values with runs get a tick.
     """
     if not rows:
         raise ValueError("rows must hold at least one run")
     groups = sorted({r["group"] for r in rows}, key=str)
-    ds = sorted({r["d"] for r in rows})
+    ds = sorted({r["d"] for r in rows}, key=lambda v: (not isinstance(v, (int, float)), v
+                                                        if isinstance(v, (int, float)) else str(v)))
     seeds = sorted({r["seed"] for r in rows}, key=str)
     unsolved = [r for r in rows if r.get("steps_to_solve") is None]
     width_in = max(5.5, 1.1 * len(ds) + 2.5)
@@ -65,7 +67,7 @@ def plot_sweep(rows: list[dict], target: float = 1e-3, title: str = "") -> Figur
     ax.set_xticks(range(len(ds)), [str(d) for d in ds], fontsize=LABEL_PT)
     ax.set_xlim(-0.5, len(ds) - 0.5)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("d (task size)", fontsize=LABEL_PT)
+    ax.set_xlabel(x_label, fontsize=LABEL_PT)
     ax.set_ylabel(f"first eval step with MSE < {target:g}", fontsize=LABEL_PT)
     ax.tick_params(labelsize=LABEL_PT)
     ax.grid(axis="y", alpha=0.3)
