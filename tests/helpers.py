@@ -44,6 +44,8 @@ def assert_same_weights(a: nn.Module | dict, b: nn.Module | dict) -> None:
         assert torch.equal(sa[k], sb[k]), k
 
 
-def batch_for(model, n: int = 64, seed: int = 0):
-    """``n`` float64 samples of the model's layout from generator seed ``seed``."""
-    return sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed), dtype=torch.float64)
+def batch_for(model, n: int = 64, seed: int = 0, dtype: torch.dtype | None = None):
+    """``n`` samples of the model's layout from generator seed ``seed``, in ``dtype`` (default: the
+    model's)."""
+    return sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
+                        dtype=dtype or model.cfg.torch_dtype)

@@ -3,9 +3,9 @@ and the minimal circuit, on constructions (where the answer is known) and pertur
 
 import pytest
 import torch
+from helpers import batch_for
 
 from invperm_interp import constructions as C
-from invperm_interp import sample_batch
 from invperm_interp.analysis import (
     ModelAnalysis,
     analyze,
@@ -20,11 +20,6 @@ from invperm_interp.analysis.faithfulness import Hypothesis, as_hypothesis, proj
 from invperm_interp.cells import cell_template
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]
-
-
-def batch_for(model, n=256, seed=0):
-    return sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
-                        dtype=model.cfg.torch_dtype)
 
 
 def add_cells(model, cells, beta):
@@ -43,7 +38,7 @@ def test_a_construction_is_its_own_faithful_complete_minimal_mechanism(name):
     row exact), so minimality is a statement at a given β."""
     spec = C.REGISTRY[name]
     model = C.build(name, 10, spec.beta_exact)
-    batch = batch_for(model)
+    batch = batch_for(model, 256)
     mech = mechanism(model, batch)
     assert mech.name == name
     f = mech.faithfulness
@@ -66,7 +61,7 @@ def test_a_construction_with_another_faintly_added_is_still_named(name, other):
     beta = 100.0
     model = add_cells(C.build(name, 5, beta), C.REGISTRY[other].cells, beta / 50)
     model = perturb(model, gauge=3.0, seed=1)
-    batch = batch_for(model)
+    batch = batch_for(model, 256)
     assert C.verify(model, batch=batch).max_error < 0.1  # it still solves the task
     mech = mechanism(model, batch)
     assert mech.name == name
@@ -79,7 +74,7 @@ def test_a_construction_missing_a_needed_cell_is_not_named(name):
     model = C.build(name, 5, spec.beta_exact)
     layer, query, key, kind = spec.cells[0]
     add_cells(model, [spec.cells[0]], -spec.beta_exact)  # remove it
-    mech = mechanism(model, batch_for(model))
+    mech = mechanism(model, batch_for(model, 256))
     assert mech.name != name
 
 
@@ -129,7 +124,7 @@ def test_the_fitted_beta_is_the_model_s_own():
 
 def test_baseline_and_loss_recovered():
     model = C.build("theorem2", 4)
-    f = faithfulness(model, "two_block", batch_for(model), minimality=False)
+    f = faithfulness(model, "two_block", batch_for(model, 256), minimality=False)
     assert f.baseline == 1.0  # 0.5 everywhere: d/4
     assert f.circuit.loss_recovered == pytest.approx((1.0 - f.circuit.mse) / (1.0 - f.model.mse))
 
@@ -151,7 +146,7 @@ def test_bad_hypotheses_are_named(hypothesis, match):
 
 def test_minimal_circuit_of_a_perturbed_construction_is_its_cells():
     model = perturb(C.build("theorem2", 10, 20.0), gauge=2.0, seed=4)
-    result = minimal_circuit(model, batch_for(model))
+    result = minimal_circuit(model, batch_for(model, 256))
     assert result.faithful
     assert {(c[0], c[2], c[3]) for c in result.cells} == {(c[0], c[1], c[2])
                                                           for c in C.REGISTRY["theorem2"].cells}

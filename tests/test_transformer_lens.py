@@ -3,6 +3,7 @@ read, tokens, and the residual-stream decompositions in the final stream's frame
 
 import pytest
 import torch
+from helpers import batch_for
 from transformer_lens import patching
 
 from invperm_interp import (
@@ -30,11 +31,6 @@ def small_model(attention_dir="bidirectional", dtype="float32", layout=None, n_h
     return HookedDisentangledTransformer(cfg, seed=0)
 
 
-def batch_for(model, n=8, seed=0):
-    return sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
-                        dtype=model.cfg.torch_dtype)
-
-
 # -- each defect of the issue, as a regression test ------------------------------------------------
 @pytest.mark.parametrize("hook, edit", [
     (hook_name("embed"), lambda act: act[:, 0].zero_()),
@@ -43,7 +39,7 @@ def batch_for(model, n=8, seed=0):
 ])
 def test_in_place_edits_at_the_inputs_leave_X_the_model_and_the_next_run_untouched(hook, edit):
     model = small_model()
-    X = batch_for(model).X
+    X = batch_for(model, 8).X
     X_before, pos_before = X.clone(), model.pos.clone()
     clean = model(X)
 
@@ -58,7 +54,7 @@ def test_in_place_edits_at_the_inputs_leave_X_the_model_and_the_next_run_untouch
 
 def test_editing_the_pattern_in_place_then_backward_gives_the_out_of_place_gradient():
     model = small_model("causal")
-    X = batch_for(model).X
+    X = batch_for(model, 8).X
 
     def in_place(act, hook):
         act[:, :, :, 0] = 0
@@ -81,7 +77,7 @@ def test_editing_the_pattern_in_place_then_backward_gives_the_out_of_place_gradi
 
 def test_an_in_place_edit_of_the_read_out_rows_leaves_the_cached_final_stream_alone():
     model = small_model()
-    X = batch_for(model).X
+    X = batch_for(model, 8).X
     _, clean = model.run_with_cache(X)
 
     def zero(act, hook):
@@ -96,10 +92,10 @@ def test_an_in_place_edit_of_the_read_out_rows_leaves_the_cached_final_stream_al
 # -- the loss path, W_U, tokens ---------------------------------------------------------------------
 def test_loss_path_is_the_note_loss_and_defaults_to_the_inputs_own_answer():
     model = small_model(dtype="float64").requires_grad_(False)
-    batch = batch_for(model)
+    batch = batch_for(model, 8)
     out = model(batch.X)
     assert float(model(batch.X, return_type="loss")) == pytest.approx(float(mse(out, batch.Y)))
-    other = batch_for(model, seed=1).Y
+    other = batch_for(model, 8, seed=1).Y
     assert float(model(batch.X, other, return_type="loss")) == pytest.approx(float(mse(out, other)))
     both_out, both_loss = model(batch.X, return_type="both")
     assert torch.equal(both_out, out) and torch.equal(both_loss, model(batch.X, return_type="loss"))
@@ -109,7 +105,7 @@ def test_loss_path_is_the_note_loss_and_defaults_to_the_inputs_own_answer():
 
 def test_run_with_cache_incl_bwd_gives_the_gradient_of_the_loss():
     model = small_model(dtype="float64")
-    batch = batch_for(model)
+    batch = batch_for(model, 8)
     loss, cache = model.run_with_cache(batch.X, return_type="loss", incl_bwd=True)
     # reference: d loss / d pattern of layer 1 by plain autograd through a retained tensor
     kept = {}
@@ -128,7 +124,7 @@ def test_run_with_cache_incl_bwd_gives_the_gradient_of_the_loss():
 def test_W_U_and_tokens_and_str_tokens():
     layout = Layout.scratch(3, scratch=[0.5, 2.0, 0.0])
     model = small_model(layout=layout)
-    batch = batch_for(model)
+    batch = batch_for(model, 8)
     assert model.W_U is model.unembed.W_U
     tokens = model.to_tokens(batch.X)
     assert tokens.shape == (8, layout.T) and tokens.dtype == torch.int64
@@ -153,7 +149,7 @@ def test_cfg_carries_what_transformer_lens_reads_and_follows_the_model():
     assert not model.training  # eval mode, as TransformerLens's analysis tools require
     model.to(torch.float64)
     assert model.cfg.dtype == "float64" and model.cfg.torch_dtype == F64
-    assert model.blocks[0].attn.A.dtype == F64 and model(batch_for(model).X).dtype == F64
+    assert model.blocks[0].attn.A.dtype == F64 and model(batch_for(model, 8).X).dtype == F64
     assert model.cfg == ModelConfig.from_json(model.cfg.to_json())
     assert "device" not in model.cfg.to_dict()
     with pytest.raises(ValueError, match="float32 or float64"):
@@ -189,7 +185,7 @@ def test_transformer_lens_patching_by_position_reproduces_analysis_patch(name):
 @pytest.mark.parametrize("attention_dir, n_heads", [("causal", 2), ("bidirectional", 1)])
 def test_decompositions_sum_exactly_and_read_out_to_the_output(attention_dir, n_heads):
     model = small_model(attention_dir, "float64", n_heads=n_heads)
-    X = batch_for(model).X
+    X = batch_for(model, 8).X
     out, cache = model.run_with_cache(X)
     assert isinstance(cache, StreamCache)
     widths, L, rows = model.cfg.widths, model.cfg.n_layers, model.unembed.rows
@@ -215,7 +211,7 @@ def test_decompositions_sum_exactly_and_read_out_to_the_output(attention_dir, n_
 
 def test_decompositions_equal_transformer_lens_own_on_the_export():
     model = C.build("appendix_b", 3, dtype=torch.float32)
-    X = batch_for(model).X
+    X = batch_for(model, 8).X
     export = to_transformer_lens(model)
     _, ours = model.run_with_cache(X)
     _, theirs = export.tl_model.run_with_cache(export.to_tokens(X))
