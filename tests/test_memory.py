@@ -12,6 +12,7 @@ import re
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,51 +22,7 @@ from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
 from invperm_interp.train import train
 
-PROBE = r"""
-import json, sys
-import torch
-torch.set_num_threads(1)
-from invperm_interp import Layout, ModelConfig, sample_batch
-from invperm_interp import constructions as C, memory
-from invperm_interp.config import TrainConfig
-from invperm_interp.train import train
-
-def status(key):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
-
-job = json.loads(sys.argv[1])
-kind = job["kind"]
-train(ModelConfig(Layout.plain(2)), TrainConfig(steps=1, batch_size=2, eval_size=2, device="cpu"),
-      progress=False)
-C.verify(C.build("theorem2", 2), n=2)
-base = status("VmRSS:")
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # VmHWM := VmRSS
-if kind == "train":
-    cfg = ModelConfig(Layout.plain(job["d"]), n_heads=job["heads"], attention_dir=job["attention"])
-    est = memory.training_estimate(cfg, "adam", job["B"], job["E"])
-    train(cfg, TrainConfig(steps=3, batch_size=job["B"], eval_size=job["E"], eval_every=1,
-                           device="cpu"), progress=False)
-else:
-    model = C.build(job["name"], job["d"])
-    est = memory.evaluation_estimate(model.cfg, job["n"])
-    if kind == "verify":
-        C.verify(model, n=job["n"])
-    else:
-        from invperm_interp.analysis.record import analyze
-        gen = torch.Generator().manual_seed(0)
-        analyze(model, sample_batch(model.cfg.layout, job["n"], gen, dtype=torch.float64))
-print(json.dumps({"estimate": est.total, "peak": status("VmHWM:") - base}))
-"""
-
-JOBS = {  # each peaks at 50-300 MB
-    "train d=20 causal": dict(kind="train", d=20, heads=1, attention="causal", B=1024, E=1024),
-    "train d=12, 2 heads": dict(kind="train", d=12, heads=2, attention="bidirectional", B=512, E=512),
-    "verify theorem2 d=30": dict(kind="verify", name="theorem2", d=30, n=256),
-    "verify theorem3 d=30": dict(kind="verify", name="theorem3", d=30, n=128),
-    "analyze theorem3 d=8": dict(kind="analyze", name="theorem3", d=8, n=512),
-}
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "memory_estimate.py"
 
 
 def _can_reset_peak() -> bool:
@@ -79,10 +36,14 @@ def _can_reset_peak() -> bool:
 
 @pytest.mark.skipif(not _can_reset_peak(), reason="needs Linux /proc/self/clear_refs")
 def test_estimates_are_within_2x_of_measured_peaks():
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = {name: subprocess.Popen([sys.executable, "-c", PROBE, json.dumps(job)], env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name, job in JOBS.items()}
+    """Training, a construction's check and the analysis at sizes peaking at 50-300 MB, measured
+    by benchmarks/memory_estimate.py (which prints the larger sizes too)."""
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import memory_estimate
+    finally:
+        sys.path.pop(0)
+    procs = {name: memory_estimate.measure(job) for name, job in memory_estimate.SMALL.items()}
     ratios = {}
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=600)
@@ -229,3 +190,17 @@ def test_estimating_a_huge_model_allocates_nothing():
     assert estimate.total > 1e13
     with pytest.raises(memory.MemoryBudgetError):
         memory.check(estimate)
+
+
+def test_a_vectorised_bucket_is_checked_as_the_sum_of_its_runs(monkeypatch):
+    from invperm_interp.many import train_many
+
+    model_cfg = ModelConfig(Layout.plain(10))
+    one = memory.training_estimate(model_cfg, "adam", 64, 64).total
+    jobs = [(model_cfg, TrainConfig(steps=2, batch_size=64, eval_size=64, device="cpu", seed=s))
+            for s in range(4)]
+    monkeypatch.setattr(memory, "available_memory", lambda device="cpu": (3 * one, "a test's limit"))
+    with pytest.raises(memory.MemoryBudgetError, match=r"a bucket of 4 runs trained together needs "
+                                                        r".*lower the number of runs trained together"):
+        train_many(jobs, vectorize=True, progress=False)
+    assert [r.step for r in train_many(jobs[:3], vectorize=True, progress=False)] == [2, 2, 2]

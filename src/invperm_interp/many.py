@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
+from . import memory
 from .config import ModelConfig, TrainConfig
 from .cpu import threads_for
 from .model import readout_forward
@@ -222,6 +223,9 @@ def _train_bucket(jobs: list[tuple[ModelConfig, TrainConfig]], *, resume: bool,
                   progress: bool) -> list[Run | Failed]:
     """Train same-shape jobs as one vectorised model (see the module docstring)."""
     configs = [effective_configs(*job)[:2] for job in jobs]
+    memory.check(memory.combined([memory.training_estimate(m, t.optimizer, t.batch_size, t.eval_size)
+                                  for m, t in configs], f"a bucket of {len(jobs)} runs trained together"),
+                 device=resolve_device(configs[0][1].device))
     threads = threads_for(configs[0][1])
     old_threads = torch.get_num_threads()
     if threads is not None:

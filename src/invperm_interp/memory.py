@@ -284,3 +284,13 @@ def training_estimate(model_cfg: ModelConfig, optimizer: str, batch_size: int, e
         chunks = "" if step >= evaluation else "; evaluations run in chunks of it"
         lower = f"batch_size (now {batch_size}{chunks}), d, n_layers or n_heads"
     return Estimate(what, parts, lower=lower)
+
+
+def combined(estimates: list[Estimate], what: str) -> Estimate:
+    """Jobs that are alive together (``train_many``'s vectorised bucket): their parts add up."""
+    parts: dict[str, int] = {}
+    for estimate in estimates:
+        for name, n in estimate.parts.items():
+            parts[name] = parts.get(name, 0) + n
+    lower = f"the number of runs trained together, or {estimates[0].lower}" if estimates else ""
+    return Estimate(what, parts, lower=lower)
