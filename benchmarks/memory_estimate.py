@@ -67,7 +67,8 @@ def probe(job: dict) -> dict:
                                device="cpu"), progress=False)
     else:
         model = C.build(job["name"], job["d"])
-        estimate = memory.evaluation_estimate(model.cfg, job["n"])
+        estimate = (memory.evaluation_estimate(model.cfg, job["n"]) if job["kind"] == "verify"
+                    else memory.analysis_estimate(model.cfg, job["n"]))
         if job["kind"] == "verify":
             C.verify(model, n=job["n"])
         else:

@@ -57,9 +57,7 @@ def _analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, se
     from .viz.report import write_report
 
     cfg = model.cfg
-    # measured: the analysis peaks at 0.9-1.6x an evaluation on the same samples (test_memory.py)
-    estimate = memory.evaluation_estimate(cfg, n, what=f"the analysis on n={n} samples")
-    memory.check(estimate, max_memory, model.device)
+    memory.check(memory.analysis_estimate(cfg, n), max_memory, model.device)
     generator = torch.Generator(device=model.device).manual_seed(seed)
     batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
     result = analyze(model, batch, source)

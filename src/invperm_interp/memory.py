@@ -294,3 +294,13 @@ def combined(estimates: list[Estimate], what: str) -> Estimate:
             parts[name] = parts.get(name, 0) + n
     lower = f"the number of runs trained together, or {estimates[0].lower}" if estimates else ""
     return Estimate(what, parts, lower=lower)
+
+
+def analysis_estimate(cfg: ModelConfig, n: int) -> Estimate:
+    """``invperm analyze`` on ``n`` samples: an evaluation's parts with two forwards' activations
+    alive (a clean run cached beside an ablated or patched one; measured 0.9-1.7x of its peak)."""
+    activations = 2 * forward_bytes(cfg, n)
+    return Estimate(f"the analysis on n={n} samples",
+                    {"weights": parameter_count(cfg) * _elem(cfg), "samples": batch_bytes(cfg, n),
+                     "activations": activations, "allocator slack": int(SLACK * activations)},
+                    lower="the number of samples (--n) or d")
