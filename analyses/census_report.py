@@ -133,6 +133,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
     left.axvline(FAITHFUL_RECOVERED, color="k", linestyle="--", linewidth=0.8)
     left.axhline(1 - FAITHFUL_ROWS, color="k", linestyle="--", linewidth=0.8)
     left.set_yscale("symlog", linthresh=1e-3)
+    left.set_ylim(0, 1.3)
     left.set_xlim(-2.2, 1.05)
     left.set_xlabel("loss recovered by the construction's cells alone (baseline d/4)")
     left.set_ylabel("rows NOT exact (1 - rows exact)")
