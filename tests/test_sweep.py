@@ -149,3 +149,27 @@ def test_local_sweep_killed_mid_way_and_rerun_ends_the_same(tmp_path):
     assert (out / "sweep.jsonl").read_text() == reference.read_text()
     for name, mtime in finished.items():  # finished runs were skipped, not retrained
         assert (out / name / "final.safetensors").stat().st_mtime_ns == mtime
+
+
+def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
+    import importlib
+
+    mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
+    seen = []
+
+    class Named:
+        name = "appendix_b"
+
+    def fake_mechanism(model, batch):
+        seen.append((model.cfg.d, batch.X.shape[0]))
+        return Named()
+
+    monkeypatch.setattr(mech_mod, "mechanism", fake_mechanism)
+    text = TINY.format(steps=10, every=10).replace('name = "tiny"', 'name = "tiny"\nmechanism = true')
+    out = tmp_path / "out"
+    rows = lines(run_sweep(grid_file(tmp_path, text), out, executor="debug", progress=False))
+    assert [r["mechanism"] for r in rows] == ["appendix_b"] * 4
+    assert sorted(seen) == [(2, 512), (2, 512), (3, 512), (3, 512)]
+    assert json.loads((out / "d2_seed0" / "mechanism.json").read_text())["name"] == "appendix_b"
+    run_sweep(grid_file(tmp_path, text), out, executor="debug", progress=False)
+    assert len(seen) == 4  # cached: a rerun does not analyse again
