@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import torch
 from common import asset, write_table
 
 from invperm_interp import Layout, ModelConfig, sample_batch
@@ -49,7 +50,9 @@ def main() -> None:
         run = train_or_reuse(cfg, TrainConfig(steps=steps, seed=seed, threads=args.threads),
                              Path(args.runs) / name)
         model, final = run.model, run.final_metrics
-        batch = sample_batch(cfg.layout, 256, dtype=cfg.torch_dtype)
+        # A fixed analysis batch per run, so the table is the same on every regeneration.
+        batch = sample_batch(cfg.layout, 256, generator=torch.Generator().manual_seed(seed),
+                             dtype=cfg.torch_dtype)
         circuit = explain(model)
         mech = mechanism(model, batch, circuit=circuit)
         closest = closest_construction(model, batch)

@@ -207,6 +207,9 @@ def test_decompositions_sum_exactly_and_read_out_to_the_output(attention_dir, n_
     assert torch.equal(heads.sum(0), h_L)
     with pytest.raises(ValueError, match="no LayerNorm"):
         cache.accumulated_resid(apply_ln=True)
+    for bad in (True, L + 1, 1.0):  # True would otherwise pass as layer 1
+        with pytest.raises(ValueError, match="layer must be an integer"):
+            cache.accumulated_resid(layer=bad)
 
 
 def test_decompositions_equal_transformer_lens_own_on_the_export():

@@ -38,6 +38,8 @@ class StreamCache(ActivationCache):
 
     def _layer(self, layer: int | None, allow_zero: bool = True) -> int:
         L = self.model.cfg.n_layers
+        if isinstance(layer, bool):  # True == 1 would silently mean layer 1
+            raise ValueError(f"layer must be an integer in [0, {L}], -1 or None, got {layer!r}")
         layer = L if layer is None or layer == -1 else layer
         if not isinstance(layer, int) or not (0 if allow_zero else 1) <= layer <= L:
             raise ValueError(f"layer must be an integer in [0, {L}], -1 or None, got {layer!r}")

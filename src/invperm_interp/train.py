@@ -348,7 +348,7 @@ class _Trainer:
 
     def finish(self, stepped: bool) -> Run:
         """Write the final weights of a run that reached ``steps`` or stopped early (again only if
-        it ``stepped`` this session or has none yet) and return it."""
+        it ``stepped`` in this call or has none yet) and return it."""
         cfg, model = self.cfg, self.model
         final = self.dir / "final.safetensors" if self.dir is not None else None
         done = self.step == cfg.steps or self.stopped is not None
