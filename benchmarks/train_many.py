@@ -136,7 +136,7 @@ def part_sweep(args) -> None:
     grid = ROOT / "analyses" / "grids" / "sweep_d.toml"
     print(f"\n== the make-sweep grid ({grid.relative_to(ROOT)}); {load()}")
     with tempfile.TemporaryDirectory() as tmp:
-        # Training only: naming the mechanisms (issue's analysis rule) is timed apart below.
+        # Training only: naming the mechanisms (analysis.mechanism) is timed apart below.
         training_grid = Path(tmp) / "grid.toml"
         training_grid.write_text(grid.read_text().replace("mechanism = true", "mechanism = false"))
         start = time.perf_counter()
