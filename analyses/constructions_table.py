@@ -11,8 +11,8 @@ import textwrap
 from common import asset, write_table
 
 from invperm_interp import constructions
+from invperm_interp.labels import layer_name
 from invperm_interp.viz.heatmaps import plot_circuit, save_figures
-from invperm_interp.viz.labels import layer_name
 
 DS = (2, 5, 10, 16)
 BETAS = (10.0, 100.0)

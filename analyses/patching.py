@@ -17,8 +17,8 @@ from common import asset, write_table
 
 from invperm_interp import Run, constructions, make_input, sample_batch
 from invperm_interp.analysis import mse_to, patch_blocks
+from invperm_interp.labels import hook_label
 from invperm_interp.viz.heatmaps import plot_patching, save_figures
-from invperm_interp.viz.labels import hook_label
 
 
 def models(runs: Path) -> dict:

@@ -184,3 +184,13 @@ def test_analyze_headline_names_the_construction_cells(theorem3):
     _, _, summary = theorem3
     for _layer, query, key, template in constructions.REGISTRY["theorem3"].cells:
         assert f"{template} at ({query}, {key})" in headline(summary)
+
+
+def test_analyze_text_names_streams_by_layer_as_the_report_does(theorem3):
+    """The ablation lines of the command line's text speak of "layer 2 (blocks.1) output", not of
+    the note's h^2, as every section of the report does."""
+    _, _, summary = theorem3
+    text = headline(summary)
+    ablations = text.split("\nablations\n")[1].split("\n\n")[0]
+    assert "h^" not in ablations
+    assert "layer 2 (blocks.1) output, read out" in ablations

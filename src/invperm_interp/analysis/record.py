@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..config import ModelConfig
+from ..labels import name_streams
 from ..model import HookedDisentangledTransformer
 from ..task import Batch
 from ..theory import dependency_map
@@ -226,7 +227,9 @@ def headline(result: ModelAnalysis, min_share: float = 0.01) -> str:
         for c in result.closest[:3]:
             lines.append(f"  {c.name:22s} beta {c.beta:<6g} pattern TV {c.pattern_tv:.3f}  "
                          f"weight cos {c.weight_cosine:.2f}")
-    lines += ["", "ablations"] + [f"  {a}" for a in result.ablations]
+    # Ablation names speak of the note's h^l; the text names streams as the report does.
+    lines += ["", "ablations"] + [f"  {name_streams(str(a), result.model.n_layers)}"
+                                  for a in result.ablations]
     verdict = ("every dependence on a later input row is exactly 0" if result.lemma1.causal_ok
                else f"read-out rows depend on later input rows (up to {result.lemma1.max_later:.3g})")
     lines += ["", f"Lemma 1: {verdict}"]

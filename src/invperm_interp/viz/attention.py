@@ -17,10 +17,10 @@ import circuitsvis
 import torch
 from circuitsvis.utils.convert_props import convert_props
 
+from ..labels import head_name
 from ..model import HookedDisentangledTransformer
 from ..task import Batch
 from ..tokens import row_labels
-from .labels import head_name
 
 BUNDLE = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
 

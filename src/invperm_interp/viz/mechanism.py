@@ -14,8 +14,8 @@ import html
 from .. import constructions
 from ..analysis.mechanism import is_faithful
 from ..analysis.record import ModelAnalysis
+from ..labels import layer_name
 from .html import table
-from .labels import layer_name
 from .training import excess_text
 
 # A circuit whose atoms leave more than this share of a layer's gauge-fixed weights unexplained is

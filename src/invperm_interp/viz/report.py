@@ -4,7 +4,7 @@ Order: what was run (once), the headline (the mechanism and what it means, ``viz
 numbers (MSE against the causal floor, accuracies), the training curve, the mechanism tests, the
 circuit (table with captions, gauge-fixed weights, raw weights folded away), closest constructions
 by attention patterns, ablations, the Lemma 1 certificate and the attention patterns of one sample.
-Layers are named one way everywhere (``viz.labels``).
+Layers are named one way everywhere (``invperm_interp.labels``).
 
 The page only renders: the numbers come from the analysis record (``ModelAnalysis``) and the run's
 metrics. Figures are inline SVG with alt text; the circuitsvis bundle is inlined (one
@@ -21,13 +21,13 @@ import torch
 
 from ..analysis.record import ModelAnalysis, atom_label
 from ..config import TrainConfig
+from ..labels import layer_name, name_streams
 from ..metrics import evaluate
 from ..model import HookedDisentangledTransformer
 from ..task import Batch
 from .attention import attention_views, page
 from .heatmaps import head_figure, plot_dependency, unembed_figure
 from .html import figure, table
-from .labels import layer_name, name_streams
 from .mechanism import headline, mechanism_section
 from .training import excess_text, plot_accuracy, plot_training
 
