@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -49,3 +54,27 @@ def batch_for(model, n: int = 64, seed: int = 0, dtype: torch.dtype | None = Non
     model's)."""
     return sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
                         dtype=dtype or model.cfg.torch_dtype)
+
+
+_TRAIN_CLI = [sys.executable, "-m", "invperm_interp.cli", "train"]
+
+
+def _one_thread_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def start_cli_training(out: Path, train_args: dict, **popen_kw) -> subprocess.Popen:
+    """A real ``invperm train`` process of the bidirectional d = 4 model into ``out``, ``train_args``
+    as its flags (one thread, no progress bar, stdout discarded, stderr piped), for tests that
+    signal, kill or race it."""
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in train_args.items()]
+    return subprocess.Popen(_TRAIN_CLI + ["--d=4", "--attention=bidirectional", "--device=cpu",
+                                          "--threads=1", f"--out={out}", "--no-progress", *flags],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_one_thread_env(),
+                            **popen_kw)
+
+
+def cli_resume(out: Path, timeout: float) -> subprocess.CompletedProcess:
+    """``invperm train --resume out`` in a real process (one thread), its output captured as text."""
+    return subprocess.run(_TRAIN_CLI + ["--resume", str(out), "--no-progress"], env=_one_thread_env(),
+                          capture_output=True, text=True, timeout=timeout)

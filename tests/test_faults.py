@@ -12,8 +12,6 @@ import pickle
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import replace
@@ -22,7 +20,7 @@ from pathlib import Path
 import helpers
 import pytest
 import torch
-from helpers import assert_same_weights, run, strip
+from helpers import assert_same_weights, cli_resume, run, start_cli_training, strip
 
 import invperm_interp.checkpoint as ckpt
 import invperm_interp.train as train_mod
@@ -90,12 +88,7 @@ def test_sigkill_mid_run_then_resume_equals_an_uninterrupted_run(tmp_path):
     resumed with ``invperm train --resume``: final weights bit-identical to an uninterrupted
     in-process run, metrics equal but for wall time, every evaluation step exactly once."""
     out = tmp_path / "killed"
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in KILL_ARGS.items()]
-    cli = [sys.executable, "-m", "invperm_interp.cli", "train"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cli + ["--d=4", "--attention=bidirectional", "--device=cpu", "--threads=1",
-                                   f"--out={out}", "--no-progress", *flags],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = start_cli_training(out, KILL_ARGS)
     try:
         deadline = time.monotonic() + 120
         while True:  # kill once a checkpoint exists and 3+ evaluations were logged after it,
@@ -117,8 +110,7 @@ def test_sigkill_mid_run_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert 0 < kept[-1] < KILL_ARGS["steps"]
     assert logged[-1]["step"] > kept[-1]  # lines past the checkpoint: resume must not repeat them
 
-    done = subprocess.run(cli + ["--resume", str(out), "--no-progress"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = cli_resume(out, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from helpers import assert_same_weights, run, small, strip
+from helpers import assert_same_weights, cli_resume, run, small, start_cli_training, strip
 
 import invperm_interp.checkpoint as ckpt
 from invperm_interp import Layout, ModelConfig
@@ -264,20 +264,14 @@ def test_a_second_writer_is_refused_and_sigterm_checkpoints_then_resume_is_bit_i
     one line); resuming ends bit-identical to an uninterrupted run with every evaluation once
     (compared 100 steps past the stop: a constant lr makes every length a prefix)."""
     out = tmp_path / "job"
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in TERM_ARGS.items()]
-    cli = [sys.executable, "-m", "invperm_interp.cli", "train"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen(cli + ["--d=4", "--attention=bidirectional", "--device=cpu", "--threads=1",
-                                    f"--out={out}", "--no-progress", *flags],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    first = start_cli_training(out, TERM_ARGS, text=True)
     try:
         deadline = time.monotonic() + 120
         while not (out / "metrics.jsonl").exists() or len(read_metrics(out)) < 3:
             assert first.poll() is None, f"the run ended early: {first.stderr.read()}"
             assert time.monotonic() < deadline, "no metrics within 120 s"
             time.sleep(0.01)
-        second = subprocess.run(cli + ["--resume", str(out), "--no-progress"], env=env,
-                                capture_output=True, text=True, timeout=120)
+        second = cli_resume(out, timeout=120)
         assert second.returncode == 2
         (line,) = second.stderr.strip().splitlines()
         assert line.startswith(f"invperm train: error: {out} is being written by process {first.pid} on ")
