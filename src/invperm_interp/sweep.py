@@ -174,6 +174,26 @@ def run_sweep(grid_path: str | Path, out: str | Path | None = None, *, executor:
     return collect(grid, out)
 
 
+def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
+    """``(line number, record)`` for every run line of ``folder/sweep.jsonl`` (blank lines skipped);
+    ``ValueError`` when there is no such file or a line is not a JSON object."""
+    path = Path(folder) / "sweep.jsonl"
+    if not path.is_file():
+        raise ValueError(f"DIR must be a sweep folder with sweep.jsonl, found none at {path}")
+    records = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} line {i} is not a run record: {err}") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path} line {i} is not a run record: got {record!r}")
+        records.append((i, record))
+    return records
+
+
 def collect(grid: Grid, out: Path) -> Path:
     """Write ``out/sweep.jsonl`` from the run directories (one line per job, in grid order)."""
     from .runs import read_metrics

@@ -5,14 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .sweep import read_sweep
+
 COLUMNS = ("name", "status", "step", "steps_to_solve", "final_mse", "rows_exact", "mechanism")
-
-
-def read_sweep(folder: str | Path) -> list[dict]:
-    path = Path(folder) / "sweep.jsonl"
-    if not path.is_file():
-        raise ValueError(f"DIR must be a sweep folder with sweep.jsonl, found none at {path}")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _row(r: dict) -> dict:
@@ -53,7 +48,7 @@ def write_report(folder: str | Path) -> tuple[Path, Path]:
     from .viz.sweep import plot_sweep
 
     folder = Path(folder)
-    runs = read_sweep(folder)
+    runs = [record for _, record in read_sweep(folder)]
     if not runs:
         raise ValueError(f"{folder}/sweep.jsonl lists no runs")
     solve = runs[0]["solve_mse"]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..config import ModelConfig, read_config
 from ..runs import read_metrics
+from ..sweep import read_sweep
 from .html import figure
 from .sweep import plot_sweep
 from .training import excess_text
@@ -116,12 +117,10 @@ def find_runs(directory: str | Path) -> list[RunRow]:
     sweep = root / "sweep.jsonl"
     if sweep.is_file():
         rows = []
-        for i, line in enumerate(sweep.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
+        for i, record in read_sweep(root):
             try:
-                rows.append(_row_from_record(root, json.loads(line)))
-            except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as err:
+                rows.append(_row_from_record(root, record))
+            except (AttributeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{sweep} line {i} is not a run record: {err}") from None
     else:
         rows = [_row_from_dir(p.parent) for p in sorted(root.rglob("config.json"))
