@@ -34,7 +34,7 @@ def peak_rss_mb() -> float:
 def worker(variant: str, threads: int, steps: int) -> dict:
     """Train ``steps`` steps of the bidirectional d = 10 model one way; steps/s and peak RSS."""
     torch.set_num_threads(threads)
-    from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
+    from invperm_interp import Layout, ModelConfig, sample_batch
     from invperm_interp.config import TrainConfig
 
     train_mod = importlib.import_module("invperm_interp.train")  # the module, even if re-exported
@@ -42,6 +42,8 @@ def worker(variant: str, threads: int, steps: int) -> dict:
 
     cfg = ModelConfig(Layout.plain(D), attention_dir="bidirectional")
     if variant == "reference":  # what one would write by hand: hooked forward, Adam, fresh data
+        from invperm_interp import HookedDisentangledTransformer  # train's path imports no TL
+
         model = HookedDisentangledTransformer(cfg, seed=0)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         gen = torch.Generator().manual_seed(1)

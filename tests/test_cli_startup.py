@@ -35,3 +35,28 @@ def test_the_package_still_exports_its_names_on_first_use():
     assert "HookedDisentangledTransformer" in dir(invperm_interp)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         invperm_interp.nope  # noqa: B018
+
+
+TRAIN_PROBE = """
+import sys
+from invperm_interp.cli import main
+for argv in {argvs!r}:
+    assert main(argv) in (0, None), argv
+print("LOADED", sorted(m for m in ("transformer_lens", "torch._dynamo") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("recipe", ["adam", "paper"])
+def test_training_and_resuming_load_neither_transformer_lens_nor_dynamo(tmp_path, recipe):
+    """A training process stays small (benchmarks/train_memory.py): TransformerLens (~130 MB) and
+    torch._dynamo (~70 MB, which torch.optim's step imports) stay out of it."""
+    out = tmp_path / "run"
+    train = ["train", "--d=3", "--steps=8", f"--recipe={recipe}", f"--out={out}", "--no-progress",
+             "--threads=1", "--eval-every=4", "--eval-size=64", "--batch-size=16", "--device=cpu"]
+    argvs = [train[:2] + ["--steps=4"] + train[3:],  # stop at step 4, then extend it to 8
+             ["train", "--resume", str(out), "--steps=8", "--no-progress"]]
+    result = subprocess.run([sys.executable, "-c", TRAIN_PROBE.format(argvs=argvs)],
+                            capture_output=True, text=True, env={"PYTHONPATH": str(SRC), "PATH": ""})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "LOADED []"
+    assert (out / "final.safetensors").is_file()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, make_input, sample_batch
-from invperm_interp.model import readout_forward
+from invperm_interp.disentangled import readout_forward
 from invperm_interp.theory import dependency_map, stream_dependency
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,7 +15,7 @@ from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, R
 from invperm_interp.checkpoint import checkpoint_path, list_checkpoints
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig, config_hash, read_config
-from invperm_interp.model import readout_forward
+from invperm_interp.disentangled import DisentangledTransformer, readout_forward
 from invperm_interp.theory import causal_floor
 from invperm_interp.train import _seeds, learning_rate, resume, train_or_reuse
 
@@ -81,6 +81,27 @@ def test_readout_forward_equals_the_hooked_forward(attention_dir, layout, readou
     batch = sample_batch(layout, 5, torch.Generator().manual_seed(0), dtype=torch.float64)
     torch.testing.assert_close(readout_forward(model, batch.X), model(batch.X), rtol=1e-12,
                                atol=1e-12)
+
+
+@pytest.mark.parametrize("attention_dir", ["causal", "bidirectional"])
+@pytest.mark.parametrize("init", ["normal", "zeros"])
+def test_the_hook_free_model_is_the_hooked_model_without_hooks(attention_dir, init):
+    """Same seed, same weights under the same names; the same outputs; ``from_module`` copies."""
+    cfg = ModelConfig(Layout.scratch(3), n_heads=(2, 1), attention_dir=attention_dir, init=init,
+                      readout="S", dtype="float64", init_scale=0.5)
+    plain, hooked = DisentangledTransformer(cfg, seed=5), HookedDisentangledTransformer(cfg, seed=5)
+    assert_same_weights(plain.state_dict(), hooked.state_dict())
+    assert list(plain.state_dict()) == list(hooked.state_dict())
+    X = sample_batch(cfg.layout, 4, torch.Generator().manual_seed(1), dtype=torch.float64).X
+    torch.testing.assert_close(plain(X), hooked(X), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(plain(hooked.to_tokens(X)), hooked(X), rtol=1e-12, atol=1e-12)
+    copy = HookedDisentangledTransformer.from_module(plain)
+    assert_same_weights(copy.state_dict(), plain.state_dict())
+    with torch.no_grad():
+        plain.unembed.W_U.add_(1.0)
+    assert not torch.equal(copy.W_U, plain.unembed.W_U)  # a copy, not shared
+    with pytest.raises(ValueError, match=r"X must have shape \(B, 9, 3\)"):
+        plain(X[:, :-1])
 
 
 def test_learning_rate_schedules():

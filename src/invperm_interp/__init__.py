@@ -10,13 +10,15 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import ModelConfig
+    from .disentangled import DisentangledTransformer
     from .model import HookedDisentangledTransformer
     from .runs import Run
     from .stream import Block, BlockName, Stream, hook_name
     from .task import Batch, Layout, Segment, make_input, sample_batch
 
 # Loaded on first use (PEP 562), so that `invperm --help` does not wait for torch and TransformerLens.
-_HOMES = {"ModelConfig": "config", "HookedDisentangledTransformer": "model", "Run": "runs",
+_HOMES = {"ModelConfig": "config", "DisentangledTransformer": "disentangled",
+          "HookedDisentangledTransformer": "model", "Run": "runs",
           "Block": "stream", "BlockName": "stream", "Stream": "stream", "hook_name": "stream",
           "Batch": "task", "Layout": "task", "Segment": "task", "make_input": "task",
           "sample_batch": "task"}
@@ -38,6 +40,7 @@ __all__ = [
     "Batch",
     "Block",
     "BlockName",
+    "DisentangledTransformer",
     "HookedDisentangledTransformer",
     "Layout",
     "ModelConfig",

@@ -23,6 +23,7 @@ from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
 from .config import ModelConfig, TrainConfig, config_hash, read_config
+from .optim import SGD, Adam
 
 FORMAT = "invperm-checkpoint/1"
 STEP_FILE = re.compile(r"^step_(\d+)\.safetensors$")
@@ -201,7 +202,7 @@ def load_model_tensors(model: nn.Module, tensors: dict[str, Tensor], path: str |
 
 
 def optimizer_tensors(
-    optimizer: torch.optim.Optimizer, names: dict[int, str]
+    optimizer: Adam | SGD, names: dict[int, str]
 ) -> tuple[dict[str, Tensor], dict]:
     """The per-parameter state as ``optim.{param}.{key}`` tensors plus its non-tensor entries."""
     tensors, scalars = {}, {}
@@ -215,7 +216,7 @@ def optimizer_tensors(
 
 
 def load_optimizer_tensors(
-    optimizer: torch.optim.Optimizer, kind: str, names: dict[int, str],
+    optimizer: Adam | SGD, kind: str, names: dict[int, str],
     tensors: dict[str, Tensor], scalars: dict, path: str | Path,
 ) -> None:
     """Restore what :func:`optimizer_tensors` saved, checking every parameter's state."""
@@ -246,5 +247,4 @@ def load_optimizer_tensors(
     stray += sorted(f"{n} (scalars)" for n in scalars if n not in known)
     if stray:
         raise ValueError(f"checkpoint {path}: optimizer state for unknown parameters {stray}")
-    sd = optimizer.state_dict()
-    optimizer.load_state_dict({"state": state, "param_groups": sd["param_groups"]})
+    optimizer.load_state(state)

@@ -31,7 +31,7 @@ from . import checkpoint as ckpt
 from . import memory
 from .config import ModelConfig, TrainConfig
 from .cpu import threads_for
-from .model import readout_forward
+from .optim import ADAM_BETAS, ADAM_EPS
 from .runs import Run, resolve_device
 from .signals import StopRequest
 from .task import mse, sample_batch
@@ -44,7 +44,6 @@ from .train import (
 )
 
 DIVERGED_FILE = "diverged.json"  # in a run directory: the step and error of a run that diverged
-ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, which train uses
 
 
 @dataclass
@@ -144,17 +143,6 @@ def _train_one(model_cfg: ModelConfig, train_cfg: TrainConfig, *, resume: bool,
 
 
 # -- the vectorised bucket ----------------------------------------------------------------------
-class _Readout(nn.Module):
-    """``readout_forward`` as a module, so ``functional_call`` can swap in one instance's weights."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, X: Tensor) -> Tensor:
-        return readout_forward(self.model, X)
-
-
 class _NoBar:
     """What ``_Trainer`` reports its losses to inside a bucket (the bucket has one bar)."""
 
@@ -272,7 +260,7 @@ def _run_bucket(jobs, trainers: list[_Trainer], interrupt: StopRequest,
     with bar:
         while live and not interrupt.requested:
             stack = _Stack([trainers[i] for i in live])
-            forward = torch.func.vmap(_instance_forward(stack, trainers[live[0]].model))
+            forward = torch.func.vmap(_instance_forward(trainers[live[0]].model))
             changed = False
             while not changed and not interrupt.requested:
                 active = [trainers[i] for i in live]
@@ -311,11 +299,9 @@ def _run_bucket(jobs, trainers: list[_Trainer], interrupt: StopRequest,
     return results
 
 
-def _instance_forward(stack: _Stack, model: nn.Module):
+def _instance_forward(model: nn.Module):
     """``(params, X (B, T, d)) → (B, d, d)`` for one instance, to be vmapped over the stack."""
-    readout = _Readout(model)
-
     def forward(params: dict[str, Tensor], X: Tensor) -> Tensor:
-        return torch.func.functional_call(readout, {f"model.{n}": p for n, p in params.items()}, (X,))
+        return torch.func.functional_call(model, params, (X,), {"check_input": False})
 
     return forward

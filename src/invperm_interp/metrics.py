@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 
-from .model import HookedDisentangledTransformer
 from .task import Batch
 
 
 @torch.no_grad()
-def evaluate(model: HookedDisentangledTransformer, batch: Batch, chunk: int = 1024) -> dict:
-    """The note's MSE and exactness of ``model`` on ``batch``: ``mse`` (squared error summed over
+def evaluate(model: nn.Module, batch: Batch, chunk: int = 1024) -> dict:
+    """The note's MSE and exactness of ``model`` (either model; hooks attached to a hooked one
+    run) on ``batch``: ``mse`` (squared error summed over
     columns, averaged over rows and samples), ``entry_acc`` (entries right after rounding),
     ``row_acc`` (rows all right), ``sample_acc`` (whole ``Y`` right)."""
     n, d = len(batch), model.cfg.d

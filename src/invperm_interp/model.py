@@ -1,14 +1,9 @@
 """The hooked disentangled transformer (the note's Section 2; docs/design.md section 1).
 
-``h^0 = [X, I_T]``; layer ``l`` head ``k``: ``scores = h A_{l,k} hᵀ`` (no scaling, no value or output
-matrices), optionally causally masked, ``z_k = softmax(scores) h``; the stream grows by
-concatenation, ``h^{l+1} = [h^l, z_1, …, z_H]``; the read-out is ``h^L[readout rows] W_U``.
-Every intermediate goes through a ``HookPoint`` so TransformerLens's ``run_with_cache``,
-``run_with_hooks`` and ``hooks()`` work unchanged; where an in-place edit in a hook could reach
-another tensor (the caller's ``X``, a buffer, a tensor autograd saved), the hook gets a copy.
-:func:`readout_forward` is the same maths without
-hooks, restricted to what the loss reads (the training loop's forward); both call
-:func:`attention_scores`.
+The maths and the weights are :mod:`.disentangled`'s; this adds a TransformerLens ``HookPoint`` at
+every intermediate, so ``run_with_cache``, ``run_with_hooks`` and ``hooks()`` work unchanged. Where
+an in-place edit in a hook could reach another tensor (the caller's ``X``, a buffer, a tensor
+autograd saved), the hook gets a copy.
 """
 
 from __future__ import annotations
@@ -25,6 +20,13 @@ from . import checkpoint as ckpt
 from . import tokens
 from .cache import StreamCache
 from .config import DTYPES, ModelConfig
+from .disentangled import (
+    AttentionWeights,
+    UnembedWeights,
+    attention_scores,
+    init_weights,
+    validated_input,
+)
 from .stream import Stream
 from .task import answer, mse
 
@@ -40,37 +42,14 @@ class CopyingHookPoint(HookPoint):
         return x.clone() if self._forward_hooks else x
 
 
-def attention_scores(h: Float[Tensor, "batch pos D"], A: Float[Tensor, "head D D"],
-                     mask: Tensor | None = None,
-                     rows: slice | None = None) -> Float[Tensor, "batch head query pos"]:
-    """``scores[b, k, i, j] = h_i A_k h_jᵀ`` for query rows ``rows`` (default all) against every key
-    row, ``-inf`` where ``mask[i, j]`` (``(T, T)`` bool, True: key hidden) is set."""
-    B, T, D = h.shape
-    H = A.shape[0]
-    hq = h if rows is None else h[:, rows]  # (B, R, D)
-    R = hq.shape[1]
-    # one (D, H·D) matmul for every head's queries: faster on the CPU than an einsum over heads
-    q = (hq @ A.transpose(0, 1).reshape(D, H * D)).view(B, R, H, D).transpose(1, 2)  # (B, H, R, D)
-    scores = q @ h.unsqueeze(1).transpose(-1, -2)  # (B, H, R, T)
-    if mask is not None:
-        scores = scores.masked_fill(mask if rows is None else mask[rows], float("-inf"))
-    return scores
-
-
-class DisentangledAttention(nn.Module):
+class DisentangledAttention(AttentionWeights):
     """``H`` heads of bilinear attention ``softmax(h A_k hᵀ) h`` over the whole stream ``h^l``."""
 
     def __init__(self, cfg: ModelConfig, layer: int):
-        super().__init__()
-        self.causal = cfg.causal
-        n_heads, width = cfg.heads[layer], cfg.widths[layer]
-        # A[k, i, j]: query feature i, key feature j of head k.
-        self.A = nn.Parameter(torch.zeros(n_heads, width, width, dtype=cfg.torch_dtype))
+        super().__init__(cfg, layer)
         self.hook_attn_scores = HookPoint()  # (B, H, T, T), -inf above the diagonal when causal
         self.hook_pattern = CopyingHookPoint()  # (B, H, T, T); softmax saves its output
         self.hook_z = HookPoint()  # (B, T, H, D_l)
-        mask = torch.ones(cfg.T, cfg.T, dtype=torch.bool).triu(diagonal=1)  # True: key after query
-        self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, h: Float[Tensor, "batch pos d_l"]) -> Float[Tensor, "batch pos head d_l"]:
         """``h (B, T, D_l)`` → ``z (B, T, H, D_l)``."""
@@ -95,13 +74,11 @@ class DisentangledBlock(nn.Module):
         return self.hook_resid_post(torch.cat([h, z.flatten(start_dim=2)], dim=-1))
 
 
-class Unembed(nn.Module):
+class Unembed(UnembedWeights):
     """``out = h^L[rows] W_U`` with ``W_U (D_L, d)``."""
 
     def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.rows = cfg.readout_rows
-        self.W_U = nn.Parameter(torch.zeros(cfg.widths[-1], cfg.d, dtype=cfg.torch_dtype))
+        super().__init__(cfg)
         self.hook_readout = CopyingHookPoint()  # (B, d, D_L): read-out rows, a view of h^L
 
     def forward(self, h: Float[Tensor, "batch pos d_L"]) -> Float[Tensor, "batch rows d"]:
@@ -138,14 +115,7 @@ class HookedDisentangledTransformer(HookedRootModule):
 
     def init_weights(self, seed: int | None = None) -> None:
         """``cfg.init``: zeros (the note's code) or i.i.d. ``N(0, init_scale²)``."""
-        generator = None if seed is None else torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for p in self.parameters():
-                if self.cfg.init == "zeros":
-                    p.zero_()
-                else:
-                    noise = torch.randn(p.shape, generator=generator, dtype=p.dtype)
-                    p.copy_(noise.to(p.device) * self.cfg.init_scale)
+        init_weights(self, self.cfg, seed)
 
     def embed(self, X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d_0"]:
         """``X (B, T, d)`` → ``h^0 = [X, I_T]`` of shape ``(B, T, d + T)``."""
@@ -186,26 +156,7 @@ class HookedDisentangledTransformer(HookedRootModule):
 
     def check_input(self, X: Tensor) -> Tensor:
         """Validate ``X`` against the layout; return it in the model's dtype and device."""
-        cfg = self.cfg
-        if not isinstance(X, Tensor):
-            raise ValueError(f"X must be a torch.Tensor of shape (B, {cfg.T}, {cfg.d}), "
-                             f"got {type(X).__name__}")
-        if X.ndim == 2 and not (X.is_floating_point() or X.is_complex() or X.dtype == torch.bool):
-            X = tokens.from_tokens(cfg.layout, X.to(self.pos.device), self.pos.dtype)
-        if not X.dtype.is_floating_point:
-            raise ValueError(f"X must be a floating-point tensor, got dtype {X.dtype}")
-        if X.ndim != 3 or X.shape[1:] != (cfg.T, cfg.d):
-            raise ValueError(
-                f"X must have shape (B, {cfg.T}, {cfg.d}) for layout {cfg.layout}, "
-                f"got {tuple(X.shape)}"
-            )
-        if X.shape[0] == 0:  # every use reduces over the batch (an MSE, a max, a Jacobian norm)
-            raise ValueError(f"X must hold at least one sample, got shape {tuple(X.shape)}")
-        # One reduction instead of an elementwise pass (40x cheaper): NaN and ±inf survive a sum;
-        # only a finite X whose sum overflows needs the full check.
-        if not bool(torch.isfinite(X.sum())) and not bool(torch.isfinite(X).all()):
-            raise ValueError("X must be finite (no NaN or inf)")
-        return X.to(device=self.pos.device, dtype=self.pos.dtype)
+        return validated_input(self.cfg, X, self.pos)
 
     def run_with_cache(
         self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False,
@@ -271,6 +222,14 @@ class HookedDisentangledTransformer(HookedRootModule):
         return cls.from_weights(ckpt.read_run(run_dir, step))
 
     @classmethod
+    def from_module(cls, module: nn.Module) -> HookedDisentangledTransformer:
+        """The hooked model of ``module``'s weights (a :class:`.disentangled.DisentangledTransformer`,
+        or another hooked model), copied, on ``module``'s device."""
+        model = cls(replace(module.cfg, device="cpu"), seed=0)
+        model.load_state_dict(module.state_dict())
+        return model.to(module.pos.device)
+
+    @classmethod
     def from_weights(cls, weights: ckpt.RunWeights) -> HookedDisentangledTransformer:
         """The model of ``weights`` (:func:`checkpoint.read_run`), on the CPU."""
         model = cls(weights.model_cfg, seed=0)
@@ -286,29 +245,6 @@ class HookedDisentangledTransformer(HookedRootModule):
         return (f"HookedDisentangledTransformer(layout={cfg.layout}, n_layers={cfg.n_layers}, "
                 f"heads={list(cfg.heads)}, attention_dir={cfg.attention_dir!r}, "
                 f"readout={cfg.readout!r}, widths={list(cfg.widths)})")
-
-
-def readout_forward(model: HookedDisentangledTransformer,
-                    X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch d d"]:
-    """``model(X)`` without hooks, computing only what the read-out needs: ``X (B, T, d)`` →
-    ``(B, d, d)``, equal to ``model(X)`` up to float rounding (the training loop's forward).
-
-    The last layer's other rows never reach ``W_U``, so only the read-out rows' queries are formed
-    there, and the head part of ``W_U`` is applied before the attention average,
-    ``(p h) W = p (h W)`` (``d`` columns instead of ``D``). About 1.5× faster at d = 10.
-    """
-    mask = model.blocks[0].attn.mask if model.cfg.causal else None
-    h = torch.cat([X, model.pos.expand(X.shape[0], -1, -1)], dim=-1)  # h^0 = [X, I_T]
-    for block in model.blocks[:-1]:
-        pattern = torch.softmax(attention_scores(h, block.attn.A, mask), dim=-1)  # (B, H, T, T)
-        z = (pattern @ h.unsqueeze(1)).transpose(1, 2)  # (B, T, H, D)
-        h = torch.cat([h, z.flatten(start_dim=2)], dim=-1)
-    A, rows, W = model.blocks[-1].attn.A, model.unembed.rows, model.unembed.W_U
-    B, T, D = h.shape
-    H, d = A.shape[0], W.shape[1]
-    pattern = torch.softmax(attention_scores(h, A, mask, rows), dim=-1)  # (B, H, R, T)
-    u = (h @ W[D:].view(H, D, d).transpose(0, 1).reshape(D, H * d)).view(B, T, H, d)
-    return h[:, rows] @ W[:D] + (pattern @ u.transpose(1, 2)).sum(1)  # (B, R, d)
 
 
 def _from_tl_patching(hook) -> bool:

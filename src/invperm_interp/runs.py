@@ -30,13 +30,18 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from . import checkpoint as ckpt
 from .config import ModelConfig, TrainConfig, config_hash, config_text, read_config
-from .model import HookedDisentangledTransformer
+from .disentangled import DisentangledTransformer
+
+if TYPE_CHECKING:
+    from .model import HookedDisentangledTransformer
 
 __all__ = ["LOCK_FILE", "Run", "RunLock", "RunLocked", "RunWarning", "append_metrics", "check_final",
            "check_new_out_dir", "check_out_dir", "check_restart", "checkpoint_bytes", "config_hash",
@@ -67,11 +72,12 @@ def resolve_device(spec: str = "auto") -> torch.device:
 @dataclass
 class Run:
     """A trained model with its configurations and metrics; ``dir`` is None for a run kept in
-    memory only (``out_dir=None``)."""
+    memory only (``out_dir=None``). ``weights`` is the hook-free model training updated;
+    ``model``, the hooked model of its weights, is built (importing TransformerLens) on first use."""
 
     model_cfg: ModelConfig
     train_cfg: TrainConfig
-    model: HookedDisentangledTransformer
+    weights: DisentangledTransformer
     metrics: list[dict]
     step: int
     dir: Path | None = None
@@ -80,12 +86,21 @@ class Run:
     def final_metrics(self) -> dict:
         return self.metrics[-1] if self.metrics else {}
 
+    @cached_property
+    def model(self) -> HookedDisentangledTransformer:
+        """The hooked model of ``weights`` (a copy, on the same device)."""
+        from .model import HookedDisentangledTransformer
+
+        return HookedDisentangledTransformer.from_module(self.weights)
+
     @classmethod
     def load(cls, run_dir: str | Path, step: int | None = None, device: str = "cpu") -> Run:
         """A run from disk: the final weights, or checkpoint ``step``; safetensors only."""
         run_dir = Path(run_dir)
         weights = ckpt.read_run(run_dir, step)
-        model = HookedDisentangledTransformer.from_weights(weights).to(resolve_device(device))
+        model = DisentangledTransformer(weights.model_cfg, seed=0)
+        ckpt.load_model_tensors(model, weights.tensors, weights.path)
+        model = model.to(resolve_device(device))
         metrics = [m for m in read_metrics(run_dir) if m["step"] <= weights.step]
         last = weights.meta.get("metrics")  # final.safetensors keeps the last record
         if isinstance(last, dict) and (not metrics or metrics[-1]["step"] < last.get("step", -1)):

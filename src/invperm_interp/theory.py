@@ -11,12 +11,15 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from .model import HookedDisentangledTransformer
 from .task import Batch, Layout, make_input, sample_batch
+
+if TYPE_CHECKING:  # training needs the floors, not TransformerLens
+    from .model import HookedDisentangledTransformer
 
 
 def _row_positions(layout: Layout, kind: str) -> range:

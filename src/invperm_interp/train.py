@@ -31,8 +31,9 @@ from .config import (
     read_config,
 )
 from .cpu import keep_freed_memory, threads_for
+from .disentangled import DisentangledTransformer, readout_forward
 from .metrics import evaluate
-from .model import HookedDisentangledTransformer, readout_forward
+from .optim import make_optimizer
 from .runs import (
     Run,
     RunLock,
@@ -93,7 +94,7 @@ def train(
     stop_at: int | None = None, progress: bool = True, max_memory: int | str | None = None,
     force: bool = False,
 ) -> Run:
-    """Train a ``HookedDisentangledTransformer`` and return the :class:`Run`.
+    """Train a ``DisentangledTransformer`` and return the :class:`Run` (``run.model``: hooked).
 
     ``resume=True`` continues the run in ``train_cfg.out_dir`` from its last checkpoint (``steps``
     may be raised to extend it). ``stop_at`` stops after that many steps with a checkpoint, as an
@@ -186,12 +187,10 @@ class _Trainer:
             keep_freed_memory()
         self.hash = config_hash(model_cfg, cfg)
         seeds = _seeds(cfg.seed)
-        self.model = HookedDisentangledTransformer(model_cfg, seed=seeds["init"]).to(self.device)
+        self.model = DisentangledTransformer(model_cfg, seed=seeds["init"]).to(self.device)
         self.names = {id(p): n for n, p in self.model.named_parameters()}
-        params = list(self.model.parameters())
-        lr = learning_rate(cfg, 0)
-        self.optimizer = (torch.optim.Adam(params, lr=lr) if cfg.optimizer == "adam"
-                          else torch.optim.SGD(params, lr=lr))
+        self.optimizer = make_optimizer(cfg.optimizer, self.model.parameters(),
+                                        learning_rate(cfg, 0))
         self.generator = torch.Generator(self.device).manual_seed(seeds["data"])
         dtype = model_cfg.torch_dtype
         eval_gen = torch.Generator(self.device).manual_seed(seeds["eval"])
@@ -306,7 +305,7 @@ class _Trainer:
                 batch = sample_batch(layout, cfg.batch_size, self.generator, dtype=dtype)
                 out = readout_forward(model, batch.X)  # (B, d, d)
                 loss = mse(out, batch.Y)  # the note's loss
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad()
                 loss.backward()
                 if cfg.recipe == "paper":  # the note's clipping of every gradient entry to ±1
                     for p in params:
