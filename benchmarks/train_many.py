@@ -90,9 +90,12 @@ def part_speed(args) -> None:
         rates = [speed_many(n, batch, max(2, steps // max(1, n // 8))) for n in sizes]
         single_after = speed_single(batch, steps)  # bracket the vectorised runs
         base = (single + single_after) / 2
-        rates += [float("nan")] * (len(args.instances) - len(rates))
+        skipped = len(args.instances) - len(rates)
         print(f"{batch:>5} {base:>14.1f} " + " ".join(f"{r:>9.1f}" for r in rates)
+              + f"{'GPU only':>10}" * skipped
               + "   " + " ".join(f"{r / base:.2f}" for r in rates), flush=True)
+    print("GPU only: over 64k samples per step (2.5 GB per activation tensor at 256 x 1024); "
+          "benchmarks/gpu_check.sh measures it")
     print(load())
 
 
