@@ -11,7 +11,8 @@
 #    at >= 50% of the single model's throughput per model). Sizes: MANY="1 8 64 256".
 # Prints steps/s, final MSE and exact-row accuracy per run, and writes $OUT/gpu_check.json.
 #
-# Needs a Python with torch (CUDA), safetensors, tqdm and transformer_lens; set PYTHON to it
+# Needs a Python with torch (CUDA), safetensors, tqdm, jaxtyping and numpy (training imports no
+# TransformerLens, and neither does this script); set PYTHON to it
 # (default: .venv/bin/python if present, else python3). Runs from the repository root with
 # PYTHONPATH=src, so no install is needed. Takes ~2-6 minutes on one modern GPU.
 # Usage: OUT=/tmp/gpu_check bash benchmarks/gpu_check.sh [PAPER_STEPS] [ADAM_STEPS]
@@ -75,7 +76,7 @@ small = TrainConfig(steps=400, eval_every=100, device=device)
 straight = train(cfg, small, progress=False)
 train(cfg, replace(small, out_dir=f"{out}/resume"), stop_at=200, progress=False)
 resumed = resume(f"{out}/resume", progress=False)
-a, b = straight.model.state_dict(), resumed.model.state_dict()
+a, b = straight.weights.state_dict(), resumed.weights.state_dict()
 diff = max((a[k] - b[k]).abs().max().item() for k in a)
 same_metrics = [{k: v for k, v in x.items() if k != "wall_time"} for x in straight.metrics] == [
     {k: v for k, v in x.items() if k != "wall_time"} for x in resumed.metrics]
