@@ -212,6 +212,20 @@ def test_decompositions_sum_exactly_and_read_out_to_the_output(attention_dir, n_
             cache.accumulated_resid(layer=bad)
 
 
+@pytest.mark.parametrize("batch_slice, index", [(0, 0), ([1, 3], [1, 3]), ((2, 5), slice(2, 5))])
+def test_a_batch_slice_of_the_cache_keeps_the_decompositions(batch_slice, index):
+    """``apply_slice_to_batch_dim`` (TransformerLens's patching calls it) keeps the stream methods:
+    on the slice they equal the full cache's, sliced the same way."""
+    model = small_model("causal", "float64", n_heads=2)
+    _, cache = model.run_with_cache(batch_for(model, 6).X)
+    sliced = cache.apply_slice_to_batch_dim(batch_slice)
+    assert isinstance(sliced, StreamCache)
+    for method in ("accumulated_resid", "decompose_resid", "stack_head_results"):
+        full = getattr(cache, method)()
+        assert torch.equal(getattr(sliced, method)(), full[:, index]), method
+    assert sliced.has_batch_dim == (batch_slice != 0)
+
+
 def test_decompositions_equal_transformer_lens_own_on_the_export():
     model = C.build("appendix_b", 3, dtype=torch.float32)
     X = batch_for(model, 8).X

@@ -31,6 +31,11 @@ class StreamCache(ActivationCache):
     """``ActivationCache`` with ``accumulated_resid``, ``decompose_resid`` and
     ``stack_head_results`` in the final stream's frame ``(component, …, T, D_L)``."""
 
+    def apply_slice_to_batch_dim(self, batch_slice) -> StreamCache:
+        """As TransformerLens's, but the sliced cache keeps this class's methods."""
+        sliced = super().apply_slice_to_batch_dim(batch_slice)
+        return StreamCache(sliced.cache_dict, self.model, has_batch_dim=sliced.has_batch_dim)
+
     def _frame(self, t: Tensor, start: int, pos_slice) -> Tensor:
         """``t (…, T, w)`` written at features ``[start, start + w)`` of a ``D_L``-wide stream."""
         D_L = self.model.cfg.widths[-1]
