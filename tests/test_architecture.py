@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformer_lens.utilities import get_act_name
 
 from invperm_interp import BlockName, Layout, ModelConfig, Stream, hook_name
 from invperm_interp.model import HookedDisentangledTransformer
@@ -93,13 +94,16 @@ def test_no_module_is_too_long():
 def test_hook_names_follow_transformer_lens():
     cfg = ModelConfig(Layout.plain(3), n_layers=2)
     model = HookedDisentangledTransformer(cfg)
-    per_layer = ("resid_pre", "resid_post", "attn_scores", "pattern", "z")
+    per_layer = ("resid_pre", "q", "k", "v", "attn_scores", "pattern", "z", "attn_out", "resid_post")
     names = [hook_name(kind) for kind in ("embed", "pos_embed", "readout")]
     names += [hook_name(kind, layer) for kind in per_layer for layer in range(2)]
     assert set(names) == set(model.hook_dict)  # every hook point, each named once
     assert hook_name("pattern", 1) == "blocks.1.attn.hook_pattern"
     assert hook_name("attn", 0) == hook_name("pattern", 0)  # TransformerLens's aliases
     assert hook_name("scores", 0) == "blocks.0.attn.hook_attn_scores"
+    assert hook_name("attn_out", 1) == get_act_name("attn_out", 1)
+    for kind in ("q", "k", "v", "z", "pattern", "resid_pre", "resid_post"):
+        assert hook_name(kind, 1) == get_act_name(kind, 1)
     with pytest.raises(ValueError, match="hook kind must be one of"):
         hook_name("mlp_out", 0)
     with pytest.raises(ValueError, match="needs layer"):

@@ -110,9 +110,13 @@ def expected_hook_shapes(cfg, B):
     for layer, H in enumerate(cfg.heads):
         shapes |= {
             f"blocks.{layer}.hook_resid_pre": (B, T, D[layer]),
+            f"blocks.{layer}.attn.hook_q": (B, T, H, D[layer]),
+            f"blocks.{layer}.attn.hook_k": (B, T, H, D[layer]),
+            f"blocks.{layer}.attn.hook_v": (B, T, H, D[layer]),
             f"blocks.{layer}.attn.hook_attn_scores": (B, H, T, T),
             f"blocks.{layer}.attn.hook_pattern": (B, H, T, T),
             f"blocks.{layer}.attn.hook_z": (B, T, H, D[layer]),
+            f"blocks.{layer}.hook_attn_out": (B, T, H * D[layer]),
             f"blocks.{layer}.hook_resid_post": (B, T, D[layer + 1]),
         }
     return shapes
@@ -136,6 +140,56 @@ def test_every_design_hook_exists_with_its_shape(n_heads):
     assert torch.equal(cache["blocks.2.hook_resid_post"][:, cfg.layout.rows("S")],
                        cache["unembed.hook_readout"])
     assert torch.allclose(cache["pattern", 1].sum(-1), torch.ones(()))
+
+
+@pytest.mark.parametrize("n_heads", [1, 2])
+def test_queries_keys_values_and_attn_out_against_einsum(n_heads):
+    """hook_q is h A_k, hook_k and hook_v are h for every head, the scores are q·k, z is the
+    pattern's average of v, and hook_attn_out is what resid_post appends (a plain einsum reference)."""
+    cfg = ModelConfig(Layout.plain(3), n_heads=n_heads, attention_dir="causal", dtype="float64",
+                      init_scale=0.5)
+    model = HookedDisentangledTransformer(cfg, seed=2)
+    _, cache = model.run_with_cache(sample_batch(cfg.layout, 3, torch.Generator().manual_seed(1),
+                                                 dtype=torch.float64).X)
+    for layer in range(cfg.n_layers):
+        h, A = cache["resid_pre", layer], model.blocks[layer].attn.A
+        q, k, v = cache["q", layer], cache["k", layer], cache["v", layer]
+        torch.testing.assert_close(q, torch.einsum("btd,hde->bthe", h, A), rtol=1e-12, atol=1e-12)
+        for head in range(n_heads):
+            assert torch.equal(k[:, :, head], h) and torch.equal(v[:, :, head], h)
+        scores = torch.einsum("bqhe,bkhe->bhqk", q, k)
+        mask = torch.ones(cfg.T, cfg.T, dtype=torch.bool).triu(1)
+        torch.testing.assert_close(cache["attn_scores", layer], scores.masked_fill(mask, -torch.inf))
+        z = torch.einsum("bhqk,bkhe->bqhe", cache["pattern", layer], v)
+        torch.testing.assert_close(cache["z", layer], z, rtol=1e-12, atol=1e-12)
+        D = cfg.widths[layer]
+        assert torch.equal(cache["attn_out", layer], cache["z", layer].flatten(2))
+        assert torch.equal(cache["resid_post", layer][..., D:], cache["attn_out", layer])
+
+
+def test_keys_and_values_patch_apart():
+    """Zeroed keys give uniform attention over the same values; zeroed values give z = 0 with the
+    same pattern; an in-place edit of the keys reaches neither the values nor the stream."""
+    cfg = ModelConfig(Layout.plain(3), attention_dir="bidirectional", init_scale=0.5)
+    model = HookedDisentangledTransformer(cfg, seed=0)
+    X = sample_batch(cfg.layout, 2, torch.Generator().manual_seed(0)).X
+    _, clean = model.run_with_cache(X)
+
+    def zero_in_place(act, hook):
+        act.zero_()
+
+    with model.hooks(fwd_hooks=[("blocks.1.attn.hook_k", zero_in_place)]):
+        _, keyless = model.run_with_cache(X)
+    uniform = torch.full_like(keyless["pattern", 1], 1 / cfg.T)
+    torch.testing.assert_close(keyless["pattern", 1], uniform)
+    assert torch.equal(keyless["v", 1], clean["v", 1])
+    assert torch.equal(keyless["resid_pre", 1], clean["resid_pre", 1])
+    torch.testing.assert_close(keyless["z", 1], clean["v", 1].mean(1, keepdim=True).expand_as(
+        clean["z", 1]))
+    with model.hooks(fwd_hooks=[("blocks.1.attn.hook_v", _zero)]):
+        _, valueless = model.run_with_cache(X)
+    assert torch.equal(valueless["pattern", 1], clean["pattern", 1])
+    assert not valueless["z", 1].any()
 
 
 def test_run_with_cache_names_filter_and_plain_dict():

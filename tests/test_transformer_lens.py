@@ -17,7 +17,7 @@ from invperm_interp import constructions as C
 from invperm_interp.analysis import patch_positions
 from invperm_interp.cache import StreamCache
 from invperm_interp.export import to_transformer_lens
-from invperm_interp.task import make_input, mse
+from invperm_interp.task import answer, make_input, mse
 from invperm_interp.tokens import from_tokens, row_labels, to_tokens
 from invperm_interp.viz.attention import token_labels
 
@@ -179,6 +179,36 @@ def test_transformer_lens_patching_by_position_reproduces_analysis_patch(name):
     assert expected.values.abs().max() > 0.1
     with pytest.raises(ValueError, match="to_tokens"):  # X's last axis is d, not T
         patching.get_act_patch_resid_pre(model, corrupted, clean_cache, metric)
+
+
+SWEEPS = ["get_act_patch_attn_out", "get_act_patch_attn_head_q_all_pos",
+          "get_act_patch_attn_head_k_all_pos", "get_act_patch_attn_head_v_all_pos",
+          "get_act_patch_attn_head_k_by_pos", "get_act_patch_attn_head_out_all_pos"]
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_transformer_lens_sweeps_over_q_k_v_and_attn_out_equal_those_on_the_export(sweep):
+    """The sweeps that need hook_q/k/v/attn_out run on the model and agree with the same sweep on
+    the native export (an independent implementation: W_Q, W_K, W_V, W_O matrices)."""
+    model = C.build("theorem3", 3, dtype=torch.float32)
+    export = to_transformer_lens(model)
+    generator = torch.Generator().manual_seed(1)
+    clean = sample_batch(model.cfg.layout, 8, generator)
+    other = sample_batch(model.cfg.layout, 8, generator)
+    corrupted_X = make_input(model.cfg.layout, other.P, clean.Y_P).X
+    target = answer(model.cfg.layout, corrupted_X)  # patching clean activations moves away from it
+    corrupted, tokens = model.to_tokens(corrupted_X), model.to_tokens(clean.X)
+    rows = model.unembed.rows
+    run = getattr(patching, sweep)
+    _, ours_cache = model.run_with_cache(tokens)
+    ours = run(model, corrupted, ours_cache, lambda out: mse(out, target))
+    _, theirs_cache = export.tl_model.run_with_cache(tokens)
+    theirs = run(export.tl_model, corrupted, theirs_cache,
+                 lambda logits: mse(logits[:, rows], target))
+    assert ours.shape == theirs.shape
+    # theorem3 carries positions, not P's content, through its values: patching v changes nothing
+    assert (ours.abs().max() > 0.05) == (sweep != "get_act_patch_attn_head_v_all_pos")
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
 
 
 # -- accumulated_resid / decompose_resid in the final stream's frame ----------------------------------

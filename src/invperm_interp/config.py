@@ -143,6 +143,11 @@ class ModelConfig(JSONConfig):
         """Always True: the model has no MLPs."""
         return True
 
+    @property
+    def n_key_value_heads(self) -> None:
+        """None: every head has its own keys and values (``hook_k`` / ``hook_v`` have ``H`` heads)."""
+        return None
+
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {

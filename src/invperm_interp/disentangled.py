@@ -8,8 +8,9 @@ concatenation, ``h^{l+1} = [h^l, z_1, …, z_H]``; the read-out is ``h^L[readout
 imports neither TransformerLens nor anything it pulls in (about 130 MB of a 0.4 GB budget). Its
 parameters have the names of the hooked model's (``blocks.{l}.attn.A``, ``unembed.W_U``): the two
 share checkpoints, and ``HookedDisentangledTransformer`` (``model.py``) is built from the same
-parameter modules, adding a ``HookPoint`` at every intermediate. :func:`attention_scores` is the one
-place scores are formed; :func:`readout_forward` is the loss-only forward both models can run.
+parameter modules, adding a ``HookPoint`` at every intermediate. :func:`queries` and :func:`scores_of`
+(:func:`attention_scores` is the two in one) are the one place scores are formed;
+:func:`readout_forward` is the loss-only forward both models can run.
 """
 
 from __future__ import annotations
@@ -22,21 +23,35 @@ from . import tokens
 from .config import ModelConfig
 
 
+def queries(h: Float[Tensor, "batch pos D"], A: Float[Tensor, "head D D"],
+            rows: slice | None = None) -> Float[Tensor, "batch query head D"]:
+    """``q[b, i, k] = h_i A_k`` for the rows ``rows`` (default all): what each query row compares
+    with every key row ``h_j``."""
+    B, T, D = h.shape
+    H = A.shape[0]
+    hq = h if rows is None else h[:, rows]  # (B, R, D)
+    # one (D, H·D) matmul for every head's queries: faster on the CPU than an einsum over heads
+    return (hq @ A.transpose(0, 1).reshape(D, H * D)).view(B, hq.shape[1], H, D)
+
+
+def scores_of(q: Float[Tensor, "batch query head D"], keys: Tensor, mask: Tensor | None = None,
+              rows: slice | None = None) -> Float[Tensor, "batch head query pos"]:
+    """``scores[b, k, i, j] = q[b, i, k] · keys[b, j]``; ``keys`` is ``h (B, T, D)``, shared by every
+    head, or per head ``(B, T, H, D)``. ``-inf`` where ``mask[i, j]`` (``(T, T)`` bool, True: key
+    hidden; its rows ``rows`` when the queries are those rows) is set."""
+    k = keys.unsqueeze(1) if keys.ndim == 3 else keys.transpose(1, 2)  # (B, 1 or H, T, D)
+    scores = q.transpose(1, 2) @ k.transpose(-1, -2)  # (B, H, R, T)
+    if mask is not None:
+        scores = scores.masked_fill(mask if rows is None else mask[rows], float("-inf"))
+    return scores
+
+
 def attention_scores(h: Float[Tensor, "batch pos D"], A: Float[Tensor, "head D D"],
                      mask: Tensor | None = None,
                      rows: slice | None = None) -> Float[Tensor, "batch head query pos"]:
     """``scores[b, k, i, j] = h_i A_k h_jᵀ`` for query rows ``rows`` (default all) against every key
     row, ``-inf`` where ``mask[i, j]`` (``(T, T)`` bool, True: key hidden) is set."""
-    B, T, D = h.shape
-    H = A.shape[0]
-    hq = h if rows is None else h[:, rows]  # (B, R, D)
-    R = hq.shape[1]
-    # one (D, H·D) matmul for every head's queries: faster on the CPU than an einsum over heads
-    q = (hq @ A.transpose(0, 1).reshape(D, H * D)).view(B, R, H, D).transpose(1, 2)  # (B, H, R, D)
-    scores = q @ h.unsqueeze(1).transpose(-1, -2)  # (B, H, R, T)
-    if mask is not None:
-        scores = scores.masked_fill(mask if rows is None else mask[rows], float("-inf"))
-    return scores
+    return scores_of(queries(h, A, rows), h, mask, rows)
 
 
 class AttentionWeights(nn.Module):

@@ -34,14 +34,16 @@ Hook names, ours → the export's (``HOOK_MAP`` as data; ``activation`` does the
 - ``hook_pos_embed`` → ``hook_pos_embed[..., d:d+T]``
 - ``blocks.{l}.hook_resid_pre`` / ``hook_resid_post`` → the same name, ``[..., :D_l]`` / ``[..., :D_{l+1}]``
 - ``blocks.{l}.attn.hook_pattern`` → the same name, heads ``[:, :H_l]``
-- ``blocks.{l}.attn.hook_z`` → the same name, ``[:, :, :H_l, :D_l]``
+- ``blocks.{l}.attn.hook_z``, ``hook_k``, ``hook_v`` → the same name, ``[:, :, :H_l, :D_l]``
+- ``blocks.{l}.attn.hook_q`` → the same name, ``[:, :, :H_l, :D_l] / √d_head``
+- ``blocks.{l}.hook_attn_out`` → the same name, ``[..., D_l:D_{l+1}]`` (the layer's new blocks)
 - ``blocks.{l}.attn.hook_attn_scores`` → ``hook_q · hook_kᵀ / √d_head``, heads ``[:H_l]``, masked
 - ``unembed.hook_readout`` → ``ln_final.hook_out[:, read-out rows]``; the output → ``logits[:, rows]``
 
 The export's own hooks, read back: ``blocks.{l}.attn.hook_q`` is ``√d_head · h^l A`` (padded),
 ``hook_k`` / ``hook_v`` are ``h^l`` (padded to ``d_head``), ``blocks.{l}.hook_attn_out`` is the layer's
-new blocks ``[0, z_1, …, z_H, 0]``, ``hook_unembed`` is ``W_U`` on every row (keep the read-out
-rows for ``model(X)``). ``blocks.{l}.attn.hook_attn_scores`` is NOT the scores: TransformerLens 4's
+new blocks in place, ``[0, z_1, …, z_H, 0]``, ``hook_unembed`` is ``W_U`` on every row (keep the
+read-out rows for ``model(X)``). ``blocks.{l}.attn.hook_attn_scores`` is NOT the scores: TransformerLens 4's
 bridge fires it with the post-softmax pattern for a natively computed attention.
 """
 
@@ -67,13 +69,17 @@ HOOK_MAP: dict[str, tuple[str, str]] = {
     "pos_embed": ("pos_embed", "[..., d:d+T]"),
     "resid_pre": ("resid_pre", "[..., :D_l]"),
     "resid_post": ("resid_post", "[..., :D_{l+1}]"),
+    "q": ("q", "[:, :, :H_l, :D_l] / √d_head"),
+    "k": ("k", "[:, :, :H_l, :D_l]"),
+    "v": ("v", "[:, :, :H_l, :D_l]"),
     "attn_scores": ("q", "hook_q · hook_kᵀ / √d_head, heads [:H_l], causal mask"),
     "pattern": ("pattern", "[:, :H_l]"),
     "z": ("z", "[:, :, :H_l, :D_l]"),
+    "attn_out": ("attn_out", "[..., D_l:D_{l+1}]"),
     "readout": ("ln_final.hook_out", "[:, read-out rows]"),
 }
 _LAYER_FREE = ("embed", "pos_embed", "readout")
-_NOT_NATIVE = ("embed", "attn_scores")  # their export hooks carry more, or something else
+_NOT_NATIVE = ("embed", "q", "attn_scores")  # their export hooks carry more, or something else
 
 
 class TransformerLensExport:
@@ -145,8 +151,8 @@ class TransformerLensExport:
         return get_act_name(HOOK_MAP[kind][0], 0 if kind == "embed" else layer)
 
     def native_name(self, tl_name: str) -> str | None:
-        """The export's hook name → ours carrying the same activation (sliced), or ``None`` when we
-        have no such hook (``hook_q``, ``hook_k``, ``hook_v``, ``hook_attn_out``, …)."""
+        """The export's hook name → ours carrying the same activation (sliced), or ``None`` when ours
+        differs (``hook_q`` carries ``√d_head`` times ours) or we have no such hook."""
         native = {self.tl_name(ours): ours for ours, (kind, _) in self._kinds().items()
                   if kind not in _NOT_NATIVE}
         return native.get(tl_name)
@@ -169,8 +175,12 @@ class TransformerLensExport:
             return tl_cache[theirs][..., : self.widths[layer + 1]]
         if kind == "pattern":
             return tl_cache[theirs][:, :H]
-        if kind == "z":
+        if kind in ("z", "k", "v"):
             return tl_cache[theirs][:, :, :H, :D]
+        if kind == "q":
+            return tl_cache[theirs][:, :, :H, :D] / math.sqrt(self.d_head)
+        if kind == "attn_out":
+            return tl_cache[theirs][..., D : self.widths[layer + 1]]
         # attn_scores: the bridge has no pre-softmax hook here; recompute from q and k.
         q = tl_cache[get_act_name("q", layer)][:, :, :H]  # (B, T, H, d_head)
         k = tl_cache[get_act_name("k", layer)][:, :, :H]

@@ -23,8 +23,9 @@ from .config import DTYPES, ModelConfig
 from .disentangled import (
     AttentionWeights,
     UnembedWeights,
-    attention_scores,
     init_weights,
+    queries,
+    scores_of,
     validated_input,
 )
 from .stream import Stream
@@ -43,19 +44,27 @@ class CopyingHookPoint(HookPoint):
 
 
 class DisentangledAttention(AttentionWeights):
-    """``H`` heads of bilinear attention ``softmax(h A_k hᵀ) h`` over the whole stream ``h^l``."""
+    """``H`` heads of bilinear attention ``softmax(h A_k hᵀ) h`` over the whole stream ``h^l``: the
+    queries are ``h A_k``, the keys and the values are ``h`` itself (no ``W_K``, ``W_V``), hooked
+    apart so that a key can be patched without its value."""
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
+        self.hook_q = HookPoint()  # (B, T, H, D_l): h A_k
+        self.hook_k = CopyingHookPoint()  # (B, T, H, D_l): h for every head (a view of the stream)
+        self.hook_v = CopyingHookPoint()  # (B, T, H, D_l): h for every head (a view of the stream)
         self.hook_attn_scores = HookPoint()  # (B, H, T, T), -inf above the diagonal when causal
         self.hook_pattern = CopyingHookPoint()  # (B, H, T, T); softmax saves its output
         self.hook_z = HookPoint()  # (B, T, H, D_l)
 
     def forward(self, h: Float[Tensor, "batch pos d_l"]) -> Float[Tensor, "batch pos head d_l"]:
         """``h (B, T, D_l)`` → ``z (B, T, H, D_l)``."""
-        scores = self.hook_attn_scores(attention_scores(h, self.A, self.mask if self.causal else None))
+        q = self.hook_q(queries(h, self.A))  # (B, T, H, D)
+        shared = h.unsqueeze(2).expand(-1, -1, q.shape[2], -1)  # (B, T, H, D)
+        k, v = self.hook_k(shared), self.hook_v(shared)
+        scores = self.hook_attn_scores(scores_of(q, k, self.mask if self.causal else None))
         pattern = self.hook_pattern(torch.softmax(scores, dim=-1))  # (B, H, T, T)
-        z = (pattern @ h.unsqueeze(1)).transpose(1, 2)  # (B, H, T, D) → (B, T, H, D)
+        z = (pattern @ v.transpose(1, 2)).transpose(1, 2)  # (B, H, T, D) → (B, T, H, D)
         return self.hook_z(z)
 
 
@@ -66,12 +75,13 @@ class DisentangledBlock(nn.Module):
         super().__init__()
         self.hook_resid_pre = HookPoint()  # (B, T, D_l)
         self.attn = DisentangledAttention(cfg, layer)
+        self.hook_attn_out = CopyingHookPoint()  # (B, T, H·D_l): [z_1, …, z_H], what the layer adds
         self.hook_resid_post = HookPoint()  # (B, T, D_{l+1})
 
     def forward(self, h: Float[Tensor, "batch pos d_l"]) -> Float[Tensor, "batch pos d_next"]:
         h = self.hook_resid_pre(h)
-        z = self.attn(h)  # (B, T, H, D_l)
-        return self.hook_resid_post(torch.cat([h, z.flatten(start_dim=2)], dim=-1))
+        attn_out = self.hook_attn_out(self.attn(h).flatten(start_dim=2))  # (B, T, H·D_l)
+        return self.hook_resid_post(torch.cat([h, attn_out], dim=-1))
 
 
 class Unembed(UnembedWeights):
@@ -92,8 +102,9 @@ class HookedDisentangledTransformer(HookedRootModule):
     be token ids ``(B, T)``; ``return_type="loss"`` gives the note's loss). TransformerLens's
     conventions hold (``W_U``, ``to_str_tokens``, ``cfg.device`` / ``dtype`` following ``.to``,
     eval mode; hooks may edit in place). Hook names: ``hook_embed``, ``hook_pos_embed``,
-    ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.attn.hook_attn_scores`` / ``hook_pattern`` /
-    ``hook_z``, ``blocks.{l}.hook_resid_post``, ``unembed.hook_readout``.
+    ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.attn.hook_q`` / ``hook_k`` / ``hook_v`` /
+    ``hook_attn_scores`` / ``hook_pattern`` / ``hook_z``, ``blocks.{l}.hook_attn_out``,
+    ``blocks.{l}.hook_resid_post``, ``unembed.hook_readout``.
     """
 
     def __init__(self, cfg: ModelConfig, seed: int | None = None):

@@ -23,9 +23,11 @@ from .task import Layout
 # -- hook names ---------------------------------------------------------------------------------------
 _MODEL_HOOKS = {"embed": "hook_embed", "pos_embed": "hook_pos_embed",
                 "readout": "unembed.hook_readout"}
-_LAYER_HOOKS = {"resid_pre": "blocks.{}.hook_resid_pre", "resid_post": "blocks.{}.hook_resid_post",
+_LAYER_HOOKS = {"resid_pre": "blocks.{}.hook_resid_pre", "q": "blocks.{}.attn.hook_q",
+                "k": "blocks.{}.attn.hook_k", "v": "blocks.{}.attn.hook_v",
                 "attn_scores": "blocks.{}.attn.hook_attn_scores",
-                "pattern": "blocks.{}.attn.hook_pattern", "z": "blocks.{}.attn.hook_z"}
+                "pattern": "blocks.{}.attn.hook_pattern", "z": "blocks.{}.attn.hook_z",
+                "attn_out": "blocks.{}.hook_attn_out", "resid_post": "blocks.{}.hook_resid_post"}
 _HOOK_ALIASES = {"scores": "attn_scores", "attn": "pattern"}  # TransformerLens's get_act_name
 HOOK_KINDS = (*_MODEL_HOOKS, *_LAYER_HOOKS)
 
@@ -35,8 +37,8 @@ def hook_name(kind: str, layer: int | None = None) -> str:
 
     ``hook_name("pattern", 0)`` is ``"blocks.0.attn.hook_pattern"``; ``layer`` is the module index
     (the note's layer 1 is ``blocks.0``). Kinds: ``embed``, ``pos_embed``, ``readout`` (no layer);
-    ``resid_pre``, ``resid_post``, ``attn_scores`` (alias ``scores``), ``pattern`` (alias ``attn``),
-    ``z`` (a layer).
+    ``resid_pre``, ``q``, ``k``, ``v``, ``attn_scores`` (alias ``scores``), ``pattern`` (alias
+    ``attn``), ``z``, ``attn_out``, ``resid_post`` (a layer).
     """
     kind = _HOOK_ALIASES.get(kind, kind)
     if kind in _MODEL_HOOKS:
