@@ -34,7 +34,8 @@ def place(model, layer, query, key, values, head=0):
 @pytest.mark.parametrize("d", [2, 5, 10])
 @pytest.mark.parametrize("name", C.names())
 def test_circuit_is_exactly_the_registry_cells(name, d):
-    if name == "theorem3_complement" and d == 2:
+    cells = C.REGISTRY[name].cells
+    if d == 2 and any(c[3] == "-I" and (*c[:3], "1") in cells for c in cells):
         pytest.skip("1 - I is J at d = 2: the sparser reading wins, as it should")
     model = C.build(name, d, BETA)
     circuit = explain(model)

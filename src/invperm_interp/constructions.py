@@ -132,6 +132,19 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
           "causal", "scratch", "S", "L2.x", True,
           [(0, "pos.Y", "pos.P", "-I"), (0, "pos.Y", "pos.P", "1"), (1, "pos.S", "L1.x", "-I"),
            (1, "pos.S", "pos.Y", "1")], 250),
+    # The causal scratch model's most frequent circuit (assets/census.md), on the nine cells the
+    # census found. Layer 1: S row i attends to itself and to the rows with a 1 in column i (the
+    # P row holding e_i among them); Y_P row j averages the P rows but its own, the -1 on x keeping
+    # it off the binary Y_P rows. Layer 2 runs three lookups that agree on Y_P row perm⁻¹(i): the
+    # position of the P row holding e_i (L1.pos.P, theorem3's), and the complement lookup twice,
+    # from the scratch row's position and from its copy of itself (L1.pos.S). Margin ~β/d.
+    _spec("theorem3_superposed", "Theorem 3, superposed (learned): the P-row lookup and the "
+          "complement two-block in one circuit, scratch rows also attending to themselves",
+          "causal", "scratch", "S", "L2.x", True,
+          [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.S", "I"), (0, "pos.Y", "pos.P", "-I"),
+           (0, "pos.Y", "pos.P", "1"), (0, "pos.Y", "x", "-1"), (1, "L1.pos.P", "pos.Y", "I"),
+           (1, "pos.S", "L1.x", "-I"), (1, "pos.S", "pos.Y", "1"), (1, "L1.pos.S", "L1.x", "-I"),
+           (1, "L1.pos.S", "pos.Y", "1")], 200),
 )}
 
 
