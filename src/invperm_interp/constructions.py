@@ -144,7 +144,7 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
           [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.S", "I"), (0, "pos.Y", "pos.P", "-I"),
            (0, "pos.Y", "pos.P", "1"), (0, "pos.Y", "x", "-1"), (1, "L1.pos.P", "pos.Y", "I"),
            (1, "pos.S", "L1.x", "-I"), (1, "pos.S", "pos.Y", "1"), (1, "L1.pos.S", "L1.x", "-I"),
-           (1, "L1.pos.S", "pos.Y", "1")], 200),
+           (1, "L1.pos.S", "pos.Y", "1")], 130),
 )}
 
 
