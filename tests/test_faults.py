@@ -23,7 +23,7 @@ import torch
 from helpers import assert_same_weights, cli_resume, run, start_cli_training, strip
 
 import invperm_interp.checkpoint as ckpt
-import invperm_interp.train as train_mod
+import invperm_interp.trainer as trainer_mod
 from invperm_interp import (
     HookedDisentangledTransformer,
     Layout,
@@ -38,7 +38,7 @@ from invperm_interp.config import TrainConfig
 from invperm_interp.runs import checkpoint_bytes
 from invperm_interp.train import resume
 
-SRC = Path(train_mod.__file__).parent
+SRC = Path(trainer_mod.__file__).parent
 
 
 def small(tmp_path=None, d=3, attention_dir="bidirectional", **kw):
@@ -150,7 +150,7 @@ def test_out_dir_under_a_file_fails_before_any_training_work(tmp_path, monkeypat
     """Root can write anywhere chmod forbids, but not below a regular file."""
     (tmp_path / "afile").write_text("not a directory")
     sampler = CountingSampler()
-    monkeypatch.setattr(train_mod, "sample_batch", sampler)
+    monkeypatch.setattr(trainer_mod, "sample_batch", sampler)
     model_cfg, train_cfg = small(out_dir=str(tmp_path / "afile" / "run"))
     with pytest.raises(ValueError, match=r"out_dir .*afile/run cannot be written \(Not a directory\)"):
         run(model_cfg, train_cfg)
@@ -170,7 +170,7 @@ def test_read_only_out_dir_fails_before_any_training_work(tmp_path, monkeypatch)
 
     monkeypatch.setattr(builtins, "open", read_only_open)
     sampler = CountingSampler()
-    monkeypatch.setattr(train_mod, "sample_batch", sampler)
+    monkeypatch.setattr(trainer_mod, "sample_batch", sampler)
     model_cfg, train_cfg = small(out_dir=str(target))
     with pytest.raises(ValueError, match=r"out_dir .*/ro cannot be written \(Read-only file system\); "
                                          "choose another out_dir"):
@@ -185,7 +185,7 @@ def test_not_enough_room_for_the_checkpoints_fails_before_training(tmp_path, mon
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=need - 1))
     sampler = CountingSampler()
-    monkeypatch.setattr(train_mod, "sample_batch", sampler)
+    monkeypatch.setattr(trainer_mod, "sample_batch", sampler)
     with pytest.raises(ValueError, match=f"out_dir .* has {need - 1} bytes free; this run's "
                                          f"checkpoints need about {need}"):
         run(model_cfg, train_cfg)
@@ -294,7 +294,7 @@ def nan_batch(batch):
 
 def test_nan_loss_names_the_step_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     model_cfg, train_cfg = small(tmp_path, steps=12, eval_every=3, checkpoint_every=2)
-    monkeypatch.setattr(train_mod, "sample_batch", CountingSampler({5: nan_batch}))
+    monkeypatch.setattr(trainer_mod, "sample_batch", CountingSampler({5: nan_batch}))
     with pytest.raises(ValueError, match=r"^training diverged: the loss is nan at step 5; the last "
                                          r"good checkpoint is .*step_4.safetensors$"):
         run(model_cfg, train_cfg)
@@ -312,7 +312,7 @@ def test_weights_that_overflow_are_never_checkpointed(tmp_path, monkeypatch):
     """The loss of step 2 is finite but its update leaves an inf weight: the run stops before
     evaluating or checkpointing those weights (this was written to disk as step_3 before)."""
     model_cfg, train_cfg = small(tmp_path, steps=12, eval_every=3, checkpoint_every=1)
-    forward, calls = train_mod.readout_forward, []
+    forward, calls = trainer_mod.readout_forward, []
 
     def overflowing_forward(model, X):
         out = forward(model, X)
@@ -321,7 +321,7 @@ def test_weights_that_overflow_are_never_checkpointed(tmp_path, monkeypatch):
             model.blocks[0].attn.A.data[0, 0, 0] = float("inf")
         return out
 
-    monkeypatch.setattr(train_mod, "readout_forward", overflowing_forward)
+    monkeypatch.setattr(trainer_mod, "readout_forward", overflowing_forward)
     with pytest.raises(ValueError, match=r"training diverged: the weights are not finite at step 3; "
                                          r"the last good checkpoint is .*step_2.safetensors"):
         run(model_cfg, train_cfg)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import invperm_interp.many as many_mod
-import invperm_interp.train as train_mod
+import invperm_interp.trainer as trainer_mod
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig
 from invperm_interp.config import TrainConfig
 from invperm_interp.many import Failed, bucket_key, train_many
@@ -78,15 +78,15 @@ def test_sequential_train_many_is_train(tmp_path):
 @pytest.mark.parametrize("vectorize", [True, False])
 def test_a_nan_instance_stops_alone_and_is_recorded(tmp_path, monkeypatch, vectorize):
     jobs = [job(seed, out=tmp_path / f"r{seed}", steps=12) for seed in (0, 1, 2)]
-    original = train_mod.sample_batch
+    original = trainer_mod.sample_batch
 
     def sample(layout, n, generator, **kw):
         batch = original(layout, n, generator, **kw)
-        if generator.initial_seed() == 4 * 1 + 1:  # job 1's training stream (train._seeds)
+        if generator.initial_seed() == 4 * 1 + 1:  # job 1's training stream (trainer.seed_streams)
             batch.X[0, 0, 0] = float("nan")
         return batch
 
-    monkeypatch.setattr(train_mod, "sample_batch", sample)
+    monkeypatch.setattr(trainer_mod, "sample_batch", sample)
     monkeypatch.setattr(many_mod, "sample_batch", sample)
     runs = train_many(jobs, vectorize=vectorize, progress=False)
     assert isinstance(runs[1], Failed) and "training diverged" in runs[1].error

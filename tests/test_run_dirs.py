@@ -303,12 +303,12 @@ def test_a_second_writer_is_refused_and_sigterm_checkpoints_then_resume_is_bit_i
 def test_sigterm_in_process_checkpoints_like_ctrl_c(tmp_path, monkeypatch):
     """The API: ``train`` raises ``Interrupted`` (a KeyboardInterrupt) carrying the signal, after
     checkpointing the step it was in, and puts the previous handler back."""
-    import invperm_interp.train as train_mod
+    import invperm_interp.trainer as trainer_mod
     from invperm_interp.signals import Interrupted
 
     model_cfg, train_cfg = small(d=2, out_dir=str(tmp_path / "r"), steps=100000, batch_size=4,
                                  eval_every=100000, eval_size=8)
-    real, calls = train_mod.sample_batch, []
+    real, calls = trainer_mod.sample_batch, []
 
     def sample_then_term(*args, **kw):  # call 0 is the eval batch: SIGTERM arrives in step 5
         calls.append(1)
@@ -316,7 +316,7 @@ def test_sigterm_in_process_checkpoints_like_ctrl_c(tmp_path, monkeypatch):
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kw)
 
-    monkeypatch.setattr(train_mod, "sample_batch", sample_then_term)
+    monkeypatch.setattr(trainer_mod, "sample_batch", sample_then_term)
     handler = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as e:
         train(model_cfg, train_cfg, progress=False)

@@ -119,19 +119,19 @@ def test_default_threads_is_one_on_the_cpu_and_restored_after():
     torch.set_num_threads(2)
     try:
         model_cfg, train_cfg = cfgs(steps=1)
-        import invperm_interp.train as train_mod
+        import invperm_interp.trainer as trainer_mod
 
-        original = train_mod._Trainer.run
+        original = trainer_mod.Trainer.run
 
         def spy(self, *args, **kwargs):
             seen.append(torch.get_num_threads())
             return original(self, *args, **kwargs)
 
-        train_mod._Trainer.run = spy
+        trainer_mod.Trainer.run = spy
         try:
             train(model_cfg, train_cfg, progress=False)
         finally:
-            train_mod._Trainer.run = original
+            trainer_mod.Trainer.run = original
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

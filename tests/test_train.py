@@ -14,10 +14,11 @@ from helpers import assert_same_weights, run, small, strip, weights
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, Run, sample_batch
 from invperm_interp.checkpoint import checkpoint_path, list_checkpoints
 from invperm_interp.cli import main
-from invperm_interp.config import TrainConfig, config_hash, read_config
+from invperm_interp.config import TrainConfig, config_hash, learning_rate, read_config
 from invperm_interp.disentangled import DisentangledTransformer, readout_forward
 from invperm_interp.theory import causal_floor
-from invperm_interp.train import _seeds, learning_rate, resume, train_or_reuse
+from invperm_interp.train import resume, train_or_reuse
+from invperm_interp.trainer import seed_streams
 
 
 def snapshot(folder):
@@ -134,7 +135,7 @@ def test_paper_recipe_is_the_notes_update_rule():
     result = run(model_cfg, train_cfg)
 
     model = HookedDisentangledTransformer(replace(model_cfg, init="zeros"))
-    generator = torch.Generator().manual_seed(_seeds(train_cfg.seed)["data"])
+    generator = torch.Generator().manual_seed(seed_streams(train_cfg.seed)["data"])
     clipped = False
     for step in range(2):
         batch = sample_batch(layout, train_cfg.batch_size, generator)
@@ -159,7 +160,7 @@ def test_same_seed_same_run_and_other_seed_other_data():
     assert_same_weights(weights(a.model), weights(b.model))
     c = run(model_cfg, replace(train_cfg, seed=1))
     assert strip(a.metrics) != strip(c.metrics)
-    draw = [sample_batch(model_cfg.layout, 8, torch.Generator().manual_seed(_seeds(s)["data"])).X
+    draw = [sample_batch(model_cfg.layout, 8, torch.Generator().manual_seed(seed_streams(s)["data"])).X
             for s in (0, 1)]
     assert not torch.equal(*draw)
 

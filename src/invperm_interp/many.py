@@ -29,19 +29,14 @@ from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
 from . import memory
-from .config import ModelConfig, TrainConfig
+from .config import ModelConfig, TrainConfig, learning_rate
 from .cpu import threads_for
 from .optim import ADAM_BETAS, ADAM_EPS
 from .runs import Run, resolve_device
 from .signals import StopRequest
 from .task import mse, sample_batch
-from .train import (
-    Diverged,
-    _Trainer,
-    effective_configs,
-    learning_rate,
-    train,
-)
+from .train import effective_configs, train
+from .trainer import Diverged, Trainer
 
 DIVERGED_FILE = "diverged.json"  # in a run directory: the step and error of a run that diverged
 
@@ -144,7 +139,7 @@ def _train_one(model_cfg: ModelConfig, train_cfg: TrainConfig, *, resume: bool,
 
 # -- the vectorised bucket ----------------------------------------------------------------------
 class _NoBar:
-    """What ``_Trainer`` reports its losses to inside a bucket (the bucket has one bar)."""
+    """What ``Trainer`` reports its losses to inside a bucket (the bucket has one bar)."""
 
     def set_postfix(self, *args, **kwargs) -> None:
         pass
@@ -155,7 +150,7 @@ class _Stack:
     step counts ``(N,)``, with every instance's model parameters and optimizer state pointed at
     its slice, so that anything reading one instance's model sees the current weights."""
 
-    def __init__(self, trainers: list[_Trainer]):
+    def __init__(self, trainers: list[Trainer]):
         self.trainers = trainers
         first = trainers[0]
         self.names = [n for n, _ in first.model.named_parameters()]
@@ -218,10 +213,10 @@ def _train_bucket(jobs: list[tuple[ModelConfig, TrainConfig]], *, resume: bool,
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
-    trainers: list[_Trainer] = []
+    trainers: list[Trainer] = []
     try:
         for m, t in configs:  # each takes its run directory's lock
-            trainers.append(_Trainer(m, t, resume and _holds_run(t)))
+            trainers.append(Trainer(m, t, resume and _holds_run(t)))
         with StopRequest() as interrupt:
             return _run_bucket(jobs, trainers, interrupt, progress)
     finally:
@@ -230,7 +225,7 @@ def _train_bucket(jobs: list[tuple[ModelConfig, TrainConfig]], *, resume: bool,
         torch.set_num_threads(old_threads)
 
 
-def _run_bucket(jobs, trainers: list[_Trainer], interrupt: StopRequest,
+def _run_bucket(jobs, trainers: list[Trainer], interrupt: StopRequest,
                 progress: bool) -> list[Run | Failed]:
     results: list[Run | Failed | None] = [None] * len(trainers)
 
@@ -283,16 +278,16 @@ def _run_bucket(jobs, trainers: list[_Trainer], interrupt: StopRequest,
                         changed = True
                         continue
                     if t.step >= t.cfg.steps or t.stopped is not None:
-                        t._flush(no_bar)
+                        t.flush(no_bar)
                         leave(i, t.finish(stepped=True))
                         live.remove(i)
                         changed = True
             for i in live:  # re-stacking (or an interrupt) reads every instance's current state
-                trainers[i]._flush(no_bar)
+                trainers[i].flush(no_bar)
     if interrupt.requested and live:
         for i in live:  # those that had not seen the request at their last step
             if trainers[i].dir is not None:
-                trainers[i]._checkpoint()
+                trainers[i].checkpoint()
         where = ", ".join(str(trainers[i].dir) for i in live if trainers[i].dir is not None)
         raise interrupt.interrupted(f"training stopped with {len(live)} of {len(trainers)} runs "
                                 f"unfinished" + (f"; resume them: {where}" if where else ""))

@@ -1,0 +1,281 @@
+"""One run's state and its loop: the model, optimizer, data stream, counters and run directory.
+
+``train.train`` drives one :class:`Trainer`; ``many.train_many`` steps several, each writing its run
+directory through the same methods (``begin``, ``after_step``, ``flush``, ``checkpoint``,
+``finish``). Every step draws a fresh batch from the run's seeded data stream on the training
+device; a loss is read back every ``FLUSH_EVERY`` steps (one device sync), when the NaN check runs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from . import checkpoint as ckpt
+from .config import ModelConfig, TrainConfig, config_diffs, config_hash, learning_rate, read_config
+from .cpu import keep_freed_memory
+from .disentangled import DisentangledTransformer, readout_forward
+from .metrics import evaluate
+from .optim import make_optimizer
+from .runs import (
+    Run,
+    RunLock,
+    append_metrics,
+    check_final,
+    check_new_out_dir,
+    check_out_dir,
+    check_restart,
+    read_metrics,
+    resolve_device,
+    write_config,
+    write_metrics,
+)
+from .signals import StopRequest
+from .stopping import stop_reason
+from .task import mse, sample_batch
+from .theory import causal_floor
+
+FLUSH_EVERY = 32  # steps between reading losses back (one device sync) for the bar and NaN check
+
+
+def seed_streams(seed: int) -> dict[str, int]:
+    """Separate streams for the init, the training data and the eval batch: seed s uses 4s, 4s+1,
+    4s+2, so no two seeds share one."""
+    return {"init": 4 * seed, "data": 4 * seed + 1, "eval": 4 * seed + 2}
+
+
+class Diverged(ValueError):
+    """A run's loss, evaluation MSE or weights became non-finite at ``step`` (nothing of that step
+    or later is checkpointed)."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
+
+
+class Trainer:
+    """The state of one run: model, optimizer, data stream, counters and its directory."""
+
+    def __init__(self, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool, force: bool = False):
+        self.model_cfg, self.cfg = model_cfg, cfg
+        self.device = resolve_device(cfg.device)
+        if cfg.out_dir is not None:
+            check_out_dir(Path(cfg.out_dir), model_cfg, cfg, resume)
+        if self.device.type == "cpu":
+            keep_freed_memory()
+        self.hash = config_hash(model_cfg, cfg)
+        seeds = seed_streams(cfg.seed)
+        self.model = DisentangledTransformer(model_cfg, seed=seeds["init"]).to(self.device)
+        self.names = {id(p): n for n, p in self.model.named_parameters()}
+        self.optimizer = make_optimizer(cfg.optimizer, self.model.parameters(),
+                                        learning_rate(cfg, 0))
+        self.generator = torch.Generator(self.device).manual_seed(seeds["data"])
+        dtype = model_cfg.torch_dtype
+        eval_gen = torch.Generator(self.device).manual_seed(seeds["eval"])
+        self.eval_batch = sample_batch(model_cfg.layout, cfg.eval_size, eval_gen, dtype=dtype)
+        self.floor = causal_floor(model_cfg.layout, model_cfg.readout)
+        self.stopped: str | None = None  # why the run ended before cfg.steps (stop_reason)
+        self.step, self.metrics, self.loss_sum, self.loss_count, self.elapsed = 0, [], 0.0, 0, 0.0
+        self.dir = Path(cfg.out_dir) if cfg.out_dir is not None else None
+        self.pending: list[Tensor] = []
+        self.lock = RunLock(self.dir).acquire() if self.dir is not None and self.dir.is_dir() else None
+        try:
+            if self.dir is not None:
+                self._open_dir(resume, force)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the run directory's lock (taken when the trainer was made; idempotent)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    # -- run directory ---------------------------------------------------------------------------
+    def _open_dir(self, resume: bool, force: bool) -> None:
+        """Check the directory, restore the last checkpoint; write only after every check passed."""
+        run_dir, cfg = self.dir, self.cfg
+        if not resume:
+            check_new_out_dir(run_dir, force)
+        else:
+            diffs = config_diffs(read_config(run_dir), self.model_cfg, cfg)
+            if diffs:
+                raise ValueError(f"cannot resume {run_dir}: the configuration differs from its "
+                                 f"config.json in {'; '.join(diffs)}")
+            found = ckpt.list_checkpoints(run_dir)
+            if not found:
+                check_restart(run_dir)
+            check_final(run_dir)
+            if found:
+                self._restore(*found[-1])
+        write_config(run_dir, self.model_cfg, cfg)
+        write_metrics(run_dir, self.metrics)
+
+    def _restore(self, step: int, path: Path) -> None:
+        tensors, meta = ckpt.load(path)
+        ckpt.check_meta(meta, path, ckpt.TRAINING_META)
+        if meta.get("config_hash") != self.hash or meta.get("step") != step:
+            raise ValueError(f"checkpoint {path} belongs to another run or step (config hash "
+                             f"{meta.get('config_hash')}, this run's {self.hash})")
+        if meta.get("device") != self.device.type:
+            raise ValueError(f"checkpoint {path} was written on {meta.get('device')}; resume it "
+                             f"with device={meta.get('device')!r} (its data stream lives there)")
+        if step > self.cfg.steps:
+            raise ValueError(f"steps must be >= the last checkpoint's step {step}, "
+                             f"got {self.cfg.steps}")
+        ckpt.load_model_tensors(self.model, tensors, path)
+        ckpt.load_optimizer_tensors(self.optimizer, self.cfg.optimizer, self.names, tensors,
+                                    meta.get("optimizer", {}), path)
+        rng = tensors.get("rng.data")
+        if rng is None or rng.dtype != torch.uint8:
+            raise ValueError(f"checkpoint {path} lacks the data generator's state rng.data")
+        try:
+            self.generator.set_state(rng)
+        except RuntimeError as err:
+            raise ValueError(f"checkpoint {path}: rng.data is not a generator state: {err}") from None
+        self.metrics = [m for m in read_metrics(self.dir) if m["step"] <= step]
+        self.step, self.elapsed = step, meta["elapsed"]
+        self.loss_sum, self.loss_count = meta["loss_sum"], meta["loss_count"]
+
+    def checkpoint(self) -> None:
+        tensors = ckpt.model_tensors(self.model)
+        opt_tensors, scalars = ckpt.optimizer_tensors(self.optimizer, self.names)
+        tensors.update(opt_tensors)
+        tensors["rng.data"] = self.generator.get_state()
+        meta = {"step": self.step, "config_hash": self.hash, "device": self.device.type,
+                "optimizer": scalars, "elapsed": self.elapsed, "loss_sum": self.loss_sum,
+                "loss_count": self.loss_count}
+        path = ckpt.checkpoint_path(self.dir, self.step)
+        try:
+            ckpt.save(path, tensors, meta)
+        except OSError as err:
+            raise self._write_error(path, err) from err
+
+    def _last_good(self, before: int) -> str:
+        """Where the last checkpoint from before step ``before`` is, in words."""
+        found = [p for s, p in ckpt.list_checkpoints(self.dir) if s < before]
+        return f"the last good checkpoint is {found[-1]}" if found else "no checkpoint before it"
+
+    def _write_error(self, path: Path, err: OSError) -> OSError:
+        return OSError(err.errno, f"cannot write {path} at step {self.step} "
+                                  f"({err.strerror or err}); {self._last_good(self.step + 1)}")
+
+    def _diverged(self, what: str, step: int) -> Diverged:
+        """A non-finite loss (of the weights after ``step`` updates) or weights: checkpoints of
+        ``step`` or later are not good, earlier ones gave finite losses."""
+        kept = f"; {self._last_good(step)}" if self.dir is not None else ""
+        return Diverged(f"training diverged: {what} at step {step}{kept}", step)
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self, end: int, interrupt: StopRequest, progress: bool) -> Run:
+        cfg, model, opt = self.cfg, self.model, self.optimizer
+        params = list(model.parameters())
+        layout, dtype = self.model_cfg.layout, self.model_cfg.torch_dtype
+        self.begin()
+        bar = tqdm(total=cfg.steps, initial=self.step, unit="step", disable=not progress,
+                   desc=self.dir.name if self.dir else "train", mininterval=0.5)
+        started, start = time.perf_counter() - self.elapsed, self.step
+        with bar:
+            while self.step < end and not interrupt.requested and self.stopped is None:
+                lr = learning_rate(cfg, self.step)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                batch = sample_batch(layout, cfg.batch_size, self.generator, dtype=dtype)
+                out = readout_forward(model, batch.X)  # (B, d, d)
+                loss = mse(out, batch.Y)  # the note's loss
+                opt.zero_grad()
+                loss.backward()
+                if cfg.recipe == "paper":  # the note's clipping of every gradient entry to ±1
+                    for p in params:
+                        p.grad.clamp_(-1.0, 1.0)
+                opt.step()
+                bar.update()
+                self.after_step(loss.detach(), lr, end, interrupt.requested, bar, started)
+            self.flush(bar)
+        if interrupt.requested and self.step < end:
+            if self.dir is not None and not ckpt.checkpoint_path(self.dir, self.step).exists():
+                self.checkpoint()  # the signal came after this step's checkpoint was decided
+            raise interrupt.interrupted(f"training stopped at step {self.step}"
+                                        + (f"; resume with --resume {self.dir}" if self.dir else ""))
+        return self.finish(stepped=self.step > start)
+
+    def begin(self) -> None:
+        """Evaluate the initial weights of a fresh run; decide whether the run is already over."""
+        if self.step == 0 and not self.metrics:
+            self._evaluate(learning_rate(self.cfg, 0))
+        self.stopped = stop_reason(self.cfg, self.metrics, self.model_cfg.causal)
+
+    def after_step(self, loss: Tensor, lr: float, end: int, interrupted: bool, bar,
+                   started: float) -> None:
+        """Count the update whose (still unread) ``loss`` was just taken, then evaluate, read the
+        losses back and checkpoint when due (a stop also checkpoints)."""
+        cfg = self.cfg
+        self.pending.append(loss)
+        self.step += 1
+        evals = self.step % cfg.eval_every == 0 or self.step == cfg.steps
+        saves = self.dir is not None and (
+            self.step % cfg.checkpoint_every == 0 or self.step in (end, cfg.steps) or interrupted)
+        if evals or saves or len(self.pending) >= FLUSH_EVERY:
+            self.flush(bar)
+        self.elapsed = time.perf_counter() - started
+        if evals:
+            self._evaluate(lr)
+        if saves or self.stopped is not None and self.dir is not None:
+            self.checkpoint()
+
+    def finish(self, stepped: bool) -> Run:
+        """Write the final weights of a run that reached ``steps`` or stopped early (again only if
+        it ``stepped`` in this call or has none yet) and return it."""
+        cfg, model = self.cfg, self.model
+        final = self.dir / "final.safetensors" if self.dir is not None else None
+        done = self.step == cfg.steps or self.stopped is not None
+        if final is not None and done and (stepped or not final.exists()):
+            meta = {"step": self.step, "config_hash": self.hash, "metrics": self.metrics[-1],
+                    "stopped": self.stopped}
+            try:
+                ckpt.save(final, ckpt.model_tensors(model), meta)
+            except OSError as err:
+                raise self._write_error(final, err) from err
+        return Run(self.model_cfg, cfg, model, self.metrics, self.step, self.dir)
+
+    def flush(self, bar) -> None:
+        """Read the pending losses back: stop on a non-finite one, feed the bar and the mean."""
+        if not self.pending:
+            return
+        values = torch.stack(self.pending).tolist()
+        first = self.step - len(values)
+        self.pending.clear()
+        for i, v in enumerate(values):
+            if not math.isfinite(v):
+                raise self._diverged(f"the loss is {v}", first + i)
+            self.loss_sum += v
+        # An update can overflow the weights while every loss so far was finite: never evaluate
+        # or checkpoint them (one more read-back, of a single flag).
+        if not bool(torch.stack([p.isfinite().all() for p in self.model.parameters()]).all()):
+            raise self._diverged("the weights are not finite", self.step)
+        self.loss_count += len(values)
+        bar.set_postfix(loss=f"{values[-1]:.4g}", refresh=False)
+
+    def _evaluate(self, lr: float) -> None:
+        chunk = max(self.cfg.batch_size, 1024)  # small training batches: fewer, larger eval chunks
+        metrics = {"step": self.step, **evaluate(self.model, self.eval_batch, chunk)}
+        if not math.isfinite(metrics["mse"]):  # finite weights, overflowing scores
+            raise self._diverged(f"the evaluation MSE is {metrics['mse']}", self.step)
+        train_mse = self.loss_sum / self.loss_count if self.loss_count else None
+        metrics.update(train_mse=train_mse, lr=lr, causal_floor=self.floor,
+                       attention_dir=self.model_cfg.attention_dir, wall_time=self.elapsed)
+        self.loss_sum, self.loss_count = 0.0, 0
+        self.stopped = stop_reason(self.cfg, self.metrics + [metrics], self.model_cfg.causal)
+        if self.stopped is not None:
+            metrics["stopped"] = self.stopped
+        self.metrics.append(metrics)
+        if self.dir is not None:
+            try:
+                append_metrics(self.dir, metrics)
+            except OSError as err:
+                raise self._write_error(self.dir / "metrics.jsonl", err) from err
