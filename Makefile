@@ -34,7 +34,8 @@ sweep: $(STAMP)
 	$(VENV)/bin/invperm sweep-report runs/sweep_d
 
 # Beyond the note: what training learns, counted over seeds (224 runs with early stopping, 2 worker
-# processes; several hours on 2 busy cores). Resumable: finished runs and analyses are skipped.
+# processes; 14 minutes on 2 cores: 11.7 training, 2.5 analysing). Resumable: finished runs and
+# analyses are skipped.
 census: $(STAMP)
 	$(PY) analyses/census.py
 
