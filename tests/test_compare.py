@@ -65,7 +65,7 @@ def test_closest_construction_fits_beta(name):
      ["theorem2_as_printed", "theorem2", "two_block", "appendix_b_as_printed", "appendix_b"]),
     (dict(layout=Layout.scratch(4), attention_dir="causal", readout="S"),
      ["theorem3_as_printed", "theorem3", "theorem3_two_block", "theorem3_complement",
-      "theorem3_superposed"]),
+      "theorem3_superposed", "theorem3_superposed_complement"]),
     (dict(layout=Layout.plain(4), attention_dir="causal"), []),
     (dict(layout=Layout.scratch(4, 3), attention_dir="causal", readout="P"), []),
     (dict(layout=Layout.plain(4), attention_dir="bidirectional", n_heads=2), []),

@@ -28,7 +28,8 @@ def special_inputs(d: int):
 
 def test_registry_lists_every_row_of_the_design_table():
     assert WORKING[:5] == ["theorem2", "two_block", "appendix_b", "theorem3", "theorem3_two_block"]
-    assert WORKING[5:] == ["theorem3_complement", "theorem3_superposed"]  # learned, not in the note
+    assert WORKING[5:] == ["theorem3_complement", "theorem3_superposed",  # learned, not in the note
+                           "theorem3_superposed_complement"]
     assert PRINTED == ["theorem2_as_printed", "appendix_b_as_printed", "theorem3_as_printed"]
     for spec in C.REGISTRY.values():
         assert (spec.beta_exact is not None) == spec.works
@@ -38,7 +39,12 @@ def test_registry_lists_every_row_of_the_design_table():
 @pytest.mark.parametrize("d", DS)
 @pytest.mark.parametrize("name", WORKING)
 def test_working_construction_reproduces_Y(name, d):
-    model = C.build(name, d, C.REGISTRY[name].beta_exact)
+    spec = C.REGISTRY[name]
+    if d < spec.min_d:
+        with pytest.raises(ValueError, match=f"works from d={spec.min_d}"):
+            C.build(name, d, spec.beta_exact)
+        return
+    model = C.build(name, d, spec.beta_exact)
     assert C.verify(model, n=128, seed=d).max_error < 1e-6
     for P, Y in special_inputs(d):
         batch = make_input(model.cfg.layout, P, P @ Y)

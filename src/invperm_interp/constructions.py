@@ -39,7 +39,8 @@ class ConstructionSpec:
     ``Y`` all zeros / all ones (measured; ``None`` for the printed forms, which never get there).
     It is set by the worst margin: ``β`` for one-hot lookups, ``β/4`` for ``two_block`` at d = 2,
     ``β/3`` for ``theorem3_two_block`` at d = 1 (their keys hold averages of one-hots) and
-    ``β/(d - 1)`` for ``theorem3_complement`` at d = 16 (its keys hold complements).
+    ``β/(d - 1)`` for ``theorem3_complement`` at d = 16 (its keys hold complements); from ``min_d``
+    for a form that needs another ``P`` row.
     """
 
     name: str
@@ -51,6 +52,7 @@ class ConstructionSpec:
     works: bool  # False for the note's printed forms
     cells: tuple[Cell, ...]
     beta_exact: float | None = None
+    min_d: int = 1  # the smallest d it works at (a complement over the other P rows needs one)
 
     @property
     def read_terms(self) -> tuple[tuple[str, float], ...]:
@@ -82,9 +84,10 @@ def parse_read(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(terms)
 
 
-def _spec(name, description, attention_dir, layout, readout, read_block, works, cells, beta=None):
+def _spec(name, description, attention_dir, layout, readout, read_block, works, cells, beta=None,
+          min_d=1):
     return ConstructionSpec(name, description, attention_dir, layout, readout, read_block, works,
-                            tuple(cells), beta)
+                            tuple(cells), beta, min_d)
 
 
 REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
@@ -145,6 +148,19 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
            (0, "pos.Y", "pos.P", "1"), (0, "pos.Y", "x", "-1"), (1, "L1.pos.P", "pos.Y", "I"),
            (1, "pos.S", "L1.x", "-I"), (1, "pos.S", "pos.Y", "1"), (1, "L1.pos.S", "L1.x", "-I"),
            (1, "L1.pos.S", "pos.Y", "1")], 130),
+    # The same three lookups, each complemented (assets/census.md: 9 runs). Layer 1: S row i
+    # attends to every P row but the one holding e_i (1 at (pos.S, pos.P), -I at (pos.S, x)) and
+    # to itself, so its L1.pos.P is (1 - e_{perm⁻¹(i)})/d; the Y_P rows as in theorem3_superposed.
+    # Layer 2: 1 - I at (L1.pos.P, pos.Y) finds the Y_P row at the missing position, and the
+    # complement lookup runs from pos.S and L1.pos.S. At d = 1 there is no other P row.
+    _spec("theorem3_superposed_complement", "Theorem 3, superposed complement (learned): as "
+          "theorem3_superposed with the P-row lookup complemented too",
+          "causal", "scratch", "S", "L2.x", True,
+          [(0, "pos.S", "x", "-I"), (0, "pos.S", "pos.P", "1"), (0, "pos.S", "pos.S", "I"),
+           (0, "pos.Y", "pos.P", "-I"), (0, "pos.Y", "pos.P", "1"), (0, "pos.Y", "x", "-1"),
+           (1, "L1.pos.P", "pos.Y", "-I"), (1, "L1.pos.P", "pos.Y", "1"), (1, "pos.S", "L1.x", "-I"),
+           (1, "pos.S", "pos.Y", "1"), (1, "L1.pos.S", "L1.x", "-I"), (1, "L1.pos.S", "pos.Y", "1")],
+          125, min_d=2),
 )}
 
 
@@ -187,6 +203,9 @@ def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = 
     are allocated.
     """
     spec = get(name)
+    if isinstance(d, int) and not isinstance(d, bool) and 1 <= d < spec.min_d:
+        raise ValueError(f"construction {name!r} works from d={spec.min_d} (its lookups take a "
+                         f"complement over the other P rows), got d={d}")
     if beta is None:
         beta = DEFAULT_BETA
     number = isinstance(beta, (int, float)) and not isinstance(beta, bool)
