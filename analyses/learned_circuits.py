@@ -77,7 +77,8 @@ def main() -> None:
     write_table("learned_circuits", rows, "What training learns (Adam lr 1e-2, d = 10, batch 1024)",
                 "mechanism: the library's rule (analysis.mechanism): the working construction whose "
                 "cells, run alone at the model's fitted beta, get at least 99% of rows exact and "
-                "recover at least 80% of the loss, with its templates' signs ('none' otherwise); circuit_rows_exact: that circuit-only model's rows "
+                "recover at least 80% of the loss, with its templates' signs ('none' otherwise); "
+                "circuit_rows_exact: that circuit-only model's rows "
                 "exact (the minimal circuit's for 'none'); minimal_circuit: its size in cells; "
                 "closest_by_patterns: the registry entry with the nearest "
                 "attention patterns at its best beta. top_atoms: the four largest atoms (L1 = "
