@@ -126,6 +126,17 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
           "look them up",
           "causal", "scratch", "S", "L2.x", True,
           [(0, "pos.Y", "pos.P", "I"), (1, "pos.S", "L1.x", "I"), (1, "pos.S", "pos.P", "-1")], 45),
+    # theorem3_two_block as trained scratch models run it (assets/census.md: the four-cell runs).
+    # S row i scores a key by how much of its L1.x lies off column i (I - 1): the Y_P row whose
+    # fetched P row is e_i scores 0, every other Y_P row -β. The guard lifts the Y_P keys instead of
+    # lowering P row 0: queries on the scratch row's own L1.x (an average of the rows before it,
+    # mass m ≥ 1/3) give +βm to keys that are Y_P rows or whose L1.pos.P has mass (P and Y_P rows).
+    _spec("theorem3_two_block_mass", "Theorem 3, two-block with a mass guard (learned): S rows "
+          "look up the Y_P row whose fetched P row is e_i and nothing else; Y_P keys lifted by the "
+          "scratch row's own L1.x mass",
+          "causal", "scratch", "S", "L2.x", True,
+          [(0, "pos.Y", "pos.P", "I"), (1, "pos.S", "L1.x", "I"), (1, "pos.S", "L1.x", "-1"),
+           (1, "L1.x", "pos.Y", "1"), (1, "L1.x", "L1.pos.P", "1")], 45),
     # What the causal scratch model learns (assets/census.md): the complement of theorem3_two_block.
     # Y_P row j attends every P row but its own ((1 - I) at (pos.Y, pos.P): -I and 1 in one cell),
     # so its L1.x is (1 - e_perm(j)) / (d - 1); S row i looks, among the Y_P rows (+1), for the one
