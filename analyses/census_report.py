@@ -122,14 +122,17 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
     rule's thresholds dashed). Right: mechanism counts per configuration."""
     from invperm_interp.analysis.mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.2), width_ratios=(1, 1.15))
     names = sorted({t["name"] for r in rows for t in r["tested"]})
-    for i, name in enumerate(names):
+    # one colour per construction in both panels; grey is kept for 'none'
+    palette = [f"C{i}" for i in range(10) if i != 7] + ["k", "#8c6d31", "#637939"]
+    color = {name: palette[i % len(palette)] for i, name in enumerate(names)} | {"none": "0.75"}
+    for name in names:
         pts = [(t["loss_recovered"], 1 - t["rows_exact"]) for r in rows for t in r["tested"]
                if t["name"] == name and t["loss_recovered"] is not None
                and r["steps_to_target"] is not None]
         if pts:
-            left.scatter(*zip(*pts), s=14, alpha=0.6, label=name, color=f"C{i}")
+            left.scatter(*zip(*pts), s=14, alpha=0.6, label=name, color=color[name])
     left.axvline(FAITHFUL_RECOVERED, color="k", linestyle="--", linewidth=0.8)
     left.axhline(1 - FAITHFUL_ROWS, color="k", linestyle="--", linewidth=0.8)
     left.set_yscale("symlog", linthresh=1e-3)
@@ -142,17 +145,16 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
     labels = [f"{s['model'][:5]} d={s['d']}" for s in summary]
     mechs = sorted({r["mechanism"] for r in rows})
     bottom = [0] * len(summary)
-    for i, mech in enumerate(mechs):
+    for mech in mechs:
         heights = [sum(1 for r in rows if r["kind"] == s["model"] and r["d"] == s["d"]
                        and r["steps_to_target"] is not None and r["mechanism"] == mech)
                    for s in summary]
-        right.bar(labels, heights, bottom=bottom, label=mech,
-                  color="0.6" if mech == "none" else f"C{names.index(mech) if mech in names else i}")
+        right.bar(labels, heights, bottom=bottom, label=mech, color=color.get(mech, "k"))
         bottom = [b + h for b, h in zip(bottom, heights)]
     right.set_ylabel("solved runs")
     right.set_title("mechanism by the rule, per configuration", fontsize=10)
     right.tick_params(axis="x", labelrotation=45, labelsize=8)
-    right.legend(fontsize=7)
+    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
