@@ -79,9 +79,10 @@ def _cmd_construct(args: argparse.Namespace) -> None:
     from . import constructions
 
     if args.list:
+        width = max(map(len, constructions.names()))
         for name in constructions.names():
             spec = constructions.REGISTRY[name]
-            print(f"{name:22s} {'works ' if spec.works else 'FAILS '} {spec.description}")
+            print(f"{name:{width}s} {'works ' if spec.works else 'FAILS '} {spec.description}")
         return
     if args.name is None:
         raise ValueError(f"give a construction name (one of {constructions.names()}) or --list")
