@@ -178,7 +178,7 @@ def write_assets(rows: list[dict], seeds: dict[int, int]) -> None:
         "construction whose cells alone, at the model's own fitted β in the gauge-fixed weights "
         f"with its read-out block of W_U, get at least {FAITHFUL_ROWS:.0%} of rows exact and recover "
         f"at least {FAITHFUL_RECOVERED:.0%} of the loss (baseline: 0.5 everywhere, MSE d/4), with "
-        "its templates' signs; fewest cells first; 'none' otherwise. **minimal circuit**: the "
+        "its templates' signs; fewest atoms first; 'none' otherwise. **minimal circuit**: the "
         "fewest cells whose circuit-only model is faithful by the same rule (greedy by functional "
         "effect, then pruning). Produced by `make census` (analyses/census.py); runs not yet "
         "trained are not counted: *runs* / *planned* says how far the census got.", "",

@@ -181,3 +181,11 @@ def test_model_analysis_round_trips_through_json():
     assert again.mechanism.name == "theorem3_two_block"
     with pytest.raises(ValueError, match="version"):
         ModelAnalysis.from_json(record.to_json().replace('"version": 1', '"version": 0'))
+
+
+@pytest.mark.parametrize("name, text", [("two_block", "2 cells"),
+                                        ("theorem3_complement", "3 cells (4 atoms)")])
+def test_a_cell_holding_two_templates_counts_once_as_a_cell_twice_as_atoms(name, text):
+    model = C.build(name, 5, C.REGISTRY[name].beta_exact)
+    f = faithfulness(model, name, batch_for(model, 64), minimality=False)
+    assert f.size_text == text and f.n_atoms == len(C.REGISTRY[name].cells)

@@ -324,6 +324,17 @@ class Faithfulness:
         return len(self.cells)
 
     @property
+    def n_cells(self) -> int:
+        """Distinct (layer, head, query, key) cells: a cell holding ``1 - I`` is one cell, two atoms."""
+        return len({cell[:4] for cell in self.cells})
+
+    @property
+    def size_text(self) -> str:
+        """``"9 cells (10 atoms)"``, or ``"3 cells"`` when every cell holds one atom."""
+        text = f"{self.n_cells} cells"
+        return text if self.n_cells == self.n_atoms else f"{text} ({self.n_atoms} atoms)"
+
+    @property
     def signs_agree(self) -> bool:
         """Every cell's template has a positive fitted β: the weights point the way the hypothesis
         says (a cell test alone cannot tell ``I`` from ``-I`` in the same cell)."""

@@ -2,7 +2,7 @@
 
 :func:`mechanism` tests every working registry construction that fits the model (layout, attention,
 read-out rows) with :func:`analysis.faithfulness.faithfulness` and names the one whose
-circuit-only model is **faithful** (:func:`is_faithful`), preferring the fewest cells, then the
+circuit-only model is **faithful** (:func:`is_faithful`), preferring the fewest atoms, then the
 most loss recovered. A cell test alone cannot tell ``I`` from ``-I`` in one cell (the complement
 form ``theorem3_complement`` and ``theorem3_two_block`` share their cells), so the named
 construction's templates must also fit the weights with positive β
@@ -166,7 +166,7 @@ class Mechanism:
             return (f"none of the registry; minimal circuit: {m.size} cells ({found}, rows exact "
                     f"{m.score.rows_exact:.1%}, loss recovered {_pct(m.score.loss_recovered)})")
         f = self.faithfulness
-        return (f"{self.name}: its {f.n_atoms} cells alone get {f.circuit.rows_exact:.1%} of rows "
+        return (f"{self.name}: its {f.size_text} alone get {f.circuit.rows_exact:.1%} of rows "
                 f"exact, recover {_pct(f.circuit.loss_recovered)} of the loss (MSE "
                 f"{f.circuit.mse:.3g} vs the model's {f.model.mse:.3g}, baseline {f.baseline:g}); "
                 f"without them: MSE {f.without.mse:.3g}")

@@ -61,8 +61,8 @@ def headline(analysis: ModelAnalysis) -> str:
             needed = (f"each is needed: without any one the circuit gets at most {worst:.0%} of rows "
                       "exact")
         sentences.append(
-            f"<b>Mechanism: {html.escape(mech.name)}</b>{_description(mech.name)}. Its {f.n_atoms} "
-            f"cells alone, every other weight removed, get <b>{f.circuit.rows_exact:.1%}</b> of rows "
+            f"<b>Mechanism: {html.escape(mech.name)}</b>{_description(mech.name)}. Its {f.size_text} "
+            f"alone, every other weight removed, get <b>{f.circuit.rows_exact:.1%}</b> of rows "
             f"exact and recover <b>{_pct(f.circuit.loss_recovered)}</b> of the loss (circuit MSE "
             f"{f.circuit.mse:.3g}, the model's {f.model.mse:.3g}; 0.5 everywhere scores "
             f"{f.baseline:g}). Without them the model's MSE is {f.without.mse:.3g}. Minimality: "
@@ -117,9 +117,10 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
     parts = ["<h2>Mechanism</h2>"]
     if mech.tested:
         parts.append(table(
-            ["construction", "cells", "rows exact alone", "loss recovered", "circuit MSE",
+            ["construction", "cells (atoms)", "rows exact alone", "loss recovered", "circuit MSE",
              "model MSE without its cells", "faithful"],
-            [[t.hypothesis, t.n_atoms, f"{t.circuit.rows_exact:.1%}", _pct(t.circuit.loss_recovered),
+            [[t.hypothesis, t.size_text.replace(" cells", "").replace(" atoms", ""),
+              f"{t.circuit.rows_exact:.1%}", _pct(t.circuit.loss_recovered),
               f"{t.circuit.mse:.3g}", f"{t.without.mse:.3g}",
               "yes" if is_faithful(t.circuit, mech.rows, mech.recovered) else "no"]
              for t in mech.tested],
@@ -128,8 +129,9 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
             "own fitted β) and <code>W_U</code> only on its read-out block, everything else zeroed. "
             f"<b>Faithful</b>: at least {mech.rows:.0%} of rows exact and {mech.recovered:.0%} of the "
             "loss recovered, against the baseline of everything ablated (0.5 everywhere, MSE d/4); "
-            "the fewest cells win. <b>Model MSE without its cells</b>: the full model with them "
-            "removed (completeness: high means the model needs them)."))
+            "the fewest atoms win (a cell holding <code>1 − I</code> is two atoms). <b>Model MSE "
+            "without its cells</b>: the full model with them removed (completeness: high means the "
+            "model needs them)."))
     if f is not None:
         parts.append(table(
             ["layer", "cell", "fitted β", "circuit MSE without it", "rows exact without it"],
