@@ -20,7 +20,7 @@ import torch  # noqa: E402
 from common import asset  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-from invperm_interp.analysis.faithfulness import cell_text  # noqa: E402
+from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
 
 ANALYSIS_VERSION = 4  # bump when the analysis changes, so cached analyses are redone
 ANALYSIS_SAMPLES = 512

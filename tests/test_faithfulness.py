@@ -16,7 +16,8 @@ from invperm_interp.analysis import (
     minimal_circuit,
     perturb,
 )
-from invperm_interp.analysis.faithfulness import Hypothesis, as_hypothesis, project
+from invperm_interp.analysis.faithfulness import project
+from invperm_interp.analysis.hypothesis import Hypothesis, as_hypothesis
 from invperm_interp.cells import cell_template
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]

@@ -20,8 +20,9 @@ from .compare import (
     closest_construction,
     compare,
 )
-from .faithfulness import Faithfulness, Hypothesis, Score, faithfulness
+from .faithfulness import Faithfulness, Score, faithfulness
 from .gauge import gauge_check, gauge_fix, gauge_fixed, key_gauge_basis, perturb, random_gauge
+from .hypothesis import Hypothesis
 from .mechanism import (
     FAITHFUL_RECOVERED,
     FAITHFUL_ROWS,

@@ -31,7 +31,8 @@ from .. import constructions
 from ..model import HookedDisentangledTransformer
 from ..task import Batch
 from .compare import candidates
-from .faithfulness import AtomCell, Faithfulness, Hypothesis, Score, Tester, as_hypothesis, project
+from .faithfulness import Faithfulness, Score, Tester, project
+from .hypothesis import AtomCell, Hypothesis, as_hypothesis
 from .templates import Circuit, explain
 
 #: A circuit-only model is faithful when at least this share of its rows is exactly right …

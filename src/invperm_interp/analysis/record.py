@@ -23,8 +23,9 @@ from ..task import Batch
 from ..theory import dependency_map
 from .ablate import AblationResult, standard_ablations
 from .compare import ConstructionMatch, closest_construction
-from .faithfulness import Faithfulness, Tester, cell_text
+from .faithfulness import Faithfulness, Tester
 from .gauge import gauge_check
+from .hypothesis import cell_text
 from .mechanism import Mechanism, MinimalCircuit, mechanism
 from .templates import CellMatch, Circuit, explain, match_templates
 
