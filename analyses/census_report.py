@@ -22,7 +22,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
 
-ANALYSIS_VERSION = 4  # bump when the analysis changes, so cached analyses are redone
+ANALYSIS_VERSION = 5  # bump when the analysis changes, so cached analyses are redone
 ANALYSIS_SAMPLES = 512
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "scratch": "causal [P; Y_P; S], reads S"}
 

@@ -9,6 +9,7 @@ from invperm_interp import constructions as C
 from invperm_interp.analysis import (
     ModelAnalysis,
     analyze,
+    explain,
     faithfulness,
     gauge_fix,
     is_faithful,
@@ -172,6 +173,21 @@ def test_minimal_circuit_of_a_perturbed_construction_is_its_cells():
     assert result.faithful
     assert {(c[0], c[2], c[3]) for c in result.cells} == {(c[0], c[1], c[2])
                                                           for c in C.REGISTRY["theorem2"].cells}
+
+
+def test_a_faithful_start_bounds_the_minimal_circuit_the_greedy_search_misses():
+    """Candidates that lack a needed cell leave the greedy search with nothing faithful; a
+    construction known to be faithful, given as a start, is pruned to the minimal circuit instead."""
+    model = perturb(C.build("theorem2", 6, 20.0), gauge=2.0, seed=4)
+    batch = batch_for(model, 256)
+    needed = C.REGISTRY["theorem2"].cells[-1]  # I at (L1.pos.P, pos.Y): the fetch
+    atoms = [a for a in explain(model) if (a.layer, a.query, a.key) != needed[:3]]
+    assert not minimal_circuit(model, batch, circuit=atoms).faithful
+    start = as_hypothesis(model, "theorem2")
+    result = minimal_circuit(model, batch, circuit=atoms, starts=[start])
+    assert result.faithful and result.score.rows_exact >= 0.99
+    assert {c[:4] for c in result.cells} <= {c[:4] for c in start.cells}
+    assert result.size <= len({c[:4] for c in start.cells})
 
 
 def test_model_analysis_round_trips_through_json():

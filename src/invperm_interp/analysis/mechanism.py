@@ -25,6 +25,7 @@ against an absolute MSE.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import constructions
@@ -101,14 +102,17 @@ def _read_candidates(model: HookedDisentangledTransformer) -> list[str]:
 
 def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
                     circuit: Circuit | None = None, tester: Tester | None = None,
-                    rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED) -> MinimalCircuit:
+                    rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
+                    starts: Sequence[Hypothesis] = ()) -> MinimalCircuit:
     """The fewest cells of ``A`` (and blocks of ``W_U``) whose circuit-only model is faithful.
 
     Candidates: the cells that the atoms of ``circuit`` (default ``explain(model)``) occupy, and the
     blocks holding at least ``READ_SHARE`` of ``W_U``. Greedy by functional effect: each candidate's
     effect is the MSE rise when it alone is removed from the circuit of all candidates; candidates
     are added in decreasing effect until the circuit is faithful, then each kept one is dropped, in
-    increasing effect, if the circuit stays faithful without it (pruning).
+    increasing effect, if the circuit stays faithful without it (pruning). Greedy can stop at a
+    larger set than needed, so each of ``starts`` (hypotheses already known to be faithful, such as
+    the constructions ``mechanism`` found) is pruned the same way, and the smallest result wins.
     """
     tester = tester or Tester(model, batch)
     circuit = circuit if circuit is not None else explain(model)
@@ -122,23 +126,38 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
     def ok(s: Score) -> bool:
         return is_faithful(s, rows, recovered)
 
+    def effects(chosen, score: Score) -> dict:
+        return {item: tester.circuit(hyp([i for i in chosen if i != item])).mse - score.mse
+                for item in chosen}
+
+    def prune(chosen, score: Score, effect: dict):
+        for item in sorted(chosen, key=lambda i: effect[i]):
+            rest = [i for i in chosen if i != item]
+            trial = tester.circuit(hyp(rest)) if rest else None
+            if trial is not None and ok(trial):
+                chosen, score = rest, trial
+        return chosen, score
+
+    found = []
     full = tester.circuit(hyp(items))
-    if not ok(full) or not items:
-        return _result(model, hyp(items), full, False)
-    effect = {item: tester.circuit(hyp([i for i in items if i != item])).mse - full.mse
-              for item in items}
-    order = sorted(items, key=lambda i: -effect[i])
-    chosen, score = [], None
-    for item in order:
-        chosen.append(item)
+    if items and ok(full):
+        effect = effects(items, full)
+        chosen, score = [], None
+        for item in sorted(items, key=lambda i: -effect[i]):
+            chosen.append(item)
+            score = tester.circuit(hyp(chosen))
+            if ok(score):
+                break
+        found.append(prune(chosen, score, effect))
+    for start in starts:
+        unique = {c[:4]: c for c in reversed(start.cells)}  # one item per cell, its first label
+        chosen = [("cell", c) for c in unique.values()] + [("read", r) for r in start.read or ()]
         score = tester.circuit(hyp(chosen))
         if ok(score):
-            break
-    for item in sorted(chosen, key=lambda i: effect[i]):
-        rest = [i for i in chosen if i != item]
-        trial = tester.circuit(hyp(rest)) if rest else None
-        if trial is not None and ok(trial):
-            chosen, score = rest, trial
+            found.append(prune(chosen, score, effects(chosen, score)))
+    if not found:
+        return _result(model, hyp(items), full, False)
+    chosen, score = min(found, key=lambda f: sum(k == "cell" for k, _ in f[0]))
     return _result(model, hyp(chosen), score, True)
 
 
@@ -202,8 +221,9 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
     good = [t for t in tested if t.signs_agree and is_faithful(t.circuit, rows, recovered)]
     rank = lambda t: (t not in good, t.n_atoms, -(t.circuit.loss_recovered or -1e9))  # noqa: E731
     tested.sort(key=rank)
+    starts = [Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in good]
     minimal = minimal_circuit(model, batch, circuit=circuit, tester=tester, rows=rows,
-                              recovered=recovered)
+                              recovered=recovered, starts=starts)
     best = good and min(good, key=rank)
     return Mechanism(best.hypothesis if best else "none", best or None, tuple(tested), minimal,
                      rows, recovered)
