@@ -179,8 +179,9 @@ def write_assets(rows: list[dict], seeds: dict[int, int]) -> None:
         f"with its read-out block of W_U, get at least {FAITHFUL_ROWS:.0%} of rows exact and recover "
         f"at least {FAITHFUL_RECOVERED:.0%} of the loss (baseline: 0.5 everywhere, MSE d/4), with "
         "its templates' signs; fewest atoms first; 'none' otherwise. **minimal circuit**: the "
-        "fewest cells whose circuit-only model is faithful by the same rule (greedy by functional "
-        "effect, then pruning). Produced by `make census` (analyses/census.py); runs not yet "
+        "fewest cells found whose circuit-only model is faithful by the same rule (greedy by "
+        "functional effect, then pruning; each faithful construction pruned too, the smallest "
+        "kept). Produced by `make census` (analyses/census.py); runs not yet "
         "trained are not counted: *runs* / *planned* says how far the census got.", "",
         "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     lines += ["| " + " | ".join(fmt(s[c]) if s[c] is not None else "-" for c in cols) + " |"

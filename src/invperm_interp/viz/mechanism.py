@@ -142,8 +142,8 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
     parts.append(table(
         ["layer", "head", "cell"],
         [[layer_name(c[0]), c[1], f"{c[4]} at ({c[2]}, {c[3]})"] for c in m.cells],
-        ("Minimal circuit: the smallest set of cells found (greedy by effect, then pruned) whose "
-         "circuit-only model is faithful" if m.faithful else
+        ("Minimal circuit: the smallest set of cells found (greedy by effect, then pruned; each "
+         "faithful construction pruned too) whose circuit-only model is faithful" if m.faithful else
          "No faithful circuit was found: these are all the cells the fitted atoms occupy, run on "
          "their own")
         + f"; reads {html.escape(', '.join(m.read) or '—')}; {m.score.rows_exact:.1%} of rows exact, "
