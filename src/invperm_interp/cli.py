@@ -1,4 +1,5 @@
-"""The ``invperm`` command line. Each subcommand is one function ``_cmd_NAME(args)``.
+"""The ``invperm`` command line. Each subcommand is one function ``_cmd_NAME(args)`` (``analyze`` in
+``cli_analyze``, ``sweep`` in ``cli_sweep``).
 
 Errors a user can cause (``ValueError``, missing files) print one readable line and exit 2.
 """
@@ -7,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+from .cli_analyze import add_analyze_parser, analyse_and_report
+from .cli_args import MAX_MEMORY_HELP, size
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
@@ -29,8 +33,8 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         # a finished demo run of this config is reused
         run = train_or_reuse(model_cfg, train_cfg, max_memory=args.max_memory)
         finals[attention] = run.final_metrics
-        _analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=512, seed=0,
-                            train_cfg=run.train_cfg, max_memory=args.max_memory)
+        analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=512, seed=0,
+                           train_cfg=run.train_cfg, max_memory=args.max_memory)
     floor = finals["causal"]["causal_floor"]
     print(f"\n== the note's claim: bidirectional MSE {finals['bidirectional']['mse']:.3g}, causal MSE "
           f"{finals['causal']['mse']:.3g}, exact causal floor {floor:.4g} (0.5 everywhere: "
@@ -39,39 +43,6 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
     print(f"open {write_index(out)}, or {out / 'bidirectional' / 'report.html'} and "
           f"{out / 'causal' / 'report.html'}")
-
-
-def _analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int,
-                        train_cfg=None, bundle: str | None = None, quiet: bool = False,
-                        max_memory: int | None = None):
-    """Analyse ``model`` on ``n`` fresh samples (``analysis.analyze``), print the headline, write
-    ``analysis.json`` (the ``ModelAnalysis`` record) and ``report.html`` into ``out_dir`` (nothing
-    written when ``out_dir`` is None); returns the record. ``bundle``: the relative URL of a shared
-    circuitsvis bundle (default: inlined)."""
-    from pathlib import Path
-
-    import torch
-
-    from . import memory, sample_batch
-    from .analysis.record import analyze, headline
-    from .viz.report import write_report
-
-    cfg = model.cfg
-    memory.check(memory.analysis_estimate(cfg, n), max_memory, model.device)
-    generator = torch.Generator(device=model.device).manual_seed(seed)
-    batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
-    result = analyze(model, batch, source)
-    if not quiet:
-        print(headline(result))
-    if out_dir is not None:
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "analysis.json").write_text(result.to_json())
-        write_report(model, result, batch, out_dir / "report.html", metrics, title=source,
-                     train_cfg=train_cfg, bundle=bundle)
-        if not quiet:
-            print(f"\nwrote {out_dir / 'analysis.json'} and {out_dir / 'report.html'}")
-    return result
 
 
 def _cmd_construct(args: argparse.Namespace) -> None:
@@ -176,87 +147,6 @@ def _cmd_train(args: argparse.Namespace) -> None:
           + (f"; stopped early ({m['stopped']})" if m.get("stopped") else ""))
 
 
-def _cmd_analyze(args: argparse.Namespace) -> None:
-    """Circuit, per-cell templates, closest construction, ablations and the HTML report of a trained
-    run (or of a construction); writes ``analysis.json`` and ``report.html`` into the run directory."""
-    from pathlib import Path
-
-    from . import constructions
-    from .runs import Run
-
-    if (args.run_dir is None) == (args.construction is None):
-        raise ValueError("give a run directory or --construction NAME (one of them)")
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    metrics = None
-    if args.construction is not None:
-        model = constructions.build(args.construction, args.d, args.beta, max_memory=args.max_memory)
-        source, out_dir = f"construction {args.construction}", args.out
-    else:
-        run_dir = Path(args.run_dir)
-        if not run_dir.is_dir():
-            raise NotADirectoryError(f"run directory {run_dir} does not exist")
-        if not (run_dir / "config.json").is_file():  # a sweep or census: its index page
-            _report_directory(run_dir, args)
-            return
-        if args.index_only or args.inline_bundle:
-            raise ValueError("--index-only and --inline-bundle are for a directory of runs; "
-                             f"{run_dir} is one run")
-        run = Run.load(run_dir, step=args.step)
-        model, metrics = run.model, run.metrics
-        source = f"run {run_dir}" + ("" if args.step is None else f" at step {args.step}")
-        out_dir = args.out or run_dir
-    _analyse_and_report(model, source, out_dir, metrics, n=args.n, seed=args.seed,
-                        train_cfg=None if args.construction is not None else run.train_cfg,
-                        max_memory=args.max_memory)
-
-
-def _report_directory(root, args: argparse.Namespace) -> None:
-    """``invperm report DIR`` on a directory of runs: a report for each run that has none (sharing
-    one circuitsvis bundle, ``DIR/circuitsvis.js``, unless ``--inline-bundle``), then
-    ``DIR/index.html``."""
-    import os
-    from pathlib import Path
-
-    from tqdm import tqdm
-
-    from .runs import Run
-    from .viz.attention import write_bundle
-    from .viz.index import find_runs, write_index
-
-    if args.step is not None or args.out is not None:
-        raise ValueError("--step and --out are for one run; DIR is a directory of runs")
-    rows = find_runs(root)
-    todo = [r.dir for r in rows if not (r.dir / "report.html").is_file()
-            and (r.dir / "final.safetensors").is_file()]
-    if todo and not args.index_only:
-        shared = None if args.inline_bundle else write_bundle(root)
-        for run_dir in tqdm(todo, desc="run reports", unit="run"):
-            run = Run.load(run_dir)
-            bundle = None if shared is None else Path(os.path.relpath(shared, run_dir)).as_posix()
-            _analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=args.n,
-                                seed=args.seed, train_cfg=run.train_cfg, bundle=bundle, quiet=True,
-                                max_memory=args.max_memory)
-        rows = find_runs(root)  # the new analyses name mechanisms
-    path = write_index(root, rows)
-    print(f"wrote {path} ({len(rows)} runs, {len(todo) if not args.index_only else 0} new reports)")
-
-
-_MAX_MEMORY_HELP = "memory limit for the size check, e.g. 8G (default: what the machine has left)"
-
-
-def _size(text: str) -> int:
-    """``--max-memory``: ``8G``, ``500M``, ``2e9`` → bytes (argparse reports a bad one)."""
-    from .memory import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="invperm", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -268,8 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--threads", type=int, default=None, help="torch threads (default 1 on the CPU)")
     demo.add_argument("--out", default="runs/demo", help="where the runs and reports go")
-    demo.add_argument("--max-memory", type=_size, metavar="SIZE",
-                      help=_MAX_MEMORY_HELP)
+    demo.add_argument("--max-memory", type=size, metavar="SIZE",
+                      help=MAX_MEMORY_HELP)
     demo.set_defaults(func=_cmd_demo)
 
     construct = sub.add_parser("construct", help="an analytic construction's cells and its error")
@@ -279,8 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     construct.add_argument("--beta", type=float, default=None, help="cell scale (default 100)")
     construct.add_argument("--n", type=int, default=256, help="samples for the verification")
     construct.add_argument("--seed", type=int, default=0)
-    construct.add_argument("--max-memory", type=_size, metavar="SIZE",
-                           help=_MAX_MEMORY_HELP)
+    construct.add_argument("--max-memory", type=size, metavar="SIZE",
+                           help=MAX_MEMORY_HELP)
     construct.set_defaults(func=_cmd_construct)
 
     tr = sub.add_parser("train", help="train a model; config, metrics and checkpoints under --out")
@@ -320,39 +210,16 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", help="JSON with 'model' and 'train', e.g. a run's config.json")
     tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
-    tr.add_argument("--max-memory", type=_size, metavar="SIZE",
-                    help=_MAX_MEMORY_HELP)
+    tr.add_argument("--max-memory", type=size, metavar="SIZE",
+                    help=MAX_MEMORY_HELP)
     tr.set_defaults(func=_cmd_train)
 
     for name in ("analyze", "report"):  # the same job; "report" is the name users look for
-        _add_analyze_parser(sub, name)
+        add_analyze_parser(sub, name)
     from .cli_sweep import add_sweep_parsers
 
     add_sweep_parsers(sub)
     return parser
-
-
-def _add_analyze_parser(sub, name: str) -> None:
-    analyze = sub.add_parser(name, help="circuit, templates, closest construction, ablations and "
-                                        "an HTML report of a run or a construction")
-    analyze.add_argument("run_dir", nargs="?", help="a training run directory (gets analysis.json), "
-                                                     "or a directory of runs (gets index.html)")
-    analyze.add_argument("--step", type=int, default=None, help="a checkpoint step (default: final)")
-    analyze.add_argument("--construction", help="analyze a construction instead (see construct --list)")
-    analyze.add_argument("--d", type=int, default=10, help="task size for --construction")
-    analyze.add_argument("--beta", type=float, default=None, help="cell scale for --construction")
-    analyze.add_argument("--n", type=int, default=512, help="samples for patterns and ablations")
-    analyze.add_argument("--seed", type=int, default=0)
-    analyze.add_argument("--out", help="directory for analysis.json and report.html "
-                                        "(default: the run directory)")
-    analyze.add_argument("--threads", type=int, help="torch threads; on busy shared cores try 1")
-    analyze.add_argument("--max-memory", type=_size, metavar="SIZE", help=_MAX_MEMORY_HELP)
-    analyze.add_argument("--index-only", action="store_true",
-                         help="for a directory of runs: only the index page, no missing run reports")
-    analyze.add_argument("--inline-bundle", action="store_true",
-                         help="for a directory of runs: inline circuitsvis in every report instead "
-                              "of sharing DIR/circuitsvis.js")
-    analyze.set_defaults(func=_cmd_analyze)
 
 
 def _out_of_memory(err: BaseException) -> bool:
