@@ -90,6 +90,13 @@ def _spec(name, description, attention_dir, layout, readout, read_block, works, 
                             tuple(cells), beta, min_d)
 
 
+# Shared by the two superposed forms: Y_P row j averages the P rows but its own (the -1 on x keeps
+# it off the binary Y_P rows), and scratch row i's complement lookup, from its position and from
+# its copy of itself.
+_Y_COMPLEMENT = [(0, "pos.Y", "pos.P", "-I"), (0, "pos.Y", "pos.P", "1"), (0, "pos.Y", "x", "-1")]
+_S_COMPLEMENT_LOOKUPS = [(1, "pos.S", "L1.x", "-I"), (1, "pos.S", "pos.Y", "1"),
+                         (1, "L1.pos.S", "L1.x", "-I"), (1, "L1.pos.S", "pos.Y", "1")]
+
 REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
     # Theorem 2 (Appendix C.2) as printed: L1 gives row-reversed P, L2 then looks up Y_P rows by
     # J·(row-reversed P); that is Y only when (JP)² = I.
@@ -155,10 +162,8 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
     _spec("theorem3_superposed", "Theorem 3, superposed (learned): the P-row lookup and the "
           "complement two-block in one circuit, scratch rows also attending to themselves",
           "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.S", "I"), (0, "pos.Y", "pos.P", "-I"),
-           (0, "pos.Y", "pos.P", "1"), (0, "pos.Y", "x", "-1"), (1, "L1.pos.P", "pos.Y", "I"),
-           (1, "pos.S", "L1.x", "-I"), (1, "pos.S", "pos.Y", "1"), (1, "L1.pos.S", "L1.x", "-I"),
-           (1, "L1.pos.S", "pos.Y", "1")], 130),
+          [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.S", "I"), *_Y_COMPLEMENT,
+           (1, "L1.pos.P", "pos.Y", "I"), *_S_COMPLEMENT_LOOKUPS], 130),
     # The same three lookups, each complemented (assets/census.md: 9 runs). Layer 1: S row i
     # attends to every P row but the one holding e_i (1 at (pos.S, pos.P), -I at (pos.S, x)) and
     # to itself, so its L1.pos.P is (1 - e_{perm⁻¹(i)})/d; the Y_P rows as in theorem3_superposed.
@@ -168,10 +173,8 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
           "theorem3_superposed with the P-row lookup complemented too",
           "causal", "scratch", "S", "L2.x", True,
           [(0, "pos.S", "x", "-I"), (0, "pos.S", "pos.P", "1"), (0, "pos.S", "pos.S", "I"),
-           (0, "pos.Y", "pos.P", "-I"), (0, "pos.Y", "pos.P", "1"), (0, "pos.Y", "x", "-1"),
-           (1, "L1.pos.P", "pos.Y", "-I"), (1, "L1.pos.P", "pos.Y", "1"), (1, "pos.S", "L1.x", "-I"),
-           (1, "pos.S", "pos.Y", "1"), (1, "L1.pos.S", "L1.x", "-I"), (1, "L1.pos.S", "pos.Y", "1")],
-          125, min_d=2),
+           *_Y_COMPLEMENT, (1, "L1.pos.P", "pos.Y", "-I"), (1, "L1.pos.P", "pos.Y", "1"),
+           *_S_COMPLEMENT_LOOKUPS], 125, min_d=2),
 )}
 
 
