@@ -37,15 +37,15 @@ def worker(threads: int | None, steps: int, batch: int) -> dict:
         torch.set_num_threads(threads)
     cfg = ModelConfig(Layout.plain(10), attention_dir="bidirectional")
     times: list[float] = []
-    import invperm_interp.train as train_mod
+    import invperm_interp.trainer as trainer_mod
 
-    original = train_mod.sample_batch
+    original = trainer_mod.sample_batch
 
     def timed(*args, **kwargs):  # called once per step: the interval between calls is one step
         times.append(time.perf_counter())
         return original(*args, **kwargs)
 
-    train_mod.sample_batch = timed
+    trainer_mod.sample_batch = timed
     tc = TrainConfig(steps=steps + 10, batch_size=batch, eval_every=10**6, eval_size=256,
                      device="cpu", threads=threads if threads is not None else torch.get_num_threads())
     train(cfg, tc, progress=False)

@@ -27,8 +27,8 @@ from invperm_interp.cli import main
 main(ARGV)""",
     "invperm train, as before": """
 import torch, transformer_lens
-import invperm_interp.train as train_mod
-train_mod.make_optimizer = lambda kind, params, lr: (
+import invperm_interp.trainer as trainer_mod
+trainer_mod.make_optimizer = lambda kind, params, lr: (
     torch.optim.Adam if kind == "adam" else torch.optim.SGD)(params, lr=lr)
 from invperm_interp.cli import main
 main(ARGV)""",
