@@ -119,7 +119,7 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
         parts.append(table(
             ["construction", "cells (atoms)", "rows exact alone", "loss recovered", "circuit MSE",
              "model MSE without its cells", "faithful"],
-            [[t.hypothesis, t.n_cells if t.n_cells == t.n_atoms else f"{t.n_cells} ({t.n_atoms})",
+            [[t.hypothesis, f"{t.n_cells}" + ("" if t.n_cells == t.n_atoms else f" ({t.n_atoms})"),
               f"{t.circuit.rows_exact:.1%}", _pct(t.circuit.loss_recovered),
               f"{t.circuit.mse:.3g}", f"{t.without.mse:.3g}",
               "yes" if is_faithful(t.circuit, mech.rows, mech.recovered) else "no"]
