@@ -10,7 +10,7 @@ from __future__ import annotations
 from common import write_table
 
 from invperm_interp import Layout
-from invperm_interp.theory import bayes_mse_monte_carlo, causal_floor, exact_floor_enumeration
+from invperm_interp.maths.floors import bayes_mse_monte_carlo, causal_floor, exact_floor_enumeration
 
 LAYOUTS = {
     "[P; Y_P]": lambda d: Layout.plain(d),

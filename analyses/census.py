@@ -58,7 +58,7 @@ def train_job(job: tuple[str, int, int], root: Path) -> dict:
     """Train one run to ``TARGET`` (or ``MAX_STEPS``) in chunks of one evaluation, resuming from the
     last checkpoint; resuming is bit-identical to an uninterrupted run, so the chunks change nothing
     but where training stops. Returns (and stores as ``census_train.json``) the outcome."""
-    from invperm_interp.train import resume, train
+    from invperm_interp.training.single import resume, train
 
     kind, d, seed = job
     run_dir = root / run_name(kind, d, seed)
@@ -87,14 +87,14 @@ def train_job(job: tuple[str, int, int], root: Path) -> dict:
 
 def _prune_checkpoints(run_dir: Path) -> None:
     """Keep only the last checkpoint (the census resumes from it and analyses it)."""
-    from invperm_interp.checkpoint import list_checkpoints
+    from invperm_interp.runs.checkpoint import list_checkpoints
 
     for _, path in list_checkpoints(run_dir)[:-1]:
         path.unlink()
 
 
 def _next_stop(run_dir: Path, cfg: TrainConfig) -> int:
-    from invperm_interp.checkpoint import list_checkpoints
+    from invperm_interp.runs.checkpoint import list_checkpoints
 
     found = list_checkpoints(run_dir)
     last = found[-1][0] if found else 0

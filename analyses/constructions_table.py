@@ -10,8 +10,8 @@ import textwrap
 
 from common import asset, write_table
 
-from invperm_interp import constructions
 from invperm_interp.labels import layer_name
+from invperm_interp.maths import constructions
 from invperm_interp.viz.heatmaps import plot_circuit, save_figures
 
 DS = (2, 5, 10, 16)

@@ -21,7 +21,7 @@ from common import asset, write_table
 from invperm_interp import Layout, ModelConfig, sample_batch
 from invperm_interp.analysis import closest_construction, explain, mechanism
 from invperm_interp.config import TrainConfig
-from invperm_interp.train import train_or_reuse
+from invperm_interp.training.single import train_or_reuse
 from invperm_interp.viz.heatmaps import plot_circuit, save_figures
 from invperm_interp.viz.training import plot_runs
 

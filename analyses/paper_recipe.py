@@ -16,7 +16,7 @@ from common import asset, write_table
 
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.config import TrainConfig
-from invperm_interp.train import train_or_reuse
+from invperm_interp.training.single import train_or_reuse
 from invperm_interp.viz.heatmaps import save_figures
 
 

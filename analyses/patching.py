@@ -15,9 +15,10 @@ import matplotlib.pyplot as plt
 import torch
 from common import asset, write_table
 
-from invperm_interp import Run, constructions, make_input, sample_batch
+from invperm_interp import Run, make_input, sample_batch
 from invperm_interp.analysis import mse_to, patch_blocks
 from invperm_interp.labels import hook_label
+from invperm_interp.maths import constructions
 from invperm_interp.viz.heatmaps import plot_patching, save_figures
 
 

@@ -28,7 +28,7 @@ def ensure_run(run_dir: Path, threads: int) -> None:
         return
     from invperm_interp import Layout, ModelConfig
     from invperm_interp.config import TrainConfig
-    from invperm_interp.train import train
+    from invperm_interp.training.single import train
 
     print(f"training the benchmark run into {run_dir} (once)")
     train(ModelConfig(Layout.plain(10), attention_dir="bidirectional", readout="P"),

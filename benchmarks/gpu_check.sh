@@ -41,7 +41,7 @@ import torch
 
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.config import TrainConfig
-from invperm_interp.train import resume, train
+from invperm_interp.training.single import resume, train
 
 out, paper_steps, adam_steps, device = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 cuda = device.startswith("cuda")
@@ -84,7 +84,7 @@ results["resume"] = {"bit_identical": all(torch.equal(a[k], b[k]) for k in a),
                      "max_weight_diff": diff, "metrics_identical": same_metrics}
 print(f"resume on {device}: {results['resume']}")
 
-from invperm_interp.many import train_many  # noqa: E402
+from invperm_interp.training.many import train_many  # noqa: E402
 
 
 def timed(fn):

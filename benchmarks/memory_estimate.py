@@ -46,9 +46,9 @@ def probe(job: dict) -> dict:
 
     torch.set_num_threads(1)
     from invperm_interp import Layout, ModelConfig, memory, sample_batch
-    from invperm_interp import constructions as C
     from invperm_interp.config import TrainConfig
-    from invperm_interp.train import train
+    from invperm_interp.maths import constructions as C
+    from invperm_interp.training.single import train
 
     def status(key: str) -> int:
         with open("/proc/self/status") as f:

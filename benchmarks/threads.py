@@ -31,13 +31,13 @@ def worker(threads: int | None, steps: int, batch: int) -> dict:
 
     from invperm_interp import Layout, ModelConfig
     from invperm_interp.config import TrainConfig
-    from invperm_interp.train import train
+    from invperm_interp.training.single import train
 
     if threads is not None:
         torch.set_num_threads(threads)
     cfg = ModelConfig(Layout.plain(10), attention_dir="bidirectional")
     times: list[float] = []
-    import invperm_interp.trainer as trainer_mod
+    import invperm_interp.training.trainer as trainer_mod
 
     original = trainer_mod.sample_batch
 

@@ -48,8 +48,8 @@ import json, time, torch
 torch.set_num_threads(1)
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.config import TrainConfig
-from invperm_interp.many import train_many
-from invperm_interp.train import train
+from invperm_interp.training.many import train_many
+from invperm_interp.training.single import train
 cfg = ModelConfig(Layout.plain(D), attention_dir="bidirectional")
 """.replace("(D)", f"({D})")
 

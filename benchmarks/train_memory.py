@@ -27,7 +27,7 @@ from invperm_interp.cli import main
 main(ARGV)""",
     "invperm train, as before": """
 import torch, transformer_lens
-import invperm_interp.trainer as trainer_mod
+import invperm_interp.training.trainer as trainer_mod
 trainer_mod.make_optimizer = lambda kind, params, lr: (
     torch.optim.Adam if kind == "adam" else torch.optim.SGD)(params, lr=lr)
 from invperm_interp.cli import main

@@ -37,8 +37,8 @@ def worker(variant: str, threads: int, steps: int) -> dict:
     from invperm_interp import Layout, ModelConfig, sample_batch
     from invperm_interp.config import TrainConfig
 
-    train_mod = importlib.import_module("invperm_interp.train")  # the module, even if re-exported
-    cpu_mod = importlib.import_module("invperm_interp.cpu")
+    train_mod = importlib.import_module("invperm_interp.training.single")  # the module, even if re-exported
+    cpu_mod = importlib.import_module("invperm_interp.training.cpu")
 
     cfg = ModelConfig(Layout.plain(D), attention_dir="bidirectional")
     if variant == "reference":  # what one would write by hand: hooked forward, Adam, fresh data
@@ -114,7 +114,7 @@ def converge(threads: int, steps: int) -> tuple[int | None, float | None, float]
     """Bidirectional d = 10, batch 1024, Adam: first eval step with MSE < 1e-3 and its time."""
     from invperm_interp import Layout, ModelConfig
     from invperm_interp.config import TrainConfig
-    from invperm_interp.train import train
+    from invperm_interp.training.single import train
 
     cfg = ModelConfig(Layout.plain(D), attention_dir="bidirectional")
     run = train(cfg, TrainConfig(steps=steps, batch_size=BATCH, eval_every=50, eval_size=4096,

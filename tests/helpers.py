@@ -12,7 +12,7 @@ from torch import nn
 
 from invperm_interp import Layout, ModelConfig, sample_batch
 from invperm_interp.config import TrainConfig
-from invperm_interp.train import train
+from invperm_interp.training.single import train
 
 SMALL_TRAIN = dict(steps=6, batch_size=32, eval_every=3, eval_size=64, device="cpu")
 

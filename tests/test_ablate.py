@@ -5,7 +5,6 @@ import torch
 from helpers import batch_for
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig
-from invperm_interp import constructions as C
 from invperm_interp.analysis import (
     ablate_block,
     ablate_mask,
@@ -13,6 +12,7 @@ from invperm_interp.analysis import (
     read_blocks,
     standard_ablations,
 )
+from invperm_interp.maths import constructions as C
 
 BIDIRECTIONAL = ["theorem2", "two_block", "appendix_b"]
 SCRATCH = ["theorem3", "theorem3_two_block"]

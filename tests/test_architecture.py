@@ -11,7 +11,7 @@ import torch
 from transformer_lens.utilities import get_act_name
 
 from invperm_interp import BlockName, Layout, ModelConfig, Stream, hook_name
-from invperm_interp.model import HookedDisentangledTransformer
+from invperm_interp.model.hooked import HookedDisentangledTransformer
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "invperm_interp"
 MAX_LINES = 400
@@ -75,8 +75,8 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_the_import_graph_sees_relative_and_deferred_imports():
     graph = import_graph()
-    assert "invperm_interp.checkpoint" in graph["invperm_interp.model"]  # from . import checkpoint
-    assert "invperm_interp.train" in graph["invperm_interp.cli"]  # imported inside a function
+    assert "invperm_interp.runs.checkpoint" in graph["invperm_interp.model.hooked"]  # from ..runs import
+    assert "invperm_interp.training.single" in graph["invperm_interp.cli.main"]  # inside a function
 
 
 def test_no_import_cycle_in_the_package():

@@ -8,10 +8,10 @@ import torch
 from helpers import batch_for
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig
-from invperm_interp import constructions as C
 from invperm_interp.analysis import closest_construction, compare, perturb
 from invperm_interp.analysis.compare import candidates
 from invperm_interp.cli import main
+from invperm_interp.maths import constructions as C
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]
 F64 = torch.float64
@@ -106,7 +106,7 @@ def test_analyze_writes_analysis_json_for_a_construction(tmp_path, capsys):
 
 def test_analyze_reads_a_training_run(tmp_path, capsys):
     from invperm_interp.config import TrainConfig
-    from invperm_interp.train import train
+    from invperm_interp.training.single import train
 
     cfg = ModelConfig(Layout.plain(3), attention_dir="bidirectional")
     train(cfg, TrainConfig(steps=4, batch_size=16, eval_every=4, eval_size=16, out_dir=str(tmp_path),

@@ -6,9 +6,9 @@ import itertools
 import pytest
 import torch
 
-from invperm_interp import constructions as C
 from invperm_interp import sample_batch
 from invperm_interp.cli import main
+from invperm_interp.maths import constructions as C
 from invperm_interp.task import make_input
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]

@@ -13,9 +13,9 @@ from invperm_interp import (
     hook_name,
     sample_batch,
 )
-from invperm_interp import constructions as C
 from invperm_interp.analysis import patch_positions
-from invperm_interp.export import HOOK_MAP, to_transformer_lens
+from invperm_interp.maths import constructions as C
+from invperm_interp.model.export import HOOK_MAP, to_transformer_lens
 from invperm_interp.task import make_input, mse
 
 LAYOUTS = {"plain": lambda d: Layout.plain(d),

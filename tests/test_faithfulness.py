@@ -5,7 +5,6 @@ import pytest
 import torch
 from helpers import batch_for
 
-from invperm_interp import constructions as C
 from invperm_interp.analysis import (
     ModelAnalysis,
     analyze,
@@ -19,7 +18,8 @@ from invperm_interp.analysis import (
 )
 from invperm_interp.analysis.faithfulness import project
 from invperm_interp.analysis.hypothesis import Hypothesis, as_hypothesis
-from invperm_interp.cells import cell_template
+from invperm_interp.maths import constructions as C
+from invperm_interp.maths.cells import cell_template
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]
 

@@ -22,8 +22,8 @@ import pytest
 import torch
 from helpers import assert_same_weights, cli_resume, run, start_cli_training, strip
 
-import invperm_interp.checkpoint as ckpt
-import invperm_interp.trainer as trainer_mod
+import invperm_interp.runs.checkpoint as ckpt
+import invperm_interp.training.trainer as trainer_mod
 from invperm_interp import (
     HookedDisentangledTransformer,
     Layout,
@@ -32,13 +32,13 @@ from invperm_interp import (
     make_input,
     sample_batch,
 )
-from invperm_interp import constructions as C
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
-from invperm_interp.runs import checkpoint_bytes
-from invperm_interp.train import resume
+from invperm_interp.maths import constructions as C
+from invperm_interp.runs.directory import checkpoint_bytes
+from invperm_interp.training.single import resume
 
-SRC = Path(trainer_mod.__file__).parent
+SRC = Path(trainer_mod.__file__).parent.parent  # the package
 
 
 def small(tmp_path=None, d=3, attention_dir="bidirectional", **kw):

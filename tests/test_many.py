@@ -5,13 +5,13 @@ import json
 import pytest
 import torch
 
-import invperm_interp.many as many_mod
-import invperm_interp.trainer as trainer_mod
+import invperm_interp.training.many as many_mod
+import invperm_interp.training.trainer as trainer_mod
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig
 from invperm_interp.config import TrainConfig
-from invperm_interp.many import Failed, bucket_key, train_many
-from invperm_interp.runs import Run
-from invperm_interp.train import resume, train
+from invperm_interp.runs.directory import Run
+from invperm_interp.training.many import Failed, bucket_key, train_many
+from invperm_interp.training.single import resume, train
 
 
 def job(seed=0, d=3, attention_dir="bidirectional", out=None, **kw):

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from invperm_interp import Layout, ModelConfig, memory
-from invperm_interp import constructions as C
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
-from invperm_interp.train import train
+from invperm_interp.maths import constructions as C
+from invperm_interp.training.single import train
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "memory_estimate.py"
 
@@ -193,7 +193,7 @@ def test_estimating_a_huge_model_allocates_nothing():
 
 
 def test_a_vectorised_bucket_is_checked_as_the_sum_of_its_runs(monkeypatch):
-    from invperm_interp.many import train_many
+    from invperm_interp.training.many import train_many
 
     model_cfg = ModelConfig(Layout.plain(10))
     one = memory.training_estimate(model_cfg, "adam", 64, 64).total

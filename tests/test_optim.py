@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from invperm_interp import checkpoint as ckpt
-from invperm_interp.optim import SGD, Adam, make_optimizer
+from invperm_interp.runs import checkpoint as ckpt
+from invperm_interp.training.optim import SGD, Adam, make_optimizer
 
 REFERENCE = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 

@@ -6,7 +6,6 @@ import math
 import pytest
 import torch
 
-from invperm_interp import constructions as C
 from invperm_interp import sample_batch
 from invperm_interp.analysis import (
     LabelledTensor,
@@ -16,6 +15,7 @@ from invperm_interp.analysis import (
     patch_blocks,
     patch_positions,
 )
+from invperm_interp.maths import constructions as C
 from invperm_interp.task import make_input
 
 F64 = torch.float64

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, make_input, sample_batch
-from invperm_interp.disentangled import readout_forward
-from invperm_interp.theory import dependency_map, stream_dependency
+from invperm_interp.maths.floors import dependency_map, stream_dependency
+from invperm_interp.model.disentangled import readout_forward
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MAX_WIDTH = 320  # keeps one example's model (and its Jacobian) to milliseconds

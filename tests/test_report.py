@@ -8,10 +8,11 @@ import pytest
 import torch
 from conftest import loads_from_network
 
-from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, constructions, sample_batch
+from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
 from invperm_interp.analysis.record import ModelAnalysis, analyze, headline
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
+from invperm_interp.maths import constructions
 from invperm_interp.viz.attention import BUNDLE, write_bundle
 from invperm_interp.viz.heatmaps import head_figure, plot_dependency, plot_patching, unembed_figure
 from invperm_interp.viz.report import report_html
@@ -141,7 +142,7 @@ def _figure_text(fig) -> str:
 
 def test_each_layer_is_named_the_same_way_in_every_section(theorem3, theorem3_page):
     from invperm_interp.analysis import mse_to, patch_blocks
-    from invperm_interp.theory import dependency_map
+    from invperm_interp.maths.floors import dependency_map
 
     model, batch, _ = theorem3
     mentions = {where: _check_naming(text, 2, where) for where, text in _sections(theorem3_page).items()}

@@ -12,8 +12,9 @@ import subprocess
 import pytest
 import torch
 
-from invperm_interp import constructions, sample_batch
+from invperm_interp import sample_batch
 from invperm_interp.analysis.record import analyze
+from invperm_interp.maths import constructions
 from invperm_interp.viz.attention import write_bundle
 from invperm_interp.viz.report import write_report
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from helpers import assert_same_weights, cli_resume, run, small, start_cli_training, strip
 
-import invperm_interp.checkpoint as ckpt
+import invperm_interp.runs.checkpoint as ckpt
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig, read_config
-from invperm_interp.runs import LOCK_FILE, Run, RunLock, RunLocked, RunWarning, read_metrics
-from invperm_interp.train import resume, train, train_or_reuse
+from invperm_interp.runs.directory import LOCK_FILE, Run, RunLock, RunLocked, RunWarning, read_metrics
+from invperm_interp.training.single import resume, train, train_or_reuse
 
 
 def finished(tmp_path, name="run", **kw):
@@ -303,8 +303,8 @@ def test_a_second_writer_is_refused_and_sigterm_checkpoints_then_resume_is_bit_i
 def test_sigterm_in_process_checkpoints_like_ctrl_c(tmp_path, monkeypatch):
     """The API: ``train`` raises ``Interrupted`` (a KeyboardInterrupt) carrying the signal, after
     checkpointing the step it was in, and puts the previous handler back."""
-    import invperm_interp.trainer as trainer_mod
-    from invperm_interp.signals import Interrupted
+    import invperm_interp.training.trainer as trainer_mod
+    from invperm_interp.training.signals import Interrupted
 
     model_cfg, train_cfg = small(d=2, out_dir=str(tmp_path / "r"), steps=100000, batch_size=4,
                                  eval_every=100000, eval_size=8)

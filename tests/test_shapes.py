@@ -11,7 +11,7 @@ from jaxtyping import TypeCheckError, jaxtyped
 
 from invperm_interp import Batch, HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
 from invperm_interp.analysis.gauge import gauge_fix
-from invperm_interp.disentangled import readout_forward
+from invperm_interp.model.disentangled import readout_forward
 
 
 def checked(fn):

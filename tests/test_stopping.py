@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from invperm_interp import Layout, ModelConfig
-from invperm_interp.checkpoint import load as load_checkpoint
 from invperm_interp.config import RECIPE_DEFAULTS, TrainConfig
-from invperm_interp.cpu import threads_for
-from invperm_interp.runs import Run
-from invperm_interp.stopping import stop_reason
-from invperm_interp.train import resume, train
+from invperm_interp.runs.checkpoint import load as load_checkpoint
+from invperm_interp.runs.directory import Run
+from invperm_interp.training.cpu import threads_for
+from invperm_interp.training.single import resume, train
+from invperm_interp.training.stopping import stop_reason
 
 
 def cfgs(attention_dir="bidirectional", d=3, **train_kw):
@@ -119,7 +119,7 @@ def test_default_threads_is_one_on_the_cpu_and_restored_after():
     torch.set_num_threads(2)
     try:
         model_cfg, train_cfg = cfgs(steps=1)
-        import invperm_interp.trainer as trainer_mod
+        import invperm_interp.training.trainer as trainer_mod
 
         original = trainer_mod.Trainer.run
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from invperm_interp.cli import main
-from invperm_interp.grid import load_grid
-from invperm_interp.sweep import executor_parameters, run_sweep, units
+from invperm_interp.sweep.engine import executor_parameters, run_sweep, units
+from invperm_interp.sweep.grid import load_grid
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
-from invperm_interp import constructions as C
 from invperm_interp.analysis import explain, gauge_check, match_templates, perturb
+from invperm_interp.maths import constructions as C
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]
 BETA = 37.0  # not a round number: a β recovered by accident would show

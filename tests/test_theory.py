@@ -6,8 +6,8 @@ import torch
 from helpers import batch_for
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig
-from invperm_interp import constructions as C
-from invperm_interp.theory import (
+from invperm_interp.maths import constructions as C
+from invperm_interp.maths.floors import (
     bayes_mse_monte_carlo,
     causal_floor,
     dependency_map,

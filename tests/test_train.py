@@ -12,13 +12,13 @@ import torch
 from helpers import assert_same_weights, run, small, strip, weights
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, Run, sample_batch
-from invperm_interp.checkpoint import checkpoint_path, list_checkpoints
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig, config_hash, learning_rate, read_config
-from invperm_interp.disentangled import DisentangledTransformer, readout_forward
-from invperm_interp.theory import causal_floor
-from invperm_interp.train import resume, train_or_reuse
-from invperm_interp.trainer import seed_streams
+from invperm_interp.maths.floors import causal_floor
+from invperm_interp.model.disentangled import DisentangledTransformer, readout_forward
+from invperm_interp.runs.checkpoint import checkpoint_path, list_checkpoints
+from invperm_interp.training.single import resume, train_or_reuse
+from invperm_interp.training.trainer import seed_streams
 
 
 def snapshot(folder):
@@ -327,7 +327,7 @@ def test_cli_train_and_resume(tmp_path, capsys):
 
 
 def test_train_or_reuse_trains_once_then_reuses_and_refuses_another_run(tmp_path, monkeypatch):
-    import invperm_interp.train as train_mod
+    import invperm_interp.training.single as train_mod
 
     model_cfg, train_cfg = small()
     first = train_or_reuse(model_cfg, train_cfg, tmp_path / "r", progress=False)

@@ -13,12 +13,12 @@ from invperm_interp import (
     hook_name,
     sample_batch,
 )
-from invperm_interp import constructions as C
 from invperm_interp.analysis import patch_positions
-from invperm_interp.cache import StreamCache
-from invperm_interp.export import to_transformer_lens
+from invperm_interp.maths import constructions as C
+from invperm_interp.model.cache import StreamCache
+from invperm_interp.model.export import to_transformer_lens
+from invperm_interp.model.tokens import from_tokens, row_labels, to_tokens
 from invperm_interp.task import answer, make_input, mse
-from invperm_interp.tokens import from_tokens, row_labels, to_tokens
 from invperm_interp.viz.attention import token_labels
 
 F64 = torch.float64

@@ -5,7 +5,8 @@ import json
 import torch
 from conftest import loads_from_network
 
-from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, constructions, make_input
+from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, make_input
+from invperm_interp.maths import constructions
 from invperm_interp.viz.attention import attention_views, page, token_labels
 from invperm_interp.viz.heatmaps import plot_circuit, save_figure
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from ..model import HookedDisentangledTransformer
+from ..maths.floors import causal_floor
+from ..model.hooked import HookedDisentangledTransformer
 from ..stream import hook_name
 from ..task import Batch, mse, sample_batch
-from ..theory import causal_floor
 
 SCRATCH_MODES = ("remove", "zero", "random", "fewer")
 BLOCK_MODES = ("zero", "mean")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .. import constructions
-from ..model import HookedDisentangledTransformer
+from ..maths import constructions
+from ..model.hooked import HookedDisentangledTransformer
 from ..stream import hook_name
 from ..task import Batch, mse
 from .gauge import gauge_fix

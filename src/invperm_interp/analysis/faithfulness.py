@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..cells import cell_template
-from ..model import HookedDisentangledTransformer
+from ..maths.cells import cell_template
+from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch, mse
 from .gauge import gauge_fix, gauge_projectors
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis

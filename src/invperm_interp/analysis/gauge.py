@@ -21,7 +21,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..model import HookedDisentangledTransformer
+from ..model.hooked import HookedDisentangledTransformer
 from ..stream import Stream
 
 

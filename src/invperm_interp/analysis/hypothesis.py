@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import constructions
-from ..cells import cell_template
-from ..model import HookedDisentangledTransformer
+from ..maths import constructions
+from ..maths.cells import cell_template
+from ..model.hooked import HookedDisentangledTransformer
 from .templates import Atom, Circuit
 
 #: ``(layer, head, query block, key block, label)``: label is a template with an optional sign,

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import constructions
-from ..model import HookedDisentangledTransformer
+from ..maths import constructions
+from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
 from .compare import candidates
 from .faithfulness import Faithfulness, Score, Tester, project

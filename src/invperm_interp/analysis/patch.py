@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..model import HookedDisentangledTransformer
+from ..model.hooked import HookedDisentangledTransformer
 from ..stream import hook_name
 from ..task import mse
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..cells import TemplateFn
+from ..maths.cells import TemplateFn
 from ..stream import Block, Stream
 from .gauge import gauge_fix, gauge_projectors
 

@@ -18,9 +18,9 @@ import torch
 
 from ..config import ModelConfig
 from ..labels import name_streams
-from ..model import HookedDisentangledTransformer
+from ..maths.floors import dependency_map
+from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
-from ..theory import dependency_map
 from .ablate import AblationResult, standard_ablations
 from .compare import ConstructionMatch, closest_construction
 from .faithfulness import Faithfulness, Tester

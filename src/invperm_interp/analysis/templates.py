@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..cells import TEMPLATES, TemplateFn, label, shifted
-from ..model import HookedDisentangledTransformer
+from ..maths.cells import TEMPLATES, TemplateFn, label, shifted
+from ..model.hooked import HookedDisentangledTransformer
 from .pursuit import Dictionary, Fit, build_dictionary, pursue
 
 ZEROS = "zeros"  # the name reported for a cell that no atom explains

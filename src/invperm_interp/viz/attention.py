@@ -18,9 +18,9 @@ import torch
 from circuitsvis.utils.convert_props import convert_props
 
 from ..labels import head_name
-from ..model import HookedDisentangledTransformer
+from ..model.hooked import HookedDisentangledTransformer
+from ..model.tokens import row_labels
 from ..task import Batch
-from ..tokens import row_labels
 
 BUNDLE = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
 

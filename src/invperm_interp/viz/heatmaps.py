@@ -20,7 +20,7 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from ..analysis.gauge import gauge_fix  # noqa: E402
 from ..labels import head_name, hook_label  # noqa: E402
-from ..model import HookedDisentangledTransformer  # noqa: E402
+from ..model.hooked import HookedDisentangledTransformer  # noqa: E402
 from ..stream import Block  # noqa: E402
 
 # Font sizes in points. Figures are drawn at the size they are shown (an SVG's point is 4/3 CSS

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ModelConfig, read_config
-from ..runs import read_metrics
-from ..sweep import read_sweep
+from ..runs.directory import read_metrics
+from ..sweep.engine import read_sweep
 from .html import figure
 from .sweep import plot_sweep
 from .training import excess_text

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import html
 
-from .. import constructions
 from ..analysis.mechanism import is_faithful
 from ..analysis.record import ModelAnalysis
 from ..labels import layer_name
+from ..maths import constructions
 from .html import table
 from .training import excess_text
 

@@ -22,9 +22,9 @@ import torch
 from ..analysis.record import ModelAnalysis, atom_label
 from ..config import TrainConfig
 from ..labels import layer_name, name_streams
-from ..metrics import evaluate
-from ..model import HookedDisentangledTransformer
+from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
+from ..training.metrics import evaluate
 from .attention import attention_views, page
 from .heatmaps import head_figure, plot_dependency, unembed_figure
 from .html import figure, table

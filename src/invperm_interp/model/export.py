@@ -56,9 +56,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens.utilities import get_act_name
 
+from ..stream import hook_name
 from . import tokens
-from .model import HookedDisentangledTransformer
-from .stream import hook_name
+from .hooked import HookedDisentangledTransformer
 
 MAX_TOKEN_D = 12  # the token vocabulary lists all 2^d binary rows up to this d
 

@@ -16,13 +16,11 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from . import checkpoint as ckpt
-from .config import ModelConfig, TrainConfig, config_diffs, config_hash, learning_rate, read_config
-from .cpu import keep_freed_memory
-from .disentangled import DisentangledTransformer, readout_forward
-from .metrics import evaluate
-from .optim import make_optimizer
-from .runs import (
+from ..config import ModelConfig, TrainConfig, config_diffs, config_hash, learning_rate, read_config
+from ..maths.floors import causal_floor
+from ..model.disentangled import DisentangledTransformer, readout_forward
+from ..runs import checkpoint as ckpt
+from ..runs.directory import (
     Run,
     RunLock,
     append_metrics,
@@ -35,10 +33,12 @@ from .runs import (
     write_config,
     write_metrics,
 )
+from ..task import mse, sample_batch
+from .cpu import keep_freed_memory
+from .metrics import evaluate
+from .optim import make_optimizer
 from .signals import StopRequest
 from .stopping import stop_reason
-from .task import mse, sample_batch
-from .theory import causal_floor
 
 FLUSH_EVERY = 32  # steps between reading losses back (one device sync) for the bar and NaN check
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .cli_args import MAX_MEMORY_HELP, size
+from .args import MAX_MEMORY_HELP, size
 
 
 def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int,
@@ -20,9 +20,9 @@ def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, see
 
     import torch
 
-    from . import memory, sample_batch
-    from .analysis.record import analyze, headline
-    from .viz.report import write_report
+    from .. import memory, sample_batch
+    from ..analysis.record import analyze, headline
+    from ..viz.report import write_report
 
     cfg = model.cfg
     memory.check(memory.analysis_estimate(cfg, n), max_memory, model.device)
@@ -47,8 +47,8 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
     run (or of a construction); writes ``analysis.json`` and ``report.html`` into the run directory."""
     from pathlib import Path
 
-    from . import constructions
-    from .runs import Run
+    from ..maths import constructions
+    from ..runs.directory import Run
 
     if (args.run_dir is None) == (args.construction is None):
         raise ValueError("give a run directory or --construction NAME (one of them)")
@@ -88,9 +88,9 @@ def _report_directory(root, args: argparse.Namespace) -> None:
 
     from tqdm import tqdm
 
-    from .runs import Run
-    from .viz.attention import write_bundle
-    from .viz.index import find_runs, write_index
+    from ..runs.directory import Run
+    from ..viz.attention import write_bundle
+    from ..viz.index import find_runs, write_index
 
     if args.step is not None or args.out is not None:
         raise ValueError("--step and --out are for one run; DIR is a directory of runs")

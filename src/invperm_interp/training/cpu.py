@@ -6,8 +6,8 @@ from __future__ import annotations
 import ctypes
 import sys
 
-from .config import TrainConfig
-from .runs import resolve_device
+from ..config import TrainConfig
+from ..runs.directory import resolve_device
 
 KEEP_FREED_MEMORY = True  # CPU runs on Linux: tune glibc malloc once, see keep_freed_memory
 _malloc_tuned = False

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
-from . import memory
+from .. import memory
+from ..config import ModelConfig
+from ..model.hooked import HookedDisentangledTransformer
+from ..task import Batch, Layout, mse, sample_batch
 from .cells import cell_template
-from .config import ModelConfig
-from .model import HookedDisentangledTransformer
-from .task import Batch, Layout, mse, sample_batch
 
 Cell = tuple[int, str, str, str]  # (layer, query block, key block, template)
 TEMPLATES = ("I", "J", "1", "-I", "-J", "-1")

@@ -19,8 +19,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from ..config import ModelConfig
 from . import tokens
-from .config import ModelConfig
 
 
 def queries(h: Float[Tensor, "batch pos D"], A: Float[Tensor, "head D D"],

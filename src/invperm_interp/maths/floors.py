@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from .task import Batch, Layout, make_input, sample_batch
+from ..task import Batch, Layout, make_input, sample_batch
 
 if TYPE_CHECKING:  # training needs the floors, not TransformerLens
-    from .model import HookedDisentangledTransformer
+    from ..model.hooked import HookedDisentangledTransformer
 
 
 def _row_positions(layout: Layout, kind: str) -> range:

@@ -14,7 +14,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from .task import Layout
+from ..task import Layout
 
 MAX_D = 62  # token ids are int64
 

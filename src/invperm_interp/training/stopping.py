@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from .config import TrainConfig
+from ..config import TrainConfig
 
 
 def stop_reason(cfg: TrainConfig, metrics: list[dict], causal: bool) -> str | None:

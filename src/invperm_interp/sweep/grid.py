@@ -78,8 +78,8 @@ def _seeds(path: Path, value) -> list[int]:
 
 
 def _model_cfg(values: dict):
-    from .config import ModelConfig
-    from .task import Layout
+    from ..config import ModelConfig
+    from ..task import Layout
 
     values = dict(values)
     kind, d, n_scratch = (values.pop(k, None) for k in LAYOUT_KEYS)
@@ -106,7 +106,7 @@ def _label(value) -> str:
 
 def load_grid(path: str | Path) -> Grid:
     """Read and check a grid file; every job is built (and so checked) here, nothing is trained."""
-    from .config import ModelConfig, TrainConfig
+    from ..config import ModelConfig, TrainConfig
 
     path = Path(path)
     try:
@@ -186,7 +186,7 @@ def load_grid(path: str | Path) -> Grid:
 
 def _build(chosen: dict, seed: int):
     """The configurations for one point of the grid."""
-    from .config import TrainConfig
+    from ..config import TrainConfig
 
     model_cfg = _model_cfg({k: v for (s, k), v in chosen.items() if s == "model"})
     return model_cfg, TrainConfig(**{k: v for (s, k), v in chosen.items() if s == "train"}, seed=seed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .task import Batch
+from ..task import Batch
 
 
 @torch.no_grad()

@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from . import memory
-from .config import ModelConfig, TrainConfig, check_horizon, config_diffs, read_config
+from .. import memory
+from ..config import ModelConfig, TrainConfig, check_horizon, config_diffs, read_config
+from ..runs.directory import Run, resolve_device
 from .cpu import threads_for
-from .runs import Run, resolve_device
 from .signals import StopRequest
 from .trainer import Diverged, Trainer
 

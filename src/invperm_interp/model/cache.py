@@ -18,7 +18,7 @@ from torch.nn.functional import pad
 from transformer_lens import ActivationCache
 from transformer_lens.utilities import Slice
 
-from .stream import hook_name
+from ..stream import hook_name
 
 
 def _refuse(**flags) -> None:

@@ -22,8 +22,8 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
-from .config import ModelConfig, TrainConfig, config_hash, read_config
-from .optim import SGD, Adam
+from ..config import ModelConfig, TrainConfig, config_hash, read_config
+from ..training.optim import SGD, Adam
 
 FORMAT = "invperm-checkpoint/1"
 STEP_FILE = re.compile(r"^step_(\d+)\.safetensors$")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli_analyze import add_analyze_parser, analyse_and_report
-from .cli_args import MAX_MEMORY_HELP, size
+from .analyze import add_analyze_parser, analyse_and_report
+from .args import MAX_MEMORY_HELP, size
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
@@ -18,9 +18,9 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     analyse each, and write an HTML report per run under ``--out``."""
     from pathlib import Path
 
-    from . import Layout, ModelConfig
-    from .config import TrainConfig
-    from .train import train_or_reuse
+    from .. import Layout, ModelConfig
+    from ..config import TrainConfig
+    from ..training.single import train_or_reuse
 
     out = Path(args.out)
     finals = {}
@@ -39,7 +39,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     print(f"\n== the note's claim: bidirectional MSE {finals['bidirectional']['mse']:.3g}, causal MSE "
           f"{finals['causal']['mse']:.3g}, exact causal floor {floor:.4g} (0.5 everywhere: "
           f"{0.25 * args.d:.4g})")
-    from .viz.index import write_index
+    from ..viz.index import write_index
 
     print(f"open {write_index(out)}, or {out / 'bidirectional' / 'report.html'} and "
           f"{out / 'causal' / 'report.html'}")
@@ -47,7 +47,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
 def _cmd_construct(args: argparse.Namespace) -> None:
     """An analytic construction's nonzero cells and its error against ``Y`` (or ``--list``)."""
-    from . import constructions
+    from ..maths import constructions
 
     if args.list:
         width = max(map(len, constructions.names()))
@@ -82,7 +82,7 @@ _DEFAULT_READOUT = {"plain": "P", "scratch": "P", "code": "pad0"}  # code: the n
 def _layout(kind: str, d: int, n_scratch: int | None):
     """``--layout``: ``plain`` ``[P; Y_P]``, ``scratch`` ``[P; Y_P; S]``, ``code`` the note's code's
     ``[0; P; Y_P; 0]`` (segments ``pad0, P, Y, pad1``; its code reads out ``pad0``)."""
-    from . import Layout
+    from .. import Layout
 
     if n_scratch is not None and kind != "scratch":
         raise ValueError("--n-scratch sets the scratch rows of --layout scratch; add "
@@ -97,9 +97,9 @@ def _cmd_train(args: argparse.Namespace) -> None:
     import json
     from pathlib import Path
 
-    from . import ModelConfig
-    from .config import TrainConfig
-    from .train import resume, train
+    from .. import ModelConfig
+    from ..config import TrainConfig
+    from ..training.single import resume, train
 
     given = {k: v for k, v in vars(args).items() if k in _MODEL_FLAGS + _TRAIN_FLAGS and v is not None}
     progress = not args.no_progress
@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name in ("analyze", "report"):  # the same job; "report" is the name users look for
         add_analyze_parser(sub, name)
-    from .cli_sweep import add_sweep_parsers
+    from .sweep import add_sweep_parsers
 
     add_sweep_parsers(sub)
     return parser
@@ -258,6 +258,3 @@ def main(argv: list[str] | None = None) -> int:
         return code
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from . import checkpoint as ckpt
-from .config import ModelConfig, TrainConfig, config_hash, config_text, read_config
-from .disentangled import DisentangledTransformer
+from ..config import ModelConfig, TrainConfig, config_hash, config_text, read_config
+from ..model.disentangled import DisentangledTransformer
 
 if TYPE_CHECKING:
-    from .model import HookedDisentangledTransformer
+    from ..model.hooked import HookedDisentangledTransformer
 
 __all__ = ["LOCK_FILE", "Run", "RunLock", "RunLocked", "RunWarning", "append_metrics", "check_final",
            "check_new_out_dir", "check_out_dir", "check_restart", "checkpoint_bytes", "config_hash",
@@ -89,7 +89,7 @@ class Run:
     @cached_property
     def model(self) -> HookedDisentangledTransformer:
         """The hooked model of ``weights`` (a copy, on the same device)."""
-        from .model import HookedDisentangledTransformer
+        from ..model.hooked import HookedDisentangledTransformer
 
         return HookedDisentangledTransformer.from_module(self.weights)
 

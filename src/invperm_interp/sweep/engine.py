@@ -35,8 +35,8 @@ def job_done(run_dir: Path) -> bool:
 
 def units(grid: Grid, out: Path) -> list[list[int]]:
     """Indices of the unfinished jobs, grouped into units of work (see the module docstring)."""
-    from .many import bucket_key
-    from .runs import resolve_device
+    from ..runs.directory import resolve_device
+    from ..training.many import bucket_key
 
     todo = [i for i, job in enumerate(grid.jobs) if not job_done(out / job.name)]
     per = grid.slurm.get("jobs_per_task")
@@ -62,7 +62,7 @@ def _train_unit(grid_path: str, out: str, indices: list[int]) -> list[str]:
     """Train one unit's jobs (resuming any that started) and name their mechanisms when asked."""
     from dataclasses import replace
 
-    from .many import train_many
+    from ..training.many import train_many
 
     grid = load_grid(grid_path)
     jobs = [grid.jobs[i] for i in indices]
@@ -97,19 +97,19 @@ def write_mechanism(run_dir: Path, n: int = 512, seed: int = 0) -> str | None:
     if not (run_dir / "final.safetensors").is_file():
         return None
     try:
-        from .analysis.mechanism import mechanism
+        from ..analysis.mechanism import mechanism
     except ImportError:
         return None
     import torch
 
-    from .runs import Run
-    from .task import sample_batch
+    from ..runs.directory import Run
+    from ..task import sample_batch
 
     model = Run.load(run_dir).model
     batch = sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
                          dtype=model.cfg.torch_dtype)
     found = mechanism(model, batch)
-    from .checkpoint import atomic_write
+    from ..runs.checkpoint import atomic_write
 
     atomic_write(path, (json.dumps({"name": found.name, "n": n, "seed": seed}) + "\n").encode())
     return found.name
@@ -196,7 +196,7 @@ def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
 
 def collect(grid: Grid, out: Path) -> Path:
     """Write ``out/sweep.jsonl`` from the run directories (one line per job, in grid order)."""
-    from .runs import read_metrics
+    from ..runs.directory import read_metrics
 
     lines = []
     for job in grid.jobs:
@@ -219,7 +219,7 @@ def collect(grid: Grid, out: Path) -> Path:
             "model": job.model_cfg.to_dict(), "train": job.train_cfg.to_dict(),
         })
     path = out / "sweep.jsonl"
-    from .checkpoint import atomic_write
+    from ..runs.checkpoint import atomic_write
 
     atomic_write(path, "".join(json.dumps(x) + "\n" for x in lines).encode())
     return path

@@ -16,10 +16,12 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from . import checkpoint as ckpt
+from ..config import DTYPES, ModelConfig
+from ..runs import checkpoint as ckpt
+from ..stream import Stream
+from ..task import answer, mse
 from . import tokens
 from .cache import StreamCache
-from .config import DTYPES, ModelConfig
 from .disentangled import (
     AttentionWeights,
     UnembedWeights,
@@ -28,8 +30,6 @@ from .disentangled import (
     scores_of,
     validated_input,
 )
-from .stream import Stream
-from .task import answer, mse
 
 RETURN_TYPES = ("output", "loss", "both")
 

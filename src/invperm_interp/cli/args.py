@@ -9,7 +9,7 @@ MAX_MEMORY_HELP = "memory limit for the size check, e.g. 8G (default: what the m
 
 def size(text: str) -> int:
     """``--max-memory``: ``8G``, ``500M``, ``2e9`` → bytes (argparse reports a bad one)."""
-    from .memory import parse_size
+    from ..memory import parse_size
 
     try:
         return parse_size(text)

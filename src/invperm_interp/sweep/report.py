@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .sweep import read_sweep
+from .engine import read_sweep
 
 COLUMNS = ("name", "status", "step", "steps_to_solve", "final_mse", "rows_exact", "mechanism")
 
@@ -44,8 +44,8 @@ def write_report(folder: str | Path) -> tuple[Path, Path]:
     """``DIR/sweep_report.md`` (one row per run, then solved counts per group) and
     ``DIR/sweep_report.{png,svg}`` (steps to solve against the first varying numeric field,
     ``viz.sweep.plot_sweep``: unsolved runs apart, not drawn at their last step)."""
-    from .viz.heatmaps import save_figures
-    from .viz.sweep import plot_sweep
+    from ..viz.heatmaps import save_figures
+    from ..viz.sweep import plot_sweep
 
     folder = Path(folder)
     runs = [record for _, record in read_sweep(folder)]

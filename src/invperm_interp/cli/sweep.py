@@ -8,7 +8,7 @@ import argparse
 
 def _cmd_sweep(args: argparse.Namespace) -> None:
     """Train a grid's runs (skipping finished ones, resuming interrupted ones), write sweep.jsonl."""
-    from .sweep import run_sweep
+    from ..sweep.engine import run_sweep
 
     path = run_sweep(args.grid, args.out, executor=args.executor, workers=args.workers,
                      progress=not args.quiet)
@@ -17,7 +17,7 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
 
 def _cmd_sweep_report(args: argparse.Namespace) -> None:
     """A sweep folder's table (sweep_report.md) and figure (sweep_report.png)."""
-    from .sweep_report import write_report
+    from ..sweep.report import write_report
 
     md, png = write_report(args.dir)
     print(f"wrote {md} and {png}")

@@ -27,15 +27,15 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from . import checkpoint as ckpt
-from . import memory
-from .config import ModelConfig, TrainConfig, learning_rate
+from .. import memory
+from ..config import ModelConfig, TrainConfig, learning_rate
+from ..runs import checkpoint as ckpt
+from ..runs.directory import Run, resolve_device
+from ..task import mse, sample_batch
 from .cpu import threads_for
 from .optim import ADAM_BETAS, ADAM_EPS
-from .runs import Run, resolve_device
 from .signals import StopRequest
-from .task import mse, sample_batch
-from .train import effective_configs, train
+from .single import effective_configs, train
 from .trainer import Diverged, Trainer
 
 DIVERGED_FILE = "diverged.json"  # in a run directory: the step and error of a run that diverged
