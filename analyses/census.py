@@ -87,16 +87,16 @@ def train_job(job: tuple[str, int, int], root: Path) -> dict:
 
 def _prune_checkpoints(run_dir: Path) -> None:
     """Keep only the last checkpoint (the census resumes from it and analyses it)."""
-    from invperm_interp.runs.checkpoint import list_checkpoints
+    from invperm_interp.runs.directory import RunDir
 
-    for _, path in list_checkpoints(run_dir)[:-1]:
+    for _, path in RunDir(run_dir).checkpoints()[:-1]:
         path.unlink()
 
 
 def _next_stop(run_dir: Path, cfg: TrainConfig) -> int:
-    from invperm_interp.runs.checkpoint import list_checkpoints
+    from invperm_interp.runs.directory import RunDir
 
-    found = list_checkpoints(run_dir)
+    found = RunDir(run_dir).checkpoints()
     last = found[-1][0] if found else 0
     return min(last + EVAL_EVERY, cfg.steps)
 

@@ -32,7 +32,7 @@ def analyze_run(run_dir: Path) -> dict | None:
     from invperm_interp import sample_batch
     from invperm_interp.analysis import is_faithful, mechanism
     from invperm_interp.analysis.mechanism import is_minimal
-    from invperm_interp.runs.directory import Run
+    from invperm_interp.training.run import Run
 
     done, trained = run_dir / "census_analysis.json", run_dir / "census_train.json"
     if not trained.is_file():

@@ -31,8 +31,8 @@ from invperm_interp.config import TrainConfig
 from invperm_interp.maths import constructions as C
 from invperm_interp.maths.floors import causal_floor, dependency_map, exact_floor_enumeration
 from invperm_interp.runs.checkpoint import load_model_tensors, model_tensors
-from invperm_interp.runs.directory import Run
 from invperm_interp.training.metrics import evaluate
+from invperm_interp.training.run import Run
 from invperm_interp.training.single import resume, train
 
 NAN, INF = float("nan"), float("inf")

@@ -35,7 +35,7 @@ from invperm_interp import (
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
 from invperm_interp.maths import constructions as C
-from invperm_interp.runs.directory import checkpoint_bytes
+from invperm_interp.runs.directory import RunDir, checkpoint_bytes
 from invperm_interp.training.single import resume
 
 SRC = Path(trainer_mod.__file__).parent.parent  # the package
@@ -60,7 +60,7 @@ def read_metrics(run_dir):
 
 
 def checkpoint_steps(run_dir):
-    return [s for s, _ in ckpt.list_checkpoints(run_dir)]
+    return [s for s, _ in RunDir(run_dir).checkpoints()]
 
 
 class CountingSampler:
@@ -130,7 +130,7 @@ def test_resume_drops_metric_lines_past_the_checkpoint_and_a_torn_line(tmp_path)
     model_cfg, train_cfg = small(tmp_path, steps=12, checkpoint_every=4)
     straight = run(model_cfg, train_cfg)
     d = tmp_path / "run"
-    ckpt.checkpoint_path(d, 12).unlink()  # killed after logging step 12, before its checkpoint
+    RunDir(d).checkpoint(12).unlink()  # killed after logging step 12, before its checkpoint
     (d / "final.safetensors").unlink()
     with open(d / "metrics.jsonl", "a") as f:
         f.write('{"step": 14, "ms')
@@ -193,7 +193,7 @@ def test_not_enough_room_for_the_checkpoints_fails_before_training(tmp_path, mon
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=need))
     assert run(model_cfg, replace(train_cfg, steps=2, out_dir=str(tmp_path / "ok"))).step == 2
     # the estimate is an upper bound on what a checkpoint takes
-    size = ckpt.checkpoint_path(tmp_path / "ok", 2).stat().st_size
+    size = RunDir(tmp_path / "ok").checkpoint(2).stat().st_size
     assert size <= checkpoint_bytes(model_cfg, train_cfg.resolved()) < 2 * size + 16384
 
 
@@ -431,8 +431,8 @@ def test_pickle_where_a_checkpoint_belongs_is_refused(finished_run, tmp_path, wr
     d = finished_run
     (d / "final.safetensors").unlink()
     for step in (2, 4):
-        ckpt.checkpoint_path(d, step).unlink()
-    ckpt.checkpoint_path(d, 10).write_bytes(data)
+        RunDir(d).checkpoint(step).unlink()
+    RunDir(d).checkpoint(10).write_bytes(data)
     for call in (lambda: Run.load(d), lambda: HookedDisentangledTransformer.from_run(d, step=10),
                  lambda: resume(d, steps=12, progress=False)):
         with pytest.raises(ValueError, match="step_10.safetensors is truncated or corrupted"):

@@ -9,8 +9,8 @@ import invperm_interp.training.many as many_mod
 import invperm_interp.training.trainer as trainer_mod
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig
 from invperm_interp.config import TrainConfig
-from invperm_interp.runs.directory import Run
 from invperm_interp.training.many import Failed, bucket_key, train_many
+from invperm_interp.training.run import Run
 from invperm_interp.training.single import resume, train
 
 

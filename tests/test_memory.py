@@ -60,7 +60,7 @@ def test_parameter_count_matches_the_model():
     for cfg in (ModelConfig(Layout.plain(3)), ModelConfig(Layout.scratch(4, 2), n_heads=(2, 1),
                                                           readout="P", n_layers=2)):
         model = HookedDisentangledTransformer(cfg)
-        assert memory.parameter_count(cfg) == sum(p.numel() for p in model.parameters())
+        assert cfg.n_params == sum(p.numel() for p in model.parameters())
 
 
 def test_estimates_grow_with_the_batch_and_double_with_float64():

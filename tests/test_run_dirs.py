@@ -22,8 +22,10 @@ from helpers import assert_same_weights, cli_resume, run, small, start_cli_train
 import invperm_interp.runs.checkpoint as ckpt
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.cli import main
-from invperm_interp.config import TrainConfig, read_config
-from invperm_interp.runs.directory import LOCK_FILE, Run, RunLock, RunLocked, RunWarning, read_metrics
+from invperm_interp.config import TrainConfig
+from invperm_interp.runs.directory import RunDir, RunWarning
+from invperm_interp.runs.lock import RunLock, RunLocked
+from invperm_interp.training.run import Run
 from invperm_interp.training.single import resume, train, train_or_reuse
 
 
@@ -114,7 +116,7 @@ def test_a_metrics_line_that_is_not_a_record(tmp_path, capsys, line, match):
     lines = (d / "metrics.jsonl").read_text().splitlines()  # steps 0, 3, 6
     (d / "metrics.jsonl").write_text("\n".join(lines[:2] + [line] + lines[2:]) + "\n")
     before = snapshot(d)
-    for call in (lambda: read_metrics(d), lambda: Run.load(d), lambda: resume(d, progress=False)):
+    for call in (lambda: RunDir(d).read_metrics(), lambda: Run.load(d), lambda: resume(d, progress=False)):
         with pytest.raises(ValueError, match=match):
             call()
     assert re.search(match, one_line(["analyze", str(d)], capsys))
@@ -134,7 +136,7 @@ def test_a_finished_run_without_its_metrics_file_still_reports_its_last_record(t
     """demo reads ``final_metrics["causal_floor"]`` of a reused run; a deleted metrics.jsonl made
     that a KeyError. The final file keeps the last record."""
     d, model_cfg, train_cfg = finished(tmp_path)
-    last = read_metrics(d)[-1]
+    last = RunDir(d).read_metrics()[-1]
     (d / "metrics.jsonl").unlink()
     with pytest.warns(RunWarning, match=r"metrics.jsonl lacks the records up to step 6"):
         reused = train_or_reuse(model_cfg, train_cfg, progress=False)
@@ -165,7 +167,7 @@ def test_a_run_killed_before_its_first_checkpoint_still_restarts(tmp_path):
     d = tmp_path / "r"
     for p in (d / "checkpoints").iterdir():
         p.unlink()
-    (d / "metrics.jsonl").write_text(json.dumps(read_metrics(d)[0]) + "\n")  # step 0 only
+    (d / "metrics.jsonl").write_text(json.dumps(RunDir(d).read_metrics()[0]) + "\n")  # step 0 only
     resumed = resume(d, progress=False)
     assert_same_weights(resumed.model, run(model_cfg, replace(train_cfg, out_dir=None)).model)
 
@@ -190,7 +192,7 @@ def test_an_empty_final_file_is_rewritten_on_resume(tmp_path, capsys):
 def test_extending_a_cosine_run_past_its_horizon_is_refused(tmp_path, capsys):
     d, model_cfg, train_cfg = finished(tmp_path, schedule="cosine")
     before = snapshot(d)
-    assert read_config(d)[1].schedule_steps == 6  # a cosine run's horizon is its length
+    assert RunDir(d).read_config()[1].schedule_steps == 6  # a cosine run's horizon is its length
     line = one_line(["train", "--resume", str(d), "--steps", "9", "--no-progress"], capsys)
     assert line.endswith("steps=9 runs past the cosine schedule's horizon schedule_steps=6, where the "
                          "lr is 0 (those steps would not change the weights); a run's horizon is "
@@ -213,7 +215,7 @@ def test_checkpoint_metadata_that_is_malformed(tmp_path, capsys, edit, match):
     still passes it, and must be refused by name (AttributeError / KeyError before)."""
     d, _, _ = finished(tmp_path, steps=6)
     (d / "final.safetensors").unlink()
-    path = ckpt.checkpoint_path(d, 6)
+    path = RunDir(d).checkpoint(6)
     tensors, meta = ckpt.load(path)
     meta.pop("format")
     edit(meta)
@@ -228,11 +230,11 @@ def test_a_locked_run_is_not_resumed_and_the_holder_is_named(tmp_path):
     d, _, _ = finished(tmp_path, steps=6)
     before = snapshot(d)
     with RunLock(d):
-        holder = json.loads((d / LOCK_FILE).read_text())
+        holder = json.loads(RunDir(d).lock_file.read_text())
         assert holder["pid"] == os.getpid()
         with pytest.raises(RunLocked, match=rf"{d} is being written by process {os.getpid()} on "):
             resume(d, steps=8, progress=False)
-    assert not (d / LOCK_FILE).exists()  # released and removed
+    assert not RunDir(d).lock_file.exists()  # released and removed
     assert snapshot(d) == before
     assert resume(d, steps=8, progress=False).step == 8
 
@@ -241,13 +243,13 @@ def test_a_stale_lock_of_a_dead_process_is_reported_and_taken_over(tmp_path):
     d, _, _ = finished(tmp_path, steps=6)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (d / LOCK_FILE).write_text(json.dumps({"pid": dead.pid, "host": "node7", "started": "earlier",
+    RunDir(d).lock_file.write_text(json.dumps({"pid": dead.pid, "host": "node7", "started": "earlier",
                                            "command": "invperm train"}))
     with pytest.warns(RunWarning, match=rf"took over the lock of process {dead.pid} on node7 "
                                         r"\(since earlier: invperm train\), which ended without "
                                         r"releasing it"):
         assert resume(d, steps=8, progress=False).step == 8
-    assert not (d / LOCK_FILE).exists()
+    assert not RunDir(d).lock_file.exists()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a clean release leaves nothing to report
         assert resume(d, steps=10, progress=False).step == 10
@@ -267,7 +269,7 @@ def test_a_second_writer_is_refused_and_sigterm_checkpoints_then_resume_is_bit_i
     first = start_cli_training(out, TERM_ARGS, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not (out / "metrics.jsonl").exists() or len(read_metrics(out)) < 3:
+        while not (out / "metrics.jsonl").exists() or len(RunDir(out).read_metrics()) < 3:
             assert first.poll() is None, f"the run ended early: {first.stderr.read()}"
             assert time.monotonic() < deadline, "no metrics within 120 s"
             time.sleep(0.01)
@@ -286,8 +288,8 @@ def test_a_second_writer_is_refused_and_sigterm_checkpoints_then_resume_is_bit_i
     stopped = int(re.fullmatch(rf"invperm train: terminated by SIGTERM: training stopped at step "
                                rf"(\d+); resume with --resume {re.escape(str(out))}", line).group(1))
     assert 0 < stopped < TERM_ARGS["steps"]
-    assert [s for s, _ in ckpt.list_checkpoints(out)][-1] == stopped  # nothing after it is lost
-    assert not (out / LOCK_FILE).exists()
+    assert [s for s, _ in RunDir(out).checkpoints()][-1] == stopped  # nothing after it is lost
+    assert not RunDir(out).lock_file.exists()
 
     end = stopped + 100
     resumed = resume(out, threads=1, stop_at=end, progress=False)
@@ -295,7 +297,7 @@ def test_a_second_writer_is_refused_and_sigterm_checkpoints_then_resume_is_bit_i
                    TrainConfig(**TERM_ARGS, device="cpu", threads=1), stop_at=end)
     assert resumed.step == straight.step == end
     assert_same_weights(resumed.model, straight.model)
-    on_disk = read_metrics(out)
+    on_disk = RunDir(out).read_metrics()
     assert [m["step"] for m in on_disk] == list(range(0, end + 1, 10))
     assert strip(on_disk) == strip(straight.metrics)
 
@@ -322,5 +324,5 @@ def test_sigterm_in_process_checkpoints_like_ctrl_c(tmp_path, monkeypatch):
         train(model_cfg, train_cfg, progress=False)
     assert e.value.signum == signal.SIGTERM and e.value.exit_code == 143
     assert str(e.value) == f"training stopped at step 5; resume with --resume {tmp_path / 'r'}"
-    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "r")] == [5]
+    assert [s for s, _ in RunDir(tmp_path / "r").checkpoints()] == [5]
     assert signal.getsignal(signal.SIGTERM) == handler

@@ -9,8 +9,8 @@ import torch
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.config import RECIPE_DEFAULTS, TrainConfig
 from invperm_interp.runs.checkpoint import load as load_checkpoint
-from invperm_interp.runs.directory import Run
 from invperm_interp.training.cpu import threads_for
+from invperm_interp.training.run import Run
 from invperm_interp.training.single import resume, train
 from invperm_interp.training.stopping import stop_reason
 

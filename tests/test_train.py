@@ -13,10 +13,10 @@ from helpers import assert_same_weights, run, small, strip, weights
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, Run, sample_batch
 from invperm_interp.cli import main
-from invperm_interp.config import TrainConfig, config_hash, learning_rate, read_config
+from invperm_interp.config import TrainConfig, config_hash, learning_rate
 from invperm_interp.maths.floors import causal_floor
 from invperm_interp.model.disentangled import DisentangledTransformer, readout_forward
-from invperm_interp.runs.checkpoint import checkpoint_path, list_checkpoints
+from invperm_interp.runs.directory import RunDir
 from invperm_interp.training.single import resume, train_or_reuse
 from invperm_interp.training.trainer import seed_streams
 
@@ -178,7 +178,7 @@ def test_run_directory_layout_and_loading(tmp_path):
     d = tmp_path / "r"
     assert {p.name for p in d.iterdir()} == {"config.json", "metrics.jsonl", "checkpoints",
                                              "final.safetensors"}
-    assert [s for s, _ in list_checkpoints(d)] == [4, 6]
+    assert [s for s, _ in RunDir(d).checkpoints()] == [4, 6]
     stored = json.loads((d / "config.json").read_text())
     assert stored["train"]["lr"] == 1e-2 and stored["model"]["attention_dir"] == "bidirectional"
     lines = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
@@ -229,7 +229,7 @@ def test_ctrl_c_checkpoints_and_resumes(tmp_path):
     with pytest.raises(KeyboardInterrupt, match="stopped at step"):
         run(model_cfg, train_cfg)
     timer.cancel()
-    (stopped,) = list_checkpoints(tmp_path / "r")
+    (stopped,) = RunDir(tmp_path / "r").checkpoints()
     assert 0 < stopped[0] < 2500
     resumed = resume(tmp_path / "r", progress=False)
     straight = run(model_cfg, replace(train_cfg, out_dir=None))
@@ -249,7 +249,7 @@ def stopped_run(tmp_path):
 ])
 def test_damaged_checkpoint_is_refused_and_left_intact(stopped_run, damage, match):
     model_cfg, train_cfg, d = stopped_run
-    path = checkpoint_path(d, 4)
+    path = RunDir(d).checkpoint(4)
     data = path.read_bytes()
     if damage == "flip":
         data = data[:-10] + bytes([data[-10] ^ 0xFF]) + data[-9:]
@@ -278,8 +278,8 @@ def test_mismatched_config_is_refused_and_left_intact(stopped_run, tmp_path):
     # a checkpoint of another run (another seed) dropped into this one
     other_cfg = replace(train_cfg, seed=5, out_dir=str(tmp_path / "other"))
     run(model_cfg, other_cfg, stop_at=6)
-    foreign = checkpoint_path(tmp_path / "other", 6).read_bytes()
-    checkpoint_path(d, 6).write_bytes(foreign)
+    foreign = RunDir(tmp_path / "other").checkpoint(6).read_bytes()
+    RunDir(d).checkpoint(6).write_bytes(foreign)
     before = snapshot(d)
     with pytest.raises(ValueError, match="another run"):
         run(model_cfg, train_cfg, resume=True)
@@ -294,7 +294,7 @@ def test_a_non_finite_loss_stops_with_the_step_named(tmp_path):
     with pytest.raises(ValueError, match=r"training diverged: the loss is (nan|inf) at step (\d+)") as e:
         run(model_cfg, train_cfg)
     bad = int(str(e.value).split("at step ")[1].split(";")[0])
-    assert all(s <= bad for s, _ in list_checkpoints(tmp_path / "r"))
+    assert all(s <= bad for s, _ in RunDir(tmp_path / "r").checkpoints())
 
 
 # -- it learns, as the maths says -------------------------------------------------------------
@@ -363,13 +363,13 @@ def test_cli_trains_the_notes_code_layout(tmp_path, capsys):
     common = ["--attention", "causal", "--d", "3", "--steps", "2", "--batch-size", "8",
               "--eval-every", "2", "--eval-size", "16", "--device", "cpu", "--no-progress"]
     assert main(["train", "--layout", "code", "--out", str(tmp_path / "code"), *common]) == 0
-    model_cfg, _ = read_config(tmp_path / "code")
+    model_cfg, _ = RunDir(tmp_path / "code").read_config()
     assert model_cfg.layout == Layout.of(3, "0", "P", "Y", "0")
     assert model_cfg.layout.names == ("pad0", "P", "Y", "pad1") and model_cfg.readout == "pad0"
     assert Run.load(tmp_path / "code").final_metrics["causal_floor"] == pytest.approx(3 / 4)
     assert main(["train", "--layout", "code", "--readout", "Y", "--out", str(tmp_path / "y"),
                  *common]) == 0
-    assert read_config(tmp_path / "y")[0].readout_rows == slice(6, 9)
+    assert RunDir(tmp_path / "y").read_config()[0].readout_rows == slice(6, 9)
     assert main(["train", "--layout", "code", "--n-scratch", "2", "--out", str(tmp_path / "bad"),
                  *common]) == 2
     assert "--n-scratch sets the scratch rows of --layout scratch" in capsys.readouterr().err

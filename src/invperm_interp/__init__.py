@@ -25,14 +25,14 @@ if TYPE_CHECKING:
     from .config import ModelConfig, TrainConfig
     from .model.disentangled import DisentangledTransformer
     from .model.hooked import HookedDisentangledTransformer
-    from .runs.directory import Run
     from .stream import Block, BlockName, Stream, hook_name
     from .task import Batch, Layout, Segment, make_input, sample_batch
+    from .training.run import Run
     from .training.single import train
 
 _HOMES = {"ModelConfig": "config", "TrainConfig": "config",
           "DisentangledTransformer": "model.disentangled",
-          "HookedDisentangledTransformer": "model.hooked", "Run": "runs.directory",
+          "HookedDisentangledTransformer": "model.hooked", "Run": "training.run",
           "Block": "stream", "BlockName": "stream", "Stream": "stream", "hook_name": "stream",
           "Batch": "task", "Layout": "task", "Segment": "task", "make_input": "task",
           "sample_batch": "task", "train": "training.single"}

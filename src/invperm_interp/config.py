@@ -119,6 +119,12 @@ class ModelConfig(JSONConfig):
         return tuple(widths)
 
     @property
+    def n_params(self) -> int:
+        """Entries of every ``A`` ``(H_l, D_l, D_l)`` and of ``W_U`` ``(D_L, d)``."""
+        widths = self.widths
+        return sum(h * w * w for h, w in zip(self.heads, widths)) + widths[-1] * self.d
+
+    @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
@@ -354,19 +360,13 @@ def config_diffs(stored: tuple[ModelConfig, TrainConfig], model_cfg: ModelConfig
             for k, v in new[part].items() if k not in RESUMABLE_FIELDS and old[part].get(k) != v]
 
 
-def read_config(run_dir: str | Path) -> tuple[ModelConfig, TrainConfig]:
-    """The ``(model, train)`` configurations stored in ``run_dir/config.json``."""
-    if not isinstance(run_dir, (str, Path)) or not str(run_dir).strip():
-        raise ValueError(f"run_dir must be a non-empty path (\"\" is not the current directory "
-                         f"here), got {run_dir!r}")
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise ValueError(f"run_dir must hold a run (config.json), found none at {path}")
+def configs_from_json(text: str, source: str | Path) -> tuple[ModelConfig, TrainConfig]:
+    """The ``(model, train)`` configurations of a run's config text; ``source`` names it in errors."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(text)
         return ModelConfig.from_dict(data["model"]), TrainConfig.from_dict(data["train"])
     except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"{path} is not a run's config.json: {err}") from None
+        raise ValueError(f"{source} is not a run's configuration: {err}") from None
 
 
 def config_text(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:

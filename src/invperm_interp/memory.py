@@ -203,12 +203,6 @@ def _elem(cfg: ModelConfig) -> int:
     return 8 if cfg.dtype == "float64" else 4
 
 
-def parameter_count(cfg: ModelConfig) -> int:
-    """Entries of every ``A`` ``(H_l, D_l, D_l)`` and of ``W_U`` ``(D_L, d)``."""
-    widths = cfg.widths
-    return sum(h * w * w for h, w in zip(cfg.heads, widths)) + widths[-1] * cfg.d
-
-
 def batch_bytes(cfg: ModelConfig, n: int) -> int:
     """A ``Batch`` of ``n`` samples (``X``, ``P``, ``Y``, ``Y_P``, ``perm``) plus the int64 draw of
     ``Y`` that ``sample_batch`` converts."""
@@ -247,7 +241,7 @@ def training_step_bytes(cfg: ModelConfig, b: int) -> int:
 
 
 def model_estimate(cfg: ModelConfig, what: str = "the model") -> Estimate:
-    return Estimate(what, {"weights": parameter_count(cfg) * _elem(cfg)},
+    return Estimate(what, {"weights": cfg.n_params * _elem(cfg)},
                     lower="d, n_layers or n_heads (the widths grow as (d + T)·(1 + H)^L)")
 
 
@@ -257,7 +251,7 @@ def evaluation_estimate(cfg: ModelConfig, n: int, chunk: int | None = None,
     ``chunk`` is None), weights included."""
     b = n if chunk is None else min(n, chunk)
     activations = forward_bytes(cfg, b)
-    return Estimate(what, {"weights": parameter_count(cfg) * _elem(cfg),
+    return Estimate(what, {"weights": cfg.n_params * _elem(cfg),
                            "samples": batch_bytes(cfg, n), "activations": activations,
                            "allocator slack": int(SLACK * activations)},
                     lower="the number of samples (n) or d")
@@ -267,7 +261,7 @@ def training_estimate(model_cfg: ModelConfig, optimizer: str, batch_size: int, e
                       what: str = "this training run") -> Estimate:
     """A training run's peak: weights, gradients, optimizer state, the evaluation batch, and the
     larger of a training step (with its batch) and an evaluation chunk (``batch_size`` samples)."""
-    e, n = _elem(model_cfg), parameter_count(model_cfg)
+    e, n = _elem(model_cfg), model_cfg.n_params
     copies = 4 + 2 if optimizer == "adam" else 2 + 1  # weights, grads, moments; step temporaries
     step = training_step_bytes(model_cfg, batch_size) + batch_bytes(model_cfg, batch_size)
     evaluation = forward_bytes(model_cfg, min(batch_size, eval_size))
@@ -301,6 +295,6 @@ def analysis_estimate(cfg: ModelConfig, n: int) -> Estimate:
     alive (a clean run cached beside an ablated or patched one; measured 0.9-1.7x of its peak)."""
     activations = 2 * forward_bytes(cfg, n)
     return Estimate(f"the analysis on n={n} samples",
-                    {"weights": parameter_count(cfg) * _elem(cfg), "samples": batch_bytes(cfg, n),
+                    {"weights": cfg.n_params * _elem(cfg), "samples": batch_bytes(cfg, n),
                      "activations": activations, "allocator slack": int(SLACK * activations)},
                     lower="the number of samples (--n) or d")

@@ -16,12 +16,12 @@ def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, see
     ``analysis.json`` (the ``ModelAnalysis`` record) and ``report.html`` into ``out_dir`` (nothing
     written when ``out_dir`` is None); returns the record. ``bundle``: the relative URL of a shared
     circuitsvis bundle (default: inlined)."""
-    from pathlib import Path
 
     import torch
 
     from .. import memory, sample_batch
     from ..analysis.record import analyze, headline
+    from ..runs.directory import RunDir
     from ..viz.report import write_report
 
     cfg = model.cfg
@@ -32,13 +32,13 @@ def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, see
     if not quiet:
         print(headline(result))
     if out_dir is not None:
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "analysis.json").write_text(result.to_json())
-        write_report(model, result, batch, out_dir / "report.html", metrics, title=source,
+        out = RunDir(out_dir)
+        out.path.mkdir(parents=True, exist_ok=True)
+        out.analysis.write_text(result.to_json())
+        write_report(model, result, batch, out.report, metrics, title=source,
                      train_cfg=train_cfg, bundle=bundle)
         if not quiet:
-            print(f"\nwrote {out_dir / 'analysis.json'} and {out_dir / 'report.html'}")
+            print(f"\nwrote {out.analysis} and {out.report}")
     return result
 
 
@@ -48,7 +48,8 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from ..maths import constructions
-    from ..runs.directory import Run
+    from ..runs.directory import RunDir
+    from ..training.run import Run
 
     if (args.run_dir is None) == (args.construction is None):
         raise ValueError("give a run directory or --construction NAME (one of them)")
@@ -64,7 +65,7 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
         run_dir = Path(args.run_dir)
         if not run_dir.is_dir():
             raise NotADirectoryError(f"run directory {run_dir} does not exist")
-        if not (run_dir / "config.json").is_file():  # a sweep or census: its index page
+        if not RunDir(run_dir).config.is_file():  # a sweep or census: its index page
             _report_directory(run_dir, args)
             return
         if args.index_only or args.inline_bundle:
@@ -88,15 +89,15 @@ def _report_directory(root, args: argparse.Namespace) -> None:
 
     from tqdm import tqdm
 
-    from ..runs.directory import Run
+    from ..runs.directory import RunDir
+    from ..training.run import Run
     from ..viz.attention import write_bundle
     from ..viz.index import find_runs, write_index
 
     if args.step is not None or args.out is not None:
         raise ValueError("--step and --out are for one run; DIR is a directory of runs")
     rows = find_runs(root)
-    todo = [r.dir for r in rows if not (r.dir / "report.html").is_file()
-            and (r.dir / "final.safetensors").is_file()]
+    todo = [r.dir for r in rows if not RunDir(r.dir).report.is_file() and RunDir(r.dir).is_finished]
     if todo and not args.index_only:
         shared = None if args.inline_bundle else write_bundle(root)
         for run_dir in tqdm(todo, desc="run reports", unit="run"):

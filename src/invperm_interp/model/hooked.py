@@ -18,6 +18,7 @@ from transformer_lens.hook_points import HookPoint
 
 from ..config import DTYPES, ModelConfig
 from ..runs import checkpoint as ckpt
+from ..runs.directory import RunDir, RunWeights
 from ..stream import Stream
 from ..task import answer, mse
 from . import tokens
@@ -230,7 +231,7 @@ class HookedDisentangledTransformer(HookedRootModule):
     def from_run(cls, run_dir: str, step: int | None = None) -> HookedDisentangledTransformer:
         """The model a training run wrote to ``run_dir`` (a str or Path): its final weights, or
         checkpoint ``step``. Read with safetensors only (nothing is unpickled)."""
-        return cls.from_weights(ckpt.read_run(run_dir, step))
+        return cls.from_weights(RunDir(run_dir).read_weights(step))
 
     @classmethod
     def from_module(cls, module: nn.Module) -> HookedDisentangledTransformer:
@@ -241,8 +242,8 @@ class HookedDisentangledTransformer(HookedRootModule):
         return model.to(module.pos.device)
 
     @classmethod
-    def from_weights(cls, weights: ckpt.RunWeights) -> HookedDisentangledTransformer:
-        """The model of ``weights`` (:func:`checkpoint.read_run`), on the CPU."""
+    def from_weights(cls, weights: RunWeights) -> HookedDisentangledTransformer:
+        """The model of ``weights`` (``RunDir.read_weights``), on the CPU."""
         model = cls(weights.model_cfg, seed=0)
         ckpt.load_model_tensors(model, weights.tensors, weights.path)
         return model

@@ -13,81 +13,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
-from ..config import ModelConfig, TrainConfig, config_hash, read_config
 from ..training.optim import SGD, Adam
 
 FORMAT = "invperm-checkpoint/1"
-STEP_FILE = re.compile(r"^step_(\d+)\.safetensors$")
 # Per-parameter state tensors each optimizer must have once it has taken a step.
 OPTIMIZER_STATE = {"adam": ("step", "exp_avg", "exp_avg_sq"), "sgd": ()}
-
-
-def checkpoint_path(run_dir: str | Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step}.safetensors"
-
-
-def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """``(step, path)`` of every ``checkpoints/step_N.safetensors`` of a run, by step."""
-    folder = Path(run_dir) / "checkpoints"
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := STEP_FILE.match(p.name))]
-    return sorted(found)
-
-
-def choose(run_dir: str | Path, step: int | None = None) -> Path:
-    """The weights file of a run: checkpoint ``step``, else ``final.safetensors``, else the last
-    checkpoint. Only safetensors files are ever read."""
-    run_dir = Path(run_dir)
-    if step is not None:
-        path = checkpoint_path(run_dir, step)
-        if not path.is_file():
-            steps = [s for s, _ in list_checkpoints(run_dir)]
-            raise ValueError(f"step must be one of the run's checkpoints {steps}, got {step!r}")
-        return path
-    if (run_dir / "final.safetensors").is_file():
-        return run_dir / "final.safetensors"
-    found = list_checkpoints(run_dir)
-    if found:
-        return found[-1][1]
-    others = sorted(p.name for folder in (run_dir, run_dir / "checkpoints") if folder.is_dir()
-                    for p in folder.iterdir()
-                    if p.suffix in (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin"))
-    unread = (f"; not read: {others} (only safetensors and JSON are loaded, nothing is "
-              "unpickled)") if others else ""
-    raise ValueError(f"run {run_dir} has neither final weights (final.safetensors) "
-                     f"nor a checkpoint yet{unread}")
-
-
-class RunWeights(NamedTuple):
-    """What :func:`read_run` returns: the run's configurations and one weights file's tensors."""
-
-    model_cfg: ModelConfig
-    train_cfg: TrainConfig
-    tensors: dict[str, Tensor]
-    step: int
-    path: Path
-    meta: dict  # the file's metadata (:func:`load`)
-
-
-def read_run(run_dir: str | Path, step: int | None = None) -> RunWeights:
-    """The configurations of ``run_dir`` and the tensors of its weights file (:func:`choose`),
-    checked to have been written by that configuration."""
-    model_cfg, train_cfg = read_config(run_dir)
-    path = choose(run_dir, step)
-    tensors, meta = load(path)
-    if meta.get("config_hash") != config_hash(model_cfg, train_cfg):
-        raise ValueError(f"{path} was written by another configuration than {run_dir}/config.json")
-    return RunWeights(model_cfg, train_cfg, tensors, meta["step"], path, meta)
 
 
 def digest(tensors: dict[str, Tensor]) -> str:

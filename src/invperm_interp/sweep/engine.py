@@ -22,23 +22,20 @@ import os
 import uuid
 from pathlib import Path
 
+from ..runs.directory import RunDir
 from .grid import Grid, Job, load_grid
 
 EXECUTORS = ("local", "slurm", "debug")
+SWEEP_FILE = "sweep.jsonl"  # in a sweep folder: one line per job
 WALL_CLOCK = ("wall_time",)  # kept in metrics.jsonl, left out of sweep.jsonl (not reproducible)
-
-
-def job_done(run_dir: Path) -> bool:
-    """A finished, stopped or diverged run: nothing left to train."""
-    return (run_dir / "final.safetensors").is_file() or (run_dir / "diverged.json").is_file()
 
 
 def units(grid: Grid, out: Path) -> list[list[int]]:
     """Indices of the unfinished jobs, grouped into units of work (see the module docstring)."""
-    from ..runs.directory import resolve_device
     from ..training.many import bucket_key
+    from ..training.run import resolve_device
 
-    todo = [i for i, job in enumerate(grid.jobs) if not job_done(out / job.name)]
+    todo = [i for i, job in enumerate(grid.jobs) if not RunDir(out / job.name).is_done]
     per = grid.slurm.get("jobs_per_task")
     groups: dict[tuple, list[int]] = {}
     for i in todo:
@@ -90,11 +87,11 @@ def _claiming_worker(grid_path: str, out: str, unit_list: list[list[int]], token
 
 def write_mechanism(run_dir: Path, n: int = 512, seed: int = 0) -> str | None:
     """The run's mechanism by ``analysis.mechanism.mechanism`` (if this version has it) on ``n``
-    fresh samples, cached in ``run_dir/mechanism.json``; None for unfinished runs or without it."""
-    path = run_dir / "mechanism.json"
+    fresh samples, cached in the run directory; None for unfinished runs or without it."""
+    path = RunDir(run_dir).mechanism
     if path.is_file():
         return json.loads(path.read_text())["name"]
-    if not (run_dir / "final.safetensors").is_file():
+    if not RunDir(run_dir).is_finished:
         return None
     try:
         from ..analysis.mechanism import mechanism
@@ -102,8 +99,8 @@ def write_mechanism(run_dir: Path, n: int = 512, seed: int = 0) -> str | None:
         return None
     import torch
 
-    from ..runs.directory import Run
     from ..task import sample_batch
+    from ..training.run import Run
 
     model = Run.load(run_dir).model
     batch = sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
@@ -177,7 +174,7 @@ def run_sweep(grid_path: str | Path, out: str | Path | None = None, *, executor:
 def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
     """``(line number, record)`` for every run line of ``folder/sweep.jsonl`` (blank lines skipped);
     ``ValueError`` when there is no such file or a line is not a JSON object."""
-    path = Path(folder) / "sweep.jsonl"
+    path = Path(folder) / SWEEP_FILE
     if not path.is_file():
         raise ValueError(f"DIR must be a sweep folder with sweep.jsonl, found none at {path}")
     records = []
@@ -196,29 +193,26 @@ def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
 
 def collect(grid: Grid, out: Path) -> Path:
     """Write ``out/sweep.jsonl`` from the run directories (one line per job, in grid order)."""
-    from ..runs.directory import read_metrics
-
     lines = []
     for job in grid.jobs:
-        run_dir = out / job.name
-        metrics = [{k: v for k, v in m.items() if k not in WALL_CLOCK} for m in read_metrics(run_dir)]
-        diverged = run_dir / "diverged.json"
-        if diverged.is_file():
-            status, step = "diverged", json.loads(diverged.read_text())["step"]
-        elif (run_dir / "final.safetensors").is_file():
+        run_dir = RunDir(out / job.name)
+        metrics = [{k: v for k, v in m.items() if k not in WALL_CLOCK} for m in run_dir.read_metrics()]
+        if run_dir.is_diverged:
+            status, step = "diverged", run_dir.read_diverged()["step"]
+        elif run_dir.is_finished:
             last = metrics[-1] if metrics else {}
             status, step = ("stopped" if last.get("stopped") else "finished"), last.get("step")
         else:
             status, step = "unfinished", metrics[-1]["step"] if metrics else 0
         solved = next((m["step"] for m in metrics if m["mse"] < grid.solve_mse), None)
-        mech = run_dir / "mechanism.json"
+        mech = run_dir.mechanism
         lines.append({
             "name": job.name, "status": status, "step": step, "steps_to_solve": solved,
             "solve_mse": grid.solve_mse, "final": metrics[-1] if metrics else None,
             "mechanism": json.loads(mech.read_text())["name"] if mech.is_file() else None,
             "model": job.model_cfg.to_dict(), "train": job.train_cfg.to_dict(),
         })
-    path = out / "sweep.jsonl"
+    path = out / SWEEP_FILE
     from ..runs.checkpoint import atomic_write
 
     atomic_write(path, "".join(json.dumps(x) + "\n" for x in lines).encode())

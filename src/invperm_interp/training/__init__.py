@@ -10,10 +10,11 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .many import train_many
+    from .run import Run
     from .single import resume, train, train_or_reuse
     from .trainer import Diverged
 
-_HOMES = {"train_many": "many", "resume": "single", "train": "single", "train_or_reuse": "single",
-          "Diverged": "trainer"}
+_HOMES = {"Run": "run", "train_many": "many", "resume": "single", "train": "single",
+          "train_or_reuse": "single", "Diverged": "trainer"}
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)
-__all__ = ["Diverged", "resume", "train", "train_many", "train_or_reuse"]
+__all__ = ["Diverged", "Run", "resume", "train", "train_many", "train_or_reuse"]

@@ -7,7 +7,7 @@ import ctypes
 import sys
 
 from ..config import TrainConfig
-from ..runs.directory import resolve_device
+from .run import resolve_device
 
 KEEP_FREED_MEMORY = True  # CPU runs on Linux: tune glibc malloc once, see keep_freed_memory
 _malloc_tuned = False

@@ -17,7 +17,6 @@ after another with ``train``; run several processes for parallelism (``invperm s
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,16 +28,14 @@ from tqdm.auto import tqdm
 
 from .. import memory
 from ..config import ModelConfig, TrainConfig, learning_rate
-from ..runs import checkpoint as ckpt
-from ..runs.directory import Run, resolve_device
+from ..runs.directory import RunDir
 from ..task import mse, sample_batch
 from .cpu import threads_for
 from .optim import ADAM_BETAS, ADAM_EPS
+from .run import Run, resolve_device
 from .signals import StopRequest
 from .single import effective_configs, train
 from .trainer import Diverged, Trainer
-
-DIVERGED_FILE = "diverged.json"  # in a run directory: the step and error of a run that diverged
 
 
 @dataclass
@@ -109,22 +106,20 @@ def train_many(
 
 
 def _holds_run(train_cfg: TrainConfig) -> bool:
-    return train_cfg.out_dir is not None and (Path(train_cfg.out_dir) / "config.json").is_file()
+    return train_cfg.out_dir is not None and RunDir(train_cfg.out_dir).config.is_file()
 
 
 def _diverged_record(train_cfg: TrainConfig) -> dict | None:
     if train_cfg.out_dir is None:
         return None
-    path = Path(train_cfg.out_dir) / DIVERGED_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    return RunDir(train_cfg.out_dir).read_diverged()
 
 
 def _record_failure(model_cfg: ModelConfig, train_cfg: TrainConfig, err: Diverged) -> Failed:
     failed = Failed(model_cfg, train_cfg, err.step, str(err),
                     None if train_cfg.out_dir is None else Path(train_cfg.out_dir))
     if failed.dir is not None:
-        record = {"step": err.step, "error": str(err)}
-        ckpt.atomic_write(failed.dir / DIVERGED_FILE, (json.dumps(record) + "\n").encode())
+        RunDir(failed.dir).write_diverged(err.step, str(err))
     return failed
 
 

@@ -3,7 +3,7 @@
 
 Every step draws a fresh batch on the training device from a seeded generator, so a run of N steps
 is a prefix of a run of 2N steps with the same seed (except a cosine schedule, whose horizon is
-``schedule_steps``). What a run directory holds is described in ``runs``. Resuming from the last
+``schedule_steps``). What a run directory holds is described in ``runs.directory``. Resuming from the last
 checkpoint ends bit-identical to an uninterrupted run on the CPU with the same thread count.
 The CPU kernels a run uses are deterministic without ``torch.use_deterministic_algorithms``: a run
 under that mode has the same bits (tests/test_faults.py checks it); another thread count may not.
@@ -18,9 +18,10 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import memory
-from ..config import ModelConfig, TrainConfig, check_horizon, config_diffs, read_config
-from ..runs.directory import Run, resolve_device
+from ..config import ModelConfig, TrainConfig, check_horizon, config_diffs
+from ..runs.directory import RunDir
 from .cpu import threads_for
+from .run import Run, resolve_device
 from .signals import StopRequest
 from .trainer import Diverged, Trainer
 
@@ -62,7 +63,7 @@ def train(
     ``ValueError`` before any training work; a write that fails later (a full disk) is an
     ``OSError`` naming the file, the step and the last good checkpoint. A ``memory`` estimate over
     ``max_memory`` (default: what is left) is a ``ValueError`` before any work. The run directory
-    is locked (``runs.RunLock``); a new run's must be empty (``force``: or hold no run). SIGINT or
+    is locked (``runs.lock.RunLock``); a new run's must be empty (``force``: or hold no run). SIGINT or
     SIGTERM checkpoints and raises ``signals.Interrupted``.
     """
     model_cfg, cfg, notes = effective_configs(model_cfg, train_cfg)
@@ -95,7 +96,7 @@ def resume(run_dir: str | Path, *, steps: int | None = None, threads: int | None
            stop_at: int | None = None, progress: bool = True,
            max_memory: int | str | None = None) -> Run:
     """Continue the run in ``run_dir`` from its last checkpoint (to ``steps`` if given)."""
-    model_cfg, train_cfg = read_config(run_dir)
+    model_cfg, train_cfg = RunDir(run_dir).read_config()
     changes = {"out_dir": str(run_dir)}
     if steps is not None:
         changes["steps"] = steps
@@ -114,20 +115,20 @@ def train_or_reuse(model_cfg: ModelConfig, train_cfg: TrainConfig,
     run_dir = train_cfg.out_dir if run_dir is None else run_dir
     if run_dir is None:
         raise ValueError("run_dir (or train_cfg.out_dir) must name the run directory, got None")
-    run_dir = Path(run_dir)
+    run_dir = RunDir(run_dir)
     cfg = replace(train_cfg, out_dir=str(run_dir))
-    if not (run_dir / "config.json").is_file():
+    if not run_dir.config.is_file():
         return train(model_cfg, cfg, progress=progress, max_memory=max_memory)
     model_cfg, cfg, _ = effective_configs(model_cfg, cfg)
-    stored = read_config(run_dir)
+    stored = run_dir.read_config()
     diffs = config_diffs(stored, model_cfg, cfg)
     if stored[1].steps != cfg.steps:
         diffs.append(f"train.steps: {stored[1].steps!r} -> {cfg.steps!r}")
     if diffs:
-        raise ValueError(f"{run_dir} holds another run (its config.json differs in "
+        raise ValueError(f"{run_dir} holds another run (its {run_dir.CONFIG} differs in "
                          f"{'; '.join(diffs)}); remove it or choose another directory")
-    if (run_dir / "final.safetensors").is_file():
+    if run_dir.is_finished:
         if progress:
             tqdm.write(f"reusing the finished run in {run_dir}")
-        return Run.load(run_dir)
-    return resume(run_dir, threads=cfg.threads, progress=progress, max_memory=max_memory)
+        return Run.load(run_dir.path)
+    return resume(run_dir.path, threads=cfg.threads, progress=progress, max_memory=max_memory)

@@ -1,6 +1,6 @@
 """One run's state and its loop: the model, optimizer, data stream, counters and run directory.
 
-``train.train`` drives one :class:`Trainer`; ``many.train_many`` steps several, each writing its run
+``single.train`` drives one :class:`Trainer`; ``many.train_many`` steps several, each writing its run
 directory through the same methods (``begin``, ``after_step``, ``flush``, ``checkpoint``,
 ``finish``). Every step draws a fresh batch from the run's seeded data stream on the training
 device; a loss is read back every ``FLUSH_EVERY`` steps (one device sync), when the NaN check runs.
@@ -16,27 +16,17 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..config import ModelConfig, TrainConfig, config_diffs, config_hash, learning_rate, read_config
+from ..config import ModelConfig, TrainConfig, config_diffs, config_hash, learning_rate
 from ..maths.floors import causal_floor
 from ..model.disentangled import DisentangledTransformer, readout_forward
 from ..runs import checkpoint as ckpt
-from ..runs.directory import (
-    Run,
-    RunLock,
-    append_metrics,
-    check_final,
-    check_new_out_dir,
-    check_out_dir,
-    check_restart,
-    read_metrics,
-    resolve_device,
-    write_config,
-    write_metrics,
-)
+from ..runs.directory import RunDir
+from ..runs.lock import RunLock
 from ..task import mse, sample_batch
 from .cpu import keep_freed_memory
 from .metrics import evaluate
 from .optim import make_optimizer
+from .run import Run, resolve_device
 from .signals import StopRequest
 from .stopping import stop_reason
 
@@ -65,7 +55,7 @@ class Trainer:
         self.model_cfg, self.cfg = model_cfg, cfg
         self.device = resolve_device(cfg.device)
         if cfg.out_dir is not None:
-            check_out_dir(Path(cfg.out_dir), model_cfg, cfg, resume)
+            RunDir(cfg.out_dir).check_writable(model_cfg, cfg, resume)
         if self.device.type == "cpu":
             keep_freed_memory()
         self.hash = config_hash(model_cfg, cfg)
@@ -82,6 +72,7 @@ class Trainer:
         self.stopped: str | None = None  # why the run ended before cfg.steps (stop_reason)
         self.step, self.metrics, self.loss_sum, self.loss_count, self.elapsed = 0, [], 0.0, 0, 0.0
         self.dir = Path(cfg.out_dir) if cfg.out_dir is not None else None
+        self.run_dir = RunDir(self.dir) if self.dir is not None else None
         self.pending: list[Tensor] = []
         self.lock = RunLock(self.dir).acquire() if self.dir is not None and self.dir.is_dir() else None
         try:
@@ -99,22 +90,22 @@ class Trainer:
     # -- run directory ---------------------------------------------------------------------------
     def _open_dir(self, resume: bool, force: bool) -> None:
         """Check the directory, restore the last checkpoint; write only after every check passed."""
-        run_dir, cfg = self.dir, self.cfg
+        run_dir, cfg = self.run_dir, self.cfg
         if not resume:
-            check_new_out_dir(run_dir, force)
+            run_dir.check_new(force)
         else:
-            diffs = config_diffs(read_config(run_dir), self.model_cfg, cfg)
+            diffs = config_diffs(run_dir.read_config(), self.model_cfg, cfg)
             if diffs:
                 raise ValueError(f"cannot resume {run_dir}: the configuration differs from its "
-                                 f"config.json in {'; '.join(diffs)}")
-            found = ckpt.list_checkpoints(run_dir)
+                                 f"{run_dir.CONFIG} in {'; '.join(diffs)}")
+            found = run_dir.checkpoints()
             if not found:
-                check_restart(run_dir)
-            check_final(run_dir)
+                run_dir.check_restart()
+            run_dir.check_final()
             if found:
                 self._restore(*found[-1])
-        write_config(run_dir, self.model_cfg, cfg)
-        write_metrics(run_dir, self.metrics)
+        run_dir.write_config(self.model_cfg, cfg)
+        run_dir.write_metrics(self.metrics)
 
     def _restore(self, step: int, path: Path) -> None:
         tensors, meta = ckpt.load(path)
@@ -138,7 +129,7 @@ class Trainer:
             self.generator.set_state(rng)
         except RuntimeError as err:
             raise ValueError(f"checkpoint {path}: rng.data is not a generator state: {err}") from None
-        self.metrics = [m for m in read_metrics(self.dir) if m["step"] <= step]
+        self.metrics = [m for m in self.run_dir.read_metrics() if m["step"] <= step]
         self.step, self.elapsed = step, meta["elapsed"]
         self.loss_sum, self.loss_count = meta["loss_sum"], meta["loss_count"]
 
@@ -150,7 +141,7 @@ class Trainer:
         meta = {"step": self.step, "config_hash": self.hash, "device": self.device.type,
                 "optimizer": scalars, "elapsed": self.elapsed, "loss_sum": self.loss_sum,
                 "loss_count": self.loss_count}
-        path = ckpt.checkpoint_path(self.dir, self.step)
+        path = self.run_dir.checkpoint(self.step)
         try:
             ckpt.save(path, tensors, meta)
         except OSError as err:
@@ -158,7 +149,7 @@ class Trainer:
 
     def _last_good(self, before: int) -> str:
         """Where the last checkpoint from before step ``before`` is, in words."""
-        found = [p for s, p in ckpt.list_checkpoints(self.dir) if s < before]
+        found = [p for s, p in self.run_dir.checkpoints() if s < before]
         return f"the last good checkpoint is {found[-1]}" if found else "no checkpoint before it"
 
     def _write_error(self, path: Path, err: OSError) -> OSError:
@@ -198,7 +189,7 @@ class Trainer:
                 self.after_step(loss.detach(), lr, end, interrupt.requested, bar, started)
             self.flush(bar)
         if interrupt.requested and self.step < end:
-            if self.dir is not None and not ckpt.checkpoint_path(self.dir, self.step).exists():
+            if self.run_dir is not None and not self.run_dir.checkpoint(self.step).exists():
                 self.checkpoint()  # the signal came after this step's checkpoint was decided
             raise interrupt.interrupted(f"training stopped at step {self.step}"
                                         + (f"; resume with --resume {self.dir}" if self.dir else ""))
@@ -232,7 +223,7 @@ class Trainer:
         """Write the final weights of a run that reached ``steps`` or stopped early (again only if
         it ``stepped`` in this call or has none yet) and return it."""
         cfg, model = self.cfg, self.model
-        final = self.dir / "final.safetensors" if self.dir is not None else None
+        final = self.run_dir.final if self.run_dir is not None else None
         done = self.step == cfg.steps or self.stopped is not None
         if final is not None and done and (stepped or not final.exists()):
             meta = {"step": self.step, "config_hash": self.hash, "metrics": self.metrics[-1],
@@ -276,6 +267,6 @@ class Trainer:
         self.metrics.append(metrics)
         if self.dir is not None:
             try:
-                append_metrics(self.dir, metrics)
+                self.run_dir.append_metrics(metrics)
             except OSError as err:
-                raise self._write_error(self.dir / "metrics.jsonl", err) from err
+                raise self._write_error(self.run_dir.metrics, err) from err

@@ -15,9 +15,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import ModelConfig, read_config
-from ..runs.directory import read_metrics
-from ..sweep.engine import read_sweep
+from ..config import ModelConfig
+from ..runs.directory import RunDir
+from ..sweep.engine import SWEEP_FILE, read_sweep
 from .html import figure
 from .sweep import plot_sweep
 from .training import excess_text
@@ -39,12 +39,13 @@ class RunRow:
     row_acc: float | None
     steps_to_solve: int | None
     mechanism: str | None
+    causal: bool
     status: str | None = None  # "diverged", "unfinished": a run that did not end normally
 
     @property
     def solvable(self) -> bool:
         """False for a causal run whose floor is above the target: it cannot get there."""
-        return not ("causal" in self.group and (self.causal_floor or 0.0) >= SOLVED_BELOW)
+        return not (self.causal and (self.causal_floor or 0.0) >= SOLVED_BELOW)
 
 
 def _model(model: dict) -> ModelConfig:
@@ -65,8 +66,8 @@ def _first_below(metrics: list[dict], target: float) -> int | None:
 
 
 def _mechanism(run_dir: Path) -> str | None:
-    """The mechanism an analysis of the run named (its ``analysis.json``), if any."""
-    path = run_dir / "analysis.json"
+    """The mechanism an analysis of the run named (its analysis record), if any."""
+    path = RunDir(run_dir).analysis
     if not path.is_file():
         return None
     try:
@@ -80,12 +81,13 @@ def _mechanism(run_dir: Path) -> str | None:
 
 
 def _row_from_dir(run_dir: Path) -> RunRow:
-    model, train = read_config(run_dir)
-    metrics = read_metrics(run_dir)
+    model, train = RunDir(run_dir).read_config()
+    metrics = RunDir(run_dir).read_metrics()
     last = metrics[-1] if metrics else {}
     return RunRow(run_dir, _group(model), model.d, train.seed,
                   int(last.get("step", 0)), last.get("mse"), last.get("causal_floor"),
-                  last.get("row_acc"), _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir))
+                  last.get("row_acc"), _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir),
+                  model.causal)
 
 
 def _row_from_record(root: Path, record: dict) -> RunRow:
@@ -105,16 +107,16 @@ def _row_from_record(root: Path, record: dict) -> RunRow:
                   int(record.get("step") or final.get("step") or 0), final.get("mse"),
                   final.get("causal_floor"), final.get("row_acc"),
                   None if solve is None else int(solve), mechanism or _mechanism(run_dir),
-                  None if status in (None, "finished", "stopped") else status)
+                  model.causal, None if status in (None, "finished", "stopped") else status)
 
 
 def find_runs(directory: str | Path) -> list[RunRow]:
-    """Every run of ``directory``: from its ``sweep.jsonl`` if it has one, else each folder below it
-    holding a ``config.json``. Raises ``ValueError`` when there is none."""
+    """Every run of ``directory``: from its sweep file if it has one, else each folder below it
+    holding a run. Raises ``ValueError`` when there is none."""
     root = Path(directory)
     if not root.is_dir():
         raise ValueError(f"directory {root} does not exist")
-    sweep = root / "sweep.jsonl"
+    sweep = root / SWEEP_FILE
     if sweep.is_file():
         rows = []
         for i, record in read_sweep(root):
@@ -123,11 +125,11 @@ def find_runs(directory: str | Path) -> list[RunRow]:
             except (AttributeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{sweep} line {i} is not a run record: {err}") from None
     else:
-        rows = [_row_from_dir(p.parent) for p in sorted(root.rglob("config.json"))
+        rows = [_row_from_dir(p.parent) for p in sorted(root.rglob(RunDir.CONFIG))
                 if p.parent != root]
     if not rows:
-        raise ValueError(f"{root} holds no runs (no sweep.jsonl and no run directory with "
-                         "config.json below it)")
+        raise ValueError(f"{root} holds no runs (no {SWEEP_FILE} and no run directory with "
+                         f"{RunDir.CONFIG} below it)")
     return sorted(rows, key=lambda r: (r.group, r.d, r.seed, str(r.dir)))
 
 
@@ -169,12 +171,12 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
     title = title or f"Runs in {root}"
     body = []
     for r in rows:
-        report = r.dir / "report.html"
+        report = RunDir(r.dir).report
         name = html.escape(os.path.relpath(r.dir, root))
         link = (f'<a href="{html.escape(os.path.relpath(report, root))}">{name}</a>'
                 if report.is_file() else f"{name} <span class='meta'>(no report)</span>")
         mse = "—" if r.mse is None else html.escape(excess_text(r.mse, r.causal_floor
-                                                                if "causal" in r.group else None))
+                                                                if r.causal else None))
         body.append("<tr>" + "".join([
             _td(link, name), _td(html.escape(r.group)), _td(str(r.d), r.d, True),
             _td(str(r.seed), r.seed, True), _td(str(r.steps), r.steps, True),

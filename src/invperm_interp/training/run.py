@@ -1,0 +1,78 @@
+"""A trained run in memory: its configurations, the plain model training updated, its metrics.
+
+``Run.load`` reads one from a run directory (``runs.RunDir``); ``train`` and ``train_many`` return
+one. ``Run.model``, the hooked model of its weights, is built (importing TransformerLens) on first
+use, so training never imports it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..config import ModelConfig, TrainConfig
+from ..model.disentangled import DisentangledTransformer
+from ..runs import checkpoint as ckpt
+from ..runs.directory import RunDir, RunWarning
+
+if TYPE_CHECKING:
+    from ..model.hooked import HookedDisentangledTransformer
+
+__all__ = ["Run", "resolve_device"]
+
+
+def resolve_device(spec: str = "auto") -> torch.device:
+    """``"auto"`` → CUDA when available, else CPU; anything else as given (and checked)."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={spec!r} was asked for but CUDA is not available; use 'auto'")
+    return device
+
+
+@dataclass
+class Run:
+    """A trained model with its configurations and metrics; ``dir`` is None for a run kept in
+    memory only (``out_dir=None``). ``weights`` is the hook-free model training updated;
+    ``model``, the hooked model of its weights, is built (importing TransformerLens) on first use."""
+
+    model_cfg: ModelConfig
+    train_cfg: TrainConfig
+    weights: DisentangledTransformer
+    metrics: list[dict]
+    step: int
+    dir: Path | None = None
+
+    @property
+    def final_metrics(self) -> dict:
+        return self.metrics[-1] if self.metrics else {}
+
+    @cached_property
+    def model(self) -> HookedDisentangledTransformer:
+        """The hooked model of ``weights`` (a copy, on the same device)."""
+        from ..model.hooked import HookedDisentangledTransformer
+
+        return HookedDisentangledTransformer.from_module(self.weights)
+
+    @classmethod
+    def load(cls, run_dir: str | Path, step: int | None = None, device: str = "cpu") -> Run:
+        """A run from disk: the final weights, or checkpoint ``step``; safetensors only."""
+        run = RunDir(run_dir)
+        weights = run.read_weights(step)
+        model = DisentangledTransformer(weights.model_cfg, seed=0)
+        ckpt.load_model_tensors(model, weights.tensors, weights.path)
+        model = model.to(resolve_device(device))
+        metrics = [m for m in run.read_metrics() if m["step"] <= weights.step]
+        last = weights.meta.get("metrics")  # the final weights file keeps the last record
+        if isinstance(last, dict) and (not metrics or metrics[-1]["step"] < last.get("step", -1)):
+            warnings.warn(f"{run.metrics} lacks the records up to step {weights.step} "
+                          "(deleted or replaced?): only the final record, kept in "
+                          "the final weights, is known", RunWarning, stacklevel=2)
+            metrics = [last]
+        return cls(weights.model_cfg, weights.train_cfg, model, metrics, weights.step, run.path)
