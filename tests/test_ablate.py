@@ -128,8 +128,13 @@ def test_results_read_against_the_floor():
     text = str(result)
     assert text.startswith("ablate mask: MSE ") and "→" in text and text.endswith("(causal floor 2.5)")
     assert set(result.to_dict()) == {"name", "mse_before", "mse_after", "causal_floor", "description",
-                                     "text"}
+                                     "how", "block", "layer", "hook", "text"}
     assert result.to_dict()["text"] == text
+    assert result.block is None  # the mask is not a block ablation
+    block = ablate_block(model, "L1.x", 2, "mean", n=16)
+    assert (block.how, block.block, block.layer, block.hook) == ("mean", "L1.x", 2,
+                                                                  "blocks.1.hook_resid_post")
+    assert type(result).from_dict(block.to_dict()) == block  # the fields survive analysis.json
     table = standard_ablations(C.theorem3(3), n=32)
     assert [r.name for r in table] == ["ablate mask", "scratch remove", "scratch zero", "scratch random",
                                        "scratch fewer (k=1)", "zero-ablate x at h^0",

@@ -33,10 +33,16 @@ class AblationResult:
     mse_after: float
     causal_floor: float
     description: str
+    # A block ablation's target, as fields (None for the mask and scratch ablations): how
+    # ("zero"/"mean"), which block of which stream h^layer, and the hook it acts at.
+    how: str | None = None
+    block: str | None = None
+    layer: int | None = None
+    hook: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict) -> AblationResult:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
 
     @property
     def change(self) -> float:
@@ -75,10 +81,10 @@ def clean_mse(model: HookedDisentangledTransformer, batch: Batch) -> float:
 
 
 def _result(name: str, model: HookedDisentangledTransformer, batch: Batch, after: Tensor,
-            description: str, before: float | None = None) -> AblationResult:
+            description: str, before: float | None = None, **target) -> AblationResult:
     before = clean_mse(model, batch) if before is None else before
     floor = causal_floor(model.cfg.layout, model.cfg.readout)
-    return AblationResult(name, before, float(mse(after, batch.Y)), floor, description)
+    return AblationResult(name, before, float(mse(after, batch.Y)), floor, description, **target)
 
 
 # -- the mask ------------------------------------------------------------------------------------------
@@ -216,7 +222,8 @@ def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, ho
 
     out = _run(model, batch.X, [(stream_hook, ablate)])
     return _result(f"{how}-ablate {name} at h^{layer}", model, batch, out,
-                   f"{how} the block {name} of h^{layer} at every position ({stream_hook})", before)
+                   f"{how} the block {name} of h^{layer} at every position ({stream_hook})", before,
+                   how=how, block=name, layer=layer, hook=stream_hook)
 
 
 # -- the standard table -----------------------------------------------------------------------------------

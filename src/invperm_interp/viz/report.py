@@ -14,11 +14,11 @@ self-contained file) unless ``bundle`` names a shared copy (a directory of repor
 from __future__ import annotations
 
 import html
-import re
 from pathlib import Path
 
 import torch
 
+from ..analysis.ablate import AblationResult
 from ..analysis.record import ModelAnalysis, atom_label
 from ..config import TrainConfig
 from ..labels import layer_name, name_streams
@@ -153,21 +153,17 @@ def _ablations(model: HookedDisentangledTransformer, result: ModelAnalysis) -> s
     caption = (f"Each row runs the model once with one intervention, on the analysis batch. Before any "
                f"ablation the MSE is <b>{before:.4g}</b>; the causal floor is <b>{floor:.4g}</b>. An "
                f"ablation that sends the MSE to the floor or above removed what the model needs.")
-    rows = [[name_streams(a.name, L), _what_it_does(a.description, L), f"{a.mse_after:.4g}",
+    rows = [[name_streams(a.name, L), _what_it_does(a, L), f"{a.mse_after:.4g}",
              f"{a.change:+.3g}"] for a in ablations]
     return "<h2>Ablations</h2>" + table(["ablation", "what it does", "MSE after", "change"], rows,
                                         caption)
 
 
-_BLOCK_ABLATION = re.compile(r"^(\w+) the block \S+ of h\^\d+ at every position \((\S+)\)$")
-
-
-def _what_it_does(description: str, n_layers: int) -> str:
+def _what_it_does(ablation: AblationResult, n_layers: int) -> str:
     """An ablation's description, without restating the block and stream its name already gives."""
-    match = _BLOCK_ABLATION.match(description)
-    if match:
-        return f"{match.group(1)} it at every position (hook {match.group(2)})"
-    return name_streams(description, n_layers)
+    if ablation.block is not None:
+        return f"{ablation.how} it at every position (hook {ablation.hook})"
+    return name_streams(ablation.description, n_layers)
 
 
 def _certificate(model: HookedDisentangledTransformer, result: ModelAnalysis) -> str:
