@@ -52,6 +52,11 @@ def hook_name(kind: str, layer: int | None = None) -> str:
     return _LAYER_HOOKS[kind].format(layer)
 
 
+def layer_hook_names(kind: str, n_layers: int) -> list[str]:
+    """``hook_name(kind, layer)`` of every layer: a ``names_filter`` for ``run_with_cache``."""
+    return [hook_name(kind, layer) for layer in range(n_layers)]
+
+
 # -- block names --------------------------------------------------------------------------------------
 _COPY = re.compile(r"^L(\d+)(?:h(\d+))?$")
 

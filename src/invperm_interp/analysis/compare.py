@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..maths import constructions
 from ..model.hooked import HookedDisentangledTransformer
-from ..stream import hook_name
+from ..stream import hook_name, layer_hook_names
 from ..task import Batch, mse
 from .gauge import gauge_fix
 from .templates import explain
@@ -101,7 +101,7 @@ def _patterns(model: HookedDisentangledTransformer, X: Tensor) -> tuple[Tensor, 
     """Output and per-layer patterns ``(B, H, T, T)`` in float64."""
     with torch.no_grad():
         out, cache = model.run_with_cache(X.to(model.device, model.cfg.torch_dtype),
-                                          names_filter=lambda n: n.endswith("hook_pattern"),
+                                          names_filter=layer_hook_names("pattern", model.cfg.n_layers),
                                           return_cache_object=False)
     pats = [cache[hook_name("pattern", layer)].double().cpu()
             for layer in range(model.cfg.n_layers)]

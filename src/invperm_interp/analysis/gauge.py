@@ -22,7 +22,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from ..model.hooked import HookedDisentangledTransformer
-from ..stream import Stream
+from ..stream import Stream, layer_hook_names
 
 
 def copy_prefixes(stream: Stream, layer: int) -> list[str]:
@@ -109,7 +109,7 @@ def gauge_check(model: HookedDisentangledTransformer, X: Tensor) -> float:
     ~1e-15 in float64, ~1e-6 in float32; more would mean a direction was not gauge after all.
     """
     twin = gauge_fixed(model)
-    names = lambda n: n.endswith("hook_pattern")  # noqa: E731
+    names = layer_hook_names("pattern", model.cfg.n_layers)
     with torch.no_grad():
         _, a = model.run_with_cache(X, names_filter=names, return_cache_object=False)
         _, b = twin.run_with_cache(X, names_filter=names, return_cache_object=False)

@@ -20,6 +20,7 @@ from circuitsvis.utils.convert_props import convert_props
 from ..labels import head_name
 from ..model.hooked import HookedDisentangledTransformer
 from ..model.tokens import row_labels
+from ..stream import layer_hook_names
 from ..task import Batch
 
 BUNDLE = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
@@ -74,7 +75,7 @@ def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: i
     """
     with torch.no_grad():
         _, cache = model.run_with_cache(batch.X[index: index + 1],
-                                        names_filter=lambda n: n.endswith("hook_pattern"))
+                                        names_filter=layer_hook_names("pattern", model.cfg.n_layers))
     # Y rows by index only: their bits make the labels too long to show every one
     tokens = [t.split("=")[0] if t.startswith("Y") else t for t in token_labels(batch, index)]
     rows = batch.layout.rows(model.cfg.readout)
