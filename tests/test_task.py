@@ -125,3 +125,21 @@ def test_make_input_real_targets_when_asked():
 def test_bad_layouts_raise(build, match):
     with pytest.raises(ValueError, match=match):
         build()
+
+
+def test_layouts_by_name_are_the_same_on_the_command_line_and_in_grids(tmp_path):
+    from invperm_interp.sweep.grid import load_grid
+    from invperm_interp.task import DEFAULT_READOUT
+
+    assert Layout.named("plain", 3) == Layout.plain(3)
+    assert Layout.named("scratch", 3, 2) == Layout.scratch(3, 2)
+    assert [s.name for s in Layout.named("code", 3).segments] == ["pad0", "P", "Y", "pad1"]
+    with pytest.raises(ValueError, match="layout must be one of"):
+        Layout.named("zigzag", 3)
+    with pytest.raises(ValueError, match="n_scratch"):
+        Layout.named("plain", 3, 2)
+    grid = tmp_path / "g.toml"
+    grid.write_text('[model]\nlayout = "code"\nd = 3\n[train]\nsteps = 2\n')
+    (job,) = load_grid(grid).jobs
+    assert job.model_cfg.layout == Layout.named("code", 3)
+    assert job.model_cfg.readout == DEFAULT_READOUT["code"] == "pad0"  # as `invperm train --layout code`

@@ -23,6 +23,11 @@ def _check_d(d) -> None:
         raise ValueError(f"d must be an integer >= 1, got {d!r}")
 
 
+#: The layouts by name (``Layout.named``) and the segment each reads out unless told otherwise:
+#: ``code`` reads the note's code's first zero rows.
+DEFAULT_READOUT = {"plain": "P", "scratch": "P", "code": "pad0"}
+
+
 @dataclass(frozen=True)
 class Segment:
     """A run of consecutive input rows with one role.
@@ -95,6 +100,21 @@ class Layout:
         if not isinstance(n_scratch, int) or isinstance(n_scratch, bool) or n_scratch < 1:
             raise ValueError(f"n_scratch must be an integer >= 1, got {n_scratch!r}")
         return cls.of(d, "P", "Y", f"S:{n_scratch}", scratch=scratch)
+
+    @classmethod
+    def named(cls, kind: str, d: int, n_scratch: int | None = None) -> Layout:
+        """A layout by the name the command line and grid files use: ``plain`` ``[P; Y_P]``,
+        ``scratch`` ``[P; Y_P; S]`` (``n_scratch`` rows), ``code`` the note's code's
+        ``[0; P; Y_P; 0]`` (segments ``pad0, P, Y, pad1``). Its usual read-out:
+        ``DEFAULT_READOUT[kind]``."""
+        if kind not in DEFAULT_READOUT:
+            raise ValueError(f"layout must be one of {tuple(DEFAULT_READOUT)}, got {kind!r}")
+        if n_scratch is not None and kind != "scratch":
+            raise ValueError(f"n_scratch sets the scratch rows of layout 'scratch'; layout "
+                             f"{kind!r} has none")
+        if kind == "scratch":
+            return cls.scratch(d, n_scratch)
+        return cls.of(d, "0", "P", "Y", "0") if kind == "code" else cls.plain(d)
 
     @classmethod
     def of(cls, d: int, *specs: str, scratch=None) -> Layout:

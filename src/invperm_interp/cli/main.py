@@ -1,5 +1,5 @@
 """The ``invperm`` command line. Each subcommand is one function ``_cmd_NAME(args)`` (``analyze`` in
-``cli_analyze``, ``sweep`` in ``cli_sweep``).
+``cli.analyze``, ``sweep`` in ``cli.sweep``).
 
 Errors a user can cause (``ValueError``, missing files) print one readable line and exit 2.
 """
@@ -39,10 +39,11 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     print(f"\n== the note's claim: bidirectional MSE {finals['bidirectional']['mse']:.3g}, causal MSE "
           f"{finals['causal']['mse']:.3g}, exact causal floor {floor:.4g} (0.5 everywhere: "
           f"{0.25 * args.d:.4g})")
+    from ..runs.directory import RunDir
     from ..viz.index import write_index
 
-    print(f"open {write_index(out)}, or {out / 'bidirectional' / 'report.html'} and "
-          f"{out / 'causal' / 'report.html'}")
+    print(f"open {write_index(out)}, or {RunDir(out / 'bidirectional').report} and "
+          f"{RunDir(out / 'causal').report}")
 
 
 def _cmd_construct(args: argparse.Namespace) -> None:
@@ -74,22 +75,6 @@ _MODEL_FLAGS = ("layout", "n_scratch", "attention", "readout", "layers", "heads"
 _TRAIN_FLAGS = ("steps", "batch_size", "recipe", "lr", "optimizer", "schedule", "schedule_steps",
                 "seed", "device", "threads", "eval_every", "eval_size", "checkpoint_every",
                 "stop_at_mse", "stop_at_floor")
-
-
-_DEFAULT_READOUT = {"plain": "P", "scratch": "P", "code": "pad0"}  # code: the note's code's rows
-
-
-def _layout(kind: str, d: int, n_scratch: int | None):
-    """``--layout``: ``plain`` ``[P; Y_P]``, ``scratch`` ``[P; Y_P; S]``, ``code`` the note's code's
-    ``[0; P; Y_P; 0]`` (segments ``pad0, P, Y, pad1``; its code reads out ``pad0``)."""
-    from .. import Layout
-
-    if n_scratch is not None and kind != "scratch":
-        raise ValueError("--n-scratch sets the scratch rows of --layout scratch; add "
-                         "--layout scratch or drop --n-scratch")
-    if kind == "scratch":
-        return Layout.scratch(d, n_scratch)
-    return Layout.of(d, "0", "P", "Y", "0") if kind == "code" else Layout.plain(d)
 
 
 def _cmd_train(args: argparse.Namespace) -> None:
@@ -126,12 +111,17 @@ def _cmd_train(args: argparse.Namespace) -> None:
                 raise ValueError(f"--config {args.config}: 'train' must be a JSON object")
             model_cfg, base = ModelConfig.from_dict(data["model"]), dict(data.get("train") or {})
         else:
+            from ..task import DEFAULT_READOUT, Layout
+
             kind = given.get("layout", "plain")
-            layout = _layout(kind, given.get("d", 10), given.get("n_scratch"))
+            if given.get("n_scratch") is not None and kind != "scratch":
+                raise ValueError("--n-scratch sets the scratch rows of --layout scratch; add "
+                                 "--layout scratch or drop --n-scratch")
+            layout = Layout.named(kind, given.get("d", 10), given.get("n_scratch"))
             model_cfg = ModelConfig(layout, n_layers=given.get("layers", 2),
                                     n_heads=given.get("heads", 1),
                                     attention_dir=given.get("attention", "causal"),
-                                    readout=given.get("readout", _DEFAULT_READOUT[kind]),
+                                    readout=given.get("readout", DEFAULT_READOUT[kind]),
                                     dtype=given.get("dtype", "float32"))
             base = {}
         base.update({k: v for k, v in given.items() if k in _TRAIN_FLAGS})

@@ -79,21 +79,16 @@ def _seeds(path: Path, value) -> list[int]:
 
 def _model_cfg(values: dict):
     from ..config import ModelConfig
-    from ..task import Layout
+    from ..task import DEFAULT_READOUT, Layout
 
     values = dict(values)
     kind, d, n_scratch = (values.pop(k, None) for k in LAYOUT_KEYS)
-    d = 10 if d is None else d
-    if kind in (None, "plain"):
-        if n_scratch is not None:
-            raise ValueError("n_scratch needs layout = 'scratch'")
-        layout = Layout.plain(d)
-    elif kind == "scratch":
-        layout = Layout.scratch(d, n_scratch)
-    elif kind == "code":
-        layout = Layout.of(d, "0", "P", "Y", "0")
-    else:
-        raise ValueError(f"layout must be 'plain', 'scratch' or 'code', got {kind!r}")
+    kind, d = kind or "plain", 10 if d is None else d
+    if n_scratch is not None and kind != "scratch":
+        raise ValueError("n_scratch needs layout = 'scratch'")
+    layout = Layout.named(kind, d, n_scratch)
+    if kind in DEFAULT_READOUT:  # the command line's default read-out for this layout
+        values.setdefault("readout", DEFAULT_READOUT[kind])
     if isinstance(values.get("n_heads"), list):
         values["n_heads"] = tuple(values["n_heads"])
     return ModelConfig(layout, **values)
