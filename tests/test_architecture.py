@@ -84,6 +84,63 @@ def test_no_import_cycle_in_the_package():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def test_the_top_level_holds_value_types_and_every_stage_is_a_documented_subpackage():
+    modules = sorted(p.stem for p in SRC.glob("*.py") if p.stem != "__init__")
+    assert len(modules) <= 8, f"the top level should hold the value types only: {modules}"
+    packages = sorted(p.parent.name for p in SRC.glob("*/__init__.py"))
+    assert {"model", "maths", "runs", "training", "sweep", "analysis", "viz", "cli"} <= set(packages)
+    for name in packages:
+        doc = ast.get_docstring(ast.parse((SRC / name / "__init__.py").read_text()))
+        assert doc and len(doc.split()) >= 8, f"{name}/__init__.py should say what the stage holds"
+
+
+def _imports_of(path: Path) -> list[tuple[str, bool]]:
+    """``(module, deferred)`` for every import in ``path``: deferred when inside a function."""
+    tree, found = ast.parse(path.read_text()), []
+
+    def visit(node: ast.AST, deferred: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = deferred or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.Import):
+                found.extend((a.name, deferred) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and not child.level:
+                found.append((child.module or "", deferred))
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+def test_nothing_under_training_imports_transformer_lens():
+    """Training processes stay small: TransformerLens is imported only through the hooked model,
+    and under ``training/`` only where ``Run.model`` asks for it (a deferred import)."""
+    graph = import_graph()
+    hooked = "invperm_interp.model.hooked"
+    for path in (SRC / "training").rglob("*.py"):
+        name = _module_name(path)
+        assert not any(m.startswith("transformer_lens") for m, _ in _imports_of(path)), name
+        top_level = {m for m, deferred in _imports_of(path) if not deferred}
+        assert not any(m.startswith("transformer_lens") for m in top_level), name
+        if hooked in graph[name]:
+            assert name == "invperm_interp.training.run", f"{name} imports the hooked model"
+    run_imports = ast.parse((SRC / "training" / "run.py").read_text())
+    deferred = [n for f in ast.walk(run_imports) if isinstance(f, ast.FunctionDef)
+                for n in ast.walk(f) if isinstance(n, ast.ImportFrom) and n.module == "model.hooked"]
+    assert deferred, "Run.model should import the hooked model inside the property"
+
+
+def test_each_run_directory_file_name_is_spelled_once():
+    names = ("config.json", "metrics.jsonl", "final.safetensors", "diverged.json", "mechanism.json",
+             "analysis.json", "report.html", ".invperm.lock", "sweep.jsonl")
+    counts = {n: 0 for n in names}
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for n in names:
+                    counts[n] += node.value == n
+    assert counts == {n: 1 for n in names}, counts
+
+
 def test_no_module_is_too_long():
     long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
