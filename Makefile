@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo reproduce sweep census setup lint bench clean
+.PHONY: test test-fast demo reproduce sweep census setup lint bench clean
 
 setup: $(STAMP)
 
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# Everything but the tests marked slow (processes, training, the browser): a quick loop while editing.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
 
 demo: $(STAMP)
 	$(VENV)/bin/invperm demo

@@ -25,11 +25,6 @@ from ..model.hooked import HookedDisentangledTransformer
 from ..stream import Stream, layer_hook_names
 
 
-def copy_prefixes(stream: Stream, layer: int) -> list[str]:
-    """Prefixes of the copies of ``h^0`` inside ``h^layer`` (``""`` is the embedding itself)."""
-    return [blocks[0].parts.prefix for blocks in stream.copies(layer).values()]
-
-
 def key_gauge_basis(stream: Stream, layer: int, dtype=torch.float64) -> Tensor:
     """``G (D_layer, n_copies)``: column ``p`` is 1 on copy ``p``'s position blocks, 0 elsewhere.
 
@@ -65,11 +60,6 @@ def gauge_fix(A: Float[Tensor, "*heads D D"], stream: Stream,
     P_null, P_key = (p.to(A.dtype).to(A.device) for p in gauge_projectors(stream, layer))
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     return (eye - P_null) @ A @ (eye - P_key)
-
-
-def gauge_component(A: Tensor, stream: Stream, layer: int) -> Tensor:
-    """The part of ``A`` attention cannot see: ``A - gauge_fix(A)``."""
-    return A - gauge_fix(A, stream, layer)
 
 
 def random_gauge(stream: Stream, layer: int, generator: torch.Generator | None = None,

@@ -17,9 +17,9 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
 
 def _cmd_sweep_report(args: argparse.Namespace) -> None:
     """A sweep folder's table (sweep_report.md) and figure (sweep_report.png)."""
-    from ..sweep.report import write_report
+    from ..sweep.report import write_sweep_report
 
-    md, png = write_report(args.dir)
+    md, png = write_sweep_report(args.dir)
     print(f"wrote {md} and {png}")
 
 

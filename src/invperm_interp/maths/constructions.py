@@ -26,7 +26,7 @@ from ..task import Batch, Layout, mse, sample_batch
 from .cells import cell_template
 
 Cell = tuple[int, str, str, str]  # (layer, query block, key block, template)
-TEMPLATES = ("I", "J", "1", "-I", "-J", "-1")
+CELL_LABELS = ("I", "J", "1", "-I", "-J", "-1")  # what a registered cell may hold
 DEFAULT_BETA = 100.0
 
 
@@ -164,7 +164,7 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
           "causal", "scratch", "S", "L2.x", True,
           [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.S", "I"), *_Y_COMPLEMENT,
            (1, "L1.pos.P", "pos.Y", "I"), *_S_COMPLEMENT_LOOKUPS], 130),
-    # The same three lookups, each complemented (assets/census.md: 9 runs). Layer 1: S row i
+    # The same three lookups, each complemented (a learned form: assets/census.md). Layer 1: S row i
     # attends to every P row but the one holding e_i (1 at (pos.S, pos.P), -I at (pos.S, x)) and
     # to itself, so its L1.pos.P is (1 - e_{perm⁻¹(i)})/d; the Y_P rows as in theorem3_superposed.
     # Layer 2: 1 - I at (L1.pos.P, pos.Y) finds the Y_P row at the missing position, and the
@@ -332,8 +332,8 @@ def _check_cells(cells, layout: str, attention_dir: str, readout: str, read: str
             if block not in stream.labels(layer):
                 raise ValueError(f"cell {cell!r}: block {block!r} is not in the stream read by "
                                  f"blocks.{layer} (known: {stream.labels(layer)})")
-        if kind not in TEMPLATES:
-            raise ValueError(f"cell {cell!r}: template must be one of {TEMPLATES}")
+        if kind not in CELL_LABELS:
+            raise ValueError(f"cell {cell!r}: template must be one of {CELL_LABELS}")
         out.append((layer, query, key, kind))
     if not out:
         raise ValueError("cells must list at least one cell")

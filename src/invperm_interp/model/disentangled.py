@@ -5,9 +5,9 @@ matrices), optionally causally masked, ``z_k = softmax(scores) h``; the stream g
 concatenation, ``h^{l+1} = [h^l, z_1, …, z_H]``; the read-out is ``h^L[readout rows] W_U``.
 
 :class:`DisentangledTransformer` is what training updates: plain torch, so a training process
-imports neither TransformerLens nor anything it pulls in (about 130 MB of a 0.4 GB budget). Its
+imports neither TransformerLens nor anything it pulls in (``benchmarks/train_memory.py``). Its
 parameters have the names of the hooked model's (``blocks.{l}.attn.A``, ``unembed.W_U``): the two
-share checkpoints, and ``HookedDisentangledTransformer`` (``model.py``) is built from the same
+share checkpoints, and ``HookedDisentangledTransformer`` (``hooked.py``) is built from the same
 parameter modules, adding a ``HookPoint`` at every intermediate. :func:`queries` and :func:`scores_of`
 (:func:`attention_scores` is the two in one) are the one place scores are formed;
 :func:`readout_forward` is the loss-only forward both models can run.

@@ -40,7 +40,7 @@ def _value(r: dict, section: str, key: str):
     return v
 
 
-def write_report(folder: str | Path) -> tuple[Path, Path]:
+def write_sweep_report(folder: str | Path) -> tuple[Path, Path]:
     """``DIR/sweep_report.md`` (one row per run, then solved counts per group) and
     ``DIR/sweep_report.{png,svg}`` (steps to solve against the first varying numeric field,
     ``viz.sweep.plot_sweep``: unsolved runs apart, not drawn at their last step)."""

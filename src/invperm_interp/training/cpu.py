@@ -16,8 +16,8 @@ _malloc_tuned = False
 def keep_freed_memory() -> None:
     """Ask glibc malloc to keep freed blocks (mmap threshold 32 MiB, trim threshold 256 MiB).
 
-    Each CPU step frees and re-allocates ~5 MB activations at d = 10; by default glibc hands them
-    back to the OS and the next step page-faults them in again: ~2 ms of a ~22 ms step (measured).
+    Each CPU step frees and re-allocates its activations; by default glibc hands them back to the OS
+    and the next step page-faults them in again (``benchmarks/train_speed.py`` measures the cost).
     Process-wide and permanent, so done once, and only on Linux with glibc.
     """
     global _malloc_tuned

@@ -5,7 +5,7 @@ The weights agree bit for bit with ``torch.optim.Adam`` / ``SGD`` (tests/test_op
 side by side), and the state sits where torch keeps it (``param_groups[0]["lr"]``, ``state[param]``
 with ``step``, ``exp_avg``, ``exp_avg_sq``), so checkpoints are unchanged. Why not the
 ``torch.optim`` classes themselves: their ``step`` and ``zero_grad`` import ``torch._dynamo`` on
-first use (about 70 MB of a training process); the functional updates do not.
+first use (``benchmarks/train_memory.py``); the functional updates do not.
 """
 
 from __future__ import annotations
