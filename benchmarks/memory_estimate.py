@@ -48,6 +48,7 @@ def probe(job: dict) -> dict:
     from invperm_interp import Layout, ModelConfig, memory, sample_batch
     from invperm_interp.config import TrainConfig
     from invperm_interp.maths import constructions as C
+    from invperm_interp.training import footprint
     from invperm_interp.training.single import train
 
     def status(key: str) -> int:
@@ -62,7 +63,7 @@ def probe(job: dict) -> dict:
         f.write("5")  # VmHWM := VmRSS
     if job["kind"] == "train":
         cfg = ModelConfig(Layout.plain(job["d"]), n_heads=job["heads"], attention_dir=job["attention"])
-        estimate = memory.training_estimate(cfg, "adam", job["B"], job["E"])
+        estimate = footprint.training_estimate(cfg, "adam", job["B"], job["E"])
         train(cfg, TrainConfig(steps=3, batch_size=job["B"], eval_size=job["E"], eval_every=1,
                                device="cpu"), progress=False)
     else:

@@ -20,6 +20,7 @@ from invperm_interp import Layout, ModelConfig, memory
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
 from invperm_interp.maths import constructions as C
+from invperm_interp.training import footprint
 from invperm_interp.training.single import train
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "memory_estimate.py"
@@ -63,10 +64,38 @@ def test_parameter_count_matches_the_model():
         assert cfg.n_params == sum(p.numel() for p in model.parameters())
 
 
+def test_the_step_estimate_counts_what_a_real_step_saves_for_backward():
+    """On the meta device (nothing allocated) the count equals a real CPU step's saved tensors,
+    measured independently by their storages."""
+    import torch
+
+    from invperm_interp.model.disentangled import DisentangledTransformer, readout_forward
+    from invperm_interp.task import mse
+
+    def measured(cfg: ModelConfig, b: int) -> int:
+        model = DisentangledTransformer(cfg, seed=0)
+        X, Y = torch.rand(b, cfg.T, cfg.d), torch.rand(b, cfg.d, cfg.d)
+        params = {p.data_ptr() for p in model.parameters()}
+        storages = {}
+
+        def pack(t):
+            s = t.untyped_storage()
+            if s.data_ptr() not in params:
+                storages[s.data_ptr()] = s.nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            mse(readout_forward(model, X), Y)
+        return sum(storages.values())
+
+    for cfg in (ModelConfig(Layout.plain(4)), ModelConfig(Layout.scratch(3, 2), n_layers=3, n_heads=2)):
+        assert sum(footprint.saved_for_backward(cfg, 5)) == measured(cfg, 5) > 0
+
+
 def test_estimates_grow_with_the_batch_and_double_with_float64():
     cfg = ModelConfig(Layout.plain(10))
-    one, two = memory.training_step_bytes(cfg, 512), memory.training_step_bytes(cfg, 1024)
-    assert two == 2 * one
+    one, two, three = (footprint.training_step_bytes(cfg, b) for b in (512, 1024, 1536))
+    assert three - two == two - one > 0.99 * one  # linear in the batch, up to what the weights save
     wide = ModelConfig(Layout.plain(10), dtype="float64")
     assert memory.forward_bytes(wide, 64) == 2 * memory.forward_bytes(cfg, 64)
 
@@ -110,8 +139,8 @@ def test_training_that_does_not_fit_is_refused_before_the_run_directory_exists(t
 
 def test_the_largest_part_names_what_to_lower():
     cfg = ModelConfig(Layout.plain(10))
-    assert memory.training_estimate(cfg, "adam", 64, 100000).lower.startswith("eval_size (now 100000)")
-    assert memory.training_estimate(cfg, "adam", 4096, 64).lower.startswith("batch_size (now 4096)")
+    assert footprint.training_estimate(cfg, "adam", 64, 100000).lower.startswith("eval_size (now 100000)")
+    assert footprint.training_estimate(cfg, "adam", 4096, 64).lower.startswith("batch_size (now 4096)")
 
 
 def test_constructions_check_weights_and_samples_before_allocating():
@@ -186,7 +215,7 @@ def test_allocation_failures_past_the_check_are_one_line(monkeypatch, capsys):
 def test_estimating_a_huge_model_allocates_nothing():
     """The check runs before every train and construct: arithmetic and a few /proc reads."""
     cfg = ModelConfig(Layout.plain(10_000))  # its weights alone would take ~ 70 TB
-    estimate = memory.training_estimate(cfg, "adam", 1024, 4096)
+    estimate = footprint.training_estimate(cfg, "adam", 1024, 4096)
     assert estimate.total > 1e13
     with pytest.raises(memory.MemoryBudgetError):
         memory.check(estimate)
@@ -196,7 +225,7 @@ def test_a_vectorised_bucket_is_checked_as_the_sum_of_its_runs(monkeypatch):
     from invperm_interp.training.many import train_many
 
     model_cfg = ModelConfig(Layout.plain(10))
-    one = memory.training_estimate(model_cfg, "adam", 64, 64).total
+    one = footprint.training_estimate(model_cfg, "adam", 64, 64).total
     jobs = [(model_cfg, TrainConfig(steps=2, batch_size=64, eval_size=64, device="cpu", seed=s))
             for s in range(4)]
     monkeypatch.setattr(memory, "available_memory", lambda device="cpu": (3 * one, "a test's limit"))

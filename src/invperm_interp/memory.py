@@ -10,10 +10,9 @@ Estimates count the tensors the code allocates. Per layer ``l`` with ``H`` heads
 - Hooked forward without gradients (evaluation, a construction's check): the peak is the largest
   of ``h + 2q + 2·scores`` (inside attention) and ``h + 2q + h_{l+1}`` (the concatenation) over the
   layers, plus the final stream and its read-out rows.
-- Training step (``readout_forward``, then backward): autograd keeps every layer's ``h``, ``q`` and
-  pattern until its backward runs (the last layer only for the ``d`` read-out rows); backward adds the
-  gradient of the stream and its temporaries. Weights, their gradients and Adam's two moments are
-  four copies of the parameters (two for SGD), plus the optimizer step's temporaries.
+- Training step: counted from the code itself (``training.footprint``: the tensors autograd saves
+  in one real step's forward, run on the ``meta`` device). Weights, their gradients and Adam's two
+  moments are four copies of the parameters (two for SGD), plus the optimizer step's temporaries.
 
 On top of the tensors, the allocator keeps freed blocks for reuse (glibc's heap on the CPU, with
 the trim threshold ``train`` sets; PyTorch's cache on a GPU): the process's peak RSS measured
@@ -222,24 +221,6 @@ def forward_bytes(cfg: ModelConfig, b: int) -> int:
     return peak * e
 
 
-def training_step_bytes(cfg: ModelConfig, b: int) -> int:
-    """Peak bytes of one training step on ``b`` samples (``readout_forward``, loss, backward) beyond
-    the weights, gradients, optimizer state and the batch: what autograd saves plus the backward's
-    gradients of the stream and their temporaries."""
-    e, T, d = _elem(cfg), cfg.T, cfg.d
-    R = cfg.layout.segment(cfg.readout).n_rows
-    *inner, (H, D) = zip(cfg.heads, cfg.widths)
-    saved = []  # per layer: what autograd keeps until that layer's backward
-    for Hl, Dl in inner:
-        saved.append(b * T * Dl + b * Hl * T * Dl + b * Hl * T * T)  # h_l, q_l, pattern_l
-    saved.append(b * T * D + 2 * b * R * D + b * H * R * D + 2 * b * H * R * T + b * T * H * d)
-    peak = sum(saved) + 2 * b * T * D + 2 * b * H * R * T + b * H * R * D  # the last layer's backward
-    for i, (Hl, Dl) in enumerate(inner):  # an inner layer's backward: grad of h_{l+1} and temporaries
-        grads = b * T * Dl * (1 + Hl) + b * T * Dl + 2 * b * Hl * T * T + 2 * b * Hl * T * Dl
-        peak = max(peak, sum(saved[: i + 1]) + grads)
-    return peak * e
-
-
 def model_estimate(cfg: ModelConfig, what: str = "the model") -> Estimate:
     return Estimate(what, {"weights": cfg.n_params * _elem(cfg)},
                     lower="d, n_layers or n_heads (the widths grow as (d + T)·(1 + H)^L)")
@@ -255,29 +236,6 @@ def evaluation_estimate(cfg: ModelConfig, n: int, chunk: int | None = None,
                            "samples": batch_bytes(cfg, n), "activations": activations,
                            "allocator slack": int(SLACK * activations)},
                     lower="the number of samples (n) or d")
-
-
-def training_estimate(model_cfg: ModelConfig, optimizer: str, batch_size: int, eval_size: int,
-                      what: str = "this training run") -> Estimate:
-    """A training run's peak: weights, gradients, optimizer state, the evaluation batch, and the
-    larger of a training step (with its batch) and an evaluation chunk (``batch_size`` samples)."""
-    e, n = _elem(model_cfg), model_cfg.n_params
-    copies = 4 + 2 if optimizer == "adam" else 2 + 1  # weights, grads, moments; step temporaries
-    step = training_step_bytes(model_cfg, batch_size) + batch_bytes(model_cfg, batch_size)
-    evaluation = forward_bytes(model_cfg, min(batch_size, eval_size))
-    activations = max(step, evaluation)
-    parts = {"weights, gradients and optimizer state": copies * n * e,
-             "evaluation batch": batch_bytes(model_cfg, eval_size),
-             "activations": activations, "allocator slack": int(SLACK * activations)}
-    largest = max(parts, key=parts.get)
-    if largest == "evaluation batch":
-        lower = f"eval_size (now {eval_size})"
-    elif largest.startswith("weights"):
-        lower = "d, n_layers or n_heads (the widths grow as (d + T)·(1 + H)^L)"
-    else:
-        chunks = "" if step >= evaluation else "; evaluations run in chunks of it"
-        lower = f"batch_size (now {batch_size}{chunks}), d, n_layers or n_heads"
-    return Estimate(what, parts, lower=lower)
 
 
 def combined(estimates: list[Estimate], what: str) -> Estimate:

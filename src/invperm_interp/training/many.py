@@ -31,6 +31,7 @@ from ..config import ModelConfig, TrainConfig, learning_rate
 from ..runs.directory import RunDir
 from ..task import mse, sample_batch
 from .cpu import threads_for
+from .footprint import training_estimate
 from .optim import ADAM_BETAS, ADAM_EPS
 from .run import Run, resolve_device
 from .signals import StopRequest
@@ -201,7 +202,7 @@ def _train_bucket(jobs: list[tuple[ModelConfig, TrainConfig]], *, resume: bool,
                   progress: bool) -> list[Run | Failed]:
     """Train same-shape jobs as one vectorised model (see the module docstring)."""
     configs = [effective_configs(*job)[:2] for job in jobs]
-    memory.check(memory.combined([memory.training_estimate(m, t.optimizer, t.batch_size, t.eval_size)
+    memory.check(memory.combined([training_estimate(m, t.optimizer, t.batch_size, t.eval_size)
                                   for m, t in configs], f"a bucket of {len(jobs)} runs trained together"),
                  device=resolve_device(configs[0][1].device))
     threads = threads_for(configs[0][1])

@@ -21,6 +21,7 @@ from .. import memory
 from ..config import ModelConfig, TrainConfig, check_horizon, config_diffs
 from ..runs.directory import RunDir
 from .cpu import threads_for
+from .footprint import training_estimate
 from .run import Run, resolve_device
 from .signals import StopRequest
 from .trainer import Diverged, Trainer
@@ -73,7 +74,7 @@ def train(
     if resume and cfg.out_dir is None:
         raise ValueError("resume=True needs train_cfg.out_dir, the run directory to continue")
     check_horizon(cfg)
-    memory.check(memory.training_estimate(model_cfg, cfg.optimizer, cfg.batch_size, cfg.eval_size),
+    memory.check(training_estimate(model_cfg, cfg.optimizer, cfg.batch_size, cfg.eval_size),
                  max_memory, resolve_device(cfg.device))
     old_threads = torch.get_num_threads()
     threads = threads_for(cfg)
