@@ -65,8 +65,9 @@ def test_parameter_count_matches_the_model():
 
 
 def test_the_step_estimate_counts_what_a_real_step_saves_for_backward():
-    """On the meta device (nothing allocated) the count equals a real CPU step's saved tensors,
-    measured independently by their storages."""
+    """The count equals a real CPU step's saved tensors, measured independently by their storages;
+    scaled from two and three samples it equals the count at the batch itself; the meta device
+    (for weights too large to allocate for a count) never counts less."""
     import torch
 
     from invperm_interp.model.disentangled import DisentangledTransformer, readout_forward
@@ -89,7 +90,10 @@ def test_the_step_estimate_counts_what_a_real_step_saves_for_backward():
         return sum(storages.values())
 
     for cfg in (ModelConfig(Layout.plain(4)), ModelConfig(Layout.scratch(3, 2), n_layers=3, n_heads=2)):
-        assert sum(footprint.saved_for_backward(cfg, 5)) == measured(cfg, 5) > 0
+        assert sum(footprint.saved_for_backward(cfg, 5, "cpu")) == measured(cfg, 5) > 0
+        at_64 = footprint.saved_for_backward(cfg, 64, "cpu")
+        assert footprint.training_step_bytes(cfg, 64) == sum(at_64) + 2 * max(at_64)
+        assert sum(footprint.saved_for_backward(cfg, 64, "meta")) >= sum(at_64)
 
 
 def test_estimates_grow_with_the_batch_and_double_with_float64():

@@ -1,9 +1,11 @@
 """What one training step costs in memory, counted from the code that runs it.
 
 The tensors autograd keeps for the backward pass are counted by running one real step's forward
-(``readout_forward`` and the loss, as ``Trainer`` runs them) on the ``meta`` device, where nothing
-is allocated, under ``torch.autograd.graph.saved_tensors_hooks``: whatever the forward saves is
-counted, so the estimate follows the code when the code changes. The backward pass then holds, at
+(``readout_forward`` and the loss, as ``Trainer`` runs them) under
+``torch.autograd.graph.saved_tensors_hooks``: on the CPU at two and three samples, scaled to
+the batch (every saved tensor is affine in it), or, for weights too large to allocate for a count, on the
+``meta`` device, where nothing is allocated. Whatever the forward saves is counted, so the
+estimate follows the code when the code changes. The backward pass then holds, at
 its peak, the gradient of the largest saved tensor and one temporary of its size beside what is
 still saved. ``training_estimate`` adds the weights, gradients, optimizer state, batches and the
 allocator slack (``memory.SLACK``), and is what ``train`` and ``train_many`` check before they
@@ -11,8 +13,6 @@ allocate anything.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import torch
 
@@ -24,13 +24,33 @@ from ..task import mse
 __all__ = ["saved_for_backward", "training_estimate", "training_step_bytes"]
 
 
+def _weights(cfg: ModelConfig, device: str) -> DisentangledTransformer:
+    """A zero model of ``cfg`` on ``device``, its tensors made there directly (a ``torch.device``
+    context would import ``torch._dynamo``, which training processes keep out)."""
+    model = DisentangledTransformer.__new__(DisentangledTransformer)
+    torch.nn.Module.__init__(model)
+    model.cfg = cfg
+    model.register_buffer("pos", torch.zeros(cfg.T, cfg.T, dtype=cfg.torch_dtype, device=device))
+    model.blocks = torch.nn.ModuleList()
+    for H, D in zip(cfg.heads, cfg.widths):
+        block, attn = torch.nn.Module(), torch.nn.Module()
+        attn.A = torch.nn.Parameter(torch.zeros(H, D, D, dtype=cfg.torch_dtype, device=device))
+        attn.register_buffer("mask", torch.ones(cfg.T, cfg.T, dtype=torch.bool, device=device))
+        block.attn = attn
+        model.blocks.append(block)
+    model.unembed = torch.nn.Module()
+    model.unembed.rows = cfg.readout_rows
+    model.unembed.W_U = torch.nn.Parameter(torch.zeros(cfg.widths[-1], cfg.d, dtype=cfg.torch_dtype,
+                                                       device=device))
+    return model
+
+
 def saved_for_backward(cfg: ModelConfig, b: int, device: str = "meta") -> list[int]:
     """Bytes of each distinct tensor autograd saves during one step's forward on ``b`` samples
     (parameters excluded: they are counted as weights). On ``"meta"`` nothing is allocated."""
-    with torch.device(device):
-        model = DisentangledTransformer(replace(cfg, init="zeros"))
-        X = torch.zeros(b, cfg.T, cfg.d, dtype=cfg.torch_dtype)
-        Y = torch.zeros(b, cfg.d, cfg.d, dtype=cfg.torch_dtype)
+    model = _weights(cfg, device)
+    X = torch.zeros(b, cfg.T, cfg.d, dtype=cfg.torch_dtype, device=device)
+    Y = torch.zeros(b, cfg.d, cfg.d, dtype=cfg.torch_dtype, device=device)
     params = {id(p) for p in model.parameters()}
     saved: dict[int, torch.Tensor] = {}
 
@@ -45,10 +65,22 @@ def saved_for_backward(cfg: ModelConfig, b: int, device: str = "meta") -> list[i
     return [t.numel() * t.element_size() for t in saved.values()]
 
 
+#: Up to this size of weights the step is counted on the CPU at two and three samples and scaled
+#: (every saved tensor is affine in the batch from two samples on; one sample saves fewer);
+#: above it, on the meta device at the batch itself, which counts more than the CPU saves.
+CPU_COUNT_LIMIT = 256 * 2**20
+
+
 def training_step_bytes(cfg: ModelConfig, b: int) -> int:
     """Peak bytes of one training step on ``b`` samples beyond the weights, gradients, optimizer
     state and the batch: what autograd saves, plus the backward's gradient and one temporary of
     the largest saved tensor."""
+    if cfg.n_params * torch.empty((), dtype=cfg.torch_dtype).element_size() <= CPU_COUNT_LIMIT:
+        two, three = saved_for_backward(cfg, 2, "cpu"), saved_for_backward(cfg, 3, "cpu")
+        if len(two) == len(three):
+            sizes = [x + (b - 2) * (y - x) for x, y in zip(two, three)]
+            return sum(sizes) + 2 * max(sizes, default=0)
+    # the meta device allocates nothing (but some of its ops import torch._dynamo)
     sizes = saved_for_backward(cfg, b)
     return sum(sizes) + 2 * max(sizes, default=0)
 
