@@ -37,6 +37,10 @@ from .gauge import gauge_fix, gauge_projectors
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis
 from .pursuit import basis
 
+#: A fitted template β below this share of the largest ``|β|`` in its (layer, head) has no sign
+#: worth checking (``Faithfulness.signs_agree``).
+SIGN_RELATIVE = 0.1
+
 
 # -- the circuit-only model -------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -163,19 +167,44 @@ def read_out(model: HookedDisentangledTransformer, read: tuple[str, ...] | None)
 
 @dataclass(frozen=True)
 class Score:
-    """One model's output on the batch: the note's MSE, rows exactly right and loss recovered."""
+    """One model's output on the batch: the note's MSE, rows exactly right and loss recovered, with
+    the standard errors of the last two over the batch's samples (``n``; 0 and ``None`` in records
+    written before they were measured). ``rows_se``: of the per-sample share of exact rows;
+    ``recovered_se``: the delta-method error of the ratio, paired with the model's own errors on
+    the same samples."""
 
     mse: float
     rows_exact: float
     loss_recovered: float | None  # None when the model itself does no better than the baseline
+    rows_se: float = 0.0
+    recovered_se: float | None = None
+    n: int = 0
 
 
-def score(out: Tensor, batch: Batch, baseline: float, model_mse: float) -> Score:
+def score(out: Tensor, batch: Batch, baseline: float, model_mse: float,
+          model_errors: Tensor | None = None) -> Score:
+    """Score ``out`` ``(B, rows, d)``; ``model_errors`` ``(B,)``: the model's own per-sample MSE
+    (default: ``model_mse`` for every sample, i.e. the model's error counted as known)."""
     Y = batch.Y.to(out)
+    per = (out.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,) per-sample MSE
     err = float(mse(out, Y))
-    rows = float((out.round() == Y).all(-1).double().mean())
+    exact = (out.round() == Y).all(-1).double()  # (B, rows)
+    rows = float(exact.mean())
+    n = len(per)
+    rows_se = float(exact.mean(-1).std(unbiased=True)) / n ** 0.5 if n > 1 else 0.0
     gap = baseline - model_mse
-    return Score(err, rows, (baseline - err) / gap if gap > 1e-12 else None)
+    if gap <= 1e-12:
+        return Score(err, rows, None, rows_se, None, n)
+    recovered = (baseline - err) / gap
+    m = model_errors.to(per) if model_errors is not None else torch.full_like(per, model_mse)
+    # R = (b - mean e_c) / (b - mean e_m): Var R ~ Var(e_c - R e_m) / (n gap²)
+    se = float((per - recovered * m).std(unbiased=True)) / (n ** 0.5 * gap) if n > 1 else 0.0
+    return Score(err, rows, recovered, rows_se, se, n)
+
+
+def read_score(data: dict) -> Score:
+    """A :class:`Score` from its dict, older records (without standard errors) included."""
+    return Score(**{k: v for k, v in data.items() if k in Score.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -212,9 +241,15 @@ class Faithfulness:
 
     @property
     def signs_agree(self) -> bool:
-        """Every cell's template has a positive fitted β: the weights point the way the hypothesis
-        says (a cell test alone cannot tell ``I`` from ``-I`` in the same cell)."""
-        return all(b > 0 for b in self.template_betas)
+        """Every template that matters has a positive fitted β: the weights point the way the
+        hypothesis says (a cell test alone cannot tell ``I`` from ``-I`` in the same cell). A
+        template matters when its ``|β|`` is at least ``SIGN_RELATIVE`` of the largest in its
+        (layer, head): a near-zero coefficient of either sign says nothing about the direction."""
+        largest: dict[tuple[int, int], float] = {}
+        for cell, b in zip(self.cells, self.template_betas):
+            largest[cell[:2]] = max(largest.get(cell[:2], 0.0), abs(b))
+        return all(b > 0 or abs(b) < SIGN_RELATIVE * largest[cell[:2]]
+                   for cell, b in zip(self.cells, self.template_betas))
 
     def to_dict(self) -> dict:
         return {"hypothesis": self.hypothesis, "unit": self.unit, "cells": [list(c) for c in self.cells],
@@ -229,9 +264,9 @@ class Faithfulness:
         return cls(data["hypothesis"], data["unit"], tuple(tuple(c) for c in data["cells"]),
                    None if data["read"] is None else tuple(data["read"]), tuple(data["betas"]),
                    tuple(data["template_betas"]),
-                   data["weight_share"], data["baseline"], Score(**data["model"]),
-                   Score(**data["circuit"]), Score(**data["without"]),
-                   tuple(Score(**s) for s in data["minimality"]))
+                   data["weight_share"], data["baseline"], read_score(data["model"]),
+                   read_score(data["circuit"]), read_score(data["without"]),
+                   tuple(read_score(s) for s in data["minimality"]))
 
 
 class Tester:
@@ -248,11 +283,13 @@ class Tester:
         self.baseline = 0.25 * model.cfg.d
         with torch.no_grad():
             out = model(self.batch.X, check_input=False)
-        self.clean = score(out, self.batch, self.baseline, float(mse(out, self.batch.Y.to(out))))
+        Y = self.batch.Y.to(out)
+        self.clean_errors = (out.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,)
+        self.clean = score(out, self.batch, self.baseline, float(mse(out, Y)), self.clean_errors)
 
     def run(self, As: Sequence[Tensor], W_U: Tensor) -> Score:
         return score(_run(self.model, As, W_U, self.batch.X), self.batch, self.baseline,
-                     self.clean.mse)
+                     self.clean.mse, self.clean_errors)
 
     def circuit(self, hyp: Hypothesis, proj: Projection | None = None) -> Score:
         proj = proj or project(self.model, hyp)
