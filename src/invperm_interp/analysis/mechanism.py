@@ -11,9 +11,9 @@ construction's templates must also fit the weights with positive β where they m
 (``Faithfulness.signs_agree``).
 
 The name is the faithful construction (signs agreeing) that recovers the most loss (to 1e-4; then
-the fewest atoms); the others that pass are listed (``also_faithful``). When none passes but one straddles a threshold, the name is
-``"borderline"`` (the candidates in ``borderline``): the batch cannot tell, and more samples or a
-looser rule would. Otherwise the name is ``"none"``, and :func:`minimal_circuit` says what the
+the fewest atoms); the others that pass are listed (``also_faithful``). When none passes but one
+straddles a threshold, the name is ``"borderline"`` (the candidates in ``borderline``): the batch
+cannot tell. Otherwise the name is ``"none"``, and :func:`minimal_circuit` says what the
 model does instead. ``invperm analyze``, the HTML report and ``analyses/`` all use this rule.
 """
 
