@@ -159,3 +159,18 @@ def test_the_exact_search_beats_a_greedy_start_and_says_when_it_cannot_prove():
     assert exact.optimal and exact.size == 2 and exact.faithful
     capped = minimal_circuit(model, batch, starts=[start], max_evaluations=1)
     assert not capped.optimal and capped.faithful and capped.size >= exact.size
+
+
+def test_mean_ablation_keeps_a_removed_cell_whose_contribution_never_varies():
+    """two_block's layer-1 cell reads positions only (pos.Y, pos.P): its score contribution is the
+    same on every input, so mean-ablating it changes nothing, while zeroing it breaks the model."""
+    model = C.build("two_block", 5, 60.0)
+    batch = batch_for(model, 128)
+    only_layer_2 = [(1, 0, "pos.P", "L1.x", "I")]
+    zero = faithfulness(model, only_layer_2, batch, read=("L2.x",), minimality=False)
+    mean = faithfulness(model, only_layer_2, batch, read=("L2.x",), minimality=False,
+                        ablation="mean")
+    assert zero.circuit.rows_exact < 0.5
+    assert mean.circuit.rows_exact == 1.0 and mean.circuit.mse < 1e-8
+    with pytest.raises(ValueError, match="ablation"):
+        faithfulness(model, only_layer_2, batch, ablation="resample")

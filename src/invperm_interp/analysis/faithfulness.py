@@ -18,7 +18,8 @@ tested on a batch as circuit-discovery work tests one (Wang et al. 2022, "Interp
 Removed parts are zeroed *in the gauge-fixed frame*: softmax cannot see the gauge
 (``analysis.gauge``), so ``gauge_fix(A)`` is the function's own coordinates and "zero" there removes
 a cell's effect without inventing a gauge the model never chose (zeroing raw cells would not: a raw
-cell holds gauge as well as function). Mean-ablation has no natural meaning for weights. The
+cell holds gauge as well as function). The second style, ``ablation="mean"``, replaces a removed
+part's attention-score contribution by its mean over a reference batch instead. The
 thresholds that turn these numbers into verdicts live in ``analysis.mechanism``.
 """
 
@@ -269,16 +270,27 @@ class Faithfulness:
                    tuple(read_score(s) for s in data["minimality"]))
 
 
+ABLATIONS = ("zero", "mean")
+
+
 class Tester:
     """Runs circuit-only and ablated variants of one model on one batch; the model's own output
-    (the clean run) is computed once."""
+    (the clean run) is computed once.
 
-    def __init__(self, model: HookedDisentangledTransformer, batch: Batch):
+    ``ablation``: how a removed part of ``A`` is removed. ``"zero"``: zeroed in the gauge-fixed
+    frame. ``"mean"``: its score contribution ``h_i R h_jᵀ`` (``R`` the removed part, ``h`` the
+    clean run's stream) is replaced by its mean over the ``reference`` batch (default: the batch
+    itself), per head and (query, key) position. Removed read-out rows are zeroed either way."""
+
+    def __init__(self, model: HookedDisentangledTransformer, batch: Batch, ablation: str = "zero",
+                 reference: Batch | None = None):
         if not isinstance(batch, Batch):
             raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
         if batch.layout != model.cfg.layout:
             raise ValueError(f"batch layout {batch.layout} differs from the model's {model.cfg.layout}")
-        self.model = model
+        if ablation not in ABLATIONS:
+            raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
+        self.model, self.ablation = model, ablation
         self.batch = batch.to(model.device, model.cfg.torch_dtype)
         self.baseline = 0.25 * model.cfg.d
         with torch.no_grad():
@@ -286,21 +298,42 @@ class Tester:
         Y = self.batch.Y.to(out)
         self.clean_errors = (out.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,)
         self.clean = score(out, self.batch, self.baseline, float(mse(out, Y)), self.clean_errors)
+        self._streams = None
+        if ablation == "mean":
+            ref = (reference or batch).to(model.device, model.cfg.torch_dtype)
+            names = [f"blocks.{layer}.hook_resid_pre" for layer in range(model.cfg.n_layers)]
+            with torch.no_grad():
+                _, cache = model.run_with_cache(ref.X, names_filter=lambda n: n in names,
+                                                return_cache_object=False)
+            self._streams = [cache[n].to("cpu", torch.float64) for n in names]  # (B, T, D_l)
 
-    def run(self, As: Sequence[Tensor], W_U: Tensor) -> Score:
-        return score(_run(self.model, As, W_U, self.batch.X), self.batch, self.baseline,
-                     self.clean.mse, self.clean_errors)
+    def _mean_scores(self, removed: Sequence[Tensor]) -> list[Tensor]:
+        """Per layer ``(H, T, T)``: the mean over the reference batch of ``h R hᵀ``."""
+        return [torch.einsum("btd,hde,bse->hts", h, R, h) / len(h)
+                for h, R in zip(self._streams, removed)]
+
+    def run(self, As: Sequence[Tensor], W_U: Tensor, removed: Sequence[Tensor] | None = None) -> Score:
+        if self.ablation == "zero" or removed is None:
+            out = _run(self.model, As, W_U, self.batch.X)
+        else:
+            means = self._mean_scores(removed)
+            hooks = [(f"blocks.{layer}.attn.hook_attn_scores",
+                      lambda scores, hook, m=m: scores + m.to(scores)) for layer, m in enumerate(means)]
+            with self.model.hooks(fwd_hooks=hooks):
+                out = _run(self.model, As, W_U, self.batch.X)
+        return score(out, self.batch, self.baseline, self.clean.mse, self.clean_errors)
 
     def circuit(self, hyp: Hypothesis, proj: Projection | None = None) -> Score:
         proj = proj or project(self.model, hyp)
-        return self.run(proj.kept, read_out(self.model, hyp.read))
+        return self.run(proj.kept, read_out(self.model, hyp.read),
+                        [f - k for f, k in zip(proj.fixed, proj.kept)])
 
     def test(self, hyp: Hypothesis, minimality: bool = True) -> Faithfulness:
         proj = project(self.model, hyp)
         W_read = read_out(self.model, hyp.read)
-        circuit = self.run(proj.kept, W_read)
-        without = self.run([f - k for f, k in zip(proj.fixed, proj.kept)],
-                           self.model.unembed.W_U.detach())
+        rest = [f - k for f, k in zip(proj.fixed, proj.kept)]
+        circuit = self.run(proj.kept, W_read, rest)
+        without = self.run(rest, self.model.unembed.W_U.detach(), proj.kept)
         minimal = tuple(self.circuit(hyp.without(i)) for i in range(len(hyp))) if minimality else ()
         atoms = proj if hyp.unit == "atoms" else project(
             self.model, Hypothesis(hyp.name, hyp.cells, hyp.read, "atoms"))
@@ -310,12 +343,16 @@ class Tester:
 
 
 def faithfulness(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,
-                 read=None, unit: str | None = None, minimality: bool = True) -> Faithfulness:
+                 read=None, unit: str | None = None, minimality: bool = True,
+                 ablation: str = "zero", reference: Batch | None = None) -> Faithfulness:
     """Run the hypothesis's circuit on its own, the model without it, and the circuit less each atom.
 
     ``hypothesis``, ``read`` and ``unit`` as in :func:`as_hypothesis`; ``batch``: the inputs scored (a few
-    hundred samples separate the mechanisms sharply). Verdicts: ``analysis.mechanism.is_faithful``.
+    hundred samples separate the mechanisms sharply); ``ablation``/``reference``: how removed
+    cells are removed (:class:`Tester`: ``"zero"``, the rule's, or ``"mean"``). Verdicts:
+    ``analysis.verdict``.
     """
     if not isinstance(model, HookedDisentangledTransformer):
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
-    return Tester(model, batch).test(as_hypothesis(model, hypothesis, read, unit), minimality)
+    tester = Tester(model, batch, ablation, reference)
+    return tester.test(as_hypothesis(model, hypothesis, read, unit), minimality)

@@ -3,11 +3,15 @@
 Candidates are the cells the model's atoms occupy (``explain``) and the blocks of ``W_U`` holding at
 least ``READ_SHARE`` of its norm². Faithfulness is not monotone in the cells (removing a cell can
 help), so no cheap bound proves a set smallest: the exact search tries *every* set of cells of
-size 1, 2, … (each with every candidate read-out block), in the order of the cells' functional
-effect, and stops at the first size with a faithful set. When it finishes, the result is the
-smallest faithful set of cells among the candidates (``optimal=True``). It runs when there are at
-most ``MAX_EXACT_CELLS`` candidates and the sets smaller than the greedy answer number at most
-``max_evaluations``; otherwise (``optimal=False``) the answer is the greedy search's: cells added in
+size 1, 2, … in the order of the cells' functional effect, each with every read-out option (all
+candidate blocks, the strongest block alone, and the blocks of each answer found otherwise), and
+stops at the first size with a faithful set. The sets are scored on the first ``SEARCH_SAMPLES``
+samples of the batch and the answer is rescored on all of it. When the search finishes, no smaller
+set of candidate cells, with any of those read-outs, is faithful on the search samples
+(``optimal=True``). It runs when there are at most ``MAX_EXACT_CELLS`` candidates, the sets smaller
+than the greedy answer number at most ``max_evaluations``, and either a faithful set is known or
+all candidates together recover at least ``EXACT_GATE`` of the loss (a model they do not explain
+is not searched); otherwise (``optimal=False``) the answer is the greedy search's: cells added in
 decreasing effect until faithful, then pruned, also started from each known faithful hypothesis
 (``starts``). The read-out blocks of the answer are pruned last; they do not count in its size.
 
@@ -30,10 +34,14 @@ from .verdict import FAITHFUL_RECOVERED, FAITHFUL_ROWS, is_faithful
 
 #: ``W_U`` blocks holding at least this share of ``||W_U||²`` are candidates of a minimal circuit.
 READ_SHARE = 0.01
-#: The exact search runs on at most this many candidate cells …
-MAX_EXACT_CELLS = 24
-#: … and scores at most this many sets of cells.
-MAX_EVALUATIONS = 5000
+#: The exact search runs on at most this many candidate cells (its budget is the real bound) …
+MAX_EXACT_CELLS = 32
+#: … scores at most this many sets of cells …
+MAX_EVALUATIONS = 3000
+#: … on this many samples of the batch …
+SEARCH_SAMPLES = 512
+#: … and runs without a known faithful set only if all candidates recover this share of the loss.
+EXACT_GATE = 0.5
 #: Sets scored per call of :func:`score_subsets`.
 CHUNK = 64
 
@@ -142,21 +150,21 @@ class _Search:
                                   sorted(chosen, key=lambda c: effect[c]))
         return None
 
-    def exact(self, ranked: list[AtomCell], below: int, budget: int):
-        """The first faithful set among all sets of ``ranked`` of size 1, 2, … ``below - 1``
-        (the best by loss recovered at that size), and whether every such size was exhausted."""
+    def exact(self, ranked: list[AtomCell], options: list[list[str]], below: int, budget: int):
+        """The first faithful set among all sets of ``ranked`` of size 1, 2, … ``below - 1``, each
+        with each read-out of ``options`` (the best by loss recovered at that size), and whether
+        every such size was exhausted."""
         for k in range(1, below):
-            if comb(len(ranked), k) > budget - self.evaluations:
+            if comb(len(ranked), k) * len(options) > budget - self.evaluations:
                 return None, False
-            sets = list(combinations(ranked, k))
+            sets = [(c, r) for c in combinations(ranked, k) for r in options]
             found = []
             for i in range(0, len(sets), CHUNK):
                 chunk = sets[i:i + CHUNK]
-                found += [(s, c) for s, c in zip(self.scores([(c, self.reads) for c in chunk]), chunk)
-                          if self.ok(s)]
+                found += [(s, c) for s, c in zip(self.scores(chunk), chunk) if self.ok(s)]
             if found:
-                score, chosen = max(found, key=lambda f: f[0].loss_recovered)
-                return (list(chosen), score), True
+                score, (chosen, read) = max(found, key=lambda f: f[0].loss_recovered)
+                return (list(chosen), list(read), score), True
         return None, True
 
 
@@ -188,16 +196,40 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
     found = [f for f in found if f is not None]
     bound = min((len(f[0]) for f in found), default=len(cells) + 1)
     optimal = False
-    if exact and 0 < len(cells) <= max_cells:
+    gate = bool(found) or (full.loss_recovered or 0.0) >= EXACT_GATE
+    if exact and gate and 0 < len(cells) <= max_cells:
+        strongest = [max(reads, key=lambda b: _read_share(model, b))] if reads else []
+        options = [list(reads), strongest, *(list(f[1]) for f in found),
+                   *(list(s.read) for s in starts if s.read is not None)]
+        options = [list(o) for o in dict.fromkeys(tuple(o) for o in options if o)]
+        screen = _Search(_screening(tester), reads, rows, recovered)
         ranked = sorted(cells, key=lambda c: -effect[c])
-        better, optimal = search.exact(ranked, bound, search.evaluations + max_evaluations)
+        better, optimal = screen.exact(ranked, options, bound, max_evaluations)
+        search.evaluations += screen.evaluations
         if better is not None:
-            chosen, score = better
-            found.append(search.prune(chosen, list(reads), score, []))
+            chosen, read, _ = better
+            (score,) = search.scores([(chosen, read)])
+            if search.ok(score):
+                found.append(search.prune(chosen, read, score, []))
+            else:  # faithful on the search samples only: no proof on the whole batch
+                optimal = False
     if not found:
         return _result(model, _hyp(cells, reads), full, False, optimal, search.evaluations)
     chosen, read, score = min(found, key=lambda f: (len(f[0]), -(f[2].loss_recovered or 0.0)))
     return _result(model, _hyp(chosen, read), score, True, optimal, search.evaluations)
+
+
+def _read_share(model: HookedDisentangledTransformer, block: str) -> float:
+    W = model.unembed.W_U.detach().double()
+    return float(W[model.stream.slice(block, model.cfg.n_layers)].pow(2).sum())
+
+
+def _screening(tester: Tester) -> Tester:
+    """A tester on the first ``SEARCH_SAMPLES`` samples (the tester itself when it has no more)."""
+    if len(tester.batch) <= SEARCH_SAMPLES:
+        return tester
+    b, n = tester.batch, SEARCH_SAMPLES
+    return Tester(tester.model, Batch(b.layout, b.X[:n], b.P[:n], b.Y[:n], b.Y_P[:n], b.perm[:n]))
 
 
 def _result(model, hyp: Hypothesis, score: Score, faithful: bool, optimal: bool,
