@@ -73,6 +73,7 @@ def test_min_runs_is_checked():
         discover({}, min_runs=0)
 
 
+@pytest.mark.slow
 def test_the_command_reads_a_directory_of_runs(tmp_path):
     from helpers import run, small
 
