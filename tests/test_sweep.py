@@ -169,7 +169,7 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     out = tmp_path / "out"
     rows = lines(run_sweep(grid_file(tmp_path, text), out, executor="debug", progress=False))
     assert [r["mechanism"] for r in rows] == ["appendix_b"] * 4
-    assert sorted(seen) == [(2, 512), (2, 512), (3, 512), (3, 512)]
+    assert sorted(seen) == [(2, 4096), (2, 4096), (3, 4096), (3, 4096)]  # a verdict's samples
     assert json.loads((out / "d2_seed0" / "mechanism.json").read_text())["name"] == "appendix_b"
     run_sweep(grid_file(tmp_path, text), out, executor="debug", progress=False)
     assert len(seen) == 4  # cached: a rerun does not analyse again

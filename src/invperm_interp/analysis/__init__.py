@@ -23,15 +23,8 @@ from .compare import (
 from .faithfulness import Faithfulness, Score, faithfulness
 from .gauge import gauge_check, gauge_fix, gauge_fixed, key_gauge_basis, perturb, random_gauge
 from .hypothesis import Hypothesis
-from .mechanism import (
-    FAITHFUL_RECOVERED,
-    FAITHFUL_ROWS,
-    Mechanism,
-    MinimalCircuit,
-    is_faithful,
-    mechanism,
-    minimal_circuit,
-)
+from .mechanism import Mechanism, mechanism
+from .minimal import MinimalCircuit, minimal_circuit
 from .patch import (
     LabelledTensor,
     mse_to,
@@ -49,6 +42,7 @@ from .templates import (
     explain,
     match_templates,
 )
+from .verdict import FAITHFUL_RECOVERED, FAITHFUL_ROWS, evaluation_batch, is_faithful, judge
 
 __all__ = [
     "FAITHFUL_RECOVERED",
@@ -60,8 +54,10 @@ __all__ = [
     "ModelAnalysis",
     "Score",
     "analyze",
+    "evaluation_batch",
     "faithfulness",
     "is_faithful",
+    "judge",
     "mechanism",
     "minimal_circuit",
     "AblationResult",

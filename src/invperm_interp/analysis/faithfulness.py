@@ -18,7 +18,8 @@ tested on a batch as circuit-discovery work tests one (Wang et al. 2022, "Interp
 Removed parts are zeroed *in the gauge-fixed frame*: softmax cannot see the gauge
 (``analysis.gauge``), so ``gauge_fix(A)`` is the function's own coordinates and "zero" there removes
 a cell's effect without inventing a gauge the model never chose (zeroing raw cells would not: a raw
-cell holds gauge as well as function). Mean-ablation has no natural meaning for weights. The
+cell holds gauge as well as function). The second style, ``ablation="mean"``, replaces a removed
+part's attention-score contribution by its mean over a reference batch instead. The
 thresholds that turn these numbers into verdicts live in ``analysis.mechanism``.
 """
 
@@ -36,6 +37,10 @@ from ..task import Batch, mse
 from .gauge import gauge_fix, gauge_projectors
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis
 from .pursuit import basis
+
+#: A fitted template β below this share of the largest ``|β|`` in its (layer, head) has no sign
+#: worth checking (``Faithfulness.signs_agree``).
+SIGN_RELATIVE = 0.1
 
 
 # -- the circuit-only model -------------------------------------------------------------------------
@@ -163,19 +168,44 @@ def read_out(model: HookedDisentangledTransformer, read: tuple[str, ...] | None)
 
 @dataclass(frozen=True)
 class Score:
-    """One model's output on the batch: the note's MSE, rows exactly right and loss recovered."""
+    """One model's output on the batch: the note's MSE, rows exactly right and loss recovered, with
+    the standard errors of the last two over the batch's samples (``n``; 0 and ``None`` in records
+    written before they were measured). ``rows_se``: of the per-sample share of exact rows;
+    ``recovered_se``: the delta-method error of the ratio, paired with the model's own errors on
+    the same samples."""
 
     mse: float
     rows_exact: float
     loss_recovered: float | None  # None when the model itself does no better than the baseline
+    rows_se: float = 0.0
+    recovered_se: float | None = None
+    n: int = 0
 
 
-def score(out: Tensor, batch: Batch, baseline: float, model_mse: float) -> Score:
+def score(out: Tensor, batch: Batch, baseline: float, model_mse: float,
+          model_errors: Tensor | None = None) -> Score:
+    """Score ``out`` ``(B, rows, d)``; ``model_errors`` ``(B,)``: the model's own per-sample MSE
+    (default: ``model_mse`` for every sample, i.e. the model's error counted as known)."""
     Y = batch.Y.to(out)
+    per = (out.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,) per-sample MSE
     err = float(mse(out, Y))
-    rows = float((out.round() == Y).all(-1).double().mean())
+    exact = (out.round() == Y).all(-1).double()  # (B, rows)
+    rows = float(exact.mean())
+    n = len(per)
+    rows_se = float(exact.mean(-1).std(unbiased=True)) / n ** 0.5 if n > 1 else 0.0
     gap = baseline - model_mse
-    return Score(err, rows, (baseline - err) / gap if gap > 1e-12 else None)
+    if gap <= 1e-12:
+        return Score(err, rows, None, rows_se, None, n)
+    recovered = (baseline - err) / gap
+    m = model_errors.to(per) if model_errors is not None else torch.full_like(per, model_mse)
+    # R = (b - mean e_c) / (b - mean e_m): Var R ~ Var(e_c - R e_m) / (n gap²)
+    se = float((per - recovered * m).std(unbiased=True)) / (n ** 0.5 * gap) if n > 1 else 0.0
+    return Score(err, rows, recovered, rows_se, se, n)
+
+
+def read_score(data: dict) -> Score:
+    """A :class:`Score` from its dict, older records (without standard errors) included."""
+    return Score(**{k: v for k, v in data.items() if k in Score.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -212,9 +242,15 @@ class Faithfulness:
 
     @property
     def signs_agree(self) -> bool:
-        """Every cell's template has a positive fitted β: the weights point the way the hypothesis
-        says (a cell test alone cannot tell ``I`` from ``-I`` in the same cell)."""
-        return all(b > 0 for b in self.template_betas)
+        """Every template that matters has a positive fitted β: the weights point the way the
+        hypothesis says (a cell test alone cannot tell ``I`` from ``-I`` in the same cell). A
+        template matters when its ``|β|`` is at least ``SIGN_RELATIVE`` of the largest in its
+        (layer, head): a near-zero coefficient of either sign says nothing about the direction."""
+        largest: dict[tuple[int, int], float] = {}
+        for cell, b in zip(self.cells, self.template_betas):
+            largest[cell[:2]] = max(largest.get(cell[:2], 0.0), abs(b))
+        return all(b > 0 or abs(b) < SIGN_RELATIVE * largest[cell[:2]]
+                   for cell, b in zip(self.cells, self.template_betas))
 
     def to_dict(self) -> dict:
         return {"hypothesis": self.hypothesis, "unit": self.unit, "cells": [list(c) for c in self.cells],
@@ -229,41 +265,75 @@ class Faithfulness:
         return cls(data["hypothesis"], data["unit"], tuple(tuple(c) for c in data["cells"]),
                    None if data["read"] is None else tuple(data["read"]), tuple(data["betas"]),
                    tuple(data["template_betas"]),
-                   data["weight_share"], data["baseline"], Score(**data["model"]),
-                   Score(**data["circuit"]), Score(**data["without"]),
-                   tuple(Score(**s) for s in data["minimality"]))
+                   data["weight_share"], data["baseline"], read_score(data["model"]),
+                   read_score(data["circuit"]), read_score(data["without"]),
+                   tuple(read_score(s) for s in data["minimality"]))
+
+
+ABLATIONS = ("zero", "mean")
 
 
 class Tester:
     """Runs circuit-only and ablated variants of one model on one batch; the model's own output
-    (the clean run) is computed once."""
+    (the clean run) is computed once.
 
-    def __init__(self, model: HookedDisentangledTransformer, batch: Batch):
+    ``ablation``: how a removed part of ``A`` is removed. ``"zero"``: zeroed in the gauge-fixed
+    frame. ``"mean"``: its score contribution ``h_i R h_jᵀ`` (``R`` the removed part, ``h`` the
+    clean run's stream) is replaced by its mean over the ``reference`` batch (default: the batch
+    itself), per head and (query, key) position. Removed read-out rows are zeroed either way."""
+
+    def __init__(self, model: HookedDisentangledTransformer, batch: Batch, ablation: str = "zero",
+                 reference: Batch | None = None):
         if not isinstance(batch, Batch):
             raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
         if batch.layout != model.cfg.layout:
             raise ValueError(f"batch layout {batch.layout} differs from the model's {model.cfg.layout}")
-        self.model = model
+        if ablation not in ABLATIONS:
+            raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
+        self.model, self.ablation = model, ablation
         self.batch = batch.to(model.device, model.cfg.torch_dtype)
         self.baseline = 0.25 * model.cfg.d
         with torch.no_grad():
             out = model(self.batch.X, check_input=False)
-        self.clean = score(out, self.batch, self.baseline, float(mse(out, self.batch.Y.to(out))))
+        Y = self.batch.Y.to(out)
+        self.clean_errors = (out.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,)
+        self.clean = score(out, self.batch, self.baseline, float(mse(out, Y)), self.clean_errors)
+        self._streams = None
+        if ablation == "mean":
+            ref = (reference or batch).to(model.device, model.cfg.torch_dtype)
+            names = [f"blocks.{layer}.hook_resid_pre" for layer in range(model.cfg.n_layers)]
+            with torch.no_grad():
+                _, cache = model.run_with_cache(ref.X, names_filter=lambda n: n in names,
+                                                return_cache_object=False)
+            self._streams = [cache[n].to("cpu", torch.float64) for n in names]  # (B, T, D_l)
 
-    def run(self, As: Sequence[Tensor], W_U: Tensor) -> Score:
-        return score(_run(self.model, As, W_U, self.batch.X), self.batch, self.baseline,
-                     self.clean.mse)
+    def _mean_scores(self, removed: Sequence[Tensor]) -> list[Tensor]:
+        """Per layer ``(H, T, T)``: the mean over the reference batch of ``h R hᵀ``."""
+        return [torch.einsum("btd,hde,bse->hts", h, R, h) / len(h)
+                for h, R in zip(self._streams, removed)]
+
+    def run(self, As: Sequence[Tensor], W_U: Tensor, removed: Sequence[Tensor] | None = None) -> Score:
+        if self.ablation == "zero" or removed is None:
+            out = _run(self.model, As, W_U, self.batch.X)
+        else:
+            means = self._mean_scores(removed)
+            hooks = [(f"blocks.{layer}.attn.hook_attn_scores",
+                      lambda scores, hook, m=m: scores + m.to(scores)) for layer, m in enumerate(means)]
+            with self.model.hooks(fwd_hooks=hooks):
+                out = _run(self.model, As, W_U, self.batch.X)
+        return score(out, self.batch, self.baseline, self.clean.mse, self.clean_errors)
 
     def circuit(self, hyp: Hypothesis, proj: Projection | None = None) -> Score:
         proj = proj or project(self.model, hyp)
-        return self.run(proj.kept, read_out(self.model, hyp.read))
+        return self.run(proj.kept, read_out(self.model, hyp.read),
+                        [f - k for f, k in zip(proj.fixed, proj.kept)])
 
     def test(self, hyp: Hypothesis, minimality: bool = True) -> Faithfulness:
         proj = project(self.model, hyp)
         W_read = read_out(self.model, hyp.read)
-        circuit = self.run(proj.kept, W_read)
-        without = self.run([f - k for f, k in zip(proj.fixed, proj.kept)],
-                           self.model.unembed.W_U.detach())
+        rest = [f - k for f, k in zip(proj.fixed, proj.kept)]
+        circuit = self.run(proj.kept, W_read, rest)
+        without = self.run(rest, self.model.unembed.W_U.detach(), proj.kept)
         minimal = tuple(self.circuit(hyp.without(i)) for i in range(len(hyp))) if minimality else ()
         atoms = proj if hyp.unit == "atoms" else project(
             self.model, Hypothesis(hyp.name, hyp.cells, hyp.read, "atoms"))
@@ -273,12 +343,16 @@ class Tester:
 
 
 def faithfulness(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,
-                 read=None, unit: str | None = None, minimality: bool = True) -> Faithfulness:
+                 read=None, unit: str | None = None, minimality: bool = True,
+                 ablation: str = "zero", reference: Batch | None = None) -> Faithfulness:
     """Run the hypothesis's circuit on its own, the model without it, and the circuit less each atom.
 
     ``hypothesis``, ``read`` and ``unit`` as in :func:`as_hypothesis`; ``batch``: the inputs scored (a few
-    hundred samples separate the mechanisms sharply). Verdicts: ``analysis.mechanism.is_faithful``.
+    hundred samples separate the mechanisms sharply); ``ablation``/``reference``: how removed
+    cells are removed (:class:`Tester`: ``"zero"``, the rule's, or ``"mean"``). Verdicts:
+    ``analysis.verdict``.
     """
     if not isinstance(model, HookedDisentangledTransformer):
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
-    return Tester(model, batch).test(as_hypothesis(model, hypothesis, read, unit), minimality)
+    tester = Tester(model, batch, ablation, reference)
+    return tester.test(as_hypothesis(model, hypothesis, read, unit), minimality)

@@ -206,9 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name in ("analyze", "report"):  # the same job; "report" is the name users look for
         add_analyze_parser(sub, name)
+    from .discover import add_discover_parser
     from .sweep import add_sweep_parsers
 
     add_sweep_parsers(sub)
+    add_discover_parser(sub)
     return parser
 
 

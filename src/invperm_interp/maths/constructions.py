@@ -367,7 +367,7 @@ def register(name: str, cells, *, layout: str = "plain", attention_dir: str = "b
     betas = REGISTER_BETAS if beta is None else (beta,)
     errors = {}
     for b in betas:
-        errors[b] = max(_max_error(spec, d, b) for d in REGISTER_DS)
+        errors[b] = max(max_error(spec, d, b) for d in REGISTER_DS)
         if errors[b] < REGISTER_TOL:
             spec = ConstructionSpec(**{**vars(spec), "beta_exact": b})
             REGISTRY[name] = spec
@@ -377,7 +377,8 @@ def register(name: str, cells, *, layout: str = "plain", attention_dir: str = "b
                      f"{REGISTER_DS} (max error {worst})")
 
 
-def _max_error(spec: ConstructionSpec, d: int, beta: float) -> float:
+def max_error(spec: ConstructionSpec, d: int, beta: float) -> float:
+    """The largest error of ``spec`` (registered or not) built at ``d`` and ``beta``."""
     REGISTRY[spec.name], old = spec, REGISTRY.get(spec.name)
     try:
         return verify(build(spec.name, d, beta), n=256, seed=0).max_error

@@ -85,7 +85,7 @@ def _claiming_worker(grid_path: str, out: str, unit_list: list[list[int]], token
     return done
 
 
-def write_mechanism(run_dir: Path, n: int = 512, seed: int = 0) -> str | None:
+def write_mechanism(run_dir: Path, n: int = 4096, seed: int = 0) -> str | None:
     """The run's mechanism by ``analysis.mechanism.mechanism`` (if this version has it) on ``n``
     fresh samples, cached in the run directory; None for unfinished runs or without it."""
     path = RunDir(run_dir).mechanism

@@ -60,14 +60,20 @@ def headline(analysis: ModelAnalysis) -> str:
             worst = max((s.rows_exact for s in f.minimality), default=0.0)
             needed = (f"each is needed: without any one the circuit gets at most {worst:.0%} of rows "
                       "exact")
+        shown = (mech.name if mech.name != "borderline" else
+                 f"borderline ({f.hypothesis}: an interval straddles the rule's thresholds)")
         sentences.append(
-            f"<b>Mechanism: {html.escape(mech.name)}</b>{_description(mech.name)}. Its {f.size_text} "
+            f"<b>Mechanism: {html.escape(shown)}</b>{_description(mech.name)}. Its {f.size_text} "
             f"alone, every other weight removed, get <b>{f.circuit.rows_exact:.1%}</b> of rows "
             f"exact and recover <b>{_pct(f.circuit.loss_recovered)}</b> of the loss (circuit MSE "
             f"{f.circuit.mse:.3g}, the model's {f.model.mse:.3g}; 0.5 everywhere scores "
             f"{f.baseline:g}). Without them the model's MSE is {f.without.mse:.3g}. Minimality: "
             f"{needed}.")
-        sentences.append(f"The smallest faithful circuit found has <b>{m.size} cells</b>.")
+        if mech.also_faithful:
+            sentences.append("Also faithful, recovering less of the loss: "
+                             + ", ".join(html.escape(n) for n in mech.also_faithful) + ".")
+        proof = " (provably smallest among the candidate cells)" if m.optimal else ""
+        sentences.append(f"The smallest faithful circuit found has <b>{m.size} cells</b>{proof}.")
     else:
         cls = "headline none"
         best = mech.tested[0] if mech.tested else None

@@ -1,0 +1,228 @@
+"""What is still unnamed: the minimal circuits of runs no construction names, grouped into forms,
+each proposed as a construction and checked.
+
+For every model the rule calls ``"none"`` (``analysis.mechanism``) with a faithful minimal circuit,
+the circuit's **form** is its cells, each with the templates its atoms hold (``explain``; atoms of
+at least ``ATOM_SHARE`` of the cell's largest ``|β|``), with their signs, the read-out blocks with
+theirs, and the model's kind (attention, layout, read-out rows). The gauge is factored out: an atom
+equal to another placement modulo the gauge (a ``-1`` at (pos.P, pos.Y) is a ``+1`` at
+(pos.P, pos.P)) is written at the first of its placements in sorted order, so the same function
+gives the same form whatever gauge a run learned. The scratch rows are not relabelled: scratch row
+``i`` is read out as ``Y_i``, which fixes their order.
+
+Each form held by at least ``min_runs`` runs is proposed as a construction (``ConstructionSpec``,
+every cell ``β`` times its template, one ``β``) and checked twice: **exact** when the largest error
+of the built model falls below ``constructions.REGISTER_TOL`` at every ``d`` in
+``constructions.REGISTER_DS`` as ``β`` grows (``exact_from``: the first such ``β``; otherwise the
+best error reached), and **faithful** on each of its runs by the rule's own test.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from ..maths import constructions
+from ..model.hooked import HookedDisentangledTransformer
+from .faithfulness import Faithfulness, Tester
+from .mechanism import NONE, mechanism, verdict_of
+from .templates import explain
+from .verdict import FAITHFUL, VERDICT_SAMPLES, evaluation_batch
+
+#: An atom belongs to a form when its ``|β|`` is at least this share of its cell's largest.
+ATOM_SHARE = 0.25
+
+Cell = tuple[int, str, str, str]  # (layer, query, key, label), as constructions write them
+
+
+@dataclass(frozen=True)
+class Form:
+    """A circuit up to the gauge: the model's kind, its cells and what ``W_U`` reads."""
+
+    attention_dir: str
+    layout: str  # "plain" or "scratch"
+    readout: str
+    cells: tuple[Cell, ...]  # sorted
+    read: str  # "L2.x" or "L2.x - L1.x"
+
+    def spec(self, name: str, description: str = "") -> constructions.ConstructionSpec:
+        return constructions.ConstructionSpec(
+            name, description or f"discovered: {self.text}", self.attention_dir, self.layout,
+            self.readout, self.read, True, self.cells)
+
+    @property
+    def text(self) -> str:
+        return "; ".join(f"L{c[0] + 1} {c[3]} at ({c[1]}, {c[2]})" for c in self.cells)
+
+    def snippet(self, name: str) -> str:
+        """Python that registers the form (``constructions.register`` checks it again)."""
+        cells = ",\n    ".join(repr(c) for c in self.cells)
+        return (f"from invperm_interp.maths import constructions\n\n"
+                f"constructions.register(\n    {name!r},\n    [{cells}],\n"
+                f"    layout={self.layout!r}, attention_dir={self.attention_dir!r}, "
+                f"readout={self.readout!r}, read={self.read!r},\n"
+                f"    description={('discovered: ' + self.text)!r},\n)\n")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One form, its runs, its exactness as a construction and its faithfulness on its runs."""
+
+    name: str
+    form: Form
+    runs: tuple[str, ...]
+    errors: tuple[tuple[float, float], ...]  # (β, largest error over REGISTER_DS), β increasing
+    tests: tuple[Faithfulness, ...]  # the form tested on each run, in ``runs`` order
+    verdicts: tuple[str, ...]
+
+    @property
+    def exact_from(self) -> float | None:
+        """The first β from which every larger β tried is exact; None when it is not exact."""
+        first = None
+        for beta, err in self.errors:
+            first = (first or beta) if err < constructions.REGISTER_TOL else None
+        return first
+
+    @property
+    def best_error(self) -> float:
+        return min(err for _, err in self.errors)
+
+    @property
+    def faithful_runs(self) -> int:
+        return sum(v == FAITHFUL for v in self.verdicts)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "cells": [list(c) for c in self.form.cells],
+                "read": self.form.read, "attention_dir": self.form.attention_dir,
+                "layout": self.form.layout, "readout": self.form.readout, "runs": list(self.runs),
+                "errors": [list(e) for e in self.errors], "exact_from": self.exact_from,
+                "best_error": self.best_error, "verdicts": list(self.verdicts),
+                "rows_exact": [t.circuit.rows_exact for t in self.tests],
+                "loss_recovered": [t.circuit.loss_recovered for t in self.tests]}
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Every model's form (``None``: named, borderline, or no faithful minimal circuit, with the
+    reason) and the proposals, most runs first."""
+
+    forms: dict[str, Form | None]
+    reasons: dict[str, str]
+    proposals: tuple[Proposal, ...]
+
+    def to_dict(self) -> dict:
+        return {"reasons": self.reasons, "proposals": [p.to_dict() for p in self.proposals]}
+
+
+def _canonical(atom) -> tuple[str, str, str]:
+    """The first of the atom's gauge-equivalent placements ``(query, key, label)``."""
+    return min(atom.placements)
+
+
+def _read_text(model: HookedDisentangledTransformer, blocks: tuple[str, ...]) -> str:
+    """``"L2.x - L1.x"``: each read block with the sign of its diagonal in ``W_U``."""
+    W = model.unembed.W_U.detach().double().cpu()
+    terms = []
+    for block in blocks:
+        part = W[model.stream.slice(block, model.cfg.n_layers)]
+        sign = "-" if float(torch.diagonal(part).sum()) < 0 else "+"
+        terms.append((sign, block))
+    text = " ".join(f"{s} {b}" for s, b in terms).strip()
+    return text[2:] if text.startswith("+ ") else text
+
+
+def form_of(model: HookedDisentangledTransformer, cells, read: tuple[str, ...]) -> Form:
+    """The form of a circuit of ``cells`` ``(layer, head, query, key, label)`` reading ``read``."""
+    cfg = model.cfg
+    keys = {c[:4] for c in cells}
+    atoms = [a for a in explain(model) if (a.layer, a.head, a.query, a.key) in keys]
+    largest: dict[tuple, float] = defaultdict(float)
+    for a in atoms:
+        largest[(a.layer, a.head, a.query, a.key)] = max(largest[(a.layer, a.head, a.query, a.key)],
+                                                          a.scale)
+    kept = {(a.layer, *_canonical(a)) for a in atoms
+            if a.scale >= ATOM_SHARE * largest[(a.layer, a.head, a.query, a.key)]}
+    layout = "scratch" if any(s.kind == "S" for s in cfg.layout.segments) else "plain"
+    return Form(cfg.attention_dir, layout, cfg.readout, tuple(sorted(kept)), _read_text(model, read))
+
+
+def _errors(form: Form, name: str) -> tuple[tuple[float, float], ...]:
+    spec = form.spec(name)
+    out = []
+    for beta in constructions.REGISTER_BETAS:
+        try:
+            err = max(constructions.max_error(spec, d, beta) for d in constructions.REGISTER_DS)
+        except ValueError:
+            err = float("inf")
+        out.append((beta, err))
+    return tuple(out)
+
+
+def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VERDICT_SAMPLES,
+             seed: int = 0, min_runs: int = 2, progress=None) -> Discovery:
+    """Group the unnamed models' minimal circuits into forms and propose each form held by at least
+    ``min_runs`` models (module docstring); every model is judged on ``n`` samples from ``seed``.
+    ``progress``: an optional callable wrapping the iteration (e.g. ``tqdm``)."""
+    if not isinstance(min_runs, int) or min_runs < 1:
+        raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
+    forms, reasons, batches = {}, {}, {}
+    items = list(models.items())
+    for key, model in (progress(items) if progress else items):
+        if not isinstance(model, HookedDisentangledTransformer):
+            raise ValueError(f"models[{key!r}] must be a HookedDisentangledTransformer")
+        batches[key] = evaluation_batch(model, n, seed)
+        mech = mechanism(model, batches[key])
+        forms[key] = None
+        if mech.name != NONE:
+            reasons[key] = f"named {mech.name}" if mech.name != "borderline" else "borderline"
+        elif not mech.minimal.faithful:
+            reasons[key] = "no faithful minimal circuit"
+        elif model.cfg.n_layers != 2 or model.cfg.heads != (1, 1):
+            reasons[key] = "not a two-layer one-head model"
+        else:
+            forms[key] = form_of(model, mech.minimal.cells, mech.minimal.read)
+            reasons[key] = "unnamed"
+    groups: dict[Form, list[str]] = defaultdict(list)
+    for key, form in forms.items():
+        if form is not None:
+            groups[form].append(key)
+    proposals = []
+    ranked = sorted(groups.items(), key=lambda g: (-len(g[1]), g[0].text))
+    for i, (form, keys) in enumerate([g for g in ranked if len(g[1]) >= min_runs]):
+        name = f"discovered_{form.attention_dir}_{i + 1}"
+        tests = tuple(Tester(models[k], batches[k]).test(
+            _hypothesis(models[k], form, name), minimality=False) for k in keys)
+        proposals.append(Proposal(name, form, tuple(keys), _errors(form, name), tests,
+                                  tuple(verdict_of(t) for t in tests)))
+    return Discovery(forms, reasons, tuple(proposals))
+
+
+def _hypothesis(model, form: Form, name: str):
+    from .hypothesis import as_hypothesis
+
+    return as_hypothesis(model, form.spec(name))
+
+
+def table(discovery: Discovery) -> str:
+    """A markdown table of the proposals, then a line per reason models were left out."""
+    lines = ["| form | runs | cells | exact from β | rows exact / loss recovered on its runs |",
+             "| --- | --- | --- | --- | --- |"]
+    for p in discovery.proposals:
+        exact = (f"{p.exact_from:g}" if p.exact_from is not None
+                 else f"not exact (best error {p.best_error:.2g})")
+        scores = ", ".join(f"{t.circuit.rows_exact:.1%} / {_pct(t.circuit.loss_recovered)}"
+                           for t in p.tests)
+        lines.append(f"| `{p.name}` | {len(p.runs)} ({p.faithful_runs} faithful) | {p.form.text} "
+                     f"(read {p.form.read}) | {exact} | {scores} |")
+    counts: dict[str, int] = defaultdict(int)
+    for reason in discovery.reasons.values():
+        counts[reason] += 1
+    lines += ["", "models: " + ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))]
+    return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}"

@@ -1,0 +1,238 @@
+"""The smallest faithful circuit: the fewest cells of ``A`` whose circuit-only model is faithful.
+
+Candidates are the cells the model's atoms occupy (``explain``) and the blocks of ``W_U`` holding at
+least ``READ_SHARE`` of its norm². Faithfulness is not monotone in the cells (removing a cell can
+help), so no cheap bound proves a set smallest: the exact search tries *every* set of cells of
+size 1, 2, … in the order of the cells' functional effect, each with every read-out option (all
+candidate blocks, the strongest block alone, and the blocks of each answer found otherwise), and
+stops at the first size with a faithful set. The sets are scored on the first ``SEARCH_SAMPLES``
+samples of the batch and the answer is rescored on all of it. When the search finishes, no smaller
+set of candidate cells, with any of those read-outs, is faithful on the search samples
+(``optimal=True``). It runs when there are at most ``MAX_EXACT_CELLS`` candidates, the sets smaller
+than the greedy answer number at most ``max_evaluations``, and either a faithful set is known or
+all candidates together recover at least ``EXACT_GATE`` of the loss (a model they do not explain
+is not searched); otherwise (``optimal=False``) the answer is the greedy search's: cells added in
+decreasing effect until faithful, then pruned, also started from each known faithful hypothesis
+(``starts``). The read-out blocks of the answer are pruned last; they do not count in its size.
+
+Every set is scored through :func:`score_subsets`, the one place a batched evaluator plugs in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from math import comb
+
+from ..model.hooked import HookedDisentangledTransformer
+from ..task import Batch
+from .faithfulness import Score, Tester, project, read_score
+from .hypothesis import AtomCell, Hypothesis
+from .templates import Circuit, explain
+from .verdict import FAITHFUL_RECOVERED, FAITHFUL_ROWS, is_faithful
+
+#: ``W_U`` blocks holding at least this share of ``||W_U||²`` are candidates of a minimal circuit.
+READ_SHARE = 0.01
+#: The exact search runs on at most this many candidate cells (its budget is the real bound) …
+MAX_EXACT_CELLS = 32
+#: … scores at most this many sets of cells …
+MAX_EVALUATIONS = 3000
+#: … on this many samples of the batch …
+SEARCH_SAMPLES = 512
+#: … and runs without a known faithful set only if all candidates recover this share of the loss.
+EXACT_GATE = 0.5
+#: Sets scored per call of :func:`score_subsets`.
+CHUNK = 64
+
+
+@dataclass(frozen=True)
+class MinimalCircuit:
+    """The smallest set of cells (and read-out blocks) found whose circuit-only model is faithful.
+
+    ``faithful`` is False when even every cell the model's atoms occupy is not: then ``cells``
+    holds them all. ``weight_share``: the share of the gauge-fixed weights the cells carry.
+    ``optimal``: the exact search proved no smaller set of candidate cells is faithful;
+    ``evaluations``: sets of cells it scored."""
+
+    cells: tuple[AtomCell, ...]
+    read: tuple[str, ...]
+    faithful: bool
+    score: Score
+    weight_share: float
+    optimal: bool = False
+    evaluations: int = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.cells)
+
+    def to_dict(self) -> dict:
+        return {"cells": [list(c) for c in self.cells], "read": list(self.read),
+                "faithful": self.faithful, "score": vars(self.score),
+                "weight_share": self.weight_share, "size": self.size, "optimal": self.optimal,
+                "evaluations": self.evaluations}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MinimalCircuit:
+        return cls(tuple(tuple(c) for c in data["cells"]), tuple(data["read"]), data["faithful"],
+                   read_score(data["score"]), data["weight_share"], data.get("optimal", False),
+                   data.get("evaluations", 0))
+
+
+def score_subsets(tester: Tester, hypotheses: Sequence[Hypothesis]) -> list[Score]:
+    """The circuit-only model's :class:`Score` for each hypothesis, on the tester's batch."""
+    return [tester.circuit(h) for h in hypotheses]
+
+
+def candidate_cells(circuit: Circuit) -> list[AtomCell]:
+    """One cell per (layer, head, query, key) the atoms occupy, labelled by its largest atom."""
+    best: dict[tuple, tuple[float, AtomCell]] = {}
+    for a in circuit:
+        key = (a.layer, a.head, a.query, a.key)
+        if key not in best or a.share > best[key][0]:
+            best[key] = (a.share, (a.layer, a.head, a.query, a.key, a.label))
+    return [cell for _, cell in best.values()]
+
+
+def read_candidates(model: HookedDisentangledTransformer) -> list[str]:
+    """Blocks of the final stream holding at least ``READ_SHARE`` of ``||W_U||²``."""
+    W = model.unembed.W_U.detach().double()
+    total = float(W.pow(2).sum()) or 1.0
+    blocks = model.stream.blocks(model.cfg.n_layers)
+    return [b.name for b in blocks if float(W[b.slice].pow(2).sum()) / total >= READ_SHARE]
+
+
+def _hyp(cells, read) -> Hypothesis:
+    return Hypothesis("minimal", tuple(cells), tuple(read), "cells")
+
+
+class _Search:
+    """The state the searches share: the tester, the rule and a count of sets scored."""
+
+    def __init__(self, tester: Tester, reads: list[str], rows: float, recovered: float):
+        self.tester, self.reads, self.evaluations = tester, reads, 0
+        self.rows, self.recovered = rows, recovered
+
+    def scores(self, sets: Sequence[tuple[Sequence[AtomCell], Sequence[str]]]) -> list[Score]:
+        self.evaluations += len(sets)
+        return score_subsets(self.tester, [_hyp(c, r) for c, r in sets])
+
+    def ok(self, s: Score) -> bool:
+        return is_faithful(s, self.rows, self.recovered)
+
+    def effects(self, cells: list[AtomCell], full: Score) -> dict[AtomCell, float]:
+        """MSE rise when each cell alone leaves the circuit of all of them."""
+        rest = [[c for c in cells if c != cell] for cell in cells]
+        return {cell: s.mse - full.mse for cell, s in
+                zip(cells, self.scores([(r, self.reads) for r in rest]))}
+
+    def prune(self, cells: list[AtomCell], reads: list[str], score: Score, order: list):
+        """Drop each item (cells in ``order``, then read blocks) that the circuit can do without."""
+        for item in [*order, *reads]:
+            is_cell = item in cells
+            trial_cells = [c for c in cells if c != item] if is_cell else cells
+            trial_reads = reads if is_cell else [r for r in reads if r != item]
+            if not trial_cells or not trial_reads:
+                continue
+            (trial,) = self.scores([(trial_cells, trial_reads)])
+            if self.ok(trial):
+                cells, reads, score = trial_cells, trial_reads, trial
+        return cells, reads, score
+
+    def greedy(self, cells: list[AtomCell], effect: dict, full: Score):
+        ranked = sorted(cells, key=lambda c: -effect[c])
+        for n in range(1, len(ranked) + 1):
+            (score,) = self.scores([(ranked[:n], self.reads)])
+            if self.ok(score):
+                chosen = ranked[:n]
+                return self.prune(chosen, list(self.reads), score,
+                                  sorted(chosen, key=lambda c: effect[c]))
+        return None
+
+    def exact(self, ranked: list[AtomCell], options: list[list[str]], below: int, budget: int):
+        """The first faithful set among all sets of ``ranked`` of size 1, 2, … ``below - 1``, each
+        with each read-out of ``options`` (the best by loss recovered at that size), and whether
+        every such size was exhausted."""
+        for k in range(1, below):
+            if comb(len(ranked), k) * len(options) > budget - self.evaluations:
+                return None, False
+            sets = [(c, r) for c in combinations(ranked, k) for r in options]
+            found = []
+            for i in range(0, len(sets), CHUNK):
+                chunk = sets[i:i + CHUNK]
+                found += [(s, c) for s, c in zip(self.scores(chunk), chunk) if self.ok(s)]
+            if found:
+                score, (chosen, read) = max(found, key=lambda f: f[0].loss_recovered)
+                return (list(chosen), list(read), score), True
+        return None, True
+
+
+def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
+                    circuit: Circuit | None = None, tester: Tester | None = None,
+                    rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
+                    starts: Sequence[Hypothesis] = (), exact: bool = True,
+                    max_cells: int = MAX_EXACT_CELLS,
+                    max_evaluations: int = MAX_EVALUATIONS) -> MinimalCircuit:
+    """The fewest cells of ``A`` (and blocks of ``W_U``) whose circuit-only model is faithful
+    (module docstring). ``starts``: hypotheses known to be faithful, pruned as further answers of
+    the greedy search; ``exact=False`` skips the exact search."""
+    tester = tester or Tester(model, batch)
+    circuit = circuit if circuit is not None else explain(model)
+    cells, reads = candidate_cells(circuit), read_candidates(model)
+    search = _Search(tester, reads, rows, recovered)
+    (full,) = search.scores([(cells, reads)])
+    effect = search.effects(cells, full) if cells else {}
+    found = []
+    if cells and search.ok(full):
+        found.append(search.greedy(cells, effect, full))
+    for start in starts:
+        unique = list({c[:4]: c for c in reversed(start.cells)}.values())
+        start_reads = list(start.read) if start.read is not None else list(reads)
+        (score,) = search.scores([(unique, start_reads)])
+        if search.ok(score):
+            rest = search.effects(unique, score)
+            found.append(search.prune(unique, start_reads, score, sorted(unique, key=rest.get)))
+    found = [f for f in found if f is not None]
+    bound = min((len(f[0]) for f in found), default=len(cells) + 1)
+    optimal = False
+    gate = bool(found) or (full.loss_recovered or 0.0) >= EXACT_GATE
+    if exact and gate and 0 < len(cells) <= max_cells:
+        strongest = [max(reads, key=lambda b: _read_share(model, b))] if reads else []
+        options = [list(reads), strongest, *(list(f[1]) for f in found),
+                   *(list(s.read) for s in starts if s.read is not None)]
+        options = [list(o) for o in dict.fromkeys(tuple(o) for o in options if o)]
+        screen = _Search(_screening(tester), reads, rows, recovered)
+        ranked = sorted(cells, key=lambda c: -effect[c])
+        better, optimal = screen.exact(ranked, options, bound, max_evaluations)
+        search.evaluations += screen.evaluations
+        if better is not None:
+            chosen, read, _ = better
+            (score,) = search.scores([(chosen, read)])
+            if search.ok(score):
+                found.append(search.prune(chosen, read, score, []))
+            else:  # faithful on the search samples only: no proof on the whole batch
+                optimal = False
+    if not found:
+        return _result(model, _hyp(cells, reads), full, False, optimal, search.evaluations)
+    chosen, read, score = min(found, key=lambda f: (len(f[0]), -(f[2].loss_recovered or 0.0)))
+    return _result(model, _hyp(chosen, read), score, True, optimal, search.evaluations)
+
+
+def _read_share(model: HookedDisentangledTransformer, block: str) -> float:
+    W = model.unembed.W_U.detach().double()
+    return float(W[model.stream.slice(block, model.cfg.n_layers)].pow(2).sum())
+
+
+def _screening(tester: Tester) -> Tester:
+    """A tester on the first ``SEARCH_SAMPLES`` samples (the tester itself when it has no more)."""
+    if len(tester.batch) <= SEARCH_SAMPLES:
+        return tester
+    b, n = tester.batch, SEARCH_SAMPLES
+    return Tester(tester.model, Batch(b.layout, b.X[:n], b.P[:n], b.Y[:n], b.Y_P[:n], b.perm[:n]))
+
+
+def _result(model, hyp: Hypothesis, score: Score, faithful: bool, optimal: bool,
+            evaluations: int) -> MinimalCircuit:
+    share = project(model, hyp).weight_share if hyp.cells else 0.0
+    return MinimalCircuit(hyp.cells, hyp.read or (), faithful, score, share, optimal, evaluations)

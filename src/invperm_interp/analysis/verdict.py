@@ -1,0 +1,85 @@
+"""The rule's thresholds, and a verdict as a measurement with an uncertainty.
+
+A circuit-only model is **faithful** when at least ``FAITHFUL_ROWS`` of its rows are exactly right
+and it recovers at least ``FAITHFUL_RECOVERED`` of the loss (``analysis.faithfulness``). Both are
+estimates over a batch of samples, so each carries a standard error (``Score.rows_se``,
+``Score.recovered_se``); :func:`judge` compares the confidence interval ``estimate ± Z·se`` with
+the thresholds: ``"faithful"`` when both intervals lie above them, ``"not faithful"`` when either
+lies below, and ``"borderline"`` when an interval straddles a threshold. A borderline verdict says
+that this batch cannot tell; :func:`evaluation_batch` draws enough samples (``VERDICT_SAMPLES``)
+that the standard error of rows exact is a fraction of a percent on trained models.
+
+The thresholds come from the census of trained models (``analyses/census.py``): the constructions
+the rule names get 99.35–100% of rows exact and recover 0.80–1.0 of the loss, while every other
+(construction, run) pair whose signs agree gets at most 76% of rows, except on the causal scratch
+model, where the boundary is not sharp; there the interval, not one batch, decides.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..model.hooked import HookedDisentangledTransformer
+from ..task import Batch, sample_batch
+from .faithfulness import Score
+
+#: A circuit-only model is faithful when at least this share of its rows is exactly right …
+FAITHFUL_ROWS = 0.99
+#: … and it recovers at least this fraction of the loss, baseline ``d/4`` (0.5 everywhere).
+FAITHFUL_RECOVERED = 0.8
+#: Half-width of the confidence interval in standard errors (95%, two-sided).
+Z = 1.96
+#: Samples the verdict is measured on: the standard error of a rows-exact share near 0.99 is
+#: ``sqrt(0.99 · 0.01 / 4096) ≈ 0.16%`` (less, since a sample's rows are averaged first).
+VERDICT_SAMPLES = 4096
+
+FAITHFUL, BORDERLINE, NOT_FAITHFUL = "faithful", "borderline", "not faithful"
+VERDICTS = (FAITHFUL, BORDERLINE, NOT_FAITHFUL)
+
+
+def is_faithful(score: Score, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED) -> bool:
+    """The rule on the point estimates of a circuit-only model's :class:`Score`."""
+    return (score.rows_exact >= rows and score.loss_recovered is not None
+            and score.loss_recovered >= recovered)
+
+
+def interval(estimate: float | None, se: float | None, z: float = Z) -> tuple[float, float] | None:
+    """``(estimate - z·se, estimate + z·se)``; ``se`` ``None`` counts as 0; ``None`` for no estimate."""
+    if estimate is None:
+        return None
+    half = z * (se or 0.0)
+    return estimate - half, estimate + half
+
+
+def judge(score: Score, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
+          z: float = Z) -> str:
+    """``"faithful"``, ``"borderline"`` or ``"not faithful"``: the thresholds against the
+    confidence intervals of rows exact and loss recovered (``z`` standard errors either side)."""
+    r = interval(score.rows_exact, score.rows_se, z)
+    f = interval(score.loss_recovered, score.recovered_se, z)
+    if f is None or r[1] < rows or f[1] < recovered:
+        return NOT_FAITHFUL
+    if r[0] >= rows and f[0] >= recovered:
+        return FAITHFUL
+    return BORDERLINE
+
+
+def evaluation_batch(model: HookedDisentangledTransformer, n: int = VERDICT_SAMPLES,
+                     seed: int = 0) -> Batch:
+    """``n`` fresh samples of the model's layout from ``seed``, in its dtype: the batch a verdict
+    is measured on."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+        raise ValueError(f"n must be an integer >= 2 (a standard error needs two samples), got {n!r}")
+    generator = torch.Generator().manual_seed(seed)
+    return sample_batch(model.cfg.layout, n, generator=generator, dtype=model.cfg.torch_dtype)
+
+
+def score_text(score: Score, z: float = Z) -> str:
+    """``"rows exact 99.2% ± 0.3%, loss recovered 88% ± 2%"`` (± ``z`` standard errors; without
+    them where the record has none)."""
+    def pm(se: float | None, fmt: str) -> str:
+        return f" ± {z * se:{fmt}}" if se else ""
+
+    rec = ("n/a" if score.loss_recovered is None
+           else f"{score.loss_recovered:.0%}{pm(score.recovered_se, '.0%')}")
+    return f"rows exact {score.rows_exact:.1%}{pm(score.rows_se, '.1%')}, loss recovered {rec}"

@@ -1,0 +1,54 @@
+"""The ``invperm discover`` subcommand: the unnamed runs of a directory, grouped into forms, each
+proposed as a construction (``analysis.discover``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _cmd_discover(args: argparse.Namespace) -> None:
+    """Find the runs below DIR, group the unnamed ones' minimal circuits, print the table and a
+    snippet registering each proposal; with ``--json``, write the proposals there too."""
+    from pathlib import Path
+
+    import torch
+    from tqdm.auto import tqdm
+
+    from ..analysis.discover import discover, table
+    from ..runs.directory import Run
+    from ..viz.index import find_runs
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.n < 2:
+        raise ValueError(f"--n must be at least 2 (a standard error needs two samples), got {args.n}")
+    root = Path(args.dir)
+    runs = [r.dir for r in find_runs(root) if (r.dir / "final.safetensors").is_file()]
+    if not runs:
+        raise ValueError(f"{root} holds no finished run (no final.safetensors below it)")
+    models = {str(d.relative_to(root)) if d != root else d.name: Run.load(d).model for d in runs}
+    found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs,
+                     progress=lambda items: tqdm(items, desc="discover", unit="run"))
+    print(table(found))
+    for p in found.proposals:
+        print(f"\n# {p.name}: {len(p.runs)} runs; "
+              + (f"exact from beta {p.exact_from:g}" if p.exact_from is not None
+                 else f"not exact (best error {p.best_error:.2g}): faithful on its runs, not a "
+                      "construction")
+              + "\n" + p.form.snippet(p.name))
+    if args.json:
+        Path(args.json).write_text(json.dumps(found.to_dict(), indent=1) + "\n")
+        print(f"wrote {args.json}")
+
+
+def add_discover_parser(sub) -> None:
+    parser = sub.add_parser("discover", help="group the minimal circuits of the runs no "
+                                             "construction names, and propose constructions")
+    parser.add_argument("dir", help="a sweep or census directory (run folders below it)")
+    parser.add_argument("--n", type=int, default=4096, help="samples each verdict is measured on")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--min-runs", type=int, default=2, help="runs a form needs to be proposed")
+    parser.add_argument("--json", help="also write the proposals to this JSON file")
+    parser.add_argument("--threads", type=int, help="torch threads; on busy shared cores try 1")
+    parser.set_defaults(func=_cmd_discover)

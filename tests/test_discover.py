@@ -1,0 +1,89 @@
+"""Discovery: a construction hidden from the registry is recovered from noisy, gauged models built
+from it; the form ignores the gauge; the command line reads a directory of runs."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from invperm_interp.analysis import gauge_fix, perturb
+from invperm_interp.analysis.discover import Proposal, discover, table
+from invperm_interp.maths import constructions as C
+
+
+def _fixed(model):
+    return [gauge_fix(b.attn.A.detach()[0].double(), model.stream, layer)
+            for layer, b in enumerate(model.blocks)]
+
+
+def test_a_hidden_construction_is_recovered_from_noisy_gauged_models(monkeypatch):
+    hidden = C.REGISTRY["two_block"]
+    models = {f"hidden{i}": perturb(C.build("two_block", 5, beta), gauge=3.0, noise=0.05, seed=i)
+              for i, beta in enumerate((25.0, 35.0, 45.0))}
+    models["named"] = perturb(C.build("appendix_b", 5, 30.0), gauge=3.0, seed=7)
+    # the rule, and discovery, no longer know it (a copy: the registry's order is restored after)
+    monkeypatch.setattr(C, "REGISTRY", {k: v for k, v in C.REGISTRY.items() if k != "two_block"})
+    found = discover(models, n=512)
+    assert found.reasons["named"] == "named appendix_b"
+    assert len(found.proposals) == 1
+    p = found.proposals[0]
+    assert sorted(p.runs) == ["hidden0", "hidden1", "hidden2"]
+    assert p.exact_from is not None and p.faithful_runs == 3
+    # the proposal is the hidden construction: equal gauge-fixed weights at the same β
+    spec = p.form.spec("proposal")
+    monkeypatch.setitem(C.REGISTRY, "proposal", spec)
+    monkeypatch.setitem(C.REGISTRY, "hidden", hidden)
+    for a, b in zip(_fixed(C.build("proposal", 6, 50.0)), _fixed(C.build("hidden", 6, 50.0))):
+        assert torch.allclose(a, b, atol=1e-9)
+    assert p.form.read == "L2.x" and "two_block" not in C.REGISTRY
+    # the snippet registers it
+    namespace = {}
+    exec(p.form.snippet("registered_here"), namespace)  # noqa: S102
+    assert C.REGISTRY["registered_here"].beta_exact is not None
+    assert "| `discovered_bidirectional_1` | 3 (3 faithful)" in table(found)
+
+
+def test_the_form_factors_out_the_gauge():
+    """theorem2's -1 guard at (pos.P, pos.Y) equals +1 at (pos.P, pos.P) modulo the gauge: models
+    with different random gauges give one form."""
+    from invperm_interp.analysis.discover import form_of
+
+    cells = [(0, 0, "pos.P", "x", "I"), (0, 0, "pos.P", "pos.Y", "-1"),
+             (1, 0, "L1.pos.P", "pos.Y", "I")]
+    forms = {form_of(perturb(C.build("theorem2", 5, 20.0), gauge=g, seed=s), cells, ("L2.x",))
+             for g, s in ((0.0, 0), (3.0, 1), (5.0, 2))}
+    assert len(forms) == 1
+    (form,) = forms
+    assert len(form.cells) == 3 and {c[0] for c in form.cells} == {0, 1}
+
+
+def test_exact_from_is_where_the_error_stays_below_the_tolerance():
+    def proposal(errors):
+        return Proposal("p", None, (), tuple(errors), (), ())
+
+    assert proposal([(5.0, 0.5), (10.0, 1e-8), (20.0, 1e-12)]).exact_from == 10.0
+    assert proposal([(5.0, 1e-8), (10.0, 0.1), (20.0, 1e-9)]).exact_from == 20.0
+    not_exact = proposal([(5.0, 0.5), (10.0, 0.3), (20.0, 0.2)])
+    assert not_exact.exact_from is None and not_exact.best_error == 0.2
+
+
+def test_min_runs_is_checked():
+    with pytest.raises(ValueError, match="min_runs"):
+        discover({}, min_runs=0)
+
+
+@pytest.mark.slow
+def test_the_command_reads_a_directory_of_runs(tmp_path):
+    from helpers import run, small
+
+    for seed in range(2):
+        model_cfg, train_cfg = small(d=3, seed=seed, out_dir=str(tmp_path / f"run{seed}"))
+        run(model_cfg, train_cfg)
+    done = subprocess.run([sys.executable, "-m", "invperm_interp.cli", "discover", str(tmp_path),
+                           "--n", "64", "--threads", "1"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "| form | runs |" in done.stdout and "models: 2 " in done.stdout
+    empty = subprocess.run([sys.executable, "-m", "invperm_interp.cli", "discover",
+                            str(tmp_path / "nothing")], capture_output=True, text=True)
+    assert empty.returncode == 2 and "error" in empty.stderr and "Traceback" not in empty.stderr

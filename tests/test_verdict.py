@@ -1,0 +1,176 @@
+"""Verdicts as measurements (standard errors, intervals, borderline), the signs that matter, the
+choice among faithful constructions, and the exact minimal-circuit search against brute force."""
+
+from itertools import combinations
+
+import numpy as np
+import pytest
+import torch
+from helpers import batch_for
+
+from invperm_interp.analysis import Score, faithfulness, judge, mechanism, minimal_circuit, perturb
+from invperm_interp.analysis.faithfulness import Faithfulness
+from invperm_interp.analysis.faithfulness import Tester as CircuitTester
+from invperm_interp.analysis.hypothesis import Hypothesis
+from invperm_interp.analysis.mechanism import Mechanism
+from invperm_interp.analysis.minimal import candidate_cells, read_candidates
+from invperm_interp.analysis.templates import explain
+from invperm_interp.analysis.verdict import is_faithful
+from invperm_interp.maths import constructions as C
+from invperm_interp.maths.cells import cell_template
+
+
+def add_cells(model, cells, beta):
+    with torch.no_grad():
+        for layer, query, key, kind in cells:
+            view = model.stream.split(model.blocks[layer].attn.A.data[0], layer)[(query, key)]
+            view += beta * cell_template(kind, *view.shape, dtype=view.dtype)
+    return model
+
+
+def test_standard_errors_match_a_numpy_reference():
+    model = perturb(C.build("two_block", 4, 6.0), gauge=1.0, noise=0.8, seed=5)
+    batch = batch_for(model, 300)
+    f = faithfulness(model, "two_block", batch, minimality=False)
+    with torch.no_grad():
+        clean = model(batch.X).numpy()
+    Y = batch.Y.numpy()
+    # the circuit-only model's output, rebuilt from its score's MSE is not enough: rerun it
+    tester = CircuitTester(model, batch)
+    from invperm_interp.analysis.faithfulness import _run, project, read_out
+    hyp = Hypothesis("two_block", f.cells, f.read)
+    out = _run(model, project(model, hyp).kept, read_out(model, f.read), batch.X).numpy()
+    exact = np.all(np.round(out) == Y, axis=-1).mean(axis=1)  # per sample
+    n = len(exact)
+    assert f.circuit.rows_se == pytest.approx(exact.std(ddof=1) / np.sqrt(n), rel=1e-9)
+    e_c = ((out - Y) ** 2).sum(-1).mean(-1)
+    e_m = ((clean - Y) ** 2).sum(-1).mean(-1)
+    b = 0.25 * 4
+    R = (b - e_c.mean()) / (b - e_m.mean())
+    cov = np.cov(np.stack([e_c, e_m]), ddof=1)
+    var = (cov[0, 0] - 2 * R * cov[0, 1] + R**2 * cov[1, 1]) / (n * (b - e_m.mean()) ** 2)
+    assert f.circuit.loss_recovered == pytest.approx(R, rel=1e-9)
+    assert f.circuit.recovered_se == pytest.approx(np.sqrt(var), rel=1e-6)
+    assert tester.clean.n == n
+
+
+@pytest.mark.parametrize("rows,rows_se,rec,rec_se,verdict", [
+    (0.999, 0.001, 0.95, 0.01, "faithful"),
+    (0.991, 0.002, 0.95, 0.01, "borderline"),  # 0.991 - 1.96 * 0.002 < 0.99
+    (0.985, 0.001, 0.95, 0.01, "not faithful"),  # 0.985 + 1.96 * 0.001 < 0.99
+    (0.999, 0.001, 0.81, 0.02, "borderline"),
+    (0.999, 0.001, 0.70, 0.02, "not faithful"),
+    (1.0, 0.0, None, None, "not faithful"),
+])
+def test_the_interval_decides_the_verdict(rows, rows_se, rec, rec_se, verdict):
+    assert judge(Score(0.1, rows, rec, rows_se, rec_se, 1000)) == verdict
+
+
+def _faithfulness_with_betas(betas):
+    s = Score(0.0, 1.0, 1.0)
+    cells = tuple((0, 0, "pos.P", "x", "I") for _ in betas)
+    return Faithfulness("x", "cells", cells, ("L2.x",), betas, betas, 1.0, 1.0, s, s, s)
+
+
+def test_only_signs_that_matter_are_checked():
+    assert _faithfulness_with_betas((5.0, 3.0)).signs_agree
+    assert _faithfulness_with_betas((5.0, -0.031)).signs_agree  # near zero: no sign to speak of
+    assert not _faithfulness_with_betas((5.0, -1.0)).signs_agree
+
+
+def test_a_straddling_interval_is_borderline_not_a_flip():
+    model = perturb(C.build("two_block", 5, 8.0), gauge=1.0, noise=0.6, seed=2)
+    batch = batch_for(model, 512)
+    f = faithfulness(model, "two_block", batch, minimality=False)
+    assert f.circuit.recovered_se > 0
+    # the rule's loss threshold exactly at the measured value: the interval straddles it
+    mech = mechanism(model, batch, rows=0.0, recovered=f.circuit.loss_recovered, exact=False)
+    assert mech.name == "borderline" and "two_block" in mech.borderline
+    assert mech.verdict == "borderline" and mech.faithfulness.hypothesis in mech.borderline
+    assert "borderline" in str(mech)
+    again = Mechanism.from_dict(mech.to_dict())
+    assert again == mech
+
+
+def test_among_faithful_constructions_the_most_loss_recovered_is_named():
+    """A noisy theorem3_superposed passes several constructions' tests (its cells hold theorem3's
+    and the complement lookups): the name is the most loss recovered, the others are listed."""
+    model = perturb(C.build("theorem3_superposed", 5, 30.0), gauge=1.0, noise=0.3, seed=0)
+    mech = mechanism(model, batch_for(model, 512), exact=False)
+    passing = [t for t in mech.tested if t.signs_agree and judge(t.circuit) == "faithful"]
+    assert len(passing) >= 3
+    best = max(passing, key=lambda t: (round(t.circuit.loss_recovered, 4), -t.n_atoms))
+    assert mech.name == best.hypothesis
+    assert set(mech.also_faithful) == {t.hypothesis for t in passing} - {best.hypothesis}
+    losses = [t.circuit.loss_recovered for t in mech.tested[:len(passing)]]
+    assert losses == sorted(losses, reverse=True) or max(losses) - min(losses) < 1e-3
+
+
+def test_a_version_1_record_still_reads():
+    model = C.build("two_block", 3)
+    mech = mechanism(model, batch_for(model, 64), exact=False)
+    old = mech.to_dict()
+    for key in ("version", "z", "also_faithful", "borderline"):
+        del old[key]
+    for score in [old["minimal"]["score"], *(old["faithfulness"][k] for k in ("model", "circuit"))]:
+        for key in ("rows_se", "recovered_se", "n"):
+            del score[key]
+    del old["minimal"]["optimal"], old["minimal"]["evaluations"]
+    again = Mechanism.from_dict(old)
+    assert again.name == "two_block" and again.also_faithful == () and not again.minimal.optimal
+
+
+def _brute_force_smallest(model, batch, cells, reads):
+    """Smallest faithful set of ``cells`` (all ``reads`` kept), by trying every subset."""
+    tester = CircuitTester(model, batch)
+    for k in range(1, len(cells) + 1):
+        sizes = [s for s in combinations(cells, k)
+                 if is_faithful(tester.circuit(Hypothesis("b", s, tuple(reads))))]
+        if sizes:
+            return k
+    return None
+
+
+def test_the_exact_search_finds_the_smallest_circuit_among_distractors():
+    """appendix_b (3 cells) with two_block's cells weaker and a distractor cell: the smallest
+    faithful set is appendix_b's, by brute force over every subset of the candidates."""
+    model = C.build("appendix_b", 5, 20.0)
+    add_cells(model, C.REGISTRY["two_block"].cells, 4.0)
+    add_cells(model, [(0, "pos.P", "pos.P", "J")], 3.0)
+    model = perturb(model, gauge=2.0, noise=0.05, seed=3)
+    batch = batch_for(model, 256)
+    circuit = explain(model)
+    cells, reads = candidate_cells(circuit), read_candidates(model)
+    assert 4 <= len(cells) <= 10
+    smallest = _brute_force_smallest(model, batch, cells, reads)
+    result = minimal_circuit(model, batch, circuit=circuit)
+    own = {(c[0], 0, c[1], c[2]) for c in C.REGISTRY["appendix_b"].cells}
+    assert result.faithful and result.optimal and result.size == smallest == len(own)
+    assert {c[:4] for c in result.cells} == own
+
+
+def test_the_exact_search_beats_a_greedy_start_and_says_when_it_cannot_prove():
+    model = perturb(C.build("theorem2", 6, 20.0), gauge=2.0, seed=4)
+    batch = batch_for(model, 256)
+    start = Hypothesis("all", tuple((c[0], 0, *c[1:]) for c in C.REGISTRY["theorem2"].cells),
+                       ("L2.x",))
+    exact = minimal_circuit(model, batch, starts=[start])
+    # at this β theorem2's lookups need not its -1 guard (99%+ of rows without it)
+    assert exact.optimal and exact.size == 2 and exact.faithful
+    capped = minimal_circuit(model, batch, starts=[start], max_evaluations=1)
+    assert not capped.optimal and capped.faithful and capped.size >= exact.size
+
+
+def test_mean_ablation_keeps_a_removed_cell_whose_contribution_never_varies():
+    """two_block's layer-1 cell reads positions only (pos.Y, pos.P): its score contribution is the
+    same on every input, so mean-ablating it changes nothing, while zeroing it breaks the model."""
+    model = C.build("two_block", 5, 60.0)
+    batch = batch_for(model, 128)
+    only_layer_2 = [(1, 0, "pos.P", "L1.x", "I")]
+    zero = faithfulness(model, only_layer_2, batch, read=("L2.x",), minimality=False)
+    mean = faithfulness(model, only_layer_2, batch, read=("L2.x",), minimality=False,
+                        ablation="mean")
+    assert zero.circuit.rows_exact < 0.5
+    assert mean.circuit.rows_exact == 1.0 and mean.circuit.mse < 1e-8
+    with pytest.raises(ValueError, match="ablation"):
+        faithfulness(model, only_layer_2, batch, ablation="resample")
