@@ -16,7 +16,8 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     from tqdm.auto import tqdm
 
     from ..analysis.discover import discover, table
-    from ..runs.directory import Run
+    from ..runs.directory import RunDir
+    from ..training.run import Run
     from ..viz.index import find_runs
 
     if args.threads:
@@ -24,9 +25,9 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     if args.n < 2:
         raise ValueError(f"--n must be at least 2 (a standard error needs two samples), got {args.n}")
     root = Path(args.dir)
-    runs = [r.dir for r in find_runs(root) if (r.dir / "final.safetensors").is_file()]
+    runs = [r.dir for r in find_runs(root) if RunDir(r.dir).is_finished]
     if not runs:
-        raise ValueError(f"{root} holds no finished run (no final.safetensors below it)")
+        raise ValueError(f"{root} holds no finished run (no {RunDir.FINAL} below it)")
     models = {str(d.relative_to(root)) if d != root else d.name: Run.load(d).model for d in runs}
     found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs,
                      progress=lambda items: tqdm(items, desc="discover", unit="run"))
