@@ -181,6 +181,22 @@ def test_register_checks_a_construction_with_verify():
         C.REGISTRY.pop("my_two_block", None)
 
 
+@pytest.mark.parametrize("name, match", [
+    ("none", "reserved"), ("None", "reserved"), ("two block", "identifier"), ("", "identifier"),
+    (5, "identifier"), ("theorem2", "already registered"),
+])
+def test_register_refuses_reserved_odd_and_taken_names(name, match):
+    """"none" is what the mechanism rule answers when no construction qualifies."""
+    cells = [(0, "pos.Y", "pos.P", "I"), (1, "pos.P", "L1.x", "I")]  # two_block: it works
+    before = dict(C.REGISTRY)
+    with pytest.raises(ValueError, match=match):
+        C.register(name, cells, beta=100.0)
+    if match == "reserved":
+        with pytest.raises(ValueError, match=match):
+            C.register(name, cells, beta=100.0, replace=True)
+    assert C.REGISTRY == before
+
+
 @pytest.mark.parametrize("cells,kwargs,match", [
     ([(0, "pos.Y", "pos.P", "I")], {}, "does not solve the task"),  # half of two_block
     ([(0, "pos.Q", "pos.P", "I")], {}, "pos.Q"),

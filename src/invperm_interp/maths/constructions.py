@@ -309,6 +309,9 @@ def verify(model: HookedDisentangledTransformer, n: int = 256, seed: int = 0,
 REGISTER_DS = (3, 5, 10)
 REGISTER_BETAS = (5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 REGISTER_TOL = 1e-6
+#: Names :func:`register` refuses, in any case: ``"none"`` is the mechanism rule's answer when no
+#: construction qualifies (``analysis.mechanism``).
+RESERVED = ("none",)
 
 
 def _check_cells(cells, layout: str, attention_dir: str, readout: str, read: str) -> tuple[Cell, ...]:
@@ -353,12 +356,15 @@ def register(name: str, cells, *, layout: str = "plain", attention_dir: str = "b
     segment read (default ``"S"`` on scratch layouts, else ``"P"``); ``read``: the blocks ``W_U``
     copies, signed (``"L2.x - L1.x"``). :func:`verify` must find a max error below 1e-6 at every
     ``d`` in ``REGISTER_DS`` at ``beta`` (or, when ``None``, at the smallest of ``REGISTER_BETAS``
-    that works, stored as ``beta_exact``); otherwise ``ValueError``. Names are unique unless
-    ``replace``. The construction then works everywhere a registry name does (``build``,
-    ``invperm construct``, ``analysis.mechanism``).
+    that works, stored as ``beta_exact``); otherwise ``ValueError``. Names are identifiers, not
+    in ``RESERVED``, and unique unless ``replace``. The construction then works everywhere a
+    registry name does (``build``, ``invperm construct``, ``analysis.mechanism``).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be an identifier-like string, got {name!r}")
+    if name.lower() in RESERVED:
+        raise ValueError(f"name {name!r} is reserved (the mechanism rule's answer when no "
+                         f"construction qualifies); choose another")
     if name in REGISTRY and not replace:
         raise ValueError(f"construction {name!r} is already registered (pass replace=True)")
     readout = readout or ("S" if layout == "scratch" else "P")
