@@ -66,6 +66,8 @@ class Estimate:
 
 
 def format_bytes(n: float) -> str:
+    if n >= 1e6 * GB:
+        return f"{n / GB:.2g} GB"
     if n >= 0.1 * GB:
         return f"{n / GB:.2f} GB"
     return f"{n / 1e6:.1f} MB"

@@ -231,7 +231,7 @@ def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = 
                       attention_dir=spec.attention_dir, readout=spec.readout,
                       dtype="float64" if dtype == torch.float64 else "float32", init="zeros")
     memory.check(memory.model_estimate(cfg, f"construction {name!r} at d={d}"), max_memory)
-    model = HookedDisentangledTransformer(cfg)
+    model = HookedDisentangledTransformer(cfg, max_memory=max_memory)
     cells = [(c, 1.0) for c in spec.cells] + scratch_guard(spec, cfg.layout.scratch_vector)
     with torch.no_grad():
         for (layer, query, key, kind), scale in cells:
