@@ -53,6 +53,26 @@ def test_estimates_are_within_2x_of_measured_peaks():
     assert all(0.5 <= r <= 2.0 for r in ratios.values()), ratios
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_reset_peak(), reason="needs Linux /proc/self/clear_refs")
+def test_the_analysis_estimate_is_within_2x_over_depth_and_heads():
+    """``invperm analyze``'s estimate against the measured peak of analysing briefly trained models
+    of 2-3 layers and 1-2 heads (benchmarks/memory_estimate.py ``DEPTHS``), where the circuit tests'
+    gauge bases, growing as ``D³``, come to dominate the forward passes."""
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import memory_estimate
+    finally:
+        sys.path.pop(0)
+    ratios = {}
+    for name, job in memory_estimate.DEPTHS.items():  # one at a time: their peaks add up otherwise
+        out, err = memory_estimate.measure(job).communicate(timeout=900)
+        assert out, err[-2000:]
+        got = json.loads(out)
+        ratios[name] = got["estimate"] / got["peak"]
+    assert all(0.5 <= r <= 2.0 for r in ratios.values()), ratios
+
+
 # -- the estimates' shapes -----------------------------------------------------------------------
 def test_parameter_count_matches_the_model():
     from invperm_interp import HookedDisentangledTransformer

@@ -10,6 +10,9 @@ Estimates count the tensors the code allocates. Per layer ``l`` with ``H`` heads
 - Hooked forward without gradients (evaluation, a construction's check): the peak is the largest
   of ``h + 2q + 2·scores`` (inside attention) and ``h + 2q + h_{l+1}`` (the concatenation) over the
   layers, plus the final stream and its read-out rows.
+- Analysis: two forwards' activations, and the circuit tests' float64 gauge bases, ``(D_l², r_l)``
+  per layer with ``r_l`` about ``2·c·D_l`` (``c`` copies of ``h^0``): ``D³`` growth, the dominant
+  part at depth or with heads.
 - Training step (``readout_forward``, then backward): autograd keeps every layer's ``h``, ``q`` and
   pattern until its backward runs (the last layer only for the ``d`` read-out rows); backward adds the
   gradient of the stream and its temporaries. Weights, their gradients and Adam's two moments are
@@ -292,11 +295,27 @@ def combined(estimates: list[Estimate], what: str) -> Estimate:
     return Estimate(what, parts, lower=lower)
 
 
+def gauge_basis_bytes(cfg: ModelConfig) -> int:
+    """The circuit tests' gauge bases (``analysis.faithfulness``): per layer ``l`` a float64
+    ``(D_l², r_l)`` matrix, ``r_l = (c - 1)·D_l + (D_l - c + 1)·c`` gauge directions with
+    ``c = Π_{k<l} (1 + H_k)`` copies of ``h^0`` in ``h^l``. Each layer's stays cached, and the
+    largest is built beside its two halves (or gathered on a circuit's cells): the sum plus the
+    largest once more. They grow as ``D³``: the dominant part at depth or with heads."""
+    sizes, copies = [], 1
+    for H, D in zip(cfg.heads, cfg.widths):
+        sizes.append(D * D * ((copies - 1) * D + (D - copies + 1) * copies) * 8)
+        copies *= 1 + H
+    return sum(sizes) + max(sizes)
+
+
 def analysis_estimate(cfg: ModelConfig, n: int) -> Estimate:
-    """``invperm analyze`` on ``n`` samples: an evaluation's parts with two forwards' activations
-    alive (a clean run cached beside an ablated or patched one; measured 0.9-1.7x of its peak)."""
+    """``invperm analyze`` on ``n`` samples: the weights, the samples, two forwards' activations
+    alive (a clean run cached beside an ablated or patched one) with their allocator slack, and
+    the gauge bases of the circuit tests (:func:`gauge_basis_bytes`). An upper bound: a model
+    with no template atoms in a layer (a random one) never builds that layer's basis."""
     activations = 2 * forward_bytes(cfg, n)
     return Estimate(f"the analysis on n={n} samples",
                     {"weights": cfg.n_params * _elem(cfg), "samples": batch_bytes(cfg, n),
-                     "activations": activations, "allocator slack": int(SLACK * activations)},
-                    lower="the number of samples (--n) or d")
+                     "activations": activations, "allocator slack": int(SLACK * activations),
+                     "gauge bases": gauge_basis_bytes(cfg)},
+                    lower="the number of samples (--n), d, n_layers or n_heads")
