@@ -1,12 +1,13 @@
 """The memory budget's estimates against measured peaks, side by side, at a few sizes.
 
 Each job runs in a fresh process on one torch thread: a tiny warm-up run (so the kernels' one-off
-allocations are not counted), then ``VmHWM`` is reset to the current RSS (``/proc/self/clear_refs``)
-and the job runs; measured = peak RSS growth. This is what runs out on a real machine, allocator
-slack included. Linux only. tests/test_memory.py runs the small jobs through ``--probe``.
+allocations are not counted; an analysis job also analyses a tiny model on another stream first),
+then ``VmHWM`` is reset to the current RSS (``/proc/self/clear_refs``) and the job runs; measured =
+peak RSS growth. This is what runs out on a real machine, allocator slack included. Linux only.
+tests/test_memory.py runs the small jobs (``SMALL``, ``DEPTHS``) through ``--probe``.
 
   python benchmarks/memory_estimate.py            # the table (sizes up to ~2.5 GB peak)
-  python benchmarks/memory_estimate.py --small    # the test's sizes only (~50-300 MB)
+  python benchmarks/memory_estimate.py --small    # the tests' sizes only (~50-400 MB)
   python benchmarks/memory_estimate.py --probe '{"kind": "verify", "name": "theorem2", "d": 30, "n": 256}'
 """
 
@@ -29,6 +30,11 @@ SMALL = {  # each peaks at 50-300 MB
     "construct theorem2 d=30, n=256 (float64)": dict(kind="verify", name="theorem2", d=30, n=256),
     "construct theorem3 d=30, n=128 (float64)": dict(kind="verify", name="theorem3", d=30, n=128),
     "analyze theorem3 d=8, n=512 (float64)": dict(kind="analyze", name="theorem3", d=8, n=512),
+}
+DEPTHS = {  # the analysis of briefly trained models over depth and heads: each peaks at 0.1-0.4 GB
+    f"analyze d={d}, {L} layers, {H} heads, n=256": dict(kind="analyze_trained", d=d, layers=L,
+                                                          heads=H, n=256, steps=40)
+    for d, L, H in ((8, 2, 2), (8, 3, 1), (4, 3, 2))
 }
 LARGE = {
     "train d=40 causal, batch 1024": dict(kind="train", d=40, heads=1, attention="causal", B=1024,
@@ -58,6 +64,19 @@ def probe(job: dict) -> dict:
     train(ModelConfig(Layout.plain(2)), TrainConfig(steps=1, batch_size=2, eval_size=2, device="cpu"),
           progress=False)
     C.verify(C.build("theorem2", 2), n=2)
+    if job["kind"].startswith("analyze"):  # the analysis's one-off allocations, on another stream
+        from invperm_interp.analysis.record import analyze
+
+        tiny = C.build("theorem2", 2)
+        analyze(tiny, sample_batch(tiny.cfg.layout, 4, torch.Generator().manual_seed(1),
+                                   dtype=torch.float64))
+    if job["kind"] == "analyze_trained":  # trained before the peak is reset: only the analysis counts
+        cfg = ModelConfig(Layout.plain(job["d"]), n_layers=job["layers"], n_heads=job["heads"],
+                          attention_dir="bidirectional")
+        model = train(cfg, TrainConfig(steps=job["steps"], batch_size=64, eval_size=64,
+                                       eval_every=job["steps"], device="cpu"), progress=False).model
+        generator = torch.Generator().manual_seed(0)
+        batch = sample_batch(cfg.layout, job["n"], generator, dtype=cfg.torch_dtype)
     base = status("VmRSS:")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # VmHWM := VmRSS
@@ -66,6 +85,9 @@ def probe(job: dict) -> dict:
         estimate = footprint.training_estimate(cfg, "adam", job["B"], job["E"])
         train(cfg, TrainConfig(steps=3, batch_size=job["B"], eval_size=job["E"], eval_every=1,
                                device="cpu"), progress=False)
+    elif job["kind"] == "analyze_trained":
+        estimate = memory.analysis_estimate(cfg, job["n"])
+        analyze(model, batch)
     else:
         model = C.build(job["name"], job["d"])
         estimate = (memory.evaluation_estimate(model.cfg, job["n"]) if job["kind"] == "verify"
@@ -73,8 +95,6 @@ def probe(job: dict) -> dict:
         if job["kind"] == "verify":
             C.verify(model, n=job["n"])
         else:
-            from invperm_interp.analysis.record import analyze
-
             generator = torch.Generator().manual_seed(0)
             analyze(model, sample_batch(model.cfg.layout, job["n"], generator, dtype=torch.float64))
     return {"estimate": estimate.total, "peak": status("VmHWM:") - base}
@@ -94,7 +114,7 @@ def main() -> None:
     if args.probe:
         print(json.dumps(probe(json.loads(args.probe))))
         return
-    jobs = SMALL if args.small else {**SMALL, **LARGE}
+    jobs = {**SMALL, **DEPTHS} if args.small else {**SMALL, **DEPTHS, **LARGE}
     print(f"load average {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores); one job at a time")
     print(f"{'job':48s} {'estimate':>10s} {'measured':>10s} {'ratio':>6s}")
     for name, job in jobs.items():

@@ -75,6 +75,22 @@ def test_candidates_share_layout_mask_and_readout(cfg, expected):
     assert candidates(model) == expected
 
 
+def test_constructions_that_cannot_be_built_at_d_are_not_candidates():
+    """At d = 1 the forms that need another P row (``min_d`` 2) are skipped, not fatal."""
+    model = C.build("theorem3", 1)
+    names = candidates(model)
+    assert "theorem3" in names and "theorem3_superposed_complement" not in names
+    assert all(C.REGISTRY[n].min_d <= 1 for n in names)
+    assert closest_construction(model, batch_for(model))[0].name == "theorem3"
+
+
+def test_analyze_a_scratch_construction_at_d_1(tmp_path, capsys):
+    assert main(["analyze", "--construction", "theorem3", "--d", "1", "--n", "32",
+                 "--out", str(tmp_path)]) == 0, capsys.readouterr().err
+    report = json.loads((tmp_path / "analysis.json").read_text())
+    assert "theorem3_superposed_complement" not in {m["name"] for m in report["closest"]}
+
+
 def test_models_on_different_streams_compare_by_function_only():
     layout = Layout.plain(3)
     one = HookedDisentangledTransformer(ModelConfig(layout, attention_dir="bidirectional",

@@ -13,7 +13,6 @@ from invperm_interp.task import make_input
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]
 PRINTED = [n for n in C.names() if not C.REGISTRY[n].works]
-DS = (1, 2, 3, 5, 10, 16)
 F64 = torch.float64
 
 
@@ -36,19 +35,22 @@ def test_registry_lists_every_row_of_the_design_table():
         assert all(t in C.CELL_LABELS for *_, t in spec.cells)
 
 
-@pytest.mark.parametrize("d", DS)
 @pytest.mark.parametrize("name", WORKING)
-def test_working_construction_reproduces_Y(name, d):
+def test_working_construction_reproduces_Y_over_its_whole_range(name):
+    """Every d the spec claims, min_d to max_d, at beta_exact and at build's default β; checked
+    against the task's answers on draws and edge cases of this test's own."""
     spec = C.REGISTRY[name]
-    if d < spec.min_d:
+    assert 1 <= spec.min_d <= 2 and spec.max_d >= 16
+    for d in range(1, spec.min_d):
         with pytest.raises(ValueError, match=f"works from d={spec.min_d}"):
             C.build(name, d, spec.beta_exact)
-        return
-    model = C.build(name, d, spec.beta_exact)
-    assert C.verify(model, n=128, seed=d).max_error < 1e-6
-    for P, Y in special_inputs(d):
-        batch = make_input(model.cfg.layout, P, P @ Y)
-        assert C.verify(model, batch=batch).max_error < 1e-6, (P, Y)
+    for d in range(spec.min_d, spec.max_d + 1):
+        for beta in (spec.beta_exact, None):
+            model = C.build(name, d, beta)
+            assert C.verify(model, n=128, seed=d).max_error < 1e-6, (d, beta)
+            for P, Y in special_inputs(d):
+                batch = make_input(model.cfg.layout, P, P @ Y)
+                assert C.verify(model, batch=batch).max_error < 1e-6, (d, beta, P, Y)
 
 
 @pytest.mark.parametrize("d", [2, 10])
@@ -181,6 +183,38 @@ def test_register_checks_a_construction_with_verify():
         C.REGISTRY.pop("my_two_block", None)
 
 
+def test_register_verifies_every_d_of_the_range_it_claims():
+    """two_block's cells at β 50 are exact at d = 3, 5, 10 but not at d = 2 (margin β/4)."""
+    cells = [(0, "pos.Y", "pos.P", "I"), (1, "pos.P", "L1.x", "I")]
+    with pytest.raises(ValueError, match=r"every d from 1 to 16 .*beta 50: .* at d=2"):
+        C.register("my_two_block", cells, beta=50.0)
+    assert "my_two_block" not in C.REGISTRY
+    try:
+        spec = C.register("my_two_block", cells, max_d=12)
+        assert (spec.min_d, spec.max_d, spec.beta_exact) == (1, 12, 100.0)
+        for d in range(1, 13):
+            model = C.build("my_two_block", d, spec.beta_exact)
+            assert C.verify(model, n=128, seed=d).max_error < 1e-6, d
+    finally:
+        C.REGISTRY.pop("my_two_block", None)
+
+
+@pytest.mark.parametrize("name, match", [
+    ("none", "reserved"), ("None", "reserved"), ("two block", "identifier"), ("", "identifier"),
+    (5, "identifier"), ("theorem2", "already registered"),
+])
+def test_register_refuses_reserved_odd_and_taken_names(name, match):
+    """"none" is what the mechanism rule answers when no construction qualifies."""
+    cells = [(0, "pos.Y", "pos.P", "I"), (1, "pos.P", "L1.x", "I")]  # two_block: it works
+    before = dict(C.REGISTRY)
+    with pytest.raises(ValueError, match=match):
+        C.register(name, cells, beta=100.0)
+    if match == "reserved":
+        with pytest.raises(ValueError, match=match):
+            C.register(name, cells, beta=100.0, replace=True)
+    assert C.REGISTRY == before
+
+
 @pytest.mark.parametrize("cells,kwargs,match", [
     ([(0, "pos.Y", "pos.P", "I")], {}, "does not solve the task"),  # half of two_block
     ([(0, "pos.Q", "pos.P", "I")], {}, "pos.Q"),
@@ -189,6 +223,9 @@ def test_register_checks_a_construction_with_verify():
     ([(0, "pos.S", "pos.P", "I")], {}, "pos.S"),  # no scratch rows in the plain layout
     ([(0, "pos.Y", "pos.P", "I")], {"read": "L3.x"}, "L3.x"),
     ([(0, "pos.Y", "pos.P", "I")], {"layout": "code"}, "layout"),
+    ([(0, "pos.Y", "pos.P", "I")], {"min_d": 0}, "min_d and max_d"),
+    ([(0, "pos.Y", "pos.P", "I")], {"min_d": 5, "max_d": 4}, "min_d and max_d"),
+    ([(0, "pos.Y", "pos.P", "I")], {"max_d": 2.5}, "min_d and max_d"),
 ])
 def test_register_refuses_bad_constructions(cells, kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -23,7 +23,11 @@ def test_a_hidden_construction_is_recovered_from_noisy_gauged_models(monkeypatch
               for i, beta in enumerate((25.0, 35.0, 45.0))}
     models["named"] = perturb(C.build("appendix_b", 5, 30.0), gauge=3.0, seed=7)
     # the rule, and discovery, no longer know it (a copy: the registry's order is restored after)
-    monkeypatch.setattr(C, "REGISTRY", {k: v for k, v in C.REGISTRY.items() if k != "two_block"})
+    from invperm_interp.maths import registry
+
+    hidden_registry = {k: v for k, v in C.REGISTRY.items() if k != "two_block"}
+    monkeypatch.setattr(C, "REGISTRY", hidden_registry)
+    monkeypatch.setattr(registry, "REGISTRY", hidden_registry)
     found = discover(models, n=512)
     assert found.reasons["named"] == "named appendix_b"
     assert len(found.proposals) == 1

@@ -54,6 +54,26 @@ def test_estimates_are_within_2x_of_measured_peaks():
     assert all(0.5 <= r <= 2.0 for r in ratios.values()), ratios
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_reset_peak(), reason="needs Linux /proc/self/clear_refs")
+def test_the_analysis_estimate_is_within_2x_over_depth_and_heads():
+    """``invperm analyze``'s estimate against the measured peak of analysing briefly trained models
+    of 2-3 layers and 1-2 heads (benchmarks/memory_estimate.py ``DEPTHS``), where the circuit tests'
+    gauge bases, growing as ``D³``, come to dominate the forward passes."""
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import memory_estimate
+    finally:
+        sys.path.pop(0)
+    ratios = {}
+    for name, job in memory_estimate.DEPTHS.items():  # one at a time: their peaks add up otherwise
+        out, err = memory_estimate.measure(job).communicate(timeout=900)
+        assert out, err[-2000:]
+        got = json.loads(out)
+        ratios[name] = got["estimate"] / got["peak"]
+    assert all(0.5 <= r <= 2.0 for r in ratios.values()), ratios
+
+
 # -- the estimates' shapes -----------------------------------------------------------------------
 def test_parameter_count_matches_the_model():
     from invperm_interp import HookedDisentangledTransformer
@@ -237,3 +257,53 @@ def test_a_vectorised_bucket_is_checked_as_the_sum_of_its_runs(monkeypatch):
                                                         r".*lower the number of runs trained together"):
         train_many(jobs, vectorize=True, progress=False)
     assert [r.step for r in train_many(jobs[:3], vectorize=True, progress=False)] == [2, 2, 2]
+
+
+@pytest.mark.parametrize("kind", ["hooked", "plain"])
+def test_a_model_that_does_not_fit_is_refused_before_its_weights_exist(monkeypatch, kind):
+    """The Python API, as the CLI: the constructor checks the weights' estimate against the limit
+    (here a test's 1 MB; the model's weights are about 9 MB)."""
+    from invperm_interp import HookedDisentangledTransformer
+    from invperm_interp.model.disentangled import DisentangledTransformer
+
+    cls = HookedDisentangledTransformer if kind == "hooked" else DisentangledTransformer
+    cfg = ModelConfig(Layout.plain(200))
+    monkeypatch.setattr(memory, "available_memory", lambda device="cpu": (10**6, "a test's limit"))
+    with pytest.raises(memory.MemoryBudgetError,
+                       match=r"needs about 9.1 MB \(weights 9.1 MB\) but 1.0 MB is available "
+                             r"\(a test's limit\); lower d, n_layers or n_heads"):
+        cls(cfg)
+    assert cfg.n_params * 4 > 9e6
+    model = cls(cfg, max_memory="1G")  # max_memory replaces the machine's limit
+    assert sum(p.numel() for p in model.parameters()) == cfg.n_params
+
+
+@pytest.mark.slow
+def test_a_50_layer_model_is_refused_under_ulimit_v_without_allocating(tmp_path):
+    """``ModelConfig(Layout.plain(10), n_layers=50)`` would take ~1e24 GB; under an address-space
+    cap of 512 MB above what the imports use, both classes refuse with the estimate and the limit
+    instead of allocating until the allocator fails."""
+    script = (
+        "import resource\n"
+        "from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, memory\n"
+        "from invperm_interp.model.disentangled import DisentangledTransformer\n"
+        "used = next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') "
+        "if l.startswith('VmSize:'))\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (used + 2**29, resource.RLIM_INFINITY))\n"
+        "for cls in (HookedDisentangledTransformer, DisentangledTransformer):\n"
+        "    try:\n"
+        "        cls(ModelConfig(Layout.plain(10), n_layers=50))\n"
+        "    except memory.MemoryBudgetError as err:\n"
+        "        print(err)\n"
+    )
+    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        pytest.skip("this process already runs under an address-space limit")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 2, done.stdout
+    for line in lines:
+        assert re.match(r"a 50-layer model at d=10 needs about \S+ GB \(weights .*\) but [0-9.]+ "
+                        r"(GB|MB) is available \(RLIMIT_AS", line), line

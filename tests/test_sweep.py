@@ -173,3 +173,46 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     assert json.loads((out / "d2_seed0" / "mechanism.json").read_text())["name"] == "appendix_b"
     run_sweep(grid_file(tmp_path, text), out, executor="debug", progress=False)
     assert len(seen) == 4  # cached: a rerun does not analyse again
+
+
+def _record(**change):
+    from invperm_interp import Layout, ModelConfig
+    from invperm_interp.config import TrainConfig
+
+    record = {"name": "d2_seed0", "status": "finished", "step": 20, "steps_to_solve": 10,
+              "solve_mse": 1e-3, "final": {"step": 20, "mse": 1e-4, "row_acc": 1.0},
+              "mechanism": "two_block", "model": ModelConfig(Layout.plain(2)).to_dict(),
+              "train": TrainConfig(steps=20, device="cpu").to_dict()}
+    record.update(change)
+    return {k: v for k, v in record.items() if v != "DROP"}
+
+
+@pytest.mark.parametrize("text, where", [
+    ("{}\n", "line 1"),
+    (json.dumps(_record(status="DROP")) + "\n", "line 1"),  # a missing key
+    (json.dumps(_record()) + "\n" + json.dumps(_record(model=5)) + "\n", "line 2"),
+    (json.dumps(_record(model={"layout": 3})) + "\n", "line 1"),
+    (json.dumps(_record(model={"layout": {"d": "2"}})) + "\n", "line 1"),
+    (json.dumps(_record(steps_to_solve="10")) + "\n", "line 1"),
+    (json.dumps(_record(final=[1, 2])) + "\n", "line 1"),
+    (json.dumps(_record(solve_mse="small")) + "\n", "line 1"),
+    (json.dumps(_record(train=None)) + "\n", "line 1"),
+    ("\n" + json.dumps(_record()) + "\n[1, 2]\n", "line 3"),  # not an object
+    ("null\n", "line 1"),
+    ("{not json\n", "line 1"),
+    ("", "lists no runs"),  # an empty file
+])
+def test_a_malformed_sweep_jsonl_is_one_line_naming_file_and_line(tmp_path, capsys, text, where):
+    (tmp_path / "sweep.jsonl").write_text(text)
+    assert main(["sweep-report", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("invperm sweep-report: error: ") and where in line, line
+    assert str(tmp_path / "sweep.jsonl") in line, line
+    assert not (tmp_path / "sweep_report.md").exists()
+
+
+def test_a_well_formed_sweep_jsonl_reports(tmp_path):
+    runs = [_record(), _record(name="d3_seed0", model=_record()["model"] | {"layout": {"d": 3}})]
+    (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    assert main(["sweep-report", str(tmp_path)]) == 0
+    assert "d3_seed0" in (tmp_path / "sweep_report.md").read_text()

@@ -10,8 +10,11 @@ Estimates count the tensors the code allocates. Per layer ``l`` with ``H`` heads
 - Hooked forward without gradients (evaluation, a construction's check): the peak is the largest
   of ``h + 2q + 2·scores`` (inside attention) and ``h + 2q + h_{l+1}`` (the concatenation) over the
   layers, plus the final stream and its read-out rows.
+- Analysis: two forwards' activations, and the circuit tests' float64 gauge bases, ``(D_l², r_l)``
+  per layer with ``r_l`` about ``2·c·D_l`` (``c`` copies of ``h^0``): ``D³`` growth, the dominant
+  part at depth or with heads.
 - Training step: counted from the code itself (``training.footprint``: the tensors autograd saves
-  in one real step's forward, run on the ``meta`` device). Weights, their gradients and Adam's two
+  in one real step's forward, scaled from a few samples). Weights, their gradients and Adam's two
   moments are four copies of the parameters (two for SGD), plus the optimizer step's temporaries.
 
 On top of the tensors, the allocator keeps freed blocks for reuse (glibc's heap on the CPU, with
@@ -65,6 +68,8 @@ class Estimate:
 
 
 def format_bytes(n: float) -> str:
+    if n >= 1e6 * GB:
+        return f"{n / GB:.2g} GB"
     if n >= 0.1 * GB:
         return f"{n / GB:.2f} GB"
     return f"{n / 1e6:.1f} MB"
@@ -248,11 +253,27 @@ def combined(estimates: list[Estimate], what: str) -> Estimate:
     return Estimate(what, parts, lower=lower)
 
 
+def gauge_basis_bytes(cfg: ModelConfig) -> int:
+    """The circuit tests' gauge bases (``analysis.faithfulness``): per layer ``l`` a float64
+    ``(D_l², r_l)`` matrix, ``r_l = (c - 1)·D_l + (D_l - c + 1)·c`` gauge directions with
+    ``c = Π_{k<l} (1 + H_k)`` copies of ``h^0`` in ``h^l``. Each layer's stays cached, and the
+    largest is built beside its two halves (or gathered on a circuit's cells): the sum plus the
+    largest once more. They grow as ``D³``: the dominant part at depth or with heads."""
+    sizes, copies = [], 1
+    for H, D in zip(cfg.heads, cfg.widths):
+        sizes.append(D * D * ((copies - 1) * D + (D - copies + 1) * copies) * 8)
+        copies *= 1 + H
+    return sum(sizes) + max(sizes)
+
+
 def analysis_estimate(cfg: ModelConfig, n: int) -> Estimate:
-    """``invperm analyze`` on ``n`` samples: an evaluation's parts with two forwards' activations
-    alive (a clean run cached beside an ablated or patched one; measured 0.9-1.7x of its peak)."""
+    """``invperm analyze`` on ``n`` samples: the weights, the samples, two forwards' activations
+    alive (a clean run cached beside an ablated or patched one) with their allocator slack, and
+    the gauge bases of the circuit tests (:func:`gauge_basis_bytes`). An upper bound: a model
+    with no template atoms in a layer (a random one) never builds that layer's basis."""
     activations = 2 * forward_bytes(cfg, n)
     return Estimate(f"the analysis on n={n} samples",
                     {"weights": cfg.n_params * _elem(cfg), "samples": batch_bytes(cfg, n),
-                     "activations": activations, "allocator slack": int(SLACK * activations)},
-                    lower="the number of samples (--n) or d")
+                     "activations": activations, "allocator slack": int(SLACK * activations),
+                     "gauge bases": gauge_basis_bytes(cfg)},
+                    lower="the number of samples (--n), d, n_layers or n_heads")

@@ -200,14 +200,15 @@ def _best_name(model: HookedDisentangledTransformer, batch: Batch) -> str | None
 
 
 def candidates(model: HookedDisentangledTransformer) -> list[str]:
-    """Registry constructions with the model's layout, attention direction, read-out and shape."""
+    """Registry constructions with the model's layout, attention direction, read-out and shape,
+    that can be built at its ``d`` (from ``min_d``)."""
     cfg = model.cfg
     if cfg.n_layers != 2 or cfg.heads != (1, 1):
         return []
     out = []
     for name in constructions.names():
         spec = constructions.REGISTRY[name]
-        if spec.attention_dir != cfg.attention_dir or spec.readout != cfg.readout:
+        if spec.attention_dir != cfg.attention_dir or spec.readout != cfg.readout or cfg.d < spec.min_d:
             continue
         try:
             layout = spec.make_layout(cfg.d, cfg.layout.scratch_vector or None)

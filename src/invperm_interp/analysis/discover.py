@@ -13,7 +13,7 @@ gives the same form whatever gauge a run learned. The scratch rows are not relab
 Each form held by at least ``min_runs`` runs is proposed as a construction (``ConstructionSpec``,
 every cell ``β`` times its template, one ``β``) and checked twice: **exact** when the largest error
 of the built model falls below ``constructions.REGISTER_TOL`` at every ``d`` in
-``constructions.REGISTER_DS`` as ``β`` grows (``exact_from``: the first such ``β``; otherwise the
+``DISCOVER_DS`` as ``β`` grows (``exact_from``: the first such ``β``; otherwise the
 best error reached), and **faithful** on each of its runs by the rule's own test.
 """
 
@@ -37,6 +37,9 @@ ATOM_SHARE = 0.25
 
 Cell = tuple[int, str, str, str]  # (layer, query, key, label), as constructions write them
 
+
+#: The sizes a proposed form is checked exact at (``register`` then checks its whole range).
+DISCOVER_DS = (3, 5, 10)
 
 @dataclass(frozen=True)
 class Form:
@@ -74,7 +77,7 @@ class Proposal:
     name: str
     form: Form
     runs: tuple[str, ...]
-    errors: tuple[tuple[float, float], ...]  # (β, largest error over REGISTER_DS), β increasing
+    errors: tuple[tuple[float, float], ...]  # (β, largest error over DISCOVER_DS), β increasing
     tests: tuple[Faithfulness, ...]  # the form tested on each run, in ``runs`` order
     verdicts: tuple[str, ...]
 
@@ -154,7 +157,7 @@ def _errors(form: Form, name: str) -> tuple[tuple[float, float], ...]:
     out = []
     for beta in constructions.REGISTER_BETAS:
         try:
-            err = max(constructions.max_error(spec, d, beta) for d in constructions.REGISTER_DS)
+            err = max(constructions.max_error(spec, d, beta) for d in DISCOVER_DS)
         except ValueError:
             err = float("inf")
         out.append((beta, err))

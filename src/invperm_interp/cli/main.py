@@ -60,7 +60,7 @@ def _cmd_construct(args: argparse.Namespace) -> None:
         raise ValueError(f"give a construction name (one of {constructions.names()}) or --list")
     spec = constructions.get(args.name)
     model = constructions.build(args.name, args.d, args.beta, max_memory=args.max_memory)
-    beta = constructions.DEFAULT_BETA if args.beta is None else args.beta
+    beta = constructions.default_beta(args.name) if args.beta is None else args.beta
     check = constructions.verify(model, n=args.n, seed=args.seed, max_memory=args.max_memory)
     print(f"{spec.name}: {spec.description}")
     print(f"{spec.attention_dir} attention on {model.cfg.layout}; W_U = I on {spec.read_block} "
@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     construct.add_argument("name", nargs="?", help="construction name (see --list)")
     construct.add_argument("--list", action="store_true", help="list constructions and exit")
     construct.add_argument("--d", type=int, default=10)
-    construct.add_argument("--beta", type=float, default=None, help="cell scale (default 100)")
+    construct.add_argument("--beta", type=float, default=None,
+                           help="cell scale (default: the larger of 100 and its exact beta)")
     construct.add_argument("--n", type=int, default=256, help="samples for the verification")
     construct.add_argument("--seed", type=int, default=0)
     construct.add_argument("--max-memory", type=size, metavar="SIZE",

@@ -1,11 +1,8 @@
 """Analytic weights for the note's Theorems 2 and 3 and Appendix B, as ready models.
 
-Each construction is data: a ``ConstructionSpec`` whose ``cells`` list the nonzero
-``(layer, query block, key block, template)`` cells of the attention matrices (docs/design.md
-section 6),
-and one generic builder turns cells into a ``HookedDisentangledTransformer``. ``layer`` is the
-module index (``blocks.{layer}``; the note's "layer 1" is ``0``); templates are ``"I"`` (identity),
-``"J"`` (anti-diagonal) and ``"1"`` (all ones), each with an optional ``-``, times ``beta``:
+Each construction is data (:mod:`.registry`: a ``ConstructionSpec`` listing the nonzero
+``(layer, query block, key block, template)`` cells of the attention matrices), and one generic
+builder turns cells into a ``HookedDisentangledTransformer``: every template times ``beta``,
 labels of the vocabulary in ``cells``, which the template matching reads back. The read-out ``W_U``
 is the identity on ``read_block`` of the final stream, or a signed sum of identities
 (``"L2.x - L1.x"``). The printed forms are kept to show their failure; :func:`register` adds a
@@ -14,7 +11,6 @@ user's construction after checking it with :func:`verify`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import torch
@@ -22,171 +18,14 @@ import torch
 from .. import memory
 from ..config import ModelConfig
 from ..model.hooked import HookedDisentangledTransformer
-from ..task import Batch, Layout, mse, sample_batch
+from ..task import Batch, Layout, make_input, mse, sample_batch
 from .cells import cell_template
+from .registry import CELL_LABELS, REGISTRY, Cell, ConstructionSpec, get, names, parse_read
 
-Cell = tuple[int, str, str, str]  # (layer, query block, key block, template)
-CELL_LABELS = ("I", "J", "1", "-I", "-J", "-1")  # what a registered cell may hold
+__all__ = ["REGISTRY", "CELL_LABELS", "Cell", "ConstructionSpec", "build", "get", "names",
+           "parse_read", "register", "verify"]
+
 DEFAULT_BETA = 100.0
-
-
-@dataclass(frozen=True)
-class ConstructionSpec:
-    """One row of docs/design.md section 6's table.
-
-    ``beta_exact`` is the smallest β, in steps of 5, at which the float64 max error is below 1e-6
-    for every d in {1, 2, 3, 5, 10, 16} on random data, the identity and reversal permutations with
-    ``Y`` all zeros / all ones (measured; ``None`` for the printed forms, which never get there).
-    It is set by the worst margin: ``β`` for one-hot lookups, ``β/4`` for ``two_block`` at d = 2,
-    ``β/3`` for ``theorem3_two_block`` at d = 1 (their keys hold averages of one-hots) and
-    ``β/(d - 1)`` for ``theorem3_complement`` at d = 16 (its keys hold complements); from ``min_d``
-    for a form that needs another ``P`` row.
-    """
-
-    name: str
-    description: str
-    attention_dir: str  # "causal" or "bidirectional"
-    layout: str  # "plain": [P; Y_P]; "scratch": [P; Y_P; S] with d scratch rows
-    readout: str  # segment whose rows are read out
-    read_block: str  # block(s) of the final stream that W_U copies: "L2.x" or "L2.x - L1.x"
-    works: bool  # False for the note's printed forms
-    cells: tuple[Cell, ...]
-    beta_exact: float | None = None
-    min_d: int = 1  # the smallest d it works at (a complement over the other P rows needs one)
-
-    @property
-    def read_terms(self) -> tuple[tuple[str, float], ...]:
-        """``read_block`` as ``((block, sign), ...)``: ``"L2.x - L1.x"`` → ``(("L2.x", 1), ("L1.x", -1))``."""
-        return parse_read(self.read_block)
-
-    def make_layout(self, d: int, scratch=None) -> Layout:
-        if self.layout == "scratch":
-            return Layout.scratch(d, scratch=scratch)
-        if scratch is not None:
-            raise ValueError(f"scratch is only for scratch layouts; {self.name!r} reads [P; Y_P]")
-        return Layout.plain(d)
-
-
-def parse_read(text: str) -> tuple[tuple[str, float], ...]:
-    """``"L2.x - L1.x"`` → ``(("L2.x", 1.0), ("L1.x", -1.0))``: block names joined by + and -."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"read must be block names joined by + and -, e.g. 'L2.x - L1.x', got {text!r}")
-    terms, sign = [], 1.0
-    for token in re.findall(r"[+-]|[^\s+-]+", text.strip()):
-        if token in "+-":
-            sign = -sign if token == "-" else sign
-            continue
-        terms.append((token, sign))
-        sign = 1.0
-    names = [t for t, _ in terms]
-    if not terms or len(set(names)) != len(names):
-        raise ValueError(f"read must name each block once, e.g. 'L2.x - L1.x', got {text!r}")
-    return tuple(terms)
-
-
-def _spec(name, description, attention_dir, layout, readout, read_block, works, cells, beta=None,
-          min_d=1):
-    return ConstructionSpec(name, description, attention_dir, layout, readout, read_block, works,
-                            tuple(cells), beta, min_d)
-
-
-# Shared by the two superposed forms: Y_P row j averages the P rows but its own (the -1 on x keeps
-# it off the binary Y_P rows), and scratch row i's complement lookup, from its position and from
-# its copy of itself.
-_Y_COMPLEMENT = [(0, "pos.Y", "pos.P", "-I"), (0, "pos.Y", "pos.P", "1"), (0, "pos.Y", "x", "-1")]
-_S_COMPLEMENT_LOOKUPS = [(1, "pos.S", "L1.x", "-I"), (1, "pos.S", "pos.Y", "1"),
-                         (1, "L1.pos.S", "L1.x", "-I"), (1, "L1.pos.S", "pos.Y", "1")]
-
-REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
-    # Theorem 2 (Appendix C.2) as printed: L1 gives row-reversed P, L2 then looks up Y_P rows by
-    # J·(row-reversed P); that is Y only when (JP)² = I.
-    _spec("theorem2_as_printed", "Theorem 2 as printed (J, J): fails unless (JP)^2 = I",
-          "bidirectional", "plain", "P", "L2.x", False,
-          [(0, "pos.P", "pos.P", "J"), (1, "L1.x", "pos.Y", "J")]),
-    # P row i attends to the P row holding e_i (row perm⁻¹(i)); -1 keeps binary Y_P rows, which
-    # also match e_i by content, from tying with it. L2 fetches Y_P row perm⁻¹(i) = Y_i.
-    _spec("theorem2", "Theorem 2 corrected: find the P row holding e_i, fetch its Y_P row",
-          "bidirectional", "plain", "P", "L2.x", True,
-          [(0, "pos.P", "x", "I"), (0, "pos.P", "pos.Y", "-1"), (1, "L1.pos.P", "pos.Y", "I")], 20),
-    # What gradient descent finds (docs/design.md section 6): Y_P row j fetches P row j = e_perm(j),
-    # then P row i looks up by content the Y_P row whose fetched P row is e_i.
-    _spec("two_block", "two-block variant: Y_P rows fetch their P row; P rows look them up",
-          "bidirectional", "plain", "P", "L2.x", True,
-          [(0, "pos.Y", "pos.P", "I"), (1, "pos.P", "L1.x", "I")], 60),
-    # Appendix B's learned weights as printed: the L2 content lookup ties with Y_P rows.
-    _spec("appendix_b_as_printed", "Appendix B as printed: L2 lookup ties with binary Y_P rows",
-          "bidirectional", "plain", "P", "L2.L1.x", False,
-          [(0, "pos.P", "pos.Y", "I"), (1, "pos.P", "x", "I")]),
-    # P row i copies Y_P row i; L2 moves it to the row perm(i) (its content lookup, with -1).
-    _spec("appendix_b", "Appendix B corrected: P rows copy Y_P rows, then look up by content",
-          "bidirectional", "plain", "P", "L2.L1.x", True,
-          [(0, "pos.P", "pos.Y", "I"), (1, "pos.P", "x", "I"), (1, "pos.P", "pos.Y", "-1")], 20),
-    _spec("theorem3_as_printed", "Theorem 3 as printed (J, J): fails unless (JP)^2 = I",
-          "causal", "scratch", "S", "L2.x", False,
-          [(0, "pos.S", "pos.P", "J"), (1, "L1.x", "pos.Y", "J")]),
-    # Theorem 2's corrected lookup run from the scratch rows, which see every P and Y_P row.
-    _spec("theorem3", "Theorem 3 corrected: scratch rows find e_i in P, fetch the Y_P row",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.Y", "-1"), (1, "L1.pos.P", "pos.Y", "I")], 20),
-    # -1 at (pos.S, pos.P): under the mask, P row 0 sees only itself, so its L1.x is e_perm(0).
-    _spec("theorem3_two_block", "Theorem 3, two-block variant: Y_P rows fetch their P row, S rows "
-          "look them up",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.Y", "pos.P", "I"), (1, "pos.S", "L1.x", "I"), (1, "pos.S", "pos.P", "-1")], 45),
-    # theorem3_two_block as trained scratch models run it (assets/census.md: the four-cell runs).
-    # S row i scores a key by how much of its L1.x lies off column i (I - 1): the Y_P row whose
-    # fetched P row is e_i scores 0, every other Y_P row -β. The guard lifts the Y_P keys instead of
-    # lowering P row 0: queries on the scratch row's own L1.x (an average of the rows before it,
-    # mass m ≥ 1/3) give +βm to keys that are Y_P rows or whose L1.pos.P has mass (P and Y_P rows).
-    _spec("theorem3_two_block_mass", "Theorem 3, two-block with a mass guard (learned): S rows "
-          "look up the Y_P row whose fetched P row is e_i and nothing else; Y_P keys lifted by the "
-          "scratch row's own L1.x mass",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.Y", "pos.P", "I"), (1, "pos.S", "L1.x", "I"), (1, "pos.S", "L1.x", "-1"),
-           (1, "L1.x", "pos.Y", "1"), (1, "L1.x", "L1.pos.P", "1")], 45),
-    # What the causal scratch model learns (assets/census.md): the complement of theorem3_two_block.
-    # Y_P row j attends every P row but its own ((1 - I) at (pos.Y, pos.P): -I and 1 in one cell),
-    # so its L1.x is (1 - e_perm(j)) / (d - 1); S row i looks, among the Y_P rows (+1), for the one
-    # whose L1.x_i is 0, i.e. perm(j) = i. The margin is β/(d - 1): it needs a larger β.
-    _spec("theorem3_complement", "Theorem 3, complement two-block (learned): Y_P rows average every "
-          "P row but their own, S rows look for the one missing e_i",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.Y", "pos.P", "-I"), (0, "pos.Y", "pos.P", "1"), (1, "pos.S", "L1.x", "-I"),
-           (1, "pos.S", "pos.Y", "1")], 250),
-    # The causal scratch model's most frequent circuit (assets/census.md), on the nine cells the
-    # census found. Layer 1: S row i attends to itself and to the rows with a 1 in column i (the
-    # P row holding e_i among them); Y_P row j averages the P rows but its own, the -1 on x keeping
-    # it off the binary Y_P rows. Layer 2 runs three lookups that agree on Y_P row perm⁻¹(i): the
-    # position of the P row holding e_i (L1.pos.P, theorem3's), and the complement lookup twice,
-    # from the scratch row's position and from its copy of itself (L1.pos.S). Margin ~β/d.
-    _spec("theorem3_superposed", "Theorem 3, superposed (learned): the P-row lookup and the "
-          "complement two-block in one circuit, scratch rows also attending to themselves",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.S", "I"), *_Y_COMPLEMENT,
-           (1, "L1.pos.P", "pos.Y", "I"), *_S_COMPLEMENT_LOOKUPS], 130),
-    # The same three lookups, each complemented (a learned form: assets/census.md). Layer 1: S row i
-    # attends to every P row but the one holding e_i (1 at (pos.S, pos.P), -I at (pos.S, x)) and
-    # to itself, so its L1.pos.P is (1 - e_{perm⁻¹(i)})/d; the Y_P rows as in theorem3_superposed.
-    # Layer 2: 1 - I at (L1.pos.P, pos.Y) finds the Y_P row at the missing position, and the
-    # complement lookup runs from pos.S and L1.pos.S. At d = 1 there is no other P row.
-    _spec("theorem3_superposed_complement", "Theorem 3, superposed complement (learned): as "
-          "theorem3_superposed with the P-row lookup complemented too",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.S", "x", "-I"), (0, "pos.S", "pos.P", "1"), (0, "pos.S", "pos.S", "I"),
-           *_Y_COMPLEMENT, (1, "L1.pos.P", "pos.Y", "-I"), (1, "L1.pos.P", "pos.Y", "1"),
-           *_S_COMPLEMENT_LOOKUPS], 125, min_d=2),
-)}
-
-
-def names() -> list[str]:
-    """Names of all constructions, in registry order."""
-    return list(REGISTRY)
-
-
-def get(name: str) -> ConstructionSpec:
-    if name not in REGISTRY:
-        raise ValueError(f"construction name must be one of {names()}, got {name!r}")
-    return REGISTRY[name]
 
 
 def scratch_guard(spec: ConstructionSpec, scratch) -> list[tuple[Cell, float]]:
@@ -207,12 +46,19 @@ def scratch_guard(spec: ConstructionSpec, scratch) -> list[tuple[Cell, float]]:
     return [((layer, "pos.S", "pos.S", "-1"), scale) for layer in layers]
 
 
+def default_beta(name: str) -> float:
+    """:func:`build`'s β when none is given: the larger of 100 and the construction's ``beta_exact``."""
+    return max(DEFAULT_BETA, get(name).beta_exact or 0.0)
+
+
 def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = torch.float64,
           scratch=None, max_memory: int | str | None = None) -> HookedDisentangledTransformer:
     """The model of construction ``name`` at size ``d``, every cell times ``beta``.
 
-    ``beta`` defaults to 100 (errors 1e-20 or less for the working forms at d <= 16; see
-    ``ConstructionSpec.beta_exact``); ``scratch`` is the vector ``s`` (length d) of scratch layouts.
+    ``beta`` defaults to :func:`default_beta`, the larger of 100 and ``beta_exact``, so a working
+    form built by default has a max error below 1e-6 at every d from its ``min_d`` to its
+    ``max_d`` (``ConstructionSpec``; not claimed beyond); the printed forms fail at any β.
+    ``scratch`` is the vector ``s`` (length d) of scratch layouts.
     Weights that would not fit ``max_memory`` (default: the memory left) are refused before they
     are allocated.
     """
@@ -221,7 +67,7 @@ def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = 
         raise ValueError(f"construction {name!r} works from d={spec.min_d} (its lookups take a "
                          f"complement over the other P rows), got d={d}")
     if beta is None:
-        beta = DEFAULT_BETA
+        beta = default_beta(name)
     number = isinstance(beta, (int, float)) and not isinstance(beta, bool)
     if not (number and 0 < beta < float("inf")):
         raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
@@ -231,7 +77,7 @@ def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = 
                       attention_dir=spec.attention_dir, readout=spec.readout,
                       dtype="float64" if dtype == torch.float64 else "float32", init="zeros")
     memory.check(memory.model_estimate(cfg, f"construction {name!r} at d={d}"), max_memory)
-    model = HookedDisentangledTransformer(cfg)
+    model = HookedDisentangledTransformer(cfg, max_memory=max_memory)
     cells = [(c, 1.0) for c in spec.cells] + scratch_guard(spec, cfg.layout.scratch_vector)
     with torch.no_grad():
         for (layer, query, key, kind), scale in cells:
@@ -305,10 +151,32 @@ def verify(model: HookedDisentangledTransformer, n: int = 256, seed: int = 0,
     return Verification(float((out - Y).abs().max()), float(mse(out, Y)), len(batch))
 
 
-#: Sizes and β values :func:`register` checks a new construction at (the smallest β that works).
-REGISTER_DS = (3, 5, 10)
+def edge_inputs(layout: Layout) -> Batch:
+    """The inputs random sampling rarely or never draws: ``P`` the identity or the reversal, with
+    ``Y`` all zeros, all ones or one fixed random draw (six samples)."""
+    d, F64 = layout.d, torch.float64
+    eye = torch.eye(d, dtype=F64)
+    drawn = torch.randint(0, 2, (d, d), generator=torch.Generator().manual_seed(d)).to(F64)
+    Ps, Ys = zip(*[(P, Y) for P in (eye, eye.flip(0))
+                   for Y in (torch.zeros(d, d, dtype=F64), torch.ones(d, d, dtype=F64), drawn)])
+    P = torch.stack(Ps)
+    return make_input(layout, P, P @ torch.stack(Ys))
+
+
+def exact_error(name: str, d: int, beta: float) -> float:
+    """Largest ``|model(X) - Y|`` of construction ``name`` at ``d`` and ``beta`` (float64), over
+    256 random samples (seed 0) and :func:`edge_inputs`: what ``beta_exact`` is held to."""
+    model = build(name, d, beta)
+    return max(verify(model, n=256, seed=0).max_error,
+               verify(model, batch=edge_inputs(model.cfg.layout)).max_error)
+
+
+#: β values :func:`register` tries a new construction at (the smallest that works is kept).
 REGISTER_BETAS = (5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 REGISTER_TOL = 1e-6
+#: Names :func:`register` refuses, in any case: ``"none"`` is the mechanism rule's answer when no
+#: construction qualifies (``analysis.mechanism``).
+RESERVED = ("none",)
 
 
 def _check_cells(cells, layout: str, attention_dir: str, readout: str, read: str) -> tuple[Cell, ...]:
@@ -345,43 +213,61 @@ def _check_cells(cells, layout: str, attention_dir: str, readout: str, read: str
 
 def register(name: str, cells, *, layout: str = "plain", attention_dir: str = "bidirectional",
              readout: str | None = None, read: str = "L2.x", description: str = "",
-             beta: float | None = None, replace: bool = False) -> ConstructionSpec:
+             beta: float | None = None, min_d: int = 1, max_d: int = 16,
+             replace: bool = False) -> ConstructionSpec:
     """Add a working construction to the registry, after checking that it solves the task.
 
     ``cells``: ``(layer, query block, key block, template)`` in the vocabulary above (layer 0 or 1
     of a two-layer, one-head model); ``layout``: ``"plain"`` or ``"scratch"``; ``readout``: the
     segment read (default ``"S"`` on scratch layouts, else ``"P"``); ``read``: the blocks ``W_U``
-    copies, signed (``"L2.x - L1.x"``). :func:`verify` must find a max error below 1e-6 at every
-    ``d`` in ``REGISTER_DS`` at ``beta`` (or, when ``None``, at the smallest of ``REGISTER_BETAS``
-    that works, stored as ``beta_exact``); otherwise ``ValueError``. Names are unique unless
+    copies, signed (``"L2.x - L1.x"``). The range it claims, ``min_d`` to ``max_d``, is checked
+    in full: :func:`exact_error` must be below 1e-6 at every ``d`` of it at ``beta`` (or, when
+    ``None``, at the smallest of ``REGISTER_BETAS`` that works, stored as ``beta_exact``);
+    otherwise ``ValueError``. Names are identifiers, not in ``RESERVED``, and unique unless
     ``replace``. The construction then works everywhere a registry name does (``build``,
     ``invperm construct``, ``analysis.mechanism``).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be an identifier-like string, got {name!r}")
+    if name.lower() in RESERVED:
+        raise ValueError(f"name {name!r} is reserved (the mechanism rule's answer when no "
+                         f"construction qualifies); choose another")
     if name in REGISTRY and not replace:
         raise ValueError(f"construction {name!r} is already registered (pass replace=True)")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (min_d, max_d)) or not (
+            1 <= min_d <= max_d):
+        raise ValueError(f"min_d and max_d must be integers with 1 <= min_d <= max_d, got "
+                         f"{min_d!r} and {max_d!r}")
     readout = readout or ("S" if layout == "scratch" else "P")
     spec = ConstructionSpec(name, description or name, attention_dir, layout, readout, read, True,
-                            _check_cells(cells, layout, attention_dir, readout, read))
-    betas = REGISTER_BETAS if beta is None else (beta,)
-    errors = {}
-    for b in betas:
-        errors[b] = max(max_error(spec, d, b) for d in REGISTER_DS)
-        if errors[b] < REGISTER_TOL:
+                            _check_cells(cells, layout, attention_dir, readout, read),
+                            min_d=min_d, max_d=max_d)
+    failures = []
+    for b in REGISTER_BETAS if beta is None else (beta,):
+        failure = _first_failure(spec, b)
+        if failure is None:
             spec = ConstructionSpec(**{**vars(spec), "beta_exact": b})
             REGISTRY[name] = spec
             return spec
-    worst = ", ".join(f"beta {b:g}: {e:.2g}" for b, e in errors.items())
-    raise ValueError(f"construction {name!r} does not solve the task to {REGISTER_TOL:g} at every d in "
-                     f"{REGISTER_DS} (max error {worst})")
+        failures.append(f"beta {b:g}: {failure[1]:.2g} at d={failure[0]}")
+    raise ValueError(f"construction {name!r} does not solve the task to {REGISTER_TOL:g} at every d "
+                     f"from {min_d} to {max_d} (max error {', '.join(failures)})")
+
+
+def _first_failure(spec: ConstructionSpec, beta: float) -> tuple[int, float] | None:
+    """The first ``(d, error)`` of ``spec``'s range at which ``beta`` misses ``REGISTER_TOL``."""
+    for d in range(spec.min_d, spec.max_d + 1):
+        error = max_error(spec, d, beta)
+        if not error < REGISTER_TOL:
+            return d, error
+    return None
 
 
 def max_error(spec: ConstructionSpec, d: int, beta: float) -> float:
-    """The largest error of ``spec`` (registered or not) built at ``d`` and ``beta``."""
+    """:func:`exact_error` of ``spec``, registered or not (a candidate is registered for the call)."""
     REGISTRY[spec.name], old = spec, REGISTRY.get(spec.name)
     try:
-        return verify(build(spec.name, d, beta), n=256, seed=0).max_error
+        return exact_error(spec.name, d, beta)
     finally:
         if old is None:
             del REGISTRY[spec.name]

@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from .. import memory
 from ..config import ModelConfig
 from . import tokens
 
@@ -98,6 +99,15 @@ def init_weights(model: nn.Module, cfg: ModelConfig, seed: int | None = None) ->
                 p.copy_(noise.to(p.device) * cfg.init_scale)
 
 
+def check_model_fits(cfg: ModelConfig, max_memory: int | str | None = None) -> None:
+    """``cfg`` as a ``ModelConfig`` whose weights fit ``max_memory`` (default: the memory this
+    process can still get), checked by arithmetic before anything is allocated; ``ValueError``
+    (``MemoryBudgetError``, naming the estimate and the limit) otherwise."""
+    if not isinstance(cfg, ModelConfig):
+        raise ValueError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
+    memory.check(memory.model_estimate(cfg, f"a {cfg.n_layers}-layer model at d={cfg.d}"), max_memory)
+
+
 def validated_input(cfg: ModelConfig, X: Tensor, pos: Tensor) -> Tensor:
     """Validate ``X (B, T, d)`` (or token ids ``(B, T)``, :mod:`.tokens`) against ``cfg.layout``;
     return it in the dtype and on the device of ``pos`` (the model's ``I_T``)."""
@@ -126,13 +136,14 @@ class DisentangledTransformer(nn.Module):
     """The model without hooks: ``forward(X (B, T, d)) → (B, d, d)``, :func:`readout_forward`.
 
     What ``train`` and ``train_many`` update; ``HookedDisentangledTransformer.from_module`` gives the
-    hooked model of the same weights (``Run.model`` does it on first use).
+    hooked model of the same weights (``Run.model`` does it on first use). Weights that would not
+    fit ``max_memory`` (default: the memory left) are refused before they are allocated.
     """
 
-    def __init__(self, cfg: ModelConfig, seed: int | None = None):
+    def __init__(self, cfg: ModelConfig, seed: int | None = None, *,
+                 max_memory: int | str | None = None):
         super().__init__()
-        if not isinstance(cfg, ModelConfig):
-            raise ValueError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
+        check_model_fits(cfg, max_memory)
         self.cfg = cfg
         self.register_buffer("pos", torch.eye(cfg.T, dtype=cfg.torch_dtype), persistent=False)
         self.blocks = nn.ModuleList(_Block(cfg, layer) for layer in range(cfg.n_layers))

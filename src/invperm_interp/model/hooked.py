@@ -26,6 +26,7 @@ from .cache import StreamCache
 from .disentangled import (
     AttentionWeights,
     UnembedWeights,
+    check_model_fits,
     init_weights,
     queries,
     scores_of,
@@ -105,13 +106,14 @@ class HookedDisentangledTransformer(HookedRootModule):
     eval mode; hooks may edit in place). Hook names: ``hook_embed``, ``hook_pos_embed``,
     ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.attn.hook_q`` / ``hook_k`` / ``hook_v`` /
     ``hook_attn_scores`` / ``hook_pattern`` / ``hook_z``, ``blocks.{l}.hook_attn_out``,
-    ``blocks.{l}.hook_resid_post``, ``unembed.hook_readout``.
+    ``blocks.{l}.hook_resid_post``, ``unembed.hook_readout``. Weights that would not fit
+    ``max_memory`` (default: the memory left) are refused before they are allocated.
     """
 
-    def __init__(self, cfg: ModelConfig, seed: int | None = None):
+    def __init__(self, cfg: ModelConfig, seed: int | None = None, *,
+                 max_memory: int | str | None = None):
         super().__init__()
-        if not isinstance(cfg, ModelConfig):
-            raise ValueError(f"cfg must be a ModelConfig, got {type(cfg).__name__}")
+        check_model_fits(cfg, max_memory)
         self.cfg = cfg
         self.stream = Stream(cfg.layout, cfg.heads)
         self.hook_embed = CopyingHookPoint()  # (B, T, d): the tokens X (the caller's tensor)

@@ -173,7 +173,12 @@ def run_sweep(grid_path: str | Path, out: str | Path | None = None, *, executor:
 
 def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
     """``(line number, record)`` for every run line of ``folder/sweep.jsonl`` (blank lines skipped);
-    ``ValueError`` when there is no such file or a line is not a JSON object."""
+    ``ValueError`` naming the file and line when there is no such file or a line is not a run
+    record: a JSON object with :func:`collect`'s keys, of its types."""
+    number, optional_int = (int, float), (int, type(None))
+    fields = {"name": str, "status": str, "step": optional_int, "steps_to_solve": optional_int,
+              "solve_mse": number, "final": (dict, type(None)), "mechanism": (str, type(None)),
+              "model": dict, "train": dict}
     path = Path(folder) / SWEEP_FILE
     if not path.is_file():
         raise ValueError(f"DIR must be a sweep folder with sweep.jsonl, found none at {path}")
@@ -187,6 +192,15 @@ def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
             raise ValueError(f"{path} line {i} is not a run record: {err}") from None
         if not isinstance(record, dict):
             raise ValueError(f"{path} line {i} is not a run record: got {record!r}")
+        for key, kind in fields.items():
+            if key not in record:
+                raise ValueError(f"{path} line {i} is not a run record: it has no {key!r}")
+            value = record[key]
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"{path} line {i} is not a run record: {key!r} is {value!r}")
+        layout = record["model"].get("layout")
+        if not (isinstance(layout, dict) and type(layout.get("d")) is int):
+            raise ValueError(f"{path} line {i} is not a run record: model.layout is {layout!r}")
         records.append((i, record))
     return records
 
