@@ -243,7 +243,7 @@ class RunDir:
         except OSError as err:
             raise ValueError(f"out_dir {run_dir} cannot be written ({err.strerror or err}); "
                              "choose another out_dir") from None
-        need = (cfg.steps // cfg.checkpoint_every + 2) * checkpoint_bytes(model_cfg, cfg)
+        need = cfg.max_checkpoints * checkpoint_bytes(model_cfg, cfg)
         if free < need:
             raise ValueError(f"out_dir {run_dir} has {free} bytes free; this run's checkpoints need "
                              f"about {need} (steps={cfg.steps}, "

@@ -210,7 +210,8 @@ class Trainer:
         self.step += 1
         evals = self.step % cfg.eval_every == 0 or self.step == cfg.steps
         saves = self.dir is not None and (
-            self.step % cfg.checkpoint_every == 0 or self.step in (end, cfg.steps) or interrupted)
+            cfg.checkpoint_due(self.step, self.solved) or self.step in (end, cfg.steps)
+            or interrupted)
         if evals or saves or len(self.pending) >= FLUSH_EVERY:
             self.flush(bar)
         self.elapsed = time.perf_counter() - started
@@ -218,6 +219,13 @@ class Trainer:
             self._evaluate(lr)
         if saves or self.stopped is not None and self.dir is not None:
             self.checkpoint()
+
+    @property
+    def solved(self) -> bool:
+        """Whether an evaluation so far had MSE < ``checkpoint_dense_until`` (dense checkpoints
+        stop then); read off the metrics, so a resumed run decides as an uninterrupted one."""
+        until = self.cfg.checkpoint_dense_until
+        return any(m["mse"] < until for m in self.metrics)
 
     def finish(self, stepped: bool) -> Run:
         """Write the final weights of a run that reached ``steps`` or stopped early (again only if
