@@ -208,6 +208,14 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0%}"
 
 
+def accepted(tested: Sequence[Faithfulness], rows: float = FAITHFUL_ROWS,
+             recovered: float = FAITHFUL_RECOVERED) -> list[Faithfulness]:
+    """The tested constructions the rule accepts (faithful, templates' signs agree), the one it
+    names first: fewest atoms, then the most loss recovered."""
+    good = [t for t in tested if t.signs_agree and is_faithful(t.circuit, rows, recovered)]
+    return sorted(good, key=lambda t: (t.n_atoms, -(t.circuit.loss_recovered or -1e9)))
+
+
 def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Circuit | None = None,
               tester: Tester | None = None, rows: float = FAITHFUL_ROWS,
               recovered: float = FAITHFUL_RECOVERED) -> Mechanism:
@@ -218,12 +226,11 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
     tester = tester or Tester(model, batch)
     names = [n for n in candidates(model) if constructions.get(n).works]
     tested = [tester.test(as_hypothesis(model, n)) for n in names]
-    good = [t for t in tested if t.signs_agree and is_faithful(t.circuit, rows, recovered)]
-    rank = lambda t: (t not in good, t.n_atoms, -(t.circuit.loss_recovered or -1e9))  # noqa: E731
-    tested.sort(key=rank)
+    good = accepted(tested, rows, recovered)
+    tested.sort(key=lambda t: (t not in good, t.n_atoms, -(t.circuit.loss_recovered or -1e9)))
     starts = [Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in good]
     minimal = minimal_circuit(model, batch, circuit=circuit, tester=tester, rows=rows,
                               recovered=recovered, starts=starts)
-    best = good and min(good, key=rank)
+    best = good[0] if good else None
     return Mechanism(best.hypothesis if best else "none", best or None, tuple(tested), minimal,
                      rows, recovered)
