@@ -212,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .sweep import add_sweep_parsers
 
     add_sweep_parsers(sub)
+    from .timeline import add_timeline_parser
+
+    add_timeline_parser(sub)
     return parser
 
 
