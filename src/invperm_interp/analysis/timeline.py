@@ -33,7 +33,7 @@ from ..task import Batch, sample_batch
 from .compare import candidates
 from .faithfulness import Score, Tester, project
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis
-from .mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS, accepted, is_faithful, mechanism
+from .mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS, accepted, is_faithful, minimal_circuit
 
 
 @dataclass(frozen=True)
@@ -124,13 +124,14 @@ def final_circuit(model, batch, tests: dict[str, Hypothesis], rows: float = FAIT
                   recovered: float = FAITHFUL_RECOVERED) -> tuple[str, Hypothesis]:
     """The mechanism's name on ``model`` and its circuit: the named construction's hypothesis, else
     the minimal circuit's cells (``unit="cells"``). The name does not depend on the minimal
-    circuit, so :func:`mechanism` (which searches it) runs only when no construction qualifies."""
+    circuit, so the search for it runs only when no construction qualifies."""
     tester = Tester(model, batch)
     good = accepted([tester.test(h, minimality=False) for h in tests.values()], rows, recovered)
     if good:
         f = good[0]
         return f.hypothesis, Hypothesis(f.hypothesis, f.cells, f.read, f.unit)
-    m = mechanism(model, batch, tester=tester, rows=rows, recovered=recovered).minimal
+    # what ``mechanism`` reports as its minimal circuit when no construction qualifies
+    m = minimal_circuit(model, batch, tester=tester, rows=rows, recovered=recovered)
     return "none", Hypothesis("minimal", m.cells, m.read or None, "cells")
 
 
@@ -141,18 +142,20 @@ def head(batch: Batch, m: int) -> Batch:
 
 class StepTester:
     """One checkpoint's runs: the full batch for scores, its first quarter (``sub``) for the cells'
-    effects and as an exact gate: a circuit-only model with more wrong rows on the quarter than the
-    rule allows on the whole batch cannot be faithful, so its full run is skipped."""
+    effects, and its first sixteenth (``gate``) as an exact gate: a circuit-only model with more
+    wrong rows there than the rule allows on the whole batch cannot be faithful, so its full run is
+    skipped."""
 
     def __init__(self, model, batch: Batch, rows: float, recovered: float):
         self.full = Tester(model, batch)
         self.sub = Tester(model, head(batch, max(1, len(batch) // 4)))
+        self.gate = Tester(model, head(batch, max(1, len(batch) // 16)))
         self.model, self.rows, self.recovered = model, rows, recovered
         self.allowed = (1 - rows) * len(batch) * model.cfg.d  # wrong rows the rule tolerates
 
     def may_be_faithful(self, hyp: Hypothesis, proj) -> bool:
-        sub = self.sub.circuit(hyp, proj)
-        return (1 - sub.rows_exact) * len(self.sub.batch) * self.model.cfg.d <= self.allowed
+        gate = self.gate.circuit(hyp, proj)
+        return (1 - gate.rows_exact) * len(self.gate.batch) * self.model.cfg.d <= self.allowed
 
     def effects(self, hyp: Hypothesis) -> tuple[float, ...]:
         """Per entry of ``hyp``: the circuit-only MSE rise (on the quarter) without its (query,
