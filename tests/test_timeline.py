@@ -20,6 +20,7 @@ from invperm_interp.runs import checkpoint as ckpt
 from invperm_interp.runs.directory import Run, write_config
 from invperm_interp.task import sample_batch
 from invperm_interp.training.single import resume
+from invperm_interp.training.trainer import on_schedule
 
 N_STEPS, BETA, D = 24, 12.0, 5
 
@@ -134,6 +135,8 @@ def test_dense_checkpoints_until_solved_then_sparse_and_resume_is_bit_identical(
     for key, value in Run.load(tmp_path / "a").weights.state_dict().items():
         assert torch.equal(value, resumed.weights.state_dict()[key]), key
     assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "b")] == sorted(set(kept) | {7})
+    # what a pruning keeps: the schedule's steps, not the stop at 7 nor the last step (24)
+    assert on_schedule(tmp_path / "b", cfg) == set(kept) - {cfg.steps}
 
 
 def test_dense_checkpoint_options_are_checked():
