@@ -170,12 +170,12 @@ def figure(runs: list[dict]):
         axes[0, col].set_yscale("log")
         axes[0, col].set_title(f"{KINDS[kind]} ({len(mine)} runs)", fontsize=10)
         axes[0, col].set_ylabel("eval MSE")
-        axes[1, col].set_ylabel("β progress (cells' mean β, 0 → 1)")
-        axes[2, col].set_ylabel("circuit alone: loss recovered (0 → 1)")
+        axes[1, col].set_ylabel("cells' mean β\n(progress 0 → 1)")
+        axes[2, col].set_ylabel("circuit alone: loss\nrecovered (0 → 1)")
         axes[2, col].set_xlabel("steps after the drop (MSE < 0.1·d/4)")
         for ax in axes[:, col]:
             ax.axvline(0, color="0.4", linestyle=":", linewidth=1.0)
-            ax.set_xlim(-800, 400)
+            ax.set_xlim(-800, 800)
     handles = [plt.Line2D([], [], color=color[n], label=n) for n in names]
     handles.append(plt.Line2D([], [], color="0.3", marker="o", linestyle="", label="turns faithful"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8)
