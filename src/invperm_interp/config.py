@@ -238,10 +238,9 @@ class TrainConfig(JSONConfig):
     eval_every: int = 100
     eval_size: int = 4096
     checkpoint_every: int = 1000
-    # Dense checkpoints to time how a circuit forms: also every ``checkpoint_dense_every`` steps
-    # while no evaluation so far had MSE < ``checkpoint_dense_until`` (None: off). Every one is
-    # kept, so a run writes at most steps/checkpoint_dense_every + steps/checkpoint_every + 2
-    # files (``max_checkpoints``); a run that solves at step S keeps about S/checkpoint_dense_every.
+    # Dense checkpoints (to time how a circuit forms): also every checkpoint_dense_every steps while no
+    # evaluation so far had MSE < checkpoint_dense_until (None: off); all kept, so at most
+    # max_checkpoints files, about S/checkpoint_dense_every + steps/checkpoint_every if solved at S.
     checkpoint_dense_every: int | None = None
     checkpoint_dense_until: float = 1e-3
     out_dir: str | None = None  # None: nothing written to disk (no checkpoints, no resume)
@@ -285,8 +284,7 @@ class TrainConfig(JSONConfig):
         if self.checkpoint_dense_every is not None:
             _check_int("checkpoint_dense_every", self.checkpoint_dense_every, 1)
         until = self.checkpoint_dense_until
-        if not (isinstance(until, (int, float)) and not isinstance(until, bool)
-                and 0 < until < float("inf")):
+        if not (isinstance(until, (int, float)) and not isinstance(until, bool) and 0 < until < math.inf):
             raise ValueError(f"checkpoint_dense_until must be a finite number > 0, got {until!r}")
         if self.out_dir is not None and not (isinstance(self.out_dir, str) and self.out_dir.strip()):
             # "" would be the current directory: never a run directory by accident
