@@ -39,6 +39,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
 from invperm_interp.analysis.timeline import Timeline, timeline  # noqa: E402
 from invperm_interp.config import read_config  # noqa: E402
+from invperm_interp.runs.checkpoint import list_checkpoints  # noqa: E402
 from invperm_interp.viz.heatmaps import save_figures  # noqa: E402
 
 LEAVE, DROP, SOLVED = 0.8, 0.1, 1e-3  # plateau exit and drop: MSE below these times d/4
@@ -46,12 +47,14 @@ HALF = 0.5  # a cell has formed when its β reaches this share of its final β
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "causal": "causal scratch [P; Y_P; S], reads S"}
 
 
-def cached_timeline(run_dir: Path, stride: int) -> Timeline:
-    """The run's timeline, from ``timeline.json`` when it was made with this stride."""
+def cached_timeline(run_dir: Path, stride: int, most: int) -> Timeline:
+    """The run's timeline over every ``stride``-th checkpoint, or fewer so that at most ``most``
+    are analysed (a slow run's plateau is long), from ``timeline.json`` when it was made so."""
+    stride = max(stride, -(-len(list_checkpoints(run_dir)) // most))
     path = run_dir / "timeline.json"
     if path.is_file():
         data = json.loads(path.read_text())
-        if data.get("stride") == stride:
+        if data.get("stride", stride + 1) <= stride:  # as fine or finer
             return Timeline.from_dict(data)
     tl = timeline(run_dir, stride=stride)
     path.write_text(json.dumps({**tl.to_dict(), "stride": stride}) + "\n")
@@ -88,7 +91,8 @@ def summarise(tl: Timeline, kind: str) -> dict:
            "circuit_size": len({c[:4] for c in tl.cells}), "leave": leave, "drop": drop,
            "solved": solved, "faithful": tl.first_faithful, "faithful_since": tl.faithful_since,
            "named": tl.first_named(), "cells_formed": cells,
-           "order": order_of(cells), "checkpoints": len(steps)}
+           "order": order_of(cells), "checkpoints": len(steps),
+           "resolution": steps[-2] - steps[-3] if len(steps) > 2 else None}
     for name, measure in (("beta", beta), ("circuit", circuit)):
         half, tenth = first(steps, measure, lambda v: v >= HALF), first(steps, measure, lambda v: v >= 0.1)
         out[f"{name}_half_lead"] = None if drop is None or half is None else drop - half
@@ -200,7 +204,8 @@ def write_assets(runs: list[dict], folder: Path) -> None:
              "rule; a cell forms when its β reaches half its final β; progress measures rescaled "
              "0 → 1 between the first checkpoint and the final weights, lead = the drop's step "
              "minus the step the measure reaches 0.5 (0.1: against leaving the plateau). Resolution: "
-             "25 steps (checkpoints and evaluations).", "",
+             "evaluations every 25 steps; checkpoints every 25 steps, or every k·25 in a run with "
+             "more than 40 (at most 40 analysed per run; `resolution` per run in dynamics.json).", "",
              "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     fmt = lambda v: "-" if v is None else f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
     lines += ["| " + " | ".join(fmt(r[c]) for c in columns) + " |" for r in rows]
@@ -217,6 +222,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="the sweep folder (runs trained with dense checkpoints)")
     parser.add_argument("--stride", type=int, default=1, help="analyse every STRIDE-th checkpoint")
+    parser.add_argument("--most", type=int, default=40,
+                        help="at most this many checkpoints per run (a larger stride for long runs)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     folder = Path(args.folder)
@@ -226,7 +233,7 @@ def main() -> None:
     runs = []
     for run_dir in tqdm(done, desc="dynamics: timelines", unit="run"):
         kind = read_config(run_dir)[0].attention_dir
-        runs.append(summarise(cached_timeline(run_dir, args.stride), kind))
+        runs.append(summarise(cached_timeline(run_dir, args.stride, args.most), kind))
     write_assets(runs, folder)
 
 
