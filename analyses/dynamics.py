@@ -38,8 +38,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
 from invperm_interp.analysis.timeline import Timeline, timeline  # noqa: E402
-from invperm_interp.config import read_config  # noqa: E402
-from invperm_interp.runs.checkpoint import list_checkpoints  # noqa: E402
+from invperm_interp.runs.directory import RunDir  # noqa: E402
 from invperm_interp.viz.heatmaps import save_figures  # noqa: E402
 
 LEAVE, DROP, SOLVED = 0.8, 0.1, 1e-3  # plateau exit and drop: MSE below these times d/4
@@ -50,8 +49,8 @@ KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "causal": "causal s
 def cached_timeline(run_dir: Path, stride: int, most: int) -> Timeline:
     """The run's timeline over every ``stride``-th checkpoint, or fewer so that at most ``most``
     are analysed (a slow run's plateau is long), from ``timeline.json`` when it was made so."""
-    stride = max(stride, -(-len(list_checkpoints(run_dir)) // most))
-    path = run_dir / "timeline.json"
+    stride = max(stride, -(-len(RunDir(run_dir).checkpoints()) // most))
+    path = RunDir(run_dir).timeline
     if path.is_file():
         data = json.loads(path.read_text())
         if data.get("stride", stride + 1) <= stride:  # as fine or finer
@@ -227,12 +226,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     folder = Path(args.folder)
-    done = sorted(p.parent for p in folder.glob("*/final.safetensors"))
+    done = sorted(p for p in folder.iterdir() if RunDir(p).is_finished)
     if not done:
-        raise SystemExit(f"{folder} holds no finished run (*/final.safetensors)")
+        raise SystemExit(f"{folder} holds no finished run")
     runs = []
     for run_dir in tqdm(done, desc="dynamics: timelines", unit="run"):
-        kind = read_config(run_dir)[0].attention_dir
+        kind = RunDir(run_dir).read_config()[0].attention_dir
         runs.append(summarise(cached_timeline(run_dir, args.stride, args.most), kind))
     write_assets(runs, folder)
 

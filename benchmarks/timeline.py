@@ -24,18 +24,20 @@ from invperm_interp.analysis.timeline import timeline
 from invperm_interp.config import TrainConfig, config_hash
 from invperm_interp.maths.constructions import build
 from invperm_interp.runs import checkpoint as ckpt
-from invperm_interp.runs.directory import Run, write_config
+from invperm_interp.runs.directory import RunDir
 from invperm_interp.task import sample_batch
+from invperm_interp.training.run import Run
 
 
 def interpolated(run_dir: Path, name: str, n_steps: int, d: int = 10, beta: float = 12.0) -> None:
     model = build(name, d, beta, dtype=torch.float32)
     cfg = TrainConfig(steps=n_steps, checkpoint_every=1, out_dir=str(run_dir))
-    write_config(run_dir, model.cfg, cfg)
+    run = RunDir(run_dir)
+    run.write_config(model.cfg, cfg)
     tensors, digest = ckpt.model_tensors(model), config_hash(model.cfg, cfg)
     for k in range(1, n_steps + 1):
         scaled = {key: v * (k / n_steps) if key.endswith("attn.A") else v for key, v in tensors.items()}
-        path = ckpt.checkpoint_path(run_dir, k) if k < n_steps else run_dir / "final.safetensors"
+        path = run.checkpoint(k) if k < n_steps else run.final
         ckpt.save(path, scaled, {"step": k, "config_hash": digest})
 
 
@@ -62,7 +64,7 @@ def main() -> None:
         run_dir = Path(args.run) if args.run else Path(tmp) / "run"
         if not args.run:
             interpolated(run_dir, args.name, args.checkpoints)
-        found = [s for s, _ in ckpt.list_checkpoints(run_dir)]
+        found = [s for s, _ in RunDir(run_dir).checkpoints()]
         stride = max(1, len(found) // args.checkpoints)
         cpu, wall = time.process_time(), time.perf_counter()
         tl = timeline(run_dir, stride=stride)

@@ -17,8 +17,9 @@ from invperm_interp.config import TrainConfig, config_hash
 from invperm_interp.maths.constructions import build
 from invperm_interp.model.disentangled import readout_forward
 from invperm_interp.runs import checkpoint as ckpt
-from invperm_interp.runs.directory import Run, write_config
+from invperm_interp.runs.directory import RunDir
 from invperm_interp.task import sample_batch
+from invperm_interp.training.run import Run
 from invperm_interp.training.single import resume
 from invperm_interp.training.trainer import on_schedule
 
@@ -30,13 +31,14 @@ def interpolated_run(run_dir, name="two_block", d=D, beta=BETA, n_steps=N_STEPS)
     (W_U as built): a 'training' that moves from uniform attention to the construction."""
     model = build(name, d, beta)
     train_cfg = TrainConfig(steps=n_steps, checkpoint_every=1, out_dir=str(run_dir))
-    write_config(run_dir, model.cfg, train_cfg)
+    run = RunDir(run_dir)
+    run.write_config(model.cfg, train_cfg)
     tensors = ckpt.model_tensors(model)
     digest = config_hash(model.cfg, train_cfg)
     for k in range(1, n_steps + 1):
         scaled = {key: v * (k / n_steps) if key.endswith("attn.A") else v
                   for key, v in tensors.items()}
-        path = ckpt.checkpoint_path(run_dir, k) if k < n_steps else run_dir / "final.safetensors"
+        path = run.checkpoint(k) if k < n_steps else run.final
         ckpt.save(path, scaled, {"step": k, "config_hash": digest})
     return model
 
@@ -124,7 +126,7 @@ def test_dense_checkpoints_until_solved_then_sparse_and_resume_is_bit_identical(
     mses = sorted(m["mse"] for m in probe.metrics)
     cfg = replace(base, checkpoint_dense_until=mses[len(mses) // 2])  # solved half way
     straight = run(model_cfg, replace(cfg, out_dir=str(tmp_path / "a")))
-    kept = [s for s, _ in ckpt.list_checkpoints(tmp_path / "a")]
+    kept = [s for s, _ in RunDir(tmp_path / "a").checkpoints()]
     assert kept == expected_checkpoints(cfg, straight.metrics)
     dense = [s for s in kept if s % 10 and s != cfg.steps]
     assert dense and max(dense) < cfg.steps - 2  # dense early, none after the run was solved
@@ -134,7 +136,7 @@ def test_dense_checkpoints_until_solved_then_sparse_and_resume_is_bit_identical(
     assert strip(resumed.metrics) == strip(straight.metrics)
     for key, value in Run.load(tmp_path / "a").weights.state_dict().items():
         assert torch.equal(value, resumed.weights.state_dict()[key]), key
-    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "b")] == sorted(set(kept) | {7})
+    assert [s for s, _ in RunDir(tmp_path / "b").checkpoints()] == sorted(set(kept) | {7})
     # what a pruning keeps: the schedule's steps, not the stop at 7 nor the last step (24)
     assert on_schedule(tmp_path / "b", cfg) == set(kept) - {cfg.steps}
 

@@ -28,8 +28,9 @@ from tqdm.auto import tqdm
 
 from ..maths import constructions
 from ..runs import checkpoint as ckpt
-from ..runs.directory import Run, read_metrics
+from ..runs.directory import RunDir
 from ..task import Batch, sample_batch
+from ..training.run import Run
 from .compare import candidates
 from .faithfulness import Score, Tester, project
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis
@@ -227,7 +228,7 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
     tests = {c: as_hypothesis(model, c) for c in candidates(model) if constructions.get(c).works}
     name, hyp = final_circuit(model, batch, tests, rows, recovered)
     named = name != "none"
-    found = [(s, p) for s, p in ckpt.list_checkpoints(run_dir) if s < final.step]
+    found = [(s, p) for s, p in RunDir(run_dir).checkpoints() if s < final.step]
     found = found[::-1][::stride][::-1]  # every stride-th, counted back from the last
     steps = []
     with torch.no_grad():
@@ -235,10 +236,10 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
         try:
             for step, path in tqdm(found, desc=f"timeline {run_dir.name}", unit="ckpt",
                                    disable=not progress):
-                ckpt.load_model_tensors(model, ckpt.read_run(run_dir, step).tensors, path)
+                ckpt.load_model_tensors(model, RunDir(run_dir).read_weights(step).tensors, path)
                 steps.append(analyse_step(model, batch, hyp, tests, named, step, rows, recovered))
         finally:
             model.load_state_dict(final_weights)
         steps.append(analyse_step(model, batch, hyp, tests, named, final.step, rows, recovered))
-    curve = tuple((m["step"], float(m["mse"])) for m in read_metrics(run_dir))
+    curve = tuple((m["step"], float(m["mse"])) for m in RunDir(run_dir).read_metrics())
     return Timeline(run_dir.name, name, hyp, 0.25 * model.cfg.d, tuple(steps), curve, n, seed)

@@ -30,6 +30,7 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
     from ..analysis.hypothesis import cell_text
     from ..analysis.timeline import timeline
     from ..runs.checkpoint import atomic_write
+    from ..runs.directory import RunDir
     from ..viz.heatmaps import save_figures
     from ..viz.timeline import plot_timeline
 
@@ -49,9 +50,10 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
               + ("" if since == first else f", and at every checkpoint from step {since} on"))
     out = Path(args.out) if args.out else run_dir
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / "timeline.json", (json.dumps(tl.to_dict(), indent=1) + "\n").encode())
-    png, svg = save_figures(plot_timeline(tl), out / "timeline.png")
-    print(f"wrote {out / 'timeline.json'}, {png} and {svg}")
+    path = out / RunDir.TIMELINE
+    atomic_write(path, (json.dumps(tl.to_dict(), indent=1) + "\n").encode())
+    png, svg = save_figures(plot_timeline(tl), path.with_suffix(".png"))
+    print(f"wrote {path}, {png} and {svg}")
 
 
 def _positive(text: str) -> int:

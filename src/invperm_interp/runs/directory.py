@@ -73,6 +73,7 @@ class RunDir:
     MECHANISM = "mechanism.json"
     ANALYSIS = "analysis.json"
     REPORT = "report.html"
+    TIMELINE = "timeline.json"  # invperm timeline: the mechanism over the checkpoints
     LOCK = ".invperm.lock"
     RUN_FILES = (CONFIG, METRICS, CHECKPOINTS)  # a directory with one of these holds a run
 
@@ -98,6 +99,7 @@ class RunDir:
     mechanism = property(lambda self: self.path / self.MECHANISM)
     analysis = property(lambda self: self.path / self.ANALYSIS)
     report = property(lambda self: self.path / self.REPORT)
+    timeline = property(lambda self: self.path / self.TIMELINE)
     lock_file = property(lambda self: self.path / self.LOCK)
 
     def checkpoint(self, step: int) -> Path:
