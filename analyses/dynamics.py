@@ -109,6 +109,10 @@ def order_of(formed: dict[str, int | None]) -> str:
     return " → ".join(" + ".join(sorted(groups[s])) for s in sorted(groups))
 
 
+def formed(run: dict) -> list[int]:
+    return [v for v in run["cells_formed"].values() if v is not None]
+
+
 def median(values) -> float | None:
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -136,6 +140,8 @@ def table(runs: list[dict]) -> list[dict]:
             "median drop": median(r["drop"] for r in mine),
             "median solved": median(r["solved"] for r in mine),
             "median faithful": median(r["faithful"] for r in mine),
+            "first cell formed - drop (median)": median(
+                None if r["drop"] is None or not formed(r) else min(formed(r)) - r["drop"] for r in mine),
             "faithful - drop (median)": median(gap),
             "faithful before drop": share_text(gap, lambda g: g < 0),
             "most common order of forming": top if name != "none" else "(circuits differ)",
@@ -200,8 +206,9 @@ def write_assets(runs: list[dict], folder: Path) -> None:
              "its final weights implement (`invperm timeline`): the named construction's cells, or "
              "the minimal circuit for 'none'. Steps: leave plateau = first evaluation with MSE < "
              "0.8·d/4; drop = MSE < 0.1·d/4; faithful = the final circuit alone is faithful by the "
-             "rule; a cell forms when its β reaches half its final β; progress measures rescaled "
-             "0 → 1 between the first checkpoint and the final weights, lead = the drop's step "
+             "rule; a cell forms when its β reaches half its final β "
+             "(the first to form: where the runs of one final mechanism part ways); progress measures "
+             "rescaled 0 → 1 between the first checkpoint and the final weights, lead = the drop's step "
              "minus the step the measure reaches 0.5 (0.1: against leaving the plateau). Resolution: "
              "evaluations every 25 steps; checkpoints every 25 steps, or every k·25 in a run with "
              "more than 40 (at most 40 analysed per run; `resolution` per run in dynamics.json).", "",
