@@ -230,10 +230,13 @@ def main() -> None:
     parser.add_argument("--stride", type=int, default=1, help="analyse every STRIDE-th checkpoint")
     parser.add_argument("--most", type=int, default=40,
                         help="at most this many checkpoints per run (a larger stride for long runs)")
+    parser.add_argument("--cached", action="store_true",
+                        help="only the runs whose timeline is already computed (while a sweep runs)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     folder = Path(args.folder)
-    done = sorted(p for p in folder.iterdir() if RunDir(p).is_finished)
+    done = sorted(p for p in folder.iterdir() if RunDir(p).is_finished
+                  and (RunDir(p).timeline.is_file() or not args.cached))
     if not done:
         raise SystemExit(f"{folder} holds no finished run")
     runs = []
