@@ -199,7 +199,8 @@ def write_assets(runs: list[dict], folder: Path) -> None:
     columns = list(rows[0])
     counts = Counter(r["kind"] for r in runs)
     lines = ["# Dynamics: when and in what order the learned circuits form", "",
-             f"Runs: {', '.join(f'{k} {n}' for k, n in sorted(counts.items()))} (d = 10, the "
+             f"Runs: {', '.join(f'{k} {n}' for k, n in sorted(counts.items()))} of the 32 seeds per "
+             "model the grid plans (runs not yet trained or analysed are not counted; d = 10, the "
              "census's recipe with a checkpoint every 25 steps until solved: "
              f"analyses/grids/dynamics.toml, `python analyses/dynamics.py {folder.name}`). "
              "Every run is analysed on 512 samples (seed 0) at each checkpoint against the circuit "
