@@ -86,11 +86,16 @@ def train_job(job: tuple[str, int, int], root: Path) -> dict:
 
 
 def _prune_checkpoints(run_dir: Path) -> None:
-    """Keep only the last checkpoint (the census resumes from it and analyses it)."""
+    """Keep the last checkpoint (the census resumes from it and analyses it) and those on the run's
+    schedule (dense ones until solved, when the config asks for them); drop the chunks' ends."""
     from invperm_interp.runs.directory import RunDir
+    from invperm_interp.training.trainer import on_schedule
 
-    for _, path in RunDir(run_dir).checkpoints()[:-1]:
-        path.unlink()
+    run = RunDir(run_dir)
+    keep = on_schedule(run, run.read_config()[1])
+    for step, path in run.checkpoints()[:-1]:
+        if step not in keep:
+            path.unlink()
 
 
 def _next_stop(run_dir: Path, cfg: TrainConfig) -> int:

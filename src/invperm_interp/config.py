@@ -203,7 +203,8 @@ RECIPE_DEFAULTS = {
 PAPER_FIXED = ("optimizer", "lr", "schedule", "init")  # what recipe="paper" refuses to change
 # Fields that may change between a run and its resumption without changing what it computes (the
 # stopping rules only decide where a run ends, never what a step computes).
-RESUMABLE_FIELDS = ("steps", "out_dir", "threads", "device", "checkpoint_every", "stop_at_mse",
+RESUMABLE_FIELDS = ("steps", "out_dir", "threads", "device", "checkpoint_every",
+                    "checkpoint_dense_every", "checkpoint_dense_until", "stop_at_mse",
                     "stop_at_floor", "floor_patience")
 
 
@@ -237,6 +238,11 @@ class TrainConfig(JSONConfig):
     eval_every: int = 100
     eval_size: int = 4096
     checkpoint_every: int = 1000
+    # Dense checkpoints (to time how a circuit forms): also every checkpoint_dense_every steps while no
+    # evaluation so far had MSE < checkpoint_dense_until (None: off); all kept, so at most
+    # max_checkpoints files, about S/checkpoint_dense_every + steps/checkpoint_every if solved at S.
+    checkpoint_dense_every: int | None = None
+    checkpoint_dense_until: float = 1e-3
     out_dir: str | None = None  # None: nothing written to disk (no checkpoints, no resume)
     threads: int | None = None  # None: 1 on the CPU (measured: see threads_for), torch's on a GPU
     # Early stopping (both off by default; a stopped run is finished, its last record says why):
@@ -275,6 +281,11 @@ class TrainConfig(JSONConfig):
         _check_int("eval_every", self.eval_every, 1)
         _check_int("eval_size", self.eval_size, 1)
         _check_int("checkpoint_every", self.checkpoint_every, 1)
+        if self.checkpoint_dense_every is not None:
+            _check_int("checkpoint_dense_every", self.checkpoint_dense_every, 1)
+        until = self.checkpoint_dense_until
+        if not (isinstance(until, (int, float)) and not isinstance(until, bool) and 0 < until < math.inf):
+            raise ValueError(f"checkpoint_dense_until must be a finite number > 0, got {until!r}")
         if self.out_dir is not None and not (isinstance(self.out_dir, str) and self.out_dir.strip()):
             # "" would be the current directory: never a run directory by accident
             raise ValueError(f"out_dir must be a non-empty path string or None, got {self.out_dir!r}")
@@ -306,6 +317,21 @@ class TrainConfig(JSONConfig):
         elif schedule != "cosine":
             filled.pop("schedule_steps", None)
         return replace(self, **filled)
+
+    def checkpoint_due(self, step: int, solved: bool) -> bool:
+        """Whether step ``step`` is on the checkpoint schedule: every ``checkpoint_every`` steps,
+        and every ``checkpoint_dense_every`` steps until the run is ``solved`` (an evaluation
+        before this step had MSE < ``checkpoint_dense_until``). The last step and interruptions
+        checkpoint too (the trainer decides those)."""
+        dense = self.checkpoint_dense_every
+        return step % self.checkpoint_every == 0 or (
+            dense is not None and not solved and step % dense == 0)
+
+    @property
+    def max_checkpoints(self) -> int:
+        """An upper bound on the checkpoint files a run writes (a run that never solves)."""
+        dense = self.steps // self.checkpoint_dense_every if self.checkpoint_dense_every else 0
+        return self.steps // self.checkpoint_every + dense + 2
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict:

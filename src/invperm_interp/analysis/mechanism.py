@@ -118,6 +118,21 @@ class Mechanism:
                    data.get("z", Z))
 
 
+def ranked(tested: list[Faithfulness], rows: float = FAITHFUL_ROWS,
+           recovered: float = FAITHFUL_RECOVERED, z: float = Z
+           ) -> tuple[list[Faithfulness], list[Faithfulness]]:
+    """The rule's two lists, best first: the tested constructions judged faithful and those whose
+    interval straddles a threshold (borderline). ``tested`` is sorted in place the same way: the
+    faithful, then the borderline, then the rest; within each, the most loss recovered (equal to
+    1e-4, as two exact forms are, the fewest atoms)."""
+    verdicts = {t.hypothesis: verdict_of(t, rows, recovered, z) for t in tested}
+    rank = lambda t: (-round(t.circuit.loss_recovered or -1e9, 4), t.n_atoms)  # noqa: E731
+    order = {FAITHFUL: 0, BORDERLINE: 1}
+    tested.sort(key=lambda t: (order.get(verdicts[t.hypothesis], 2), *rank(t)))
+    return ([t for t in tested if verdicts[t.hypothesis] == FAITHFUL],
+            [t for t in tested if verdicts[t.hypothesis] == BORDERLINE])
+
+
 def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Circuit | None = None,
               tester: Tester | None = None, rows: float = FAITHFUL_ROWS,
               recovered: float = FAITHFUL_RECOVERED, z: float = Z, exact: bool = True) -> Mechanism:
@@ -130,13 +145,7 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
     tester = tester or Tester(model, batch)
     names = [n for n in candidates(model) if constructions.get(n).works]
     tested = [tester.test(as_hypothesis(model, n)) for n in names]
-    verdicts = {t.hypothesis: verdict_of(t, rows, recovered, z) for t in tested}
-    # the most loss recovered; equal to 1e-4 (two exact forms), the fewest atoms
-    rank = lambda t: (-round(t.circuit.loss_recovered or -1e9, 4), t.n_atoms)  # noqa: E731
-    order = {FAITHFUL: 0, BORDERLINE: 1}
-    tested.sort(key=lambda t: (order.get(verdicts[t.hypothesis], 2), *rank(t)))
-    good = [t for t in tested if verdicts[t.hypothesis] == FAITHFUL]
-    straddle = [t for t in tested if verdicts[t.hypothesis] == BORDERLINE]
+    good, straddle = ranked(tested, rows, recovered, z)
     passing = [t for t in tested if t.signs_agree and is_faithful(t.circuit, rows, recovered)]
     starts = [Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in passing]
     minimal = minimal_circuit(model, batch, circuit=circuit, tester=tester, rows=rows,

@@ -74,7 +74,7 @@ def _cmd_construct(args: argparse.Namespace) -> None:
 _MODEL_FLAGS = ("layout", "n_scratch", "attention", "readout", "layers", "heads", "d", "dtype")
 _TRAIN_FLAGS = ("steps", "batch_size", "recipe", "lr", "optimizer", "schedule", "schedule_steps",
                 "seed", "device", "threads", "eval_every", "eval_size", "checkpoint_every",
-                "stop_at_mse", "stop_at_floor")
+                "checkpoint_dense_every", "stop_at_mse", "stop_at_floor")
 
 
 def _cmd_train(args: argparse.Namespace) -> None:
@@ -195,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--eval-every", type=int)
     tr.add_argument("--eval-size", type=int)
     tr.add_argument("--checkpoint-every", type=int)
+    tr.add_argument("--checkpoint-dense-every", type=int, metavar="N",
+                    help="also checkpoint every N steps until an evaluation has MSE < 1e-3 (to "
+                         "time how the circuit forms: invperm timeline)")
     tr.add_argument("--out", help="run directory (new or empty)")
     tr.add_argument("--force", action="store_true",
                     help="write the run into an --out that holds other files (never over a run)")
@@ -212,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sweep_parsers(sub)
     add_discover_parser(sub)
+    from .timeline import add_timeline_parser
+
+    add_timeline_parser(sub)
     return parser
 
 

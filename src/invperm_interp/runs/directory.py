@@ -73,6 +73,7 @@ class RunDir:
     MECHANISM = "mechanism.json"
     ANALYSIS = "analysis.json"
     REPORT = "report.html"
+    TIMELINE = "timeline.json"  # invperm timeline: the mechanism over the checkpoints
     LOCK = ".invperm.lock"
     RUN_FILES = (CONFIG, METRICS, CHECKPOINTS)  # a directory with one of these holds a run
 
@@ -98,6 +99,7 @@ class RunDir:
     mechanism = property(lambda self: self.path / self.MECHANISM)
     analysis = property(lambda self: self.path / self.ANALYSIS)
     report = property(lambda self: self.path / self.REPORT)
+    timeline = property(lambda self: self.path / self.TIMELINE)
     lock_file = property(lambda self: self.path / self.LOCK)
 
     def checkpoint(self, step: int) -> Path:
@@ -243,7 +245,7 @@ class RunDir:
         except OSError as err:
             raise ValueError(f"out_dir {run_dir} cannot be written ({err.strerror or err}); "
                              "choose another out_dir") from None
-        need = (cfg.steps // cfg.checkpoint_every + 2) * checkpoint_bytes(model_cfg, cfg)
+        need = cfg.max_checkpoints * checkpoint_bytes(model_cfg, cfg)
         if free < need:
             raise ValueError(f"out_dir {run_dir} has {free} bytes free; this run's checkpoints need "
                              f"about {need} (steps={cfg.steps}, "

@@ -39,6 +39,21 @@ def seed_streams(seed: int) -> dict[str, int]:
     return {"init": 4 * seed, "data": 4 * seed + 1, "eval": 4 * seed + 2}
 
 
+def solved_before(cfg: TrainConfig, metrics: list[dict], step: int) -> bool:
+    """Whether an evaluation before ``step`` had MSE < ``cfg.checkpoint_dense_until``: from then on
+    a run writes no dense checkpoints (``TrainConfig.checkpoint_due``)."""
+    return any(m["mse"] < cfg.checkpoint_dense_until for m in metrics if m["step"] < step)
+
+
+def on_schedule(run_dir: str | Path | RunDir, cfg: TrainConfig) -> set[int]:
+    """The checkpoint steps of a run that its schedule asked for (``checkpoint_due``): what a
+    pruning of checkpoints kept for resuming keeps, so dense checkpoints survive it."""
+    run_dir = RunDir(run_dir)
+    metrics = run_dir.read_metrics()
+    return {s for s, _ in run_dir.checkpoints()
+            if cfg.checkpoint_due(s, solved_before(cfg, metrics, s))}
+
+
 class Diverged(ValueError):
     """A run's loss, evaluation MSE or weights became non-finite at ``step`` (nothing of that step
     or later is checkpointed)."""
@@ -210,7 +225,8 @@ class Trainer:
         self.step += 1
         evals = self.step % cfg.eval_every == 0 or self.step == cfg.steps
         saves = self.dir is not None and (
-            self.step % cfg.checkpoint_every == 0 or self.step in (end, cfg.steps) or interrupted)
+            cfg.checkpoint_due(self.step, self.solved) or self.step in (end, cfg.steps)
+            or interrupted)
         if evals or saves or len(self.pending) >= FLUSH_EVERY:
             self.flush(bar)
         self.elapsed = time.perf_counter() - started
@@ -218,6 +234,12 @@ class Trainer:
             self._evaluate(lr)
         if saves or self.stopped is not None and self.dir is not None:
             self.checkpoint()
+
+    @property
+    def solved(self) -> bool:
+        """Whether an evaluation so far had MSE < ``checkpoint_dense_until`` (dense checkpoints
+        stop then); read off the metrics, so a resumed run decides as an uninterrupted one."""
+        return solved_before(self.cfg, self.metrics, self.step)
 
     def finish(self, stepped: bool) -> Run:
         """Write the final weights of a run that reached ``steps`` or stopped early (again only if

@@ -1,0 +1,81 @@
+"""The ``invperm timeline RUN`` subcommand: the mechanism over a run's checkpoints as a table,
+``timeline.json`` and ``timeline.{png,svg}`` in the run directory (kept out of ``cli`` so the
+command line loads nothing heavy until a command runs)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def table(tl) -> str:
+    """One line per checkpoint: step, MSE, rows exact, the rule's name, the final circuit alone
+    (MSE, rows exact, faithful) and the cells' β."""
+    lines = [f"{'step':>6s} {'MSE':>9s} {'rows':>6s}  {'mechanism':<30s} {'circuit MSE':>11s} "
+             f"{'rows':>6s} {'faithful':>8s}  β per cell"]
+    for s in tl.steps:
+        betas = " ".join(f"{b:5.2f}" for b in s.betas)
+        lines.append(f"{s.step:6d} {s.mse:9.4g} {s.rows_exact:6.1%}  {s.mechanism:<30s} "
+                     f"{s.circuit.mse:11.4g} {s.circuit.rows_exact:6.1%} "
+                     f"{'yes' if s.faithful else 'no':>8s}  {betas}")
+    return "\n".join(lines)
+
+
+def _cmd_timeline(args: argparse.Namespace) -> None:
+    """Analyse every checkpoint of RUN against its final circuit (``analysis.timeline``)."""
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from ..analysis.hypothesis import cell_text
+    from ..analysis.timeline import timeline
+    from ..runs.checkpoint import atomic_write
+    from ..runs.directory import RunDir
+    from ..viz.heatmaps import save_figures
+    from ..viz.timeline import plot_timeline
+
+    torch.set_num_threads(args.threads)
+    run_dir = Path(args.run)
+    tl = timeline(run_dir, n=args.n, seed=args.seed, stride=args.stride, progress=not args.quiet)
+    circuit = "minimal circuit" if tl.final_mechanism == "none" else "cells"
+    print(f"{tl.run}: final mechanism {tl.final_mechanism}; its {circuit}:")
+    for i, cell in enumerate(tl.cells):
+        print(f"  [{i}] {cell_text(cell)}")
+    print(table(tl))
+    first, since = tl.first_faithful, tl.faithful_since
+    if first is None:
+        print("the final circuit is faithful at no checkpoint")
+    else:
+        print(f"the final circuit is first faithful at step {first}"
+              + ("" if since == first else f", and at every checkpoint from step {since} on"))
+    out = Path(args.out) if args.out else run_dir
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RunDir.TIMELINE
+    atomic_write(path, (json.dumps(tl.to_dict(), indent=1) + "\n").encode())
+    png, svg = save_figures(plot_timeline(tl), path.with_suffix(".png"))
+    print(f"wrote {path}, {png} and {svg}")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def add_timeline_parser(sub) -> None:
+    p = sub.add_parser("timeline", help="the mechanism over a run's checkpoints: table, "
+                                        "timeline.json and a figure")
+    p.add_argument("run", help="the run directory (its checkpoints/ are analysed)")
+    p.add_argument("--n", type=_positive, default=512, help="samples analysed (default 512)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the analysed batch (default 0)")
+    p.add_argument("--stride", type=_positive, default=1,
+                   help="analyse every STRIDE-th checkpoint, counted back from the last")
+    p.add_argument("--out", help="where timeline.json and the figure go (default: the run)")
+    p.add_argument("--threads", type=_positive, default=1,
+                   help="torch threads (default 1: these models are too small for more to pay)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_timeline)

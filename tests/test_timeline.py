@@ -1,0 +1,165 @@
+"""The mechanism over training (analysis.timeline, invperm timeline) and dense checkpoints."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from helpers import run, small, strip
+
+from invperm_interp import Layout, ModelConfig
+from invperm_interp.analysis.mechanism import mechanism
+from invperm_interp.analysis.timeline import Timeline, timeline
+from invperm_interp.cli.main import main
+from invperm_interp.config import TrainConfig, config_hash
+from invperm_interp.maths.constructions import build
+from invperm_interp.model.disentangled import readout_forward
+from invperm_interp.runs import checkpoint as ckpt
+from invperm_interp.runs.directory import RunDir
+from invperm_interp.task import sample_batch
+from invperm_interp.training.run import Run
+from invperm_interp.training.single import resume
+from invperm_interp.training.trainer import on_schedule
+
+N_STEPS, BETA, D = 24, 12.0, 5
+
+
+def interpolated_run(run_dir, name="two_block", d=D, beta=BETA, n_steps=N_STEPS):
+    """A run directory whose checkpoint k holds the construction with every A scaled by k/n_steps
+    (W_U as built): a 'training' that moves from uniform attention to the construction."""
+    model = build(name, d, beta)
+    train_cfg = TrainConfig(steps=n_steps, checkpoint_every=1, out_dir=str(run_dir))
+    run = RunDir(run_dir)
+    run.write_config(model.cfg, train_cfg)
+    tensors = ckpt.model_tensors(model)
+    digest = config_hash(model.cfg, train_cfg)
+    for k in range(1, n_steps + 1):
+        scaled = {key: v * (k / n_steps) if key.endswith("attn.A") else v
+                  for key, v in tensors.items()}
+        path = run.checkpoint(k) if k < n_steps else run.final
+        ckpt.save(path, scaled, {"step": k, "config_hash": digest})
+    return model
+
+
+def predicted_first_faithful(name, d, beta, n_steps, n=512, seed=0):
+    """The first k at which the construction at β·k/n_steps, run as is, gets 99% of rows exact with
+    an MSE below the baseline d/4: the whole model is then the circuit, so the rule calls it
+    faithful (rows exact, loss recovered 1)."""
+    for k in range(1, n_steps + 1):
+        model = build(name, d, beta * k / n_steps)
+        batch = sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
+                             dtype=torch.float64)
+        with torch.no_grad():
+            out = readout_forward(model, batch.X).numpy()
+        Y = batch.Y.numpy()
+        rows = ((out.round() == Y).all(-1)).mean()
+        err = ((out - Y) ** 2).sum(-1).mean()
+        if rows >= 0.99 and err < d / 4:
+            return k
+    return None
+
+
+@pytest.mark.parametrize("name", ["two_block", "appendix_b"])
+def test_an_interpolated_construction_turns_faithful_when_predicted(tmp_path, name):
+    interpolated_run(tmp_path / "run", name)
+    expected = predicted_first_faithful(name, D, BETA, N_STEPS)
+    assert expected is not None and 1 < expected < N_STEPS  # the test sees a transition
+    tl = timeline(tmp_path / "run")
+    assert [s.step for s in tl.steps] == list(range(1, N_STEPS + 1))
+    assert tl.final_mechanism == name
+    assert tl.first_faithful == expected
+    assert tl.faithful_since == expected
+    assert tl.steps[-1].mechanism == name
+    # the cells' fitted β grow linearly with the interpolation (the weights are exactly k/n of it)
+    for s in tl.steps:
+        for b in s.betas:
+            assert b == pytest.approx(BETA * s.step / N_STEPS, rel=1e-6)
+    assert Timeline.from_dict(json.loads(json.dumps(tl.to_dict()))) == tl
+
+
+def test_stride_counts_back_from_the_last_checkpoint(tmp_path):
+    interpolated_run(tmp_path / "run", n_steps=9)
+    tl = timeline(tmp_path / "run", stride=3)
+    assert [s.step for s in tl.steps] == [2, 5, 8, 9]  # 9: the final weights
+
+
+def test_timeline_refuses_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="run_dir must hold a run"):
+        timeline(tmp_path)
+    with pytest.raises(ValueError, match="run must be a run directory or a Run"):
+        timeline(3)
+    interpolated_run(tmp_path / "run", n_steps=3)
+    with pytest.raises(ValueError, match="stride must be an integer >= 1"):
+        timeline(tmp_path / "run", stride=0)
+
+
+def test_cli_timeline_writes_table_json_and_figure(tmp_path, capsys):
+    interpolated_run(tmp_path / "run", n_steps=6)
+    assert main(["timeline", str(tmp_path / "run"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "final mechanism two_block" in out and "faithful" in out
+    data = json.loads((tmp_path / "run" / "timeline.json").read_text())
+    assert [s["step"] for s in data["steps"]] == list(range(1, 7))
+    for suffix in ("png", "svg"):
+        assert (tmp_path / "run" / f"timeline.{suffix}").stat().st_size > 1000
+    assert main(["timeline", str(tmp_path / "nothing")]) == 2
+    assert "run_dir must hold a run" in capsys.readouterr().err
+
+
+# -- dense checkpoints ---------------------------------------------------------------------------
+def expected_checkpoints(cfg: TrainConfig, metrics: list[dict]) -> list[int]:
+    """The schedule as the config's docstring states it, from the run's evaluations."""
+    steps = []
+    for s in range(1, cfg.steps + 1):
+        solved = any(m["mse"] < cfg.checkpoint_dense_until for m in metrics if m["step"] < s)
+        if s % cfg.checkpoint_every == 0 or s % cfg.checkpoint_dense_every == 0 and not solved \
+                or s == cfg.steps:
+            steps.append(s)
+    return steps
+
+
+def test_dense_checkpoints_until_solved_then_sparse_and_resume_is_bit_identical(tmp_path):
+    model_cfg, base = small(steps=24, eval_every=3, checkpoint_every=10, checkpoint_dense_every=2)
+    probe = run(model_cfg, base)  # in memory: where the evaluations go
+    mses = sorted(m["mse"] for m in probe.metrics)
+    cfg = replace(base, checkpoint_dense_until=mses[len(mses) // 2])  # solved half way
+    straight = run(model_cfg, replace(cfg, out_dir=str(tmp_path / "a")))
+    kept = [s for s, _ in RunDir(tmp_path / "a").checkpoints()]
+    assert kept == expected_checkpoints(cfg, straight.metrics)
+    dense = [s for s in kept if s % 10 and s != cfg.steps]
+    assert dense and max(dense) < cfg.steps - 2  # dense early, none after the run was solved
+    assert len(kept) <= cfg.max_checkpoints
+    run(model_cfg, replace(cfg, out_dir=str(tmp_path / "b")), stop_at=7)
+    resumed = resume(tmp_path / "b", progress=False)
+    assert strip(resumed.metrics) == strip(straight.metrics)
+    for key, value in Run.load(tmp_path / "a").weights.state_dict().items():
+        assert torch.equal(value, resumed.weights.state_dict()[key]), key
+    assert [s for s, _ in RunDir(tmp_path / "b").checkpoints()] == sorted(set(kept) | {7})
+    # what a pruning keeps: the schedule's steps, not the stop at 7 nor the last step (24)
+    assert on_schedule(tmp_path / "b", cfg) == set(kept) - {cfg.steps}
+
+
+def test_dense_checkpoint_options_are_checked():
+    with pytest.raises(ValueError, match="checkpoint_dense_every must be an integer >= 1"):
+        TrainConfig(checkpoint_dense_every=0)
+    with pytest.raises(ValueError, match="checkpoint_dense_until must be a finite number > 0"):
+        TrainConfig(checkpoint_dense_until=float("nan"))
+    cfg = TrainConfig(steps=1000, checkpoint_every=500, checkpoint_dense_every=50)
+    assert cfg.max_checkpoints == 2 + 20 + 2
+
+
+@pytest.mark.slow
+def test_a_trained_runs_timeline_ends_with_the_mechanism_of_its_final_weights(tmp_path):
+    model_cfg = ModelConfig(Layout.plain(6), attention_dir="bidirectional", readout="P")
+    cfg = TrainConfig(steps=1500, batch_size=128, eval_every=25, eval_size=512,
+                      checkpoint_every=1000, checkpoint_dense_every=25, stop_at_mse=1e-3,
+                      device="cpu", threads=1, out_dir=str(tmp_path / "run"))
+    trained = run(model_cfg, cfg)
+    tl = timeline(tmp_path / "run", stride=2)
+    batch = sample_batch(model_cfg.layout, 512, torch.Generator().manual_seed(0))
+    assert tl.steps[-1].step == trained.step
+    assert tl.steps[-1].mechanism == tl.final_mechanism
+    assert tl.final_mechanism == mechanism(Run.load(tmp_path / "run").model, batch).name
+    assert len(tl.steps) > 5 and tl.steps[0].mse > 100 * tl.steps[-1].mse
