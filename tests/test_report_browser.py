@@ -1,5 +1,6 @@
 """The report in a real browser: headless Chromium with the network blocked loads the page, and
-nothing leaves the file, no error is raised, every image decodes and every circuitsvis view draws.
+nothing leaves the file, no error is raised, every image decodes, every circuitsvis view draws, and the
+page paints before the circuitsvis bundle runs.
 
 Skipped (with how to install it) when no Chromium is on the machine.
 """
@@ -15,7 +16,7 @@ import torch
 from invperm_interp import sample_batch
 from invperm_interp.analysis.record import analyze
 from invperm_interp.maths import constructions
-from invperm_interp.viz.attention import write_bundle
+from invperm_interp.viz.page import write_bundle
 from invperm_interp.viz.report import write_report
 
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
@@ -23,12 +24,16 @@ BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "googl
 pytestmark = pytest.mark.skipif(
     BROWSER is None, reason="needs headless Chromium: apt-get install -y chromium (Debian/Ubuntu)")
 
-# Runs first in <head>: records errors and console.error calls, before any script of the page.
+# Runs first in <head>: records errors and console.error calls, before any script of the page, and
+# the time the circuitsvis bundle defines CircuitsVis (its `var CircuitsVis = ...` calls the setter).
 PROBE_HEAD = """<script>
 window.__errors = [];
 window.addEventListener('error', e => __errors.push(String(e.message || e.type)), true);
 const __consoleError = console.error;
 console.error = (...a) => { __errors.push(a.map(String).join(' ')); __consoleError(...a); };
+let __cv;
+Object.defineProperty(window, 'CircuitsVis', {configurable: true, get() { return __cv; },
+  set(v) { __cv = v; window.__bundleAt = performance.now(); }});
 </script>"""
 
 # Runs after load: writes what it saw into the DOM, which --dump-dom prints.
@@ -41,15 +46,22 @@ window.addEventListener('load', () => setTimeout(() => {
     views: [...document.querySelectorAll('div.cv')]
       .map(d => d.querySelectorAll('canvas, svg, table, span').length),
     resources: performance.getEntriesByType('resource').map(r => r.name),
+    firstPaint: (performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime ?? null,
+    bundleAt: window.__bundleAt ?? null,
+    overflow: [...document.querySelectorAll('table')].map(t => {
+      const box = t.closest('div.table') || t.parentElement;
+      return Math.max(box.scrollWidth - box.clientWidth,
+                      t.getBoundingClientRect().right - document.documentElement.clientWidth);
+    }),
   });
   document.body.appendChild(out);
 }, 1500));
 </script>"""
 
 
-def _load(page, tmp_path) -> tuple[dict, list[str]]:
-    """Open ``page`` (a file) in Chromium with the network blocked: the probe's findings and every
-    URL the browser's network log saw."""
+def _load(page, tmp_path, width: int = 1400) -> tuple[dict, list[str]]:
+    """Open ``page`` (a file) in Chromium with the network blocked, in a window ``width`` pixels
+    wide: the probe's findings and every URL the browser's network log saw."""
     text = page.read_text()
     probed = page.with_name("probed_" + page.name)
     probed.write_text(text.replace("<head>", "<head>" + PROBE_HEAD, 1)
@@ -59,6 +71,7 @@ def _load(page, tmp_path) -> tuple[dict, list[str]]:
            "--disable-background-networking", "--disable-component-update",
            "--proxy-server=http://127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
            f"--log-net-log={netlog}", f"--user-data-dir={tmp_path / 'profile'}",
+           f"--window-size={width},1000",
            "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     match = re.search(r'<pre id="__probe">(.*?)</pre>', result.stdout, re.S)
@@ -101,6 +114,9 @@ def test_report_loads_offline_without_errors_and_renders(report_page, which):
     assert len(found["views"]) == 2 and all(n > 0 for n in found["views"]), found["views"]
     if which == "shared":  # the views drew from the shared copy: the page has none of its own
         assert "var CircuitsVis" not in page.read_text()
+    # the headline paints before the bundle (over a megabyte of script) is run
+    assert found["firstPaint"] is not None and found["bundleAt"] is not None, found
+    assert found["firstPaint"] < found["bundleAt"]
 
 
 def test_the_probe_sees_a_request_that_leaves_the_file(tmp_path):

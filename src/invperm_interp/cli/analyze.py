@@ -89,8 +89,8 @@ def _report_directory(root, args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
     from ..runs.directory import Run
-    from ..viz.attention import write_bundle
     from ..viz.index import find_runs, write_index
+    from ..viz.page import write_bundle
 
     if args.step is not None or args.out is not None:
         raise ValueError("--step and --out are for one run; DIR is a directory of runs")

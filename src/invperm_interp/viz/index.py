@@ -163,7 +163,7 @@ def _solve_text(r: RunRow) -> str:
 
 def index_html(directory: str | Path, rows: list[RunRow], title: str | None = None) -> str:
     """The index page (a string) for ``rows`` found under ``directory``."""
-    from .attention import STYLE
+    from .page import STYLE
 
     root = Path(directory)
     title = title or f"Runs in {root}"

@@ -25,10 +25,11 @@ from ..labels import layer_name, name_streams
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
 from ..training.metrics import evaluate
-from .attention import attention_views, page
+from .attention import attention_views
 from .heatmaps import head_figure, plot_dependency, unembed_figure
 from .html import figure, table
 from .mechanism import headline, mechanism_section
+from .page import page
 from .training import excess_text, plot_accuracy, plot_training
 
 __all__ = ["write_report", "report_html", "plot_training"]
