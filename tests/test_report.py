@@ -195,3 +195,55 @@ def test_analyze_text_names_streams_by_layer_as_the_report_does(theorem3):
     ablations = text.split("\nablations\n")[1].split("\n\n")[0]
     assert "h^" not in ablations
     assert "layer 2 (blocks.1) output, read out" in ablations
+
+
+def test_a_solved_model_gets_a_solved_headline_that_says_so(theorem3_page):
+    assert '<div class="headline solved">' in theorem3_page
+    assert "The model solves the task" in _sections(theorem3_page)["Headline"]
+
+
+def test_no_placeholder_text_when_nothing_is_fitted(theorem3):
+    """No atoms at all and every layer unexplained: the headline says so in words, without
+    'all 0 cells', a '100%–100%' range or a pointer to an empty table."""
+    from dataclasses import replace
+
+    from invperm_interp.analysis.mechanism import MinimalCircuit
+    from invperm_interp.analysis.templates import Circuit
+    from invperm_interp.viz.mechanism import headline, mechanism_section
+
+    model, batch, summary = theorem3
+    mech = summary.mechanism
+    empty = MinimalCircuit((), (), False, mech.minimal.score, 0.0)
+    nothing = replace(summary, mechanism=replace(mech, name="none", faithfulness=None, minimal=empty),
+                      circuit=Circuit((), (1.0, 1.0)))
+    head = headline(nothing)
+    assert "all 0 cells" not in head and "100%–100%" not in head and "table below" not in head
+    assert "occupy no cell" in head and "100% of every layer's gauge-fixed weights" in head
+    assert "<tbody></tbody>" not in mechanism_section(nothing)
+    assert "<tbody></tbody>" not in report_html(model, nothing, batch)
+
+
+def test_mechanism_table_shows_every_condition_of_the_rule(theorem3):
+    """Rows, loss and template signs each get a column, and a construction that passes rows and loss
+    with a wrongly signed template is not the one named."""
+    from dataclasses import replace
+
+    from invperm_interp.viz.mechanism import headline, mechanism_section
+
+    _, _, summary = theorem3
+    mech = summary.mechanism
+    named = mech.faithfulness
+    flipped = replace(named, hypothesis="theorem3_flipped",
+                      template_betas=(-1.0,) + tuple(named.template_betas[1:]))
+    section = mechanism_section(replace(summary, mechanism=replace(mech, tested=(named, flipped))))
+    header = re.search(r"<thead>(.*?)</thead>", section).group(1)
+    assert all(h in header for h in ("rows exact alone (≥ 99%)", "loss recovered (≥ 80%)",
+                                     "template signs", "rule"))
+    rows = {r[0]: r for r in (re.findall(r"<td[^>]*>(.*?)</td>", tr)
+                              for tr in re.findall(r"<tr>(.*?)</tr>", section.split("<tbody>")[1]
+                                                     .split("</tbody>")[0]))}
+    assert rows["theorem3"][4] == "all β &gt; 0 ✓" and rows["theorem3"][-1] == "named"
+    assert rows["theorem3_flipped"][4].endswith("β ≤ 0 ✗") and rows["theorem3_flipped"][-1] == "fails"
+    none = replace(summary, mechanism=replace(mech, name="none", faithfulness=None, tested=(flipped,)))
+    assert "templates fitted with β ≤ 0" in headline(none)  # the headline says which condition fails
+

@@ -116,9 +116,10 @@ def _circuit(model: HookedDisentangledTransformer, result: ModelAnalysis) -> str
         figure(head_figure(model, layer, head, gauge_fixed=False),
                f"Heatmap of the raw A of {layer_name(layer)} head {head}.")
         for layer, head in heads)
+    atoms_table = (table(["layer", "head", "cell", "β", "share", "score", "raw"], rows, caption)
+                   if rows else f"<p>No atom holds 1% of a layer's weights. Unexplained: {residual}.</p>")
     return (
-        "<h2>Circuit</h2>" + table(["layer", "head", "cell", "β", "share", "score", "raw"], rows,
-                                   caption)
+        "<h2>Circuit</h2>" + atoms_table
         + "<h3>Weights</h3><p class='meta'>The gauge-fixed <code>A</code> of each head (what the "
           "table reads) and <code>W_U</code> (untouched by the gauge, drawn once).</p>"
         + f'<div class="figs">{gauge_figs}{w_u}</div>'

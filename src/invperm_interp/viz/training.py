@@ -20,6 +20,7 @@ from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
 
 ACCURACIES = (("entry_acc", "entries exact"), ("row_acc", "rows exact"),
               ("sample_acc", "samples exact (whole Y)"))
+SOLVED_BELOW = 1e-3  # a model with MSE below this solves the task ("steps to solve": first step below)
 EXCESS_LINEAR = 1e-4  # symlog: linear within ±1e-4 of the floor, logarithmic beyond
 
 
