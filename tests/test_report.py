@@ -247,3 +247,12 @@ def test_mechanism_table_shows_every_condition_of_the_rule(theorem3):
     none = replace(summary, mechanism=replace(mech, name="none", faithfulness=None, tested=(flipped,)))
     assert "templates fitted with β ≤ 0" in headline(none)  # the headline says which condition fails
 
+
+
+def test_training_caption_matches_what_is_drawn():
+    from invperm_interp.viz.training import training_caption
+
+    assert "excess over the causal floor" in training_caption(_metrics(2.5, 2.5025, "causal"))
+    scratch = training_caption(_metrics(0.0, 1e-4, "causal"))  # causal, floor 0: the MSE itself
+    assert "excess" not in scratch and "floor is 0" in scratch
+    assert "causal twin" in training_caption(_metrics(2.5, 1e-4, "bidirectional"))

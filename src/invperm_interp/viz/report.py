@@ -30,7 +30,7 @@ from .heatmaps import head_figure, plot_dependency, unembed_figure
 from .html import figure, table
 from .mechanism import headline, mechanism_section
 from .page import page
-from .training import excess_text, plot_accuracy, plot_training
+from .training import excess_text, plot_accuracy, plot_training, training_caption
 
 __all__ = ["write_report", "report_html", "plot_training"]
 
@@ -204,13 +204,10 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
     parts = [_setup(model, train_cfg, metrics), headline(result),
              _results(model, result, batch, metrics, train_cfg)]
     if metrics:
-        how = ("drawn as its excess over the causal floor (linear within ±1e-4 of the floor, "
-               "logarithmic beyond), so a run at its floor is visible"
-               if model.cfg.causal else "with the causal floor for reference")
         accuracy = plot_accuracy(metrics)
         parts += ["<h2>Training</h2>", '<div class="figs">', figure(
             plot_training(metrics), "Training curve: eval loss against step.",
-            f"Eval loss on the run's fixed eval batch, {how}.")]
+            training_caption(metrics))]
         if accuracy is not None:
             parts.append(figure(accuracy, "Fraction of entries, rows and samples exact against step.",
                                 "Entries, rows and whole samples exact after rounding."))
