@@ -163,7 +163,9 @@ def test_each_layer_is_named_the_same_way_in_every_section(theorem3, theorem3_pa
 def test_a_shared_bundle_replaces_the_inline_copy(theorem3, tmp_path):
     model, batch, summary = theorem3
     inline = report_html(model, summary, batch)
-    shared = report_html(model, summary, batch, bundle="../circuitsvis.js")
+    shared = report_html(model, summary, batch, bundle="../circuitsvis.js",
+                         links=[("↑ all runs", "../index.html")])
+    assert '<nav><a href="../index.html">↑ all runs</a></nav>' in shared
     assert '"../circuitsvis.js"' in shared and "var CircuitsVis" not in shared
     assert len(inline) - len(shared) > 0.9 * BUNDLE.stat().st_size
     path = write_bundle(tmp_path)
@@ -246,7 +248,6 @@ def test_mechanism_table_shows_every_condition_of_the_rule(theorem3):
     assert rows["theorem3_flipped"][4].endswith("β ≤ 0 ✗") and rows["theorem3_flipped"][-1] == "fails"
     none = replace(summary, mechanism=replace(mech, name="none", faithfulness=None, tested=(flipped,)))
     assert "templates fitted with β ≤ 0" in headline(none)  # the headline says which condition fails
-
 
 
 def test_training_caption_matches_what_is_drawn():

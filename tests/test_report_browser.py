@@ -1,6 +1,6 @@
 """The report in a real browser: headless Chromium with the network blocked loads the page, and
-nothing leaves the file, no error is raised, every image decodes, every circuitsvis view draws, and the
-page paints before the circuitsvis bundle runs.
+nothing leaves the file, no error is raised, every image decodes, every circuitsvis view draws, the
+page paints before the circuitsvis bundle runs, and no table overflows its box at 800 px.
 
 Skipped (with how to install it) when no Chromium is on the machine.
 """
@@ -117,6 +117,33 @@ def test_report_loads_offline_without_errors_and_renders(report_page, which):
     # the headline paints before the bundle (over a megabyte of script) is run
     assert found["firstPaint"] is not None and found["bundleAt"] is not None, found
     assert found["firstPaint"] < found["bundleAt"]
+
+
+@pytest.mark.parametrize("which", ["single", "shared"])
+def test_no_report_table_overflows_at_800_px(report_page, which):
+    tmp, single, shared = report_page
+    found, _ = _load(single if which == "single" else shared, tmp, width=800)
+    assert found["overflow"] and max(found["overflow"]) <= 0, found["overflow"]
+
+
+def test_no_index_table_overflows_at_800_px(tmp_path):
+    """The widest index: sweep-sized names, floors written out, the longest mechanism names."""
+    import json
+
+    from test_index import _fake_run
+
+    from invperm_interp.viz.index import write_index
+
+    for seed in range(3):
+        for attention, mses, floor in (("bidirectional", [2.0, 1e-4], 0.0),
+                                       ("causal", [2.6, 2.503912], 2.5)):
+            run = tmp_path / f"{attention}_scratch_d10_seed{seed}"
+            _fake_run(run, 10, seed, attention, mses, floor)
+            (run / "analysis.json").write_text(json.dumps(
+                {"mechanism": {"name": "theorem3_superposed_complement"}}))
+    found, _ = _load(write_index(tmp_path), tmp_path, width=800)
+    assert found["errors"] == [] and found["overflow"], found
+    assert max(found["overflow"]) <= 0, found["overflow"]
 
 
 def test_the_probe_sees_a_request_that_leaves_the_file(tmp_path):

@@ -11,11 +11,11 @@ from .args import MAX_MEMORY_HELP, size
 
 def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int,
                        train_cfg=None, bundle: str | None = None, quiet: bool = False,
-                       max_memory: int | None = None):
+                       max_memory: int | None = None, links: list[tuple[str, str]] | None = None):
     """Analyse ``model`` on ``n`` fresh samples (``analysis.analyze``), print the headline, write
     ``analysis.json`` (the ``ModelAnalysis`` record) and ``report.html`` into ``out_dir`` (nothing
     written when ``out_dir`` is None); returns the record. ``bundle``: the relative URL of a shared
-    circuitsvis bundle (default: inlined)."""
+    circuitsvis bundle (default: inlined); ``links``: the report's navigation, ``(label, URL)``."""
     from pathlib import Path
 
     import torch
@@ -36,7 +36,7 @@ def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, see
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "analysis.json").write_text(result.to_json())
         write_report(model, result, batch, out_dir / "report.html", metrics, title=source,
-                     train_cfg=train_cfg, bundle=bundle)
+                     train_cfg=train_cfg, bundle=bundle, links=links)
         if not quiet:
             print(f"\nwrote {out_dir / 'analysis.json'} and {out_dir / 'report.html'}")
     return result
@@ -89,22 +89,23 @@ def _report_directory(root, args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
     from ..runs.directory import Run
-    from ..viz.index import find_runs, write_index
+    from ..viz.index import find_runs, report_links, write_index
     from ..viz.page import write_bundle
 
     if args.step is not None or args.out is not None:
         raise ValueError("--step and --out are for one run; DIR is a directory of runs")
     rows = find_runs(root)
-    todo = [r.dir for r in rows if not (r.dir / "report.html").is_file()
+    todo = [r for r in rows if not (r.dir / "report.html").is_file()
             and (r.dir / "final.safetensors").is_file()]
     if todo and not args.index_only:
         shared = None if args.inline_bundle else write_bundle(root)
-        for run_dir in tqdm(todo, desc="run reports", unit="run"):
+        for row in tqdm(todo, desc="run reports", unit="run"):
+            run_dir = row.dir
             run = Run.load(run_dir)
             bundle = None if shared is None else Path(os.path.relpath(shared, run_dir)).as_posix()
             analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=args.n,
                                seed=args.seed, train_cfg=run.train_cfg, bundle=bundle, quiet=True,
-                               max_memory=args.max_memory)
+                               max_memory=args.max_memory, links=report_links(root, rows, row))
         rows = find_runs(root)  # the new analyses name mechanisms
     path = write_index(root, rows)
     print(f"wrote {path} ({len(rows)} runs, {len(todo) if not args.index_only else 0} new reports)")

@@ -199,7 +199,8 @@ def _attention(model: HookedDisentangledTransformer, batch: Batch) -> str:
 
 def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
                 metrics: list[dict] | None = None, title: str = "invperm-interp report", *,
-                train_cfg: TrainConfig | None = None, bundle: str | None = None) -> str:
+                train_cfg: TrainConfig | None = None, bundle: str | None = None,
+                links: list[tuple[str, str]] | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
     parts = [_setup(model, train_cfg, metrics), headline(result),
              _results(model, result, batch, metrics, train_cfg)]
@@ -214,20 +215,21 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
         parts.append("</div>")
     parts += [mechanism_section(result), _circuit(model, result), _constructions(result),
               _ablations(model, result), _certificate(model, result), _attention(model, batch)]
-    return page(title, "\n".join(p for p in parts if p), bundle=bundle)
+    return page(title, "\n".join(p for p in parts if p), bundle=bundle, links=links)
 
 
 def write_report(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
                  path: str | Path, metrics: list[dict] | None = None,
                  title: str = "invperm-interp report", *, train_cfg: TrainConfig | None = None,
-                 bundle: str | None = None) -> Path:
+                 bundle: str | None = None, links: list[tuple[str, str]] | None = None) -> Path:
     """Write the report page for ``model`` (with ``result`` from ``analysis.record.analyze``).
 
     ``metrics``/``train_cfg``: the run's eval records and training configuration, when it is a
     trained run. ``bundle``: a relative URL of a shared circuitsvis bundle instead of inlining it.
+    ``links``: ``(label, relative URL)`` pairs above the title (the index, the run's twin).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report_html(model, result, batch, metrics, title, train_cfg=train_cfg,
-                                bundle=bundle), encoding="utf-8")
+                                bundle=bundle, links=links), encoding="utf-8")
     return path
