@@ -12,11 +12,12 @@ from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, s
 from invperm_interp.analysis.record import ModelAnalysis, analyze, headline
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
+from invperm_interp.labels import excess_text
 from invperm_interp.maths import constructions
 from invperm_interp.viz.heatmaps import head_figure, plot_dependency, plot_patching, unembed_figure
 from invperm_interp.viz.page import BUNDLE, write_bundle
 from invperm_interp.viz.report import report_html
-from invperm_interp.viz.training import excess_text, plot_accuracy, plot_training
+from invperm_interp.viz.training import plot_accuracy, plot_training
 
 
 def _metrics(floor: float, last: float, attention: str) -> list[dict]:
@@ -257,3 +258,12 @@ def test_training_caption_matches_what_is_drawn():
     scratch = training_caption(_metrics(0.0, 1e-4, "causal"))  # causal, floor 0: the MSE itself
     assert "excess" not in scratch and "floor is 0" in scratch
     assert "causal twin" in training_caption(_metrics(2.5, 1e-4, "bidirectional"))
+
+
+def test_cli_headline_writes_the_causal_mse_against_its_floor_and_names_its_batch(theorem3):
+    from dataclasses import replace
+
+    _, _, summary = theorem3
+    assert summary.model.causal
+    first = headline(replace(summary, mse=2.5039, causal_floor=2.5)).splitlines()[0]
+    assert "MSE 2.5039 = floor 2.5 + 0.0039" in first and "on 64 fresh samples" in first

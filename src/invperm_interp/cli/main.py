@@ -21,10 +21,10 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
     from .. import Layout, ModelConfig
     from ..config import TrainConfig
+    from ..labels import excess_text
     from ..training.single import train_or_reuse
     from ..viz.index import find_runs, report_links, write_index
     from ..viz.page import write_bundle
-    from ..viz.training import excess_text
 
     out = Path(args.out)
     runs = {}
@@ -151,9 +151,13 @@ def _cmd_train(args: argparse.Namespace) -> None:
             raise ValueError("--out DIR is required: the run directory for metrics and checkpoints")
         run = train(model_cfg, TrainConfig.from_dict(base), progress=progress,
                     max_memory=args.max_memory, force=args.force)
+    from ..labels import excess_text
+
     m = run.final_metrics
-    print(f"{run.dir}: step {run.step}, MSE {m['mse']:.4g} ({m['attention_dir']}; the causal floor "
-          f"of this layout and read-out is {m['causal_floor']:.4g}), rows exact {m['row_acc']:.1%}"
+    floor = m["causal_floor"] if m["attention_dir"] == "causal" else None
+    print(f"{run.dir}: step {run.step}, MSE on the eval batch {excess_text(m['mse'], floor)} "
+          f"({m['attention_dir']}; the causal floor of this layout and read-out is "
+          f"{m['causal_floor']:.4g}), rows exact {m['row_acc']:.1%}"
           + (f"; stopped early ({m['stopped']})" if m.get("stopped") else ""))
 
 

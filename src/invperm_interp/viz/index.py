@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ModelConfig, read_config
+from ..labels import excess_text
 from ..runs.directory import read_metrics
 from ..sweep.engine import read_sweep
 from .html import figure
 from .page import page
 from .sweep import plot_sweep
-from .training import SOLVED_BELOW, excess_text, plot_runs
+from .training import SOLVED_BELOW, plot_runs
 
 AT_FLOOR = 0.01  # a causal run within 1% of its floor sits on it
 

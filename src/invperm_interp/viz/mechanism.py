@@ -16,10 +16,10 @@ import html
 from ..analysis.faithfulness import Faithfulness
 from ..analysis.mechanism import Mechanism, is_faithful
 from ..analysis.record import ModelAnalysis
-from ..labels import layer_name
+from ..labels import excess_text, layer_name
 from ..maths import constructions
 from .html import table
-from .training import SOLVED_BELOW, excess_text
+from .training import SOLVED_BELOW
 
 # A circuit whose atoms leave more than this share of a layer's gauge-fixed weights unexplained is
 # not presented as explained by templates.

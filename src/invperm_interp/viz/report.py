@@ -21,7 +21,7 @@ import torch
 
 from ..analysis.record import ModelAnalysis, atom_label
 from ..config import TrainConfig
-from ..labels import layer_name, name_streams
+from ..labels import excess_text, layer_name, name_streams
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
 from ..training.metrics import evaluate
@@ -30,7 +30,7 @@ from .heatmaps import head_figure, plot_dependency, unembed_figure
 from .html import figure, table
 from .mechanism import headline, mechanism_section
 from .page import page
-from .training import excess_text, plot_accuracy, plot_training, training_caption
+from .training import plot_accuracy, plot_training, training_caption
 
 __all__ = ["write_report", "report_html", "plot_training"]
 

@@ -49,14 +49,6 @@ def training_caption(metrics: list[dict]) -> str:
     return f"Eval loss on the run's fixed eval batch, {how}."
 
 
-def excess_text(mse: float, floor: float | None) -> str:
-    """``"2.5025 = floor 2.5 + 0.0025"``: the MSE with the digits that tell it from its floor."""
-    if floor is None or floor <= 0:
-        return f"{mse:.4g}"
-    excess = mse - floor
-    return f"{mse:.6g} = floor {floor:.6g} {'+' if excess >= 0 else '−'} {abs(excess):.3g}"
-
-
 def plot_loss(ax: Axes, metrics: list[dict], label: str = "eval MSE", color: str = "C0",
               causal: bool | None = None) -> None:
     """One run's eval curve on ``ax``: ``MSE − floor`` for a causal run, else the MSE (log)."""
