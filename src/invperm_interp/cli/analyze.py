@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from .args import MAX_MEMORY_HELP, size
+from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, describe, examples, size
 
 
 def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int,
@@ -52,10 +52,10 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
 
     if (args.run_dir is None) == (args.construction is None):
         raise ValueError("give a run directory or --construction NAME (one of them)")
-    if args.threads is not None:
-        import torch
+    import torch
 
-        torch.set_num_threads(args.threads)
+    if args.threads is not None or not torch.cuda.is_available():  # one thread on the CPU
+        torch.set_num_threads(args.threads or 1)
     metrics = None
     if args.construction is not None:
         model = constructions.build(args.construction, args.d, args.beta, max_memory=args.max_memory)
@@ -112,19 +112,25 @@ def _report_directory(root, args: argparse.Namespace) -> None:
 
 
 def add_analyze_parser(sub, name: str) -> None:
-    analyze = sub.add_parser(name, help="circuit, templates, closest construction, ablations and "
-                                        "an HTML report of a run or a construction")
+    about = ("circuit, templates, closest construction, ablations and an HTML report of a run or a "
+             "construction; on a directory of runs, a report for each and an index page")
+    analyze = sub.add_parser(name, help=about, description=describe(about),
+                             formatter_class=HelpFormatter, epilog=examples(
+                                 f"invperm {name} runs/demo/causal",
+                                 f"invperm {name} runs/sweep_d   (every run's report and index.html)",
+                                 f"invperm {name} --construction theorem3 --d 6 --out /tmp/t3"))
     analyze.add_argument("run_dir", nargs="?", help="a training run directory (gets analysis.json), "
                                                      "or a directory of runs (gets index.html)")
     analyze.add_argument("--step", type=int, default=None, help="a checkpoint step (default: final)")
     analyze.add_argument("--construction", help="analyze a construction instead (see construct --list)")
-    analyze.add_argument("--d", type=int, default=10, help="task size for --construction")
-    analyze.add_argument("--beta", type=float, default=None, help="cell scale for --construction")
+    analyze.add_argument("--d", type=int, default=10, help="task size of --construction")
+    analyze.add_argument("--beta", type=float, default=None,
+                         help="cell scale of --construction (default 100)")
     analyze.add_argument("--n", type=int, default=512, help="samples for patterns and ablations")
-    analyze.add_argument("--seed", type=int, default=0)
+    analyze.add_argument("--seed", type=int, default=0, help="seeds the analysis batch")
     analyze.add_argument("--out", help="directory for analysis.json and report.html "
                                         "(default: the run directory)")
-    analyze.add_argument("--threads", type=int, help="torch threads; on busy shared cores try 1")
+    analyze.add_argument("--threads", type=int, help=THREADS_HELP)
     analyze.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     analyze.add_argument("--index-only", action="store_true",
                          help="for a directory of runs: only the index page, no missing run reports")

@@ -1,5 +1,5 @@
 """The ``invperm`` command line. Each subcommand is one function ``_cmd_NAME(args)`` (``analyze`` in
-``cli_analyze``, ``sweep`` in ``cli_sweep``).
+``cli/analyze.py``, ``sweep`` in ``cli/sweep.py``); every one's help shows its defaults and examples.
 
 Errors a user can cause (``ValueError``, missing files) print one readable line and exit 2.
 """
@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from .analyze import add_analyze_parser, analyse_and_report
-from .args import MAX_MEMORY_HELP, size
+from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, describe, examples, size
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
@@ -86,7 +86,9 @@ _TRAIN_FLAGS = ("steps", "batch_size", "recipe", "lr", "optimizer", "schedule", 
                 "stop_at_mse", "stop_at_floor")
 
 
-_DEFAULT_READOUT = {"plain": "P", "scratch": "P", "code": "pad0"}  # code: the note's code's rows
+# scratch: the S rows, which come after every input row (reading P under a causal mask sits on the
+# floor); code: the note's code's rows
+_DEFAULT_READOUT = {"plain": "P", "scratch": "S", "code": "pad0"}
 
 
 def _layout(kind: str, d: int, n_scratch: int | None):
@@ -161,71 +163,92 @@ def _cmd_train(args: argparse.Namespace) -> None:
           + (f"; stopped early ({m['stopped']})" if m.get("stopped") else ""))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="invperm", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+DESCRIPTION = """\
+Train small attention-only ("disentangled") transformers on the inverse-permutation task of the
+note "The Impossibility of Inverse Permutation Learning in Transformer Models" (given a permutation
+matrix P and Y_P, output Y), find the circuit each model learned, and write HTML reports. A
+bidirectional model learns the task; a causally masked one reading the P rows cannot beat the exact
+causal floor (Lemma 1). Start with `invperm demo`: it trains both at d = 10, analyses them and
+writes a report for each and an index page under runs/demo (open runs/demo/index.html)."""
 
-    demo = sub.add_parser("demo", help="the main job: train the note's bidirectional and causal "
-                                       "models, analyse them, write HTML reports")
-    demo.add_argument("--d", type=int, default=10)
-    demo.add_argument("--steps", type=int, default=1500)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--threads", type=int, default=None, help="torch threads (default 1 on the CPU)")
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="invperm", description=DESCRIPTION, formatter_class=HelpFormatter,
+        epilog=examples("invperm demo", "invperm train --attention bidirectional --out runs/bi",
+                        "invperm report runs/bi", "invperm <command> --help   (each command's options)"))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
+
+    def command(name: str, help: str, *example: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=describe(help),
+                              formatter_class=HelpFormatter, epilog=examples(*example))
+
+    demo = command("demo", "the main job: train the note's bidirectional and causal models, analyse "
+                           "them, write HTML reports and an index",
+                   "invperm demo", "invperm demo --d 6 --steps 800 --out runs/demo6")
+    demo.add_argument("--d", type=int, default=10, help="task size (P is d x d)")
+    demo.add_argument("--steps", type=int, default=1500, help="training steps of each model")
+    demo.add_argument("--seed", type=int, default=0, help="seeds the init, data and eval batch")
+    demo.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     demo.add_argument("--out", default="runs/demo", help="where the runs and reports go")
-    demo.add_argument("--max-memory", type=size, metavar="SIZE",
-                      help=MAX_MEMORY_HELP)
+    demo.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     demo.set_defaults(func=_cmd_demo)
 
-    construct = sub.add_parser("construct", help="an analytic construction's cells and its error")
+    construct = command("construct", "an analytic construction's cells and its error",
+                        "invperm construct --list", "invperm construct theorem3 --d 6")
     construct.add_argument("name", nargs="?", help="construction name (see --list)")
     construct.add_argument("--list", action="store_true", help="list constructions and exit")
-    construct.add_argument("--d", type=int, default=10)
+    construct.add_argument("--d", type=int, default=10, help="task size")
     construct.add_argument("--beta", type=float, default=None, help="cell scale (default 100)")
     construct.add_argument("--n", type=int, default=256, help="samples for the verification")
-    construct.add_argument("--seed", type=int, default=0)
-    construct.add_argument("--max-memory", type=size, metavar="SIZE",
-                           help=MAX_MEMORY_HELP)
+    construct.add_argument("--seed", type=int, default=0, help="seeds the verification samples")
+    construct.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     construct.set_defaults(func=_cmd_construct)
 
-    tr = sub.add_parser("train", help="train a model; config, metrics and checkpoints under --out")
+    tr = command("train", "train a model; config, metrics and checkpoints under --out",
+                 "invperm train --attention bidirectional --out runs/bi",
+                 "invperm train --layout scratch --out runs/scratch   (causal, reads the S rows)",
+                 "invperm train --resume runs/bi --steps 5000")
     tr.add_argument("--layout", choices=["plain", "scratch", "code"],
-                    help="[P; Y_P] (default), [P; Y_P; S], or the note's code's [0; P; Y_P; 0]")
-    tr.add_argument("--n-scratch", type=int, help="scratch rows (default d)")
+                    help="[P; Y_P] (default plain), [P; Y_P; S], or the note's code's [0; P; Y_P; 0]")
+    tr.add_argument("--n-scratch", type=int, help="scratch rows of --layout scratch (default d)")
     tr.add_argument("--attention", choices=["causal", "bidirectional"], help="default causal")
-    tr.add_argument("--readout", help="segment read out: P, Y, S, pad0, pad1 (default P; "
-                                      "pad0 for --layout code)")
+    tr.add_argument("--readout", help="segment read out: P, Y, S, pad0, pad1 (default P; S for "
+                                      "--layout scratch; pad0 for --layout code)")
     tr.add_argument("--layers", type=int, help="default 2")
     tr.add_argument("--heads", type=int, help="heads per layer (default 1)")
     tr.add_argument("--d", type=int, help="task size (default 10)")
-    tr.add_argument("--dtype", choices=["float32", "float64"])
-    tr.add_argument("--steps", type=int, help="with --resume: extend the run to this many")
-    tr.add_argument("--batch-size", type=int)
+    tr.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
+    tr.add_argument("--steps", type=int, help="training steps (default 3000); with --resume: "
+                                              "extend the run to this many")
+    tr.add_argument("--batch-size", type=int, help="default: the recipe's (1024; fast: the batch "
+                                                   "that solves soonest on a CPU)")
     tr.add_argument("--recipe", choices=["adam", "paper", "fast"],
                     help="adam (default), fast (adam at the batch size that solves soonest on a CPU) "
-                         "or the note's")
-    tr.add_argument("--lr", type=float)
-    tr.add_argument("--optimizer", choices=["adam", "sgd"])
-    tr.add_argument("--schedule", choices=["constant", "cosine"])
-    tr.add_argument("--schedule-steps", type=int, help="cosine horizon (paper: 65536, the note's)")
-    tr.add_argument("--seed", type=int)
-    tr.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
-    tr.add_argument("--threads", type=int, help="torch threads (default 1 on the CPU: faster on "
-                                                "shared cores; run models side by side instead)")
-    tr.add_argument("--stop-at-mse", type=float, help="stop at the first evaluation below this MSE")
+                         "or paper (the note's: SGD lr 1.0, cosine over 65536 steps, zero init)")
+    tr.add_argument("--lr", type=float, help="default: the recipe's (adam 1e-2, paper 1.0)")
+    tr.add_argument("--optimizer", choices=["adam", "sgd"], help="default: the recipe's")
+    tr.add_argument("--schedule", choices=["constant", "cosine"], help="default: the recipe's")
+    tr.add_argument("--schedule-steps", type=int, help="cosine horizon (default: 65536 for paper, "
+                                                       "the note's; else --steps)")
+    tr.add_argument("--seed", type=int, help="seeds the init, data and eval batch (default 0)")
+    tr.add_argument("--device", help="auto (default: CUDA when available), cpu, cuda, cuda:N")
+    tr.add_argument("--threads", type=int, help=THREADS_HELP)
+    tr.add_argument("--stop-at-mse", type=float, help="stop at the first evaluation below this MSE "
+                                                      "(default: off)")
     tr.add_argument("--stop-at-floor", type=float, metavar="TOL",
                     help="causal models: stop once 3 evaluations lie within relative TOL of the "
-                         "causal floor")
-    tr.add_argument("--eval-every", type=int)
-    tr.add_argument("--eval-size", type=int)
-    tr.add_argument("--checkpoint-every", type=int)
-    tr.add_argument("--out", help="run directory (new or empty)")
+                         "causal floor (default: off)")
+    tr.add_argument("--eval-every", type=int, help="steps between evaluations (default 100)")
+    tr.add_argument("--eval-size", type=int, help="samples of the fixed eval batch (default 4096)")
+    tr.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default 1000)")
+    tr.add_argument("--out", help="run directory (new or empty; required unless --resume)")
     tr.add_argument("--force", action="store_true",
                     help="write the run into an --out that holds other files (never over a run)")
     tr.add_argument("--config", help="JSON with 'model' and 'train', e.g. a run's config.json")
     tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
-    tr.add_argument("--max-memory", type=size, metavar="SIZE",
-                    help=MAX_MEMORY_HELP)
+    tr.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     tr.set_defaults(func=_cmd_train)
 
     for name in ("analyze", "report"):  # the same job; "report" is the name users look for
