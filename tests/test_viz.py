@@ -76,3 +76,14 @@ def test_patching_heatmap_labels_blocks_and_layers():
                                                            "layer 2 (blocks.1) input"]
     assert "not in this\nstream yet" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert "1.00" in {t.get_text() for t in ax.texts}  # some block fully restores the output
+
+
+def test_sweep_markers_sit_nearer_their_own_d_than_the_midpoint():
+    from invperm_interp.viz.sweep import plot_sweep
+
+    rows = [{"group": g, "d": d, "seed": s, "steps": 100, "steps_to_solve": 50 + s}
+            for g in ("a", "b", "c") for d in (4, 6, 8) for s in range(4)]
+    fig = plot_sweep(rows)
+    xs = [x for ax in fig.axes for c in ax.collections for x, _ in c.get_offsets()]
+    assert len(xs) == len(rows)
+    assert max(abs(x - round(x)) for x in xs) < 0.25  # ticks at 0, 1, 2; midpoints at ±0.5
