@@ -76,6 +76,7 @@ def test_patching_heatmap_labels_blocks_and_layers():
                                                            "layer 2 (blocks.1) input"]
     assert "not in this\nstream yet" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert "1.00" in {t.get_text() for t in ax.texts}  # some block fully restores the output
+    assert min(t.get_fontsize() for t in ax.texts) * 4 / 3 >= 10  # cell values: >= 10 px drawn
 
 
 def test_sweep_markers_sit_nearer_their_own_d_than_the_midpoint():
