@@ -48,6 +48,11 @@ window.addEventListener('load', () => setTimeout(() => {
     resources: performance.getEntriesByType('resource').map(r => r.name),
     firstPaint: (performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime ?? null,
     bundleAt: window.__bundleAt ?? null,
+    attention: [...document.querySelectorAll('figure.attn')].map(f => {
+      const box = f.getBoundingClientRect();
+      const drawn = Math.max(...[...f.querySelectorAll('*')].map(e => e.getBoundingClientRect().right));
+      return {left: box.left, top: box.top, drawnRight: drawn};
+    }),
     overflow: [...document.querySelectorAll('table')].map(t => {
       const box = t.closest('div.table') || t.parentElement;
       return Math.max(box.scrollWidth - box.clientWidth,
@@ -114,6 +119,9 @@ def test_report_loads_offline_without_errors_and_renders(report_page, which):
     assert len(found["views"]) == 2 and all(n > 0 for n in found["views"]), found["views"]
     if which == "shared":  # the views drew from the shared copy: the page has none of its own
         assert "var CircuitsVis" not in page.read_text()
+    views = found["attention"]  # side by side at 1400 px, with white space between them
+    assert len(views) == 2 and views[0]["top"] == views[1]["top"], views
+    assert views[0]["drawnRight"] + 8 <= views[1]["left"], views
     # the headline paints before the bundle (over a megabyte of script) is run
     assert found["firstPaint"] is not None and found["bundleAt"] is not None, found
     assert found["firstPaint"] < found["bundleAt"]

@@ -37,13 +37,14 @@ th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: left; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 p.caption { font-size: 13px; color: #444; margin: 4px 0; max-width: 900px; }
 div.table { overflow-x: auto; }
+table.mechanism td:first-child { overflow-wrap: anywhere; }  /* long construction names */
 td.num { white-space: nowrap; } td.num.wrap { white-space: normal; } .nowrap { white-space: nowrap; }
 figure { margin: 8px 0; } figcaption { font-size: 13px; color: #444; max-width: 900px; }
 .figs { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
 img { max-width: 100%; height: auto; }
 .wide { overflow-x: auto; }
-.attn-row { display: flex; flex-wrap: wrap; gap: 16px; }
-figure.attn { width: max-content; max-width: 100%; margin: 0; overflow-x: auto; }
+.attn-row { display: flex; flex-wrap: wrap; gap: 16px; }  /* a view draws 15 px past its box */
+figure.attn { width: 460px; max-width: calc(100% - 16px); margin: 0; padding-right: 16px; }
 figure.attn figcaption { font-weight: 600; }
 details > summary { cursor: pointer; color: #2b6cb0; }
 """
