@@ -87,6 +87,7 @@ def test_index_headline_states_the_result_and_the_figure_is_not_one_dot(tmp_path
     assert "bidirectional [P; Y] → P model learns the task: final MSE 0.00064" in head
     assert "causal [P; Y] → P model sits on its causal floor: 2.50391 = floor 2.5 + 0.00391" in head
     assert page.count("<img ") == 1 and 'alt="Eval MSE against step for every run' in page
+    assert "steps-to-solve figure" not in page  # the figure drawn is the curves, the causal one in it
 
 
 def test_reports_link_to_the_index_and_their_twin(tmp_path):

@@ -221,11 +221,16 @@ def index_headline(rows: list[RunRow]) -> str:
     return f'<h2>Headline</h2><div class="headline"><p>{body}</p></div>'
 
 
+def _by_d(rows: list[RunRow]) -> bool:
+    """Whether the index draws steps to solve against d (the runs that can solve span several d)."""
+    return len({r.d for r in rows if r.solvable}) > 1
+
+
 def _figure(root: Path, rows: list[RunRow]) -> str:
     """Steps to solve against d; when the runs share one d, their training curves instead (a
     single column of dots says nothing)."""
     plotted = [r for r in rows if r.solvable]
-    if len({r.d for r in plotted}) > 1:
+    if _by_d(rows):
         return figure(
             plot_sweep([{"group": r.group, "d": r.d, "seed": r.seed, "steps": r.steps,
                          "steps_to_solve": r.steps_to_solve} for r in plotted], SOLVED_BELOW),
@@ -301,8 +306,8 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
         f"<p class='meta'>{len(rows)} run{'s' if len(rows) != 1 else ''}; {solved} reached MSE "
         f"&lt; {SOLVED_BELOW:g}"
         + (f"; {cannot} causal run{'s' if cannot != 1 else ''} cannot (the causal floor is above "
-           f"it) and {'stay' if cannot != 1 else 'stays'} out of the steps-to-solve figure"
-           if cannot else "") + ". "
+           "it)" + (f" and {'stay' if cannot != 1 else 'stays'} out of the steps-to-solve figure"
+              if _by_d(rows) else "") if cannot else "") + ". "
         "Click a column header to sort; a run's name opens its report. Final MSE is on the run's "
         "eval batch at its last step; for causal runs it is written against the causal floor.</p>",
         _figure(root, rows),
