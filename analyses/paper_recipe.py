@@ -2,8 +2,8 @@
 
 Trains the bidirectional d = 10 model twice with the same data stream: the note's recipe exactly
 (zero init, SGD lr 1, element-wise gradient clipping to ±1, cosine decay over the note's 2^16 steps;
-the first --paper-steps of its run) and the default Adam recipe. Writes assets/paper_vs_adam.png and
-assets/paper_vs_adam.{json,md}.
+the first --paper-steps of its run) and the default Adam recipe. Writes assets/paper_vs_adam.{png,svg}
+and assets/paper_vs_adam.{json,md}.
 """
 
 from __future__ import annotations
@@ -43,9 +43,15 @@ def main() -> None:
                      "wall_s": round(run.final_metrics["wall_time"], 1)})
 
     fig, ax = plt.subplots(figsize=(8, 3.8))
-    for recipe, ms in metrics.items():
-        ax.plot([m["step"] for m in ms], [m["mse"] for m in ms], label=f"recipe={recipe}")
-    ax.axhline(2.5, color="k", linestyle=":", label="0.5 everywhere (2.5)")
+    # The reference line goes under the curves, thin and grey, and is named on the plot: the paper
+    # recipe sits at 2.5 (zero init: 0.5 everywhere) for its first thousands of steps, and a dark
+    # dotted line on top hid it.
+    ax.axhline(2.5, color="#9a9a9a", linestyle=(0, (1, 3)), linewidth=1, zorder=1)
+    ax.annotate("0.5 everywhere (2.5)", (0.0, 2.5), xycoords=("axes fraction", "data"),
+                xytext=(4, 4), textcoords="offset points", fontsize=8, color="#555")
+    for (recipe, ms), width in zip(metrics.items(), (2.4, 1.6)):
+        ax.plot([m["step"] for m in ms], [m["mse"] for m in ms], label=f"recipe={recipe}",
+                linewidth=width, zorder=3)
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("eval MSE")

@@ -19,7 +19,7 @@ from invperm_interp import Run, make_input, sample_batch
 from invperm_interp.analysis import mse_to, patch_blocks
 from invperm_interp.labels import hook_label
 from invperm_interp.maths import constructions
-from invperm_interp.viz.heatmaps import plot_patching, save_figures
+from invperm_interp.viz.heatmaps import PATCH_CELL_IN, plot_patching, save_figures
 
 
 def models(runs: Path) -> dict:
@@ -45,8 +45,8 @@ def main() -> None:
         corruptions = {"P changed, Y_P kept": make_input(layout, other.P, clean.Y_P),
                        "Y_P changed, P kept": make_input(layout, clean.P, other.Y_P)}
         n_blocks = len(model.stream.blocks(model.cfg.n_layers - 1))
-        height = 2 * (0.42 * model.cfg.n_layers + 2.4)
-        fig, axes = plt.subplots(2, 1, figsize=(0.42 * n_blocks + 4.2, height))
+        height = 2 * (PATCH_CELL_IN * model.cfg.n_layers + 2.4)
+        fig, axes = plt.subplots(2, 1, figsize=(PATCH_CELL_IN * n_blocks + 4.2, height))
         for ax, (label, corrupted) in zip(axes, corruptions.items()):
             result = patch_blocks(model, clean.X, corrupted.X.to(dtype), mse_to(clean.Y),
                                   normalize=True)

@@ -75,3 +75,32 @@ def test_cli_report_on_a_directory(tmp_path, capsys):
     empty.mkdir()
     assert main(["report", str(empty)]) == 2
     assert "holds no runs" in capsys.readouterr().err
+
+
+def test_index_headline_states_the_result_and_the_figure_is_not_one_dot(tmp_path):
+    """The demo's two runs at one d: the headline says which learns and which sits on its floor, and
+    the figure is their training curves (steps to solve against d would be a single dot)."""
+    _fake_run(tmp_path / "bidirectional", 10, 0, "bidirectional", [2.0, 6.4e-4], 2.5)
+    _fake_run(tmp_path / "causal", 10, 0, "causal", [2.7, 2.503912], 2.5)
+    page = write_index(tmp_path).read_text()
+    head = re.sub(r"<[^>]+>", "", page.split("<h2>Headline</h2>")[1].split("</div>")[0])
+    assert "bidirectional [P; Y] → P model learns the task: final MSE 0.00064" in head
+    assert "causal [P; Y] → P model sits on its causal floor: 2.50391 = floor 2.5 + 0.00391" in head
+    assert page.count("<img ") == 1 and 'alt="Eval MSE against step for every run' in page
+    assert "steps-to-solve figure" not in page  # the figure drawn is the curves, the causal one in it
+
+
+def test_reports_link_to_the_index_and_their_twin(tmp_path):
+    from invperm_interp.viz.index import report_links
+
+    _fake_run(tmp_path / "b_d4_s0", 4, 0, "bidirectional", [2.0, 1e-4], 1.0)
+    _fake_run(tmp_path / "c_d4_s0", 4, 0, "causal", [2.0, 1.001], 1.0)
+    _fake_run(tmp_path / "c_d4_s1", 4, 1, "causal", [2.0, 1.001], 1.0)
+    rows = {r.dir.name: r for r in find_runs(tmp_path)}
+    assert report_links(tmp_path, list(rows.values()), rows["b_d4_s0"]) == [
+        ("↑ all runs", "../index.html")]  # the twin has no weights yet: no dead link
+    (tmp_path / "c_d4_s0" / "final.safetensors").write_bytes(b"")
+    assert report_links(tmp_path, list(rows.values()), rows["b_d4_s0"]) == [
+        ("↑ all runs", "../index.html"), ("twin: the causal model", "../c_d4_s0/report.html")]
+    assert report_links(tmp_path, list(rows.values()), rows["c_d4_s1"]) == [
+        ("↑ all runs", "../index.html")]  # seed 1 has no bidirectional twin

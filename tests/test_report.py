@@ -12,11 +12,12 @@ from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, s
 from invperm_interp.analysis.record import ModelAnalysis, analyze, headline
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
+from invperm_interp.labels import excess_text
 from invperm_interp.maths import constructions
-from invperm_interp.viz.attention import BUNDLE, write_bundle
 from invperm_interp.viz.heatmaps import head_figure, plot_dependency, plot_patching, unembed_figure
+from invperm_interp.viz.page import BUNDLE, write_bundle
 from invperm_interp.viz.report import report_html
-from invperm_interp.viz.training import excess_text, plot_accuracy, plot_training
+from invperm_interp.viz.training import plot_accuracy, plot_training
 
 
 def _metrics(floor: float, last: float, attention: str) -> list[dict]:
@@ -163,8 +164,10 @@ def test_each_layer_is_named_the_same_way_in_every_section(theorem3, theorem3_pa
 def test_a_shared_bundle_replaces_the_inline_copy(theorem3, tmp_path):
     model, batch, summary = theorem3
     inline = report_html(model, summary, batch)
-    shared = report_html(model, summary, batch, bundle="../circuitsvis.js")
-    assert '<script src="../circuitsvis.js"></script>' in shared and "var CircuitsVis" not in shared
+    shared = report_html(model, summary, batch, bundle="../circuitsvis.js",
+                         links=[("↑ all runs", "../index.html")])
+    assert '<nav><a href="../index.html">↑ all runs</a></nav>' in shared
+    assert '"../circuitsvis.js"' in shared and "var CircuitsVis" not in shared
     assert len(inline) - len(shared) > 0.9 * BUNDLE.stat().st_size
     path = write_bundle(tmp_path)
     assert path.read_bytes() == BUNDLE.read_bytes()
@@ -195,3 +198,73 @@ def test_analyze_text_names_streams_by_layer_as_the_report_does(theorem3):
     ablations = text.split("\nablations\n")[1].split("\n\n")[0]
     assert "h^" not in ablations
     assert "layer 2 (blocks.1) output, read out" in ablations
+
+
+def test_a_solved_model_gets_a_solved_headline_that_says_so(theorem3_page):
+    assert '<div class="headline solved">' in theorem3_page
+    assert "The model solves the task" in _sections(theorem3_page)["Headline"]
+
+
+def test_no_placeholder_text_when_nothing_is_fitted(theorem3):
+    """No atoms at all and every layer unexplained: the headline says so in words, without
+    'all 0 cells', a '100%–100%' range or a pointer to an empty table."""
+    from dataclasses import replace
+
+    from invperm_interp.analysis.mechanism import MinimalCircuit
+    from invperm_interp.analysis.templates import Circuit
+    from invperm_interp.viz.mechanism import headline, mechanism_section
+
+    model, batch, summary = theorem3
+    mech = summary.mechanism
+    empty = MinimalCircuit((), (), False, mech.minimal.score, 0.0)
+    nothing = replace(summary, mechanism=replace(mech, name="none", faithfulness=None, minimal=empty),
+                      circuit=Circuit((), (1.0, 1.0)))
+    head = headline(nothing)
+    assert "all 0 cells" not in head and "100%–100%" not in head and "table below" not in head
+    assert "occupy no cell" in head and "100% of every layer's gauge-fixed weights" in head
+    assert "<tbody></tbody>" not in mechanism_section(nothing)
+    assert "<tbody></tbody>" not in report_html(model, nothing, batch)
+
+
+def test_mechanism_table_shows_every_condition_of_the_rule(theorem3):
+    """Rows, loss and template signs each get a column, and a construction that passes rows and loss
+    with a wrongly signed template is not the one named."""
+    from dataclasses import replace
+
+    from invperm_interp.viz.mechanism import headline, mechanism_section
+
+    _, _, summary = theorem3
+    mech = summary.mechanism
+    named = mech.faithfulness
+    flipped = replace(named, hypothesis="theorem3_flipped",
+                      template_betas=(-max(abs(b) for b in named.template_betas),)
+                      + tuple(named.template_betas[1:]))  # a sign that matters (verdict.py)
+    section = mechanism_section(replace(summary, mechanism=replace(mech, tested=(named, flipped))))
+    header = re.search(r"<thead>(.*?)</thead>", section).group(1)
+    assert all(h in header for h in ("rows exact alone (≥ 99%)", "loss recovered (≥ 80%)",
+                                     "template signs", "rule"))
+    rows = {r[0]: r for r in (re.findall(r"<td[^>]*>(.*?)</td>", tr)
+                              for tr in re.findall(r"<tr>(.*?)</tr>", section.split("<tbody>")[1]
+                                                     .split("</tbody>")[0]))}
+    assert rows["theorem3"][4] == "all β &gt; 0 ✓" and rows["theorem3"][-1] == "named"
+    assert rows["theorem3_flipped"][4].endswith("β ≤ 0 ✗") and rows["theorem3_flipped"][-1] == "fails"
+    none = replace(summary, mechanism=replace(mech, name="none", faithfulness=None, tested=(flipped,)))
+    assert "templates fitted with β ≤ 0" in headline(none)  # the headline says which condition fails
+
+
+def test_training_caption_matches_what_is_drawn():
+    from invperm_interp.viz.training import training_caption
+
+    assert "excess over the causal floor" in training_caption(_metrics(2.5, 2.5025, "causal"))
+    scratch = training_caption(_metrics(0.0, 1e-4, "causal"))  # causal, floor 0: the MSE itself
+    assert "excess" not in scratch and "floor is 0" in scratch
+    assert "causal twin" in training_caption(_metrics(2.5, 1e-4, "bidirectional"))
+
+
+def test_cli_headline_writes_the_causal_mse_against_its_floor_and_names_its_batch(theorem3):
+    from dataclasses import replace
+
+    _, _, summary = theorem3
+    assert summary.model.causal
+    first = headline(replace(summary, mse=2.5039, causal_floor=2.5)).splitlines()[0]
+    assert "MSE 2.5039 = floor 2.5 + 0.0039" in first and "on 64 fresh samples" in first

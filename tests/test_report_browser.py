@@ -1,5 +1,6 @@
 """The report in a real browser: headless Chromium with the network blocked loads the page, and
-nothing leaves the file, no error is raised, every image decodes and every circuitsvis view draws.
+nothing leaves the file, no error is raised, every image decodes, every circuitsvis view draws, the
+page paints before the circuitsvis bundle runs, and no table overflows its box at 800 px.
 
 Skipped (with how to install it) when no Chromium is on the machine.
 """
@@ -15,7 +16,7 @@ import torch
 from invperm_interp import sample_batch
 from invperm_interp.analysis.record import analyze
 from invperm_interp.maths import constructions
-from invperm_interp.viz.attention import write_bundle
+from invperm_interp.viz.page import write_bundle
 from invperm_interp.viz.report import write_report
 
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
@@ -23,12 +24,16 @@ BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "googl
 pytestmark = pytest.mark.skipif(
     BROWSER is None, reason="needs headless Chromium: apt-get install -y chromium (Debian/Ubuntu)")
 
-# Runs first in <head>: records errors and console.error calls, before any script of the page.
+# Runs first in <head>: records errors and console.error calls, before any script of the page, and
+# the time the circuitsvis bundle defines CircuitsVis (its `var CircuitsVis = ...` calls the setter).
 PROBE_HEAD = """<script>
 window.__errors = [];
 window.addEventListener('error', e => __errors.push(String(e.message || e.type)), true);
 const __consoleError = console.error;
 console.error = (...a) => { __errors.push(a.map(String).join(' ')); __consoleError(...a); };
+let __cv;
+Object.defineProperty(window, 'CircuitsVis', {configurable: true, get() { return __cv; },
+  set(v) { __cv = v; window.__bundleAt = performance.now(); }});
 </script>"""
 
 # Runs after load: writes what it saw into the DOM, which --dump-dom prints.
@@ -41,15 +46,27 @@ window.addEventListener('load', () => setTimeout(() => {
     views: [...document.querySelectorAll('div.cv')]
       .map(d => d.querySelectorAll('canvas, svg, table, span').length),
     resources: performance.getEntriesByType('resource').map(r => r.name),
+    firstPaint: (performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime ?? null,
+    bundleAt: window.__bundleAt ?? null,
+    attention: [...document.querySelectorAll('figure.attn')].map(f => {
+      const box = f.getBoundingClientRect();
+      const drawn = Math.max(...[...f.querySelectorAll('*')].map(e => e.getBoundingClientRect().right));
+      return {left: box.left, top: box.top, drawnRight: drawn};
+    }),
+    overflow: [...document.querySelectorAll('table')].map(t => {
+      const box = t.closest('div.table') || t.parentElement;
+      return Math.max(box.scrollWidth - box.clientWidth,
+                      t.getBoundingClientRect().right - document.documentElement.clientWidth);
+    }),
   });
   document.body.appendChild(out);
 }, 1500));
 </script>"""
 
 
-def _load(page, tmp_path) -> tuple[dict, list[str]]:
-    """Open ``page`` (a file) in Chromium with the network blocked: the probe's findings and every
-    URL the browser's network log saw."""
+def _load(page, tmp_path, width: int = 1400) -> tuple[dict, list[str]]:
+    """Open ``page`` (a file) in Chromium with the network blocked, in a window ``width`` pixels
+    wide: the probe's findings and every URL the browser's network log saw."""
     text = page.read_text()
     probed = page.with_name("probed_" + page.name)
     probed.write_text(text.replace("<head>", "<head>" + PROBE_HEAD, 1)
@@ -59,6 +76,7 @@ def _load(page, tmp_path) -> tuple[dict, list[str]]:
            "--disable-background-networking", "--disable-component-update",
            "--proxy-server=http://127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
            f"--log-net-log={netlog}", f"--user-data-dir={tmp_path / 'profile'}",
+           f"--window-size={width},1000",
            "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     match = re.search(r'<pre id="__probe">(.*?)</pre>', result.stdout, re.S)
@@ -101,6 +119,39 @@ def test_report_loads_offline_without_errors_and_renders(report_page, which):
     assert len(found["views"]) == 2 and all(n > 0 for n in found["views"]), found["views"]
     if which == "shared":  # the views drew from the shared copy: the page has none of its own
         assert "var CircuitsVis" not in page.read_text()
+    views = found["attention"]  # side by side at 1400 px, with white space between them
+    assert len(views) == 2 and views[0]["top"] == views[1]["top"], views
+    assert views[0]["drawnRight"] + 8 <= views[1]["left"], views
+    # the headline paints before the bundle (over a megabyte of script) is run
+    assert found["firstPaint"] is not None and found["bundleAt"] is not None, found
+    assert found["firstPaint"] < found["bundleAt"]
+
+
+@pytest.mark.parametrize("which", ["single", "shared"])
+def test_no_report_table_overflows_at_800_px(report_page, which):
+    tmp, single, shared = report_page
+    found, _ = _load(single if which == "single" else shared, tmp, width=800)
+    assert found["overflow"] and max(found["overflow"]) <= 0, found["overflow"]
+
+
+def test_no_index_table_overflows_at_800_px(tmp_path):
+    """The widest index: sweep-sized names, floors written out, the longest mechanism names."""
+    import json
+
+    from test_index import _fake_run
+
+    from invperm_interp.viz.index import write_index
+
+    for seed in range(3):
+        for attention, mses, floor in (("bidirectional", [2.0, 1e-4], 0.0),
+                                       ("causal", [2.6, 2.503912], 2.5)):
+            run = tmp_path / f"{attention}_scratch_d10_seed{seed}"
+            _fake_run(run, 10, seed, attention, mses, floor)
+            (run / "analysis.json").write_text(json.dumps(
+                {"mechanism": {"name": "theorem3_superposed_complement"}}))
+    found, _ = _load(write_index(tmp_path), tmp_path, width=800)
+    assert found["errors"] == [] and found["overflow"], found
+    assert max(found["overflow"]) <= 0, found["overflow"]
 
 
 def test_the_probe_sees_a_request_that_leaves_the_file(tmp_path):

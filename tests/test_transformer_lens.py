@@ -265,3 +265,18 @@ def test_decompositions_equal_transformer_lens_own_on_the_export():
     torch.testing.assert_close(ours.accumulated_resid(), theirs.accumulated_resid(),
                                atol=1e-5, rtol=0)
     torch.testing.assert_close(ours.decompose_resid(), theirs.decompose_resid(), atol=1e-5, rtol=0)
+
+
+def test_transformer_lens_names_this_model_lacks_say_what_to_use():
+    model = HookedDisentangledTransformer(ModelConfig(Layout.plain(3)), seed=0)
+    with pytest.raises(AttributeError, match=r"no W_Q or W_K: .*blocks\[l\]\.attn\.A"):
+        model.W_Q  # noqa: B018
+    with pytest.raises(AttributeError, match=r"no hook_result.*hook_z"):
+        model.blocks[0].attn.hook_result  # noqa: B018
+    with pytest.raises(AttributeError, match=r"no W_V or W_O"):
+        model.blocks[0].attn.W_O  # noqa: B018
+    _, cache = model.run_with_cache(torch.zeros(1, model.cfg.T, 3))
+    with pytest.raises(KeyError, match=r"no hook_result.*hook_attn_out"):
+        cache["result", 0]
+    with pytest.raises(AttributeError, match=r"has no attribute 'nope'$"):
+        model.nope  # noqa: B018

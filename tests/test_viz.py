@@ -7,8 +7,9 @@ from conftest import loads_from_network
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, make_input
 from invperm_interp.maths import constructions
-from invperm_interp.viz.attention import attention_views, page, token_labels
+from invperm_interp.viz.attention import attention_views, token_labels
 from invperm_interp.viz.heatmaps import plot_circuit, save_figure
+from invperm_interp.viz.page import page
 
 
 def test_circuit_figure_labels_every_block(tmp_path):
@@ -34,12 +35,14 @@ def test_attention_page_is_offline_and_has_one_view_per_layer():
     model = HookedDisentangledTransformer(cfg, seed=0)
     batch = make_input(cfg.layout, torch.eye(3), torch.ones(3, 3))
     body = attention_views(model, batch)
-    assert body.count("CircuitsVis.render(") == 3  # one view per head, side by side
+    assert body.count('class="cv"') == 3  # one view per head, side by side
     assert body.count('"maskUpperTri": true') == 3
     assert "layer 2 (blocks.1) head 1" in body
     assert json.dumps("▶P0→e0") in body and json.dumps("Y0") in body  # read-out rows are marked
     html = page("t", body)
-    assert "var CircuitsVis" in html  # the bundle is inlined
+    assert "var CircuitsVis" in html  # the bundle is inlined, as inert text at the end of the body
+    assert html.index('<script type="text/plain" id="circuitsvis-bundle">') > html.index(body)
+    assert "var CircuitsVis" not in page("t", "<p>no views</p>")
     assert not loads_from_network(html)
 
 
@@ -73,3 +76,15 @@ def test_patching_heatmap_labels_blocks_and_layers():
                                                            "layer 2 (blocks.1) input"]
     assert "not in this\nstream yet" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert "1.00" in {t.get_text() for t in ax.texts}  # some block fully restores the output
+    assert min(t.get_fontsize() for t in ax.texts) * 4 / 3 >= 10  # cell values: >= 10 px drawn
+
+
+def test_sweep_markers_sit_nearer_their_own_d_than_the_midpoint():
+    from invperm_interp.viz.sweep import plot_sweep
+
+    rows = [{"group": g, "d": d, "seed": s, "steps": 100, "steps_to_solve": 50 + s}
+            for g in ("a", "b", "c") for d in (4, 6, 8) for s in range(4)]
+    fig = plot_sweep(rows)
+    xs = [x for ax in fig.axes for c in ax.collections for x, _ in c.get_offsets()]
+    assert len(xs) == len(rows)
+    assert max(abs(x - round(x)) for x in xs) < 0.25  # ticks at 0, 1, 2; midpoints at ±0.5

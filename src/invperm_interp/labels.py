@@ -1,4 +1,5 @@
-"""One way to name a layer in every table, figure and page.
+"""One way to name a layer in every table, figure and page (and to write an MSE against its causal
+floor, :func:`excess_text`).
 
 Layers are numbered as in the note, from 1, with the TransformerLens module beside them:
 ``layer 1 (blocks.0)``. The stream ``h^l`` that layer ``l`` writes is "layer l output"; ``h^0``
@@ -53,3 +54,11 @@ def hook_label(hook: str, block: int) -> str:
     if hook == "resid_post":
         return f"{layer_name(block)} output"
     return f"{layer_name(block)} {hook}"
+
+
+def excess_text(mse: float, floor: float | None) -> str:
+    """``"2.5025 = floor 2.5 + 0.0025"``: the MSE with the digits that tell it from its floor."""
+    if floor is None or floor <= 0:
+        return f"{mse:.4g}"
+    excess = mse - floor
+    return f"{mse:.6g} = floor {floor:.6g} {'+' if excess >= 0 else '−'} {abs(excess):.3g}"

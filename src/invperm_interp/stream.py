@@ -57,6 +57,29 @@ def layer_hook_names(kind: str, n_layers: int) -> list[str]:
     return [hook_name(kind, layer) for layer in range(n_layers)]
 
 
+# TransformerLens names this model does not have, and what to use instead.
+_NO_QK = ("this model has no W_Q or W_K: each head's scores are h A hᵀ with one bilinear form "
+          "A = blocks[l].attn.A[head], (D_l, D_l); the queries h A are hook_q")
+_NO_OV = ("this model has no W_V or W_O: the values are the stream h itself (hook_v) and each head's "
+          "output z is concatenated onto the stream (blocks.{l}.attn.hook_z, blocks.{l}.hook_attn_out)")
+_ABSENT = {"W_Q": _NO_QK, "W_K": _NO_QK, "b_Q": _NO_QK, "b_K": _NO_QK, "QK": _NO_QK,
+           "W_V": _NO_OV, "W_O": _NO_OV, "b_V": _NO_OV, "b_O": _NO_OV, "OV": _NO_OV,
+           "hook_result": "this model has no hook_result (per-head outputs through W_O): use "
+                          "blocks.{l}.attn.hook_z, (B, T, H, D_l), each head's output as it is "
+                          "concatenated onto the stream, or blocks.{l}.hook_attn_out, all heads"}
+
+
+def absent_name_hint(name: str) -> str | None:
+    """What to use instead of a TransformerLens attribute or hook this model lacks (``W_Q``,
+    ``blocks.0.attn.hook_result``, ``("result", 0)``...), or ``None`` when ``name`` is not one."""
+    if isinstance(name, tuple) and name:
+        name = str(name[0])
+    if not isinstance(name, str):
+        return None
+    last = name.rsplit(".", 1)[-1]
+    return _ABSENT.get(last) or _ABSENT.get(f"hook_{last}") or _ABSENT.get(f"W_{last}")
+
+
 # -- block names --------------------------------------------------------------------------------------
 _COPY = re.compile(r"^L(\d+)(?:h(\d+))?$")
 

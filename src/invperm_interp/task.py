@@ -24,8 +24,9 @@ def _check_d(d) -> None:
 
 
 #: The layouts by name (``Layout.named``) and the segment each reads out unless told otherwise:
-#: ``code`` reads the note's code's first zero rows.
-DEFAULT_READOUT = {"plain": "P", "scratch": "P", "code": "pad0"}
+#: ``scratch`` its S rows, which come after every input row (reading P under a causal mask sits on
+#: the floor); ``code`` the note's code's first zero rows.
+DEFAULT_READOUT = {"plain": "P", "scratch": "S", "code": "pad0"}
 
 
 @dataclass(frozen=True)

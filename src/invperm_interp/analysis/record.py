@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..config import ModelConfig
-from ..labels import name_streams
+from ..labels import excess_text, name_streams
 from ..maths.floors import dependency_map
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
@@ -187,8 +187,10 @@ def headline(result: ModelAnalysis, min_share: float = 0.01) -> str:
     """The human-readable text ``invperm analyze`` prints: mechanism first."""
     cfg, mech = result.model, result.mechanism
     lines = [
-        f"{result.source}: {cfg.attention_dir}, reads {cfg.readout} rows; MSE {result.mse:.3g}, "
-        f"rows exact {result.rows_exact:.1%} (causal floor {result.causal_floor:.3g})",
+        f"{result.source}: {cfg.attention_dir}, reads {cfg.readout} rows; on {result.n_samples} fresh "
+        f"samples (not the training's eval batch) MSE "
+        f"{excess_text(result.mse, result.causal_floor if cfg.causal else None)}, rows exact "
+        f"{result.rows_exact:.1%} (causal floor {result.causal_floor:.4g})",
         "", f"mechanism: {mech}",
     ]
     f = mech.faithfulness

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import argparse
 
-from .args import MAX_MEMORY_HELP, size
+from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, describe, examples, size
 
 
 def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int,
                        train_cfg=None, bundle: str | None = None, quiet: bool = False,
-                       max_memory: int | None = None):
+                       max_memory: int | None = None, links: list[tuple[str, str]] | None = None):
     """Analyse ``model`` on ``n`` fresh samples (``analysis.analyze``), print the headline, write
     ``analysis.json`` (the ``ModelAnalysis`` record) and ``report.html`` into ``out_dir`` (nothing
     written when ``out_dir`` is None); returns the record. ``bundle``: the relative URL of a shared
-    circuitsvis bundle (default: inlined)."""
+    circuitsvis bundle (default: inlined); ``links``: the report's navigation, ``(label, URL)``."""
 
     import torch
 
@@ -36,7 +36,7 @@ def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, see
         out.path.mkdir(parents=True, exist_ok=True)
         out.analysis.write_text(result.to_json())
         write_report(model, result, batch, out.report, metrics, title=source,
-                     train_cfg=train_cfg, bundle=bundle)
+                     train_cfg=train_cfg, bundle=bundle, links=links)
         if not quiet:
             print(f"\nwrote {out.analysis} and {out.report}")
     return result
@@ -53,10 +53,10 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
 
     if (args.run_dir is None) == (args.construction is None):
         raise ValueError("give a run directory or --construction NAME (one of them)")
-    if args.threads is not None:
-        import torch
+    import torch
 
-        torch.set_num_threads(args.threads)
+    if args.threads is not None or not torch.cuda.is_available():  # one thread on the CPU
+        torch.set_num_threads(args.threads or 1)
     metrics = None
     if args.construction is not None:
         model = constructions.build(args.construction, args.d, args.beta, max_memory=args.max_memory)
@@ -91,40 +91,47 @@ def _report_directory(root, args: argparse.Namespace) -> None:
 
     from ..runs.directory import RunDir
     from ..training.run import Run
-    from ..viz.attention import write_bundle
-    from ..viz.index import find_runs, write_index
+    from ..viz.index import find_runs, report_links, write_index
+    from ..viz.page import write_bundle
 
     if args.step is not None or args.out is not None:
         raise ValueError("--step and --out are for one run; DIR is a directory of runs")
     rows = find_runs(root)
-    todo = [r.dir for r in rows if not RunDir(r.dir).report.is_file() and RunDir(r.dir).is_finished]
+    todo = [r for r in rows if not RunDir(r.dir).report.is_file() and RunDir(r.dir).is_finished]
     if todo and not args.index_only:
         shared = None if args.inline_bundle else write_bundle(root)
-        for run_dir in tqdm(todo, desc="run reports", unit="run"):
+        for row in tqdm(todo, desc="run reports", unit="run"):
+            run_dir = row.dir
             run = Run.load(run_dir)
             bundle = None if shared is None else Path(os.path.relpath(shared, run_dir)).as_posix()
             analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=args.n,
                                seed=args.seed, train_cfg=run.train_cfg, bundle=bundle, quiet=True,
-                               max_memory=args.max_memory)
+                               max_memory=args.max_memory, links=report_links(root, rows, row))
         rows = find_runs(root)  # the new analyses name mechanisms
     path = write_index(root, rows)
     print(f"wrote {path} ({len(rows)} runs, {len(todo) if not args.index_only else 0} new reports)")
 
 
 def add_analyze_parser(sub, name: str) -> None:
-    analyze = sub.add_parser(name, help="circuit, templates, closest construction, ablations and "
-                                        "an HTML report of a run or a construction")
+    about = ("circuit, templates, closest construction, ablations and an HTML report of a run or a "
+             "construction; on a directory of runs, a report for each and an index page")
+    analyze = sub.add_parser(name, help=about, description=describe(about),
+                             formatter_class=HelpFormatter, epilog=examples(
+                                 f"invperm {name} runs/demo/causal",
+                                 f"invperm {name} runs/sweep_d   (every run's report and index.html)",
+                                 f"invperm {name} --construction theorem3 --d 6 --out /tmp/t3"))
     analyze.add_argument("run_dir", nargs="?", help="a training run directory (gets analysis.json), "
                                                      "or a directory of runs (gets index.html)")
     analyze.add_argument("--step", type=int, default=None, help="a checkpoint step (default: final)")
     analyze.add_argument("--construction", help="analyze a construction instead (see construct --list)")
-    analyze.add_argument("--d", type=int, default=10, help="task size for --construction")
-    analyze.add_argument("--beta", type=float, default=None, help="cell scale for --construction")
+    analyze.add_argument("--d", type=int, default=10, help="task size of --construction")
+    analyze.add_argument("--beta", type=float, default=None,
+                         help="cell scale of --construction (default 100)")
     analyze.add_argument("--n", type=int, default=512, help="samples for patterns and ablations")
-    analyze.add_argument("--seed", type=int, default=0)
+    analyze.add_argument("--seed", type=int, default=0, help="seeds the analysis batch")
     analyze.add_argument("--out", help="directory for analysis.json and report.html "
                                         "(default: the run directory)")
-    analyze.add_argument("--threads", type=int, help="torch threads; on busy shared cores try 1")
+    analyze.add_argument("--threads", type=int, help=THREADS_HELP)
     analyze.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     analyze.add_argument("--index-only", action="store_true",
                          help="for a directory of runs: only the index page, no missing run reports")

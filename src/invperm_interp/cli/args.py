@@ -1,10 +1,34 @@
-"""Argument types the ``invperm`` subcommands share (``cli``, ``cli_analyze``)."""
+"""What the ``invperm`` subcommands share: argument types, help texts and the help formatter."""
 
 from __future__ import annotations
 
 import argparse
 
 MAX_MEMORY_HELP = "memory limit for the size check, e.g. 8G (default: what the machine has left)"
+THREADS_HELP = ("torch threads (default: 1 on the CPU, the fastest on shared cores; run models side "
+                "by side instead; torch's own choice on a GPU)")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default, except where there is none to show (``None``, a flag's
+    ``False``: the help says what happens then), and keeps the examples' line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False or "default" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+def describe(about: str) -> str:
+    """A subcommand's description from its one-line help: a sentence, wrapped."""
+    import textwrap
+
+    return textwrap.fill(about[0].upper() + about[1:] + ".", 96)
+
+
+def examples(*lines: str) -> str:
+    """A subcommand's epilog: ``examples:`` and one command per line."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def size(text: str) -> int:

@@ -44,12 +44,17 @@ def _cmd_discover(args: argparse.Namespace) -> None:
 
 
 def add_discover_parser(sub) -> None:
-    parser = sub.add_parser("discover", help="group the minimal circuits of the runs no "
-                                             "construction names, and propose constructions")
+    from .args import THREADS_HELP, HelpFormatter, describe, examples
+
+    about = "group the minimal circuits of the runs no construction names, and propose constructions"
+    parser = sub.add_parser("discover", help=about, description=describe(about),
+                            formatter_class=HelpFormatter,
+                            epilog=examples("invperm discover runs/census",
+                                            "invperm discover runs/census --json proposals.json"))
     parser.add_argument("dir", help="a sweep or census directory (run folders below it)")
     parser.add_argument("--n", type=int, default=4096, help="samples each verdict is measured on")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the evaluation samples")
     parser.add_argument("--min-runs", type=int, default=2, help="runs a form needs to be proposed")
     parser.add_argument("--json", help="also write the proposals to this JSON file")
-    parser.add_argument("--threads", type=int, help="torch threads; on busy shared cores try 1")
+    parser.add_argument("--threads", type=int, help=THREADS_HELP)
     parser.set_defaults(func=_cmd_discover)

@@ -1,5 +1,5 @@
 """The ``invperm`` command line. Each subcommand is one function ``_cmd_NAME(args)`` (``analyze`` in
-``cli.analyze``, ``sweep`` in ``cli.sweep``).
+``cli/analyze.py``, ``sweep`` in ``cli/sweep.py``); every one's help shows its defaults and examples.
 
 Errors a user can cause (``ValueError``, missing files) print one readable line and exit 2.
 """
@@ -10,20 +10,25 @@ import argparse
 import sys
 
 from .analyze import add_analyze_parser, analyse_and_report
-from .args import MAX_MEMORY_HELP, size
+from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, describe, examples, size
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
     """The main job: train the note's two models (bidirectional and causal, reading the P rows),
-    analyse each, and write an HTML report per run under ``--out``."""
+    analyse each, and write an HTML report per run under ``--out`` (sharing one circuitsvis bundle)
+    and an index page stating the result."""
     from pathlib import Path
 
     from .. import Layout, ModelConfig
     from ..config import TrainConfig
+    from ..labels import excess_text
+    from ..runs.directory import RunDir
     from ..training.single import train_or_reuse
+    from ..viz.index import find_runs, report_links, write_index
+    from ..viz.page import write_bundle
 
     out = Path(args.out)
-    finals = {}
+    runs = {}
     for attention in ("bidirectional", "causal"):
         run_dir = out / attention
         print(f"== training the {attention} model ({args.steps} steps, d={args.d}) -> {run_dir}")
@@ -31,18 +36,23 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         train_cfg = TrainConfig(steps=args.steps, out_dir=str(run_dir), threads=args.threads,
                                 seed=args.seed)
         # a finished demo run of this config is reused
-        run = train_or_reuse(model_cfg, train_cfg, max_memory=args.max_memory)
-        finals[attention] = run.final_metrics
+        runs[attention] = train_or_reuse(model_cfg, train_cfg, max_memory=args.max_memory)
+    write_bundle(out)
+    rows = {r.dir: r for r in find_runs(out)}
+    for attention, run in runs.items():  # both trained, so each report links to its twin
+        run_dir = out / attention
+        print(f"\n== analysing the {attention} model")
         analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=512, seed=0,
-                           train_cfg=run.train_cfg, max_memory=args.max_memory)
-    floor = finals["causal"]["causal_floor"]
-    print(f"\n== the note's claim: bidirectional MSE {finals['bidirectional']['mse']:.3g}, causal MSE "
-          f"{finals['causal']['mse']:.3g}, exact causal floor {floor:.4g} (0.5 everywhere: "
-          f"{0.25 * args.d:.4g})")
-    from ..runs.directory import RunDir
-    from ..viz.index import write_index
-
-    print(f"open {write_index(out)}, or {RunDir(out / 'bidirectional').report} and "
+                           train_cfg=run.train_cfg, max_memory=args.max_memory,
+                           bundle="../circuitsvis.js",
+                           links=report_links(out, list(rows.values()), rows[run_dir]))
+    bi, ca = runs["bidirectional"].final_metrics, runs["causal"].final_metrics
+    print(f"\n== the note's claim, on each run's fixed eval batch at its last step: the "
+          f"bidirectional model learns (MSE {bi['mse']:.3g}, rows exact {bi['row_acc']:.1%}); the "
+          f"causal one sits on its floor (MSE {excess_text(ca['mse'], ca['causal_floor'])}; 0.5 "
+          f"everywhere scores {0.25 * args.d:.4g})")
+    index = write_index(out, title=f"invperm demo: the note's two models at d = {args.d}")
+    print(f"open {index}, or {RunDir(out / 'bidirectional').report} and "
           f"{RunDir(out / 'causal').report}")
 
 
@@ -131,81 +141,106 @@ def _cmd_train(args: argparse.Namespace) -> None:
             raise ValueError("--out DIR is required: the run directory for metrics and checkpoints")
         run = train(model_cfg, TrainConfig.from_dict(base), progress=progress,
                     max_memory=args.max_memory, force=args.force)
+    from ..labels import excess_text
+
     m = run.final_metrics
-    print(f"{run.dir}: step {run.step}, MSE {m['mse']:.4g} ({m['attention_dir']}; the causal floor "
-          f"of this layout and read-out is {m['causal_floor']:.4g}), rows exact {m['row_acc']:.1%}"
+    floor = m["causal_floor"] if m["attention_dir"] == "causal" else None
+    print(f"{run.dir}: step {run.step}, MSE on the eval batch {excess_text(m['mse'], floor)} "
+          f"({m['attention_dir']}; the causal floor of this layout and read-out is "
+          f"{m['causal_floor']:.4g}), rows exact {m['row_acc']:.1%}"
           + (f"; stopped early ({m['stopped']})" if m.get("stopped") else ""))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="invperm", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+DESCRIPTION = """\
+Train small attention-only ("disentangled") transformers on the inverse-permutation task of the
+note "The Impossibility of Inverse Permutation Learning in Transformer Models" (given a permutation
+matrix P and Y_P, output Y), find the circuit each model learned, and write HTML reports. A
+bidirectional model learns the task; a causally masked one reading the P rows cannot beat the exact
+causal floor (Lemma 1). Start with `invperm demo`: it trains both at d = 10, analyses them and
+writes a report for each and an index page under runs/demo (open runs/demo/index.html)."""
 
-    demo = sub.add_parser("demo", help="the main job: train the note's bidirectional and causal "
-                                       "models, analyse them, write HTML reports")
-    demo.add_argument("--d", type=int, default=10)
-    demo.add_argument("--steps", type=int, default=1500)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--threads", type=int, default=None, help="torch threads (default 1 on the CPU)")
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="invperm", description=DESCRIPTION, formatter_class=HelpFormatter,
+        epilog=examples("invperm demo", "invperm train --attention bidirectional --out runs/bi",
+                        "invperm report runs/bi", "invperm <command> --help   (each command's options)"))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
+
+    def command(name: str, help: str, *example: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=describe(help),
+                              formatter_class=HelpFormatter, epilog=examples(*example))
+
+    demo = command("demo", "the main job: train the note's bidirectional and causal models, analyse "
+                           "them, write HTML reports and an index",
+                   "invperm demo", "invperm demo --d 6 --steps 800 --out runs/demo6")
+    demo.add_argument("--d", type=int, default=10, help="task size (P is d x d)")
+    demo.add_argument("--steps", type=int, default=1500, help="training steps of each model")
+    demo.add_argument("--seed", type=int, default=0, help="seeds the init, data and eval batch")
+    demo.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     demo.add_argument("--out", default="runs/demo", help="where the runs and reports go")
-    demo.add_argument("--max-memory", type=size, metavar="SIZE",
-                      help=MAX_MEMORY_HELP)
+    demo.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     demo.set_defaults(func=_cmd_demo)
 
-    construct = sub.add_parser("construct", help="an analytic construction's cells and its error")
+    construct = command("construct", "an analytic construction's cells and its error",
+                        "invperm construct --list", "invperm construct theorem3 --d 6")
     construct.add_argument("name", nargs="?", help="construction name (see --list)")
     construct.add_argument("--list", action="store_true", help="list constructions and exit")
-    construct.add_argument("--d", type=int, default=10)
+    construct.add_argument("--d", type=int, default=10, help="task size")
     construct.add_argument("--beta", type=float, default=None,
                            help="cell scale (default: the larger of 100 and its exact beta)")
     construct.add_argument("--n", type=int, default=256, help="samples for the verification")
-    construct.add_argument("--seed", type=int, default=0)
-    construct.add_argument("--max-memory", type=size, metavar="SIZE",
-                           help=MAX_MEMORY_HELP)
+    construct.add_argument("--seed", type=int, default=0, help="seeds the verification samples")
+    construct.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     construct.set_defaults(func=_cmd_construct)
 
-    tr = sub.add_parser("train", help="train a model; config, metrics and checkpoints under --out")
+    tr = command("train", "train a model; config, metrics and checkpoints under --out",
+                 "invperm train --attention bidirectional --out runs/bi",
+                 "invperm train --layout scratch --out runs/scratch   (causal, reads the S rows)",
+                 "invperm train --resume runs/bi --steps 5000")
     tr.add_argument("--layout", choices=["plain", "scratch", "code"],
-                    help="[P; Y_P] (default), [P; Y_P; S], or the note's code's [0; P; Y_P; 0]")
-    tr.add_argument("--n-scratch", type=int, help="scratch rows (default d)")
+                    help="[P; Y_P] (default plain), [P; Y_P; S], or the note's code's [0; P; Y_P; 0]")
+    tr.add_argument("--n-scratch", type=int, help="scratch rows of --layout scratch (default d)")
     tr.add_argument("--attention", choices=["causal", "bidirectional"], help="default causal")
-    tr.add_argument("--readout", help="segment read out: P, Y, S, pad0, pad1 (default P; "
-                                      "pad0 for --layout code)")
+    tr.add_argument("--readout", help="segment read out: P, Y, S, pad0, pad1 (default P; S for "
+                                      "--layout scratch; pad0 for --layout code)")
     tr.add_argument("--layers", type=int, help="default 2")
     tr.add_argument("--heads", type=int, help="heads per layer (default 1)")
     tr.add_argument("--d", type=int, help="task size (default 10)")
-    tr.add_argument("--dtype", choices=["float32", "float64"])
-    tr.add_argument("--steps", type=int, help="with --resume: extend the run to this many")
-    tr.add_argument("--batch-size", type=int)
+    tr.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
+    tr.add_argument("--steps", type=int, help="training steps (default 3000); with --resume: "
+                                              "extend the run to this many")
+    tr.add_argument("--batch-size", type=int, help="default: the recipe's (1024; fast: the batch "
+                                                   "that solves soonest on a CPU)")
     tr.add_argument("--recipe", choices=["adam", "paper", "fast"],
                     help="adam (default), fast (adam at the batch size that solves soonest on a CPU) "
-                         "or the note's")
-    tr.add_argument("--lr", type=float)
-    tr.add_argument("--optimizer", choices=["adam", "sgd"])
-    tr.add_argument("--schedule", choices=["constant", "cosine"])
-    tr.add_argument("--schedule-steps", type=int, help="cosine horizon (paper: 65536, the note's)")
-    tr.add_argument("--seed", type=int)
-    tr.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
-    tr.add_argument("--threads", type=int, help="torch threads (default 1 on the CPU: faster on "
-                                                "shared cores; run models side by side instead)")
-    tr.add_argument("--stop-at-mse", type=float, help="stop at the first evaluation below this MSE")
+                         "or paper (the note's: SGD lr 1.0, cosine over 65536 steps, zero init)")
+    tr.add_argument("--lr", type=float, help="default: the recipe's (adam 1e-2, paper 1.0)")
+    tr.add_argument("--optimizer", choices=["adam", "sgd"], help="default: the recipe's")
+    tr.add_argument("--schedule", choices=["constant", "cosine"], help="default: the recipe's")
+    tr.add_argument("--schedule-steps", type=int, help="cosine horizon (default: 65536 for paper, "
+                                                       "the note's; else --steps)")
+    tr.add_argument("--seed", type=int, help="seeds the init, data and eval batch (default 0)")
+    tr.add_argument("--device", help="auto (default: CUDA when available), cpu, cuda, cuda:N")
+    tr.add_argument("--threads", type=int, help=THREADS_HELP)
+    tr.add_argument("--stop-at-mse", type=float, help="stop at the first evaluation below this MSE "
+                                                      "(default: off)")
     tr.add_argument("--stop-at-floor", type=float, metavar="TOL",
                     help="causal models: stop once 3 evaluations lie within relative TOL of the "
-                         "causal floor")
-    tr.add_argument("--eval-every", type=int)
-    tr.add_argument("--eval-size", type=int)
-    tr.add_argument("--checkpoint-every", type=int)
+                         "causal floor (default: off)")
+    tr.add_argument("--eval-every", type=int, help="steps between evaluations (default 100)")
+    tr.add_argument("--eval-size", type=int, help="samples of the fixed eval batch (default 4096)")
+    tr.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default 1000)")
     tr.add_argument("--checkpoint-dense-every", type=int, metavar="N",
                     help="also checkpoint every N steps until an evaluation has MSE < 1e-3 (to "
-                         "time how the circuit forms: invperm timeline)")
-    tr.add_argument("--out", help="run directory (new or empty)")
+                         "time how the circuit forms: invperm timeline; default: off)")
+    tr.add_argument("--out", help="run directory (new or empty; required unless --resume)")
     tr.add_argument("--force", action="store_true",
                     help="write the run into an --out that holds other files (never over a run)")
     tr.add_argument("--config", help="JSON with 'model' and 'train', e.g. a run's config.json")
     tr.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
-    tr.add_argument("--max-memory", type=size, metavar="SIZE",
-                    help=MAX_MEMORY_HELP)
+    tr.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     tr.set_defaults(func=_cmd_train)
 
     for name in ("analyze", "report"):  # the same job; "report" is the name users look for

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from .args import HelpFormatter, describe, examples
+
 
 def _cmd_sweep(args: argparse.Namespace) -> None:
     """Train a grid's runs (skipping finished ones, resuming interrupted ones), write sweep.jsonl."""
@@ -24,8 +26,11 @@ def _cmd_sweep_report(args: argparse.Namespace) -> None:
 
 
 def add_sweep_parsers(sub) -> None:
-    sweep = sub.add_parser("sweep", help="train a grid of runs (TOML) with submitit; "
-                                         "resumable; writes sweep.jsonl")
+    about = "train a grid of runs (TOML) with submitit; resumable; writes sweep.jsonl"
+    sweep = sub.add_parser("sweep", help=about, description=describe(about),
+                           formatter_class=HelpFormatter, epilog=examples(
+                               "invperm sweep analyses/grids/sweep_d.toml   (into runs/sweep_d)",
+                               "invperm sweep analyses/grids/sweep_d.toml --executor slurm"))
     sweep.add_argument("grid", help="grid file, e.g. analyses/grids/sweep_d.toml")
     sweep.add_argument("--executor", choices=["local", "slurm", "debug"], default="local",
                        help="local: one process per core (default); slurm: a job array with the "
@@ -35,6 +40,9 @@ def add_sweep_parsers(sub) -> None:
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
     sweep.set_defaults(func=_cmd_sweep)
 
-    report = sub.add_parser("sweep-report", help="a sweep folder's table and figure")
+    about = "a sweep folder's table (sweep_report.md) and figure (sweep_report.png)"
+    report = sub.add_parser("sweep-report", help=about, description=describe(about),
+                            formatter_class=HelpFormatter,
+                            epilog=examples("invperm sweep-report runs/sweep_d"))
     report.add_argument("dir", help="the sweep folder (holds sweep.jsonl)")
     report.set_defaults(func=_cmd_sweep_report)

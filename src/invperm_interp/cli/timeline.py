@@ -67,15 +67,20 @@ def _positive(text: str) -> int:
 
 
 def add_timeline_parser(sub) -> None:
-    p = sub.add_parser("timeline", help="the mechanism over a run's checkpoints: table, "
-                                        "timeline.json and a figure")
+    from .args import HelpFormatter, describe, examples
+
+    about = "the mechanism over a run's checkpoints: table, timeline.json and a figure"
+    p = sub.add_parser("timeline", help=about, description=describe(about),
+                       formatter_class=HelpFormatter,
+                       epilog=examples("invperm timeline runs/bi",
+                                       "invperm timeline runs/scratch --stride 2 --n 256"))
     p.add_argument("run", help="the run directory (its checkpoints/ are analysed)")
-    p.add_argument("--n", type=_positive, default=512, help="samples analysed (default 512)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the analysed batch (default 0)")
+    p.add_argument("--n", type=_positive, default=512, help="samples analysed")
+    p.add_argument("--seed", type=int, default=0, help="seed of the analysed batch")
     p.add_argument("--stride", type=_positive, default=1,
                    help="analyse every STRIDE-th checkpoint, counted back from the last")
     p.add_argument("--out", help="where timeline.json and the figure go (default: the run)")
     p.add_argument("--threads", type=_positive, default=1,
-                   help="torch threads (default 1: these models are too small for more to pay)")
+                   help="torch threads (these models are too small for more to pay)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_timeline)

@@ -18,7 +18,7 @@ from torch.nn.functional import pad
 from transformer_lens import ActivationCache
 from transformer_lens.utilities import Slice
 
-from ..stream import hook_name
+from ..stream import absent_name_hint, hook_name
 
 
 def _refuse(**flags) -> None:
@@ -30,6 +30,16 @@ def _refuse(**flags) -> None:
 class StreamCache(ActivationCache):
     """``ActivationCache`` with ``accumulated_resid``, ``decompose_resid`` and
     ``stack_head_results`` in the final stream's frame ``(component, …, T, D_L)``."""
+
+    def __getitem__(self, key):
+        """As TransformerLens's; a hook this model lacks (``hook_result``) says what to use."""
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            hint = absent_name_hint(key)
+            if hint is None:
+                raise
+            raise KeyError(f"{key!r}: {hint}") from None
 
     def apply_slice_to_batch_dim(self, batch_slice) -> StreamCache:
         """As TransformerLens's, but the sliced cache keeps this class's methods."""

@@ -19,7 +19,7 @@ from transformer_lens.hook_points import HookPoint
 from ..config import DTYPES, ModelConfig
 from ..runs import checkpoint as ckpt
 from ..runs.directory import RunDir, RunWeights
-from ..stream import Stream
+from ..stream import Stream, absent_name_hint
 from ..task import answer, mse
 from . import tokens
 from .cache import StreamCache
@@ -34,6 +34,14 @@ from .disentangled import (
 )
 
 RETURN_TYPES = ("output", "loss", "both")
+
+
+def _missing(owner: nn.Module, name: str) -> AttributeError:
+    """The ``AttributeError`` for ``name``, pointing at what to use when it is a TransformerLens name
+    this model lacks (``W_Q``, ``hook_result``)."""
+    hint = absent_name_hint(name)
+    where = f"{type(owner).__name__!r} object has no attribute {name!r}"
+    return AttributeError(f"{where}: {hint}" if hint else where)
 
 
 class CopyingHookPoint(HookPoint):
@@ -58,6 +66,12 @@ class DisentangledAttention(AttentionWeights):
         self.hook_attn_scores = HookPoint()  # (B, H, T, T), -inf above the diagonal when causal
         self.hook_pattern = CopyingHookPoint()  # (B, H, T, T); softmax saves its output
         self.hook_z = HookPoint()  # (B, T, H, D_l)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            raise _missing(self, name) from None
 
     def forward(self, h: Float[Tensor, "batch pos d_l"]) -> Float[Tensor, "batch pos head d_l"]:
         """``h (B, T, D_l)`` → ``z (B, T, H, D_l)``."""
@@ -126,6 +140,12 @@ class HookedDisentangledTransformer(HookedRootModule):
         if cfg.device != "cpu":
             self.to(cfg.device)
         self.eval()  # nothing differs in training; TransformerLens's analysis tools require eval
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            raise _missing(self, name) from None
 
     def init_weights(self, seed: int | None = None) -> None:
         """``cfg.init``: zeros (the note's code) or i.i.d. ``N(0, init_scale²)``."""

@@ -29,6 +29,7 @@ from ..stream import Block  # noqa: E402
 LABEL_PT = 8
 TITLE_PT = 9
 BLOCK_IN = 0.2  # inches of axis per block, so a 16-block axis keeps its labels apart
+PATCH_CELL_IN = 0.5  # inches per patching cell: room for its value ("-0.05") at LABEL_PT
 HATCH = "////"  # cells with no value (not in the stream yet, or exactly zero): hatched, in the legend
 
 
@@ -224,7 +225,8 @@ def plot_patching(result, title: str = "", ax: Axes | None = None) -> Axes:
         raise ValueError(f"result must have dims ('layer', 'block'), got {tuple(result.dims)}")
     values = result.values.detach().cpu().double().numpy()
     if ax is None:
-        _, ax = plt.subplots(figsize=(0.42 * values.shape[1] + 3.2, 0.42 * values.shape[0] + 2.4))
+        _, ax = plt.subplots(figsize=(PATCH_CELL_IN * values.shape[1] + 3.2,
+                                      PATCH_CELL_IN * values.shape[0] + 2.4))
     _hatch_background(ax)
     image = ax.imshow(values, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(values.shape[1]), result.labels["block"], rotation=90, fontsize=LABEL_PT)
@@ -233,7 +235,7 @@ def plot_patching(result, title: str = "", ax: Axes | None = None) -> Axes:
                   fontsize=LABEL_PT)
     for (i, j), v in np.ndenumerate(values):
         if np.isfinite(v) and abs(v) >= 0.005:
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=LABEL_PT - 1,
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=LABEL_PT,
                     color="white" if abs(v) > 0.5 else "black")
     ax.set_title(title, fontsize=TITLE_PT)
     bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.02)

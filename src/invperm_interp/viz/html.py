@@ -12,6 +12,9 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 _URL_SAFE = " !$&'()*+,-./:;=?@[]^_`{|}~"  # kept as is in a data URL (not %, #, ", <, >, newlines)
+# A number, a percentage or 1e-3 form, optionally with a count in brackets ("9 (10)") or the mark
+# of a passed or failed condition ("99.9% ✓")
+_NUMBER = re.compile(r"[-+−]?[\d.,%×]+(?:e[-+−]?\d+)?%?(?: \(\d+\))?(?: [✓✗])?")
 _SVG_SIZE = re.compile(rb'<svg[^>]*?width="([\d.]+)pt" height="([\d.]+)pt"')
 
 
@@ -42,7 +45,7 @@ def figure(fig: Figure, alt: str, caption: str = "") -> str:
 def cell(value) -> str:
     """A ``<td>``; numbers (and number-like strings) align right."""
     text = str(value)
-    numeric = isinstance(value, (int, float)) or bool(re.fullmatch(r"[-+−]?[\d.,%e×−+]+", text))
+    numeric = isinstance(value, (int, float)) or bool(_NUMBER.fullmatch(text))
     return f'<td class="num">{html.escape(text)}</td>' if numeric else f"<td>{html.escape(text)}</td>"
 
 

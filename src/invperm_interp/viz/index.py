@@ -1,5 +1,6 @@
-"""The index page of a directory of runs (a sweep, a census): one sortable table linking every run's
-report, and the sweep figure.
+"""The index page of a directory of runs (a sweep, a census): a headline saying what the runs
+reached, one sortable table linking every run's report, and a figure (steps to solve against d, or,
+when the runs share one d, their training curves).
 
 A directory is read in one of two forms: a ``sweep.jsonl`` (one JSON object per run, as the sweep
 command writes it) or, failing that, every run directory below it (a folder with ``config.json``).
@@ -16,13 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ModelConfig
+from ..labels import excess_text
 from ..runs.directory import RunDir
 from ..sweep.engine import SWEEP_FILE, read_sweep
 from .html import figure
+from .page import page
 from .sweep import plot_sweep
-from .training import excess_text
+from .training import SOLVED_BELOW, plot_runs
 
-SOLVED_BELOW = 1e-3  # "steps to solve": the first eval step with MSE below this
+AT_FLOOR = 0.01  # a causal run within 1% of its floor sits on it
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,16 @@ class RunRow:
     def solvable(self) -> bool:
         """False for a causal run whose floor is above the target: it cannot get there."""
         return not (self.causal and (self.causal_floor or 0.0) >= SOLVED_BELOW)
+
+    @property
+    def solved(self) -> bool:
+        return self.steps_to_solve is not None or (self.mse is not None and self.mse < SOLVED_BELOW)
+
+    @property
+    def at_floor(self) -> bool:
+        """A causal run that cannot solve the task and ends within 1% of its floor."""
+        return (not self.solvable and self.mse is not None
+                and self.mse <= (1 + AT_FLOOR) * self.causal_floor)
 
 
 def _model(model: dict) -> ModelConfig:
@@ -149,9 +162,16 @@ document.querySelectorAll('table.sortable th').forEach((th, col) => {
 """
 
 
-def _td(text: str, sort: float | str | None = None, num: bool = False) -> str:
+def _breakable(name: str) -> str:
+    """``name`` escaped, with line-break chances after ``_`` and ``/`` (long run and mechanism names
+    wrap inside a narrow column instead of widening the table)."""
+    return html.escape(name).replace("_", "_<wbr>").replace("/", "/<wbr>")
+
+
+def _td(text: str, sort: float | str | None = None, num: bool = False, cls: str = "") -> str:
     key = "" if sort is None else f' data-sort="{html.escape(str(sort))}"'
-    cls = ' class="num"' if num else ""
+    classes = " ".join(c for c in ("num" if num else "", cls) if c)
+    cls = f' class="{classes}"' if classes else ""
     return f"<td{cls}{key}>{text}</td>"
 
 
@@ -163,58 +183,136 @@ def _solve_text(r: RunRow) -> str:
     return "not solved" if r.solvable else f"cannot: floor {r.causal_floor:.4g}"
 
 
-def index_html(directory: str | Path, rows: list[RunRow], title: str | None = None) -> str:
-    """The index page (a string) for ``rows`` found under ``directory``."""
-    from .attention import STYLE
+def _group_sentence(group: str, runs: list[RunRow]) -> str:
+    """What one model kind reached, in words."""
+    name = f"<b>{html.escape(group)}</b>"
+    solved = [r for r in runs if r.solved]
+    floored = [r for r in runs if r.at_floor]
+    if len(runs) == 1:
+        r = runs[0]
+        if r.mse is None:
+            return f"The {name} model has no evaluation yet."
+        exact = "" if r.row_acc is None else f", {r.row_acc:.1%} of rows exact"
+        if r.solved:
+            return f"The {name} model <b>learns the task</b>: final MSE {r.mse:.3g}{exact}."
+        if r.at_floor:
+            return (f"The {name} model <b>sits on its causal floor</b>: "
+                    f"{html.escape(excess_text(r.mse, r.causal_floor))}. Under the mask a read-out "
+                    "row cannot see the input rows it needs (Lemma 1), so no model can do better.")
+        return f"The {name} model does not learn the task: final MSE {r.mse:.3g}{exact}."
+    parts = []
+    if any(r.solvable for r in runs):
+        parts.append(f"{len(solved)} of {len(runs)} runs <b>learn the task</b> "
+                     f"(MSE &lt; {SOLVED_BELOW:g})")
+    if floored or not all(r.solvable for r in runs):
+        parts.append(f"{len(floored)} of {len(runs)} end <b>on their causal floor</b> (within "
+                     f"{AT_FLOOR:.0%}; under the mask no model can do better)")
+    return f"{name}: {'; '.join(parts)}."
 
-    root = Path(directory)
-    title = title or f"Runs in {root}"
-    body = []
-    for r in rows:
-        report = RunDir(r.dir).report
-        name = html.escape(os.path.relpath(r.dir, root))
-        link = (f'<a href="{html.escape(os.path.relpath(report, root))}">{name}</a>'
-                if report.is_file() else f"{name} <span class='meta'>(no report)</span>")
-        mse = "—" if r.mse is None else html.escape(excess_text(r.mse, r.causal_floor
-                                                                if r.causal else None))
-        body.append("<tr>" + "".join([
-            _td(link, name), _td(html.escape(r.group)), _td(str(r.d), r.d, True),
-            _td(str(r.seed), r.seed, True), _td(str(r.steps), r.steps, True),
-            _td(mse, "inf" if r.mse is None else r.mse, True),
-            _td("—" if r.row_acc is None else f"{r.row_acc:.1%}", r.row_acc or 0, True),
-            _td(_solve_text(r), "inf" if r.steps_to_solve is None else r.steps_to_solve, True),
-            _td(html.escape(r.mechanism or "—")),
-        ]) + "</tr>")
-    header = ["run", "model", "d", "seed", "steps", "final MSE", "rows exact",
-              f"steps to MSE < {SOLVED_BELOW:g}", "mechanism"]
-    head = "".join(f"<th title='click to sort'>{html.escape(h)}</th>" for h in header)
-    solved = sum(r.steps_to_solve is not None for r in rows)
+
+def index_headline(rows: list[RunRow]) -> str:
+    """The main result of the runs, one sentence per model kind (bidirectional ones first)."""
+    groups: dict[str, list[RunRow]] = {}
+    for r in sorted(rows, key=lambda r: (r.causal, r.group)):
+        groups.setdefault(r.group, []).append(r)
+    body = " ".join(_group_sentence(g, runs) for g, runs in groups.items())
+    return f'<h2>Headline</h2><div class="headline"><p>{body}</p></div>'
+
+
+def _by_d(rows: list[RunRow]) -> bool:
+    """Whether the index draws steps to solve against d (the runs that can solve span several d)."""
+    return len({r.d for r in rows if r.solvable}) > 1
+
+
+def _figure(root: Path, rows: list[RunRow]) -> str:
+    """Steps to solve against d; when the runs share one d, their training curves instead (a
+    single column of dots says nothing)."""
     plotted = [r for r in rows if r.solvable]
-    cannot = len(rows) - len(plotted)
-    parts = [
-        f"<p class='meta'>{len(rows)} run{'s' if len(rows) != 1 else ''}; {solved} reached MSE "
-        f"&lt; {SOLVED_BELOW:g}"
-        + (f"; {cannot} causal run{'s' if cannot != 1 else ''} cannot (the causal floor is above "
-           f"it) and {'stay' if cannot != 1 else 'stays'} out of the figure" if cannot else "") + ". "
-        "Click a column header to sort; a run's name opens its report. Final MSE is on the run's "
-        "eval batch at its last step; for causal runs it is written against the causal floor.</p>",
-    ]
-    if plotted:
-        parts.append(figure(
+    if _by_d(rows):
+        return figure(
             plot_sweep([{"group": r.group, "d": r.d, "seed": r.seed, "steps": r.steps,
                          "steps_to_solve": r.steps_to_solve} for r in plotted], SOLVED_BELOW),
             f"Steps to MSE below {SOLVED_BELOW:g} against d, one colour per model and one marker "
             "per seed; runs that never got there sit in the strip on top.",
             "Steps to solve by d" + (". Hollow markers in the top strip: not solved in the run's "
                                      "steps." if any(r.steps_to_solve is None for r in plotted)
-                                     else ".")))
-    parts.append(f"<div class='table'><table class='sortable'><thead><tr>{head}</tr></thead>"
-                 f"<tbody>{''.join(body)}</tbody></table></div>")
-    return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
-            f"<title>{html.escape(title)}</title><style>{STYLE} th {{ cursor: pointer; }}</style>"
-            f"</head>\n<body><h1>{html.escape(title)}</h1>\n{''.join(parts)}\n"
-            f"<script>{_SORT_JS}</script></body></html>\n")
+                                     else "."))
+    curves = {os.path.relpath(r.dir, root): RunDir(r.dir).read_metrics() for r in rows}
+    curves = {name: m for name, m in curves.items() if m}
+    if not curves:
+        return ""
+    return figure(
+        plot_runs(curves), "Eval MSE against step for every run (log scale), and, for causal runs, "
+        "their excess over the causal floor.",
+        "Training curves: eval MSE of each run on its fixed eval batch"
+        + ("; right: the causal runs' excess over their floor, where a run on its floor is a flat "
+           "line at 0." if any(r.causal and (r.causal_floor or 0) > 0 for r in rows) else "."))
+
+
+def twin(rows: list[RunRow], run: RunRow) -> RunRow | None:
+    """``run``'s twin among ``rows``: the same layout, read-out, d and seed with the other attention
+    direction (the bidirectional model beside the causal one)."""
+    attention, rest = run.group.split(" ", 1)
+    other = {"causal": "bidirectional", "bidirectional": "causal"}.get(attention)
+    return next((r for r in rows if r.group == f"{other} {rest}" and r.d == run.d
+                 and r.seed == run.seed), None)
+
+
+def report_links(root: str | Path, rows: list[RunRow], run: RunRow) -> list[tuple[str, str]]:
+    """The navigation of ``run``'s report: back to ``root``'s index and to its twin's report (when
+    the twin has weights to report on)."""
+    links = [("↑ all runs", os.path.relpath(Path(root) / "index.html", run.dir))]
+    other = twin(rows, run)
+    twin_dir = None if other is None else RunDir(other.dir)
+    if twin_dir is not None and (twin_dir.report.is_file() or twin_dir.is_finished):
+        links.append((f"twin: the {other.group.split()[0]} model",
+                      os.path.relpath(twin_dir.report, run.dir)))
+    return [(label, Path(url).as_posix()) for label, url in links]
+
+
+def index_html(directory: str | Path, rows: list[RunRow], title: str | None = None) -> str:
+    """The index page (a string) for ``rows`` found under ``directory``."""
+    root = Path(directory)
+    title = title or f"Runs in {root}"
+    body = []
+    for r in rows:
+        report = RunDir(r.dir).report
+        name = os.path.relpath(r.dir, root)
+        link = (f'<a href="{html.escape(os.path.relpath(report, root))}">{_breakable(name)}</a>'
+                if report.is_file() else f"{_breakable(name)} <span class='meta'>(no report)</span>")
+        mse = "—" if r.mse is None else html.escape(excess_text(r.mse, r.causal_floor
+                                                                if r.causal else None))
+        if " = " in mse:  # the floor and the excess may wrap as one piece: a narrower column
+            value, rest = mse.split(" = ", 1)
+            mse = f"{value} = <span class='nowrap'>{rest}</span>"
+        body.append("<tr>" + "".join([
+            _td(link, html.escape(name)), _td(html.escape(r.group)), _td(str(r.d), r.d, True),
+            _td(str(r.seed), r.seed, True), _td(str(r.steps), r.steps, True),
+            _td(mse, "inf" if r.mse is None else r.mse, True, cls="wrap"),
+            _td("—" if r.row_acc is None else f"{r.row_acc:.1%}", r.row_acc or 0, True),
+            _td(_solve_text(r), "inf" if r.steps_to_solve is None else r.steps_to_solve, True,
+                cls="wrap"),
+            _td(_breakable(r.mechanism or "—")),
+        ]) + "</tr>")
+    header = ["run", "model", "d", "seed", "steps", "final MSE", "rows exact",
+              f"steps to MSE < {SOLVED_BELOW:g}", "mechanism"]
+    head = "".join(f"<th title='click to sort'>{html.escape(h)}</th>" for h in header)
+    solved = sum(r.steps_to_solve is not None for r in rows)
+    cannot = sum(not r.solvable for r in rows)
+    parts = [
+        index_headline(rows),
+        f"<p class='meta'>{len(rows)} run{'s' if len(rows) != 1 else ''}; {solved} reached MSE "
+        f"&lt; {SOLVED_BELOW:g}"
+        + (f"; {cannot} causal run{'s' if cannot != 1 else ''} cannot (the causal floor is above "
+           "it)" + (f" and {'stay' if cannot != 1 else 'stays'} out of the steps-to-solve figure"
+              if _by_d(rows) else "") if cannot else "") + ". "
+        "Click a column header to sort; a run's name opens its report. Final MSE is on the run's "
+        "eval batch at its last step; for causal runs it is written against the causal floor.</p>",
+        _figure(root, rows),
+        f"<div class='table'><table class='sortable'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table></div>"]
+    return page(title, "\n".join(p for p in parts if p), style=" th { cursor: pointer; }",
+                script=_SORT_JS)
 
 
 def write_index(directory: str | Path, rows: list[RunRow] | None = None,

@@ -1,22 +1,25 @@
 """The report's headline and mechanism section: what ``analysis.analyze`` concluded, in words.
 
 Renders a :class:`~invperm_interp.analysis.record.ModelAnalysis`; computes nothing. The headline
-says which mechanism the model implements by the library's one rule (a registry construction whose
-cells, run on their own, get the rows right), how faithfully, how small the minimal circuit is and
-what that means; when no construction passes, or when the fitted atoms leave most of the weights
-unexplained, it says so plainly instead of presenting the atoms as a circuit.
+says first how the model does on the task (solved, at the causal floor, or not learned), then which
+mechanism it implements by the library's one rule (a registry construction whose cells, run on
+their own, get the rows right and recover the loss, with templates of the right sign), how
+faithfully and how small the minimal circuit is; when no construction passes it names the closest
+and the conditions it misses, and when the fitted atoms leave most of the weights unexplained it
+says so plainly instead of presenting the atoms as a circuit.
 """
 
 from __future__ import annotations
 
 import html
 
-from ..analysis.mechanism import is_faithful
+from ..analysis.faithfulness import Faithfulness
+from ..analysis.mechanism import Mechanism, is_faithful
 from ..analysis.record import ModelAnalysis
-from ..labels import layer_name
+from ..labels import excess_text, layer_name
 from ..maths import constructions
 from .html import table
-from .training import excess_text
+from .training import SOLVED_BELOW
 
 # A circuit whose atoms leave more than this share of a layer's gauge-fixed weights unexplained is
 # not presented as explained by templates.
@@ -46,73 +49,126 @@ def _description(name: str) -> str:
     return f" ({html.escape(spec.description)})" if spec is not None else ""
 
 
-def headline(analysis: ModelAnalysis) -> str:
-    """The page's first section: the mechanism, its faithfulness and minimal circuit, in words."""
+def _verdict(t: Faithfulness, mech: Mechanism) -> tuple[bool, bool, bool]:
+    """The rule's three conditions on a tested construction: rows exact, loss recovered, and its
+    templates' signs (every fitted β positive)."""
+    c = t.circuit
+    return (c.rows_exact >= mech.rows,
+            c.loss_recovered is not None and c.loss_recovered >= mech.recovered,
+            t.signs_agree)
+
+
+def _misses(t: Faithfulness, mech: Mechanism) -> str:
+    """``"rows exact 38.0% < 99%, a template sign"``: the conditions ``t`` fails, in words."""
+    rows, loss, signs = _verdict(t, mech)
+    out = []
+    if not rows:
+        out.append(f"rows exact {t.circuit.rows_exact:.1%} &lt; {mech.rows:.0%}")
+    if not loss:
+        out.append(f"loss recovered {_pct(t.circuit.loss_recovered)} &lt; {mech.recovered:.0%}")
+    if not signs:
+        wrong = sum(b <= 0 for b in t.template_betas)
+        out.append(f"{wrong} of its {len(t.template_betas)} templates fitted with β ≤ 0 (the "
+                   "weights point the other way)")
+    return "; ".join(out)
+
+
+def _task(analysis: ModelAnalysis) -> tuple[str, str]:
+    """The first paragraph, on the task itself, and the headline's style: solved, at the causal
+    floor, or not learned."""
+    cfg, floor = analysis.model, analysis.causal_floor
+    scored = (f"MSE {analysis.mse:.3g} on {analysis.n_samples} fresh samples, "
+              f"{analysis.rows_exact:.1%} of rows exact")
+    if analysis.mse < SOLVED_BELOW:
+        return f"<b>The model solves the task</b>: {scored}.", "headline solved"
+    if cfg.causal and floor > 0 and analysis.mse >= 0.98 * floor:
+        return (f"<b>The model sits at the causal floor</b> ({excess_text(analysis.mse, floor)}): "
+                "under the mask a read-out row cannot see the input rows it needs (Lemma 1), so no "
+                "circuit can do better.", "headline")
+    return (f"<b>The model has not learned the task</b>: {scored} (0.5 everywhere scores "
+            f"{0.25 * cfg.d:g}).", "headline none")
+
+
+def _named(analysis: ModelAnalysis) -> str:
+    """The mechanism paragraph when the rule names a construction."""
     mech, f, m = analysis.mechanism, analysis.mechanism.faithfulness, analysis.mechanism.minimal
-    sentences, cls = [], "headline"
-    if f is not None:
-        spare = [c for c, s in zip(f.cells, f.minimality) if is_faithful(s, mech.rows, mech.recovered)]
-        if spare:
-            needed = ("the circuit stays faithful without "
-                      + (f"{len(spare)} of them, each removed alone: " if len(spare) > 1 else "")
-                      + "; ".join(cell_name(c) for c in spare))
-        else:
-            worst = max((s.rows_exact for s in f.minimality), default=0.0)
-            needed = (f"each is needed: without any one the circuit gets at most {worst:.0%} of rows "
-                      "exact")
-        shown = (mech.name if mech.name != "borderline" else
-                 f"borderline ({f.hypothesis}: an interval straddles the rule's thresholds)")
-        sentences.append(
-            f"<b>Mechanism: {html.escape(shown)}</b>{_description(mech.name)}. Its {f.size_text} "
+    spare = [c for c, s in zip(f.cells, f.minimality) if is_faithful(s, mech.rows, mech.recovered)]
+    if spare:
+        needed = ("the circuit stays faithful without "
+                  + (f"{len(spare)} of them, each removed alone: " if len(spare) > 1 else "")
+                  + "; ".join(cell_name(c) for c in spare))
+    else:
+        worst = max((s.rows_exact for s in f.minimality), default=0.0)
+        needed = f"each is needed: without any one the circuit gets at most {worst:.0%} of rows exact"
+    shown = (mech.name if mech.name != "borderline" else
+             f"borderline ({f.hypothesis}: an interval straddles the rule's thresholds)")
+    also = ("" if not mech.also_faithful else " Also faithful, recovering less of the loss: "
+            + ", ".join(html.escape(n) for n in mech.also_faithful) + ".")
+    proof = " (provably smallest among the candidate cells)" if m.optimal else ""
+    return (f"<b>Mechanism: {html.escape(shown)}</b>{_description(mech.name)}. Its {f.size_text} "
             f"alone, every other weight removed, get <b>{f.circuit.rows_exact:.1%}</b> of rows "
             f"exact and recover <b>{_pct(f.circuit.loss_recovered)}</b> of the loss (circuit MSE "
             f"{f.circuit.mse:.3g}, the model's {f.model.mse:.3g}; 0.5 everywhere scores "
-            f"{f.baseline:g}). Without them the model's MSE is {f.without.mse:.3g}. Minimality: "
-            f"{needed}.")
-        if mech.also_faithful:
-            sentences.append("Also faithful, recovering less of the loss: "
-                             + ", ".join(html.escape(n) for n in mech.also_faithful) + ".")
-        proof = " (provably smallest among the candidate cells)" if m.optimal else ""
-        sentences.append(f"The smallest faithful circuit found has <b>{m.size} cells</b>{proof}.")
+            f"{f.baseline:g}), and every template's fitted β that matters is positive. Without them "
+            f"the model's MSE is {f.without.mse:.3g}. Minimality: {needed}.{also} The smallest "
+            f"faithful circuit found has <b>{m.size} cells</b>{proof}.")
+
+
+def _unnamed(analysis: ModelAnalysis) -> str:
+    """The mechanism paragraph when no construction passes the rule: the closest one and what it
+    misses, then the minimal circuit, or that there is none."""
+    mech, m = analysis.mechanism, analysis.mechanism.minimal
+    sentences = ["<b>No registry construction explains this model.</b>"]
+    if mech.tested:
+        closest = max(mech.tested, key=lambda t: (sum(_verdict(t, mech)), t.circuit.rows_exact,
+                                                  t.circuit.loss_recovered or -1.0))
+        sentences.append(
+            f"The closest, {html.escape(closest.hypothesis)}, run on its own gets "
+            f"{closest.circuit.rows_exact:.1%} of rows exact and recovers "
+            f"{_pct(closest.circuit.loss_recovered)} of the loss; it misses the rule on "
+            f"{_misses(closest, mech)}.")
     else:
-        cls = "headline none"
-        best = mech.tested[0] if mech.tested else None
-        sentences.append("<b>No registry construction explains this model.</b>")
-        if best is not None:
-            sentences.append(
-                f"The best, {html.escape(best.hypothesis)}, run on its own gets "
-                f"{best.circuit.rows_exact:.1%} of rows exact and recovers "
-                f"{_pct(best.circuit.loss_recovered)} of the loss (the rule asks {mech.rows:.0%} and "
-                f"{mech.recovered:.0%}).")
-        else:
-            sentences.append("No working construction has this layout, attention and read-out.")
-        if m.faithful:
-            sentences.append(
-                f"The smallest faithful circuit found has <b>{m.size} cells</b> "
-                f"({m.score.rows_exact:.1%} of rows exact, {_pct(m.score.loss_recovered)} of the loss "
-                f"recovered, {m.weight_share:.0%} of the gauge-fixed weights): listed below.")
-        else:
-            sentences.append(
-                f"Even all {m.size} cells the fitted atoms occupy, run on their own, are not faithful "
-                f"({m.score.rows_exact:.1%} of rows exact; {_recovered(m.score.loss_recovered)}).")
-    paragraphs = [" ".join(sentences)]  # the mechanism; the floor and the fit get their own
+        sentences.append("No working construction has this layout, attention and read-out.")
+    if m.faithful:
+        sentences.append(
+            f"The smallest faithful circuit found has <b>{m.size} cells</b> "
+            f"({m.score.rows_exact:.1%} of rows exact, {_pct(m.score.loss_recovered)} of the loss "
+            f"recovered, {m.weight_share:.0%} of the gauge-fixed weights): listed below.")
+    elif m.size == 0:
+        sentences.append("The fitted atoms occupy no cell, so there is no circuit to run on its own.")
+    else:
+        sentences.append(
+            f"Even all {m.size} cells the fitted atoms occupy, run on their own, are not faithful "
+            f"({m.score.rows_exact:.1%} of rows exact; {_recovered(m.score.loss_recovered)}).")
+    return " ".join(sentences)
+
+
+def _unexplained(analysis: ModelAnalysis) -> str:
+    """A caveat when the fitted atoms leave most of a layer's weights unexplained ("" if not)."""
     unexplained = analysis.circuit.residual_share
-    if unexplained and max(unexplained) > UNEXPLAINED:
-        cls = "headline none"
-        scores = [a.score for a in analysis.circuit.atoms if a.share >= 0.01]
-        fit = (f"its atoms match their templates with cosine {min(scores):.2f}–{max(scores):.2f}"
-               if scores else "no atom holds 1% of a layer")
-        paragraphs.append(
-            f"<b>No template explains the weights:</b> {fit}, and {min(unexplained):.0%}–"
-            f"{max(unexplained):.0%} of each layer's gauge-fixed weights are unexplained; the circuit "
-            "table below is the best sparse fit, not a mechanism.")
-    floor, cfg = analysis.causal_floor, analysis.model
-    if cfg.causal and floor > 0 and analysis.mse >= 0.98 * floor:  # the first thing to know
-        paragraphs.insert(0, (
-            f"<b>The model sits at the causal floor</b> ({excess_text(analysis.mse, floor)}): under "
-            "the mask a read-out row cannot see the input rows it needs (Lemma 1), so no circuit "
-            "can do better."))
-    body = "".join(f"<p>{p}</p>" for p in paragraphs)
+    if not unexplained or max(unexplained) <= UNEXPLAINED:
+        return ""
+    scores = [a.score for a in analysis.circuit.atoms if a.share >= 0.01]
+    if scores:
+        fit = f"its atoms match their templates with cosine {min(scores):.2f}–{max(scores):.2f}"
+        table_note = "; the circuit table below is the best sparse fit, not a mechanism"
+    else:
+        fit, table_note = "no atom holds 1% of a layer's weights", ""
+    low, high = min(unexplained), max(unexplained)
+    share = (f"{high:.0%} of every layer's" if f"{low:.0%}" == f"{high:.0%}" else
+             f"{low:.0%}–{high:.0%} of each layer's")
+    return (f"<b>No template explains the weights:</b> {fit}, and {share} gauge-fixed weights are "
+            f"unexplained{table_note}.")
+
+
+def headline(analysis: ModelAnalysis) -> str:
+    """The page's first section: how the model does on the task, then the mechanism by the rule
+    (its faithfulness and minimal circuit, or the closest construction and what it misses), then
+    a caveat when templates leave most of the weights unexplained."""
+    task, cls = _task(analysis)
+    mech = _named(analysis) if analysis.mechanism.faithfulness is not None else _unnamed(analysis)
+    caveat = _unexplained(analysis)
+    body = f"<p>{task}</p><p>{mech}</p>" + (f'<p class="caveat">{caveat}</p>' if caveat else "")
     return f'<h2>Headline</h2><div class="{cls}">{body}</div>'
 
 
@@ -122,22 +178,35 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
     mech, f, m = analysis.mechanism, analysis.mechanism.faithfulness, analysis.mechanism.minimal
     parts = ["<h2>Mechanism</h2>"]
     if mech.tested:
+        mark = lambda ok: "✓" if ok else "✗"  # noqa: E731
+        rows = []
+        for t in mech.tested:
+            rows_ok, loss_ok, signs_ok = _verdict(t, mech)
+            wrong = sum(b <= 0 for b in t.template_betas)
+            verdict = ("named" if t.hypothesis == mech.name else "passes (another is named)"
+                       if rows_ok and loss_ok and signs_ok else "fails")
+            rows.append([
+                t.hypothesis, f"{t.n_cells}" + ("" if t.n_cells == t.n_atoms else f" ({t.n_atoms})"),
+                f"{t.circuit.rows_exact:.1%} {mark(rows_ok)}",
+                f"{_pct(t.circuit.loss_recovered)} {mark(loss_ok)}",
+                ("all β > 0 ✓" if signs_ok else f"{wrong} of {len(t.template_betas)} β ≤ 0 ✗"),
+                f"{t.circuit.mse:.3g}", f"{t.without.mse:.3g}", verdict])
         parts.append(table(
-            ["construction", "cells (atoms)", "rows exact alone", "loss recovered", "circuit MSE",
-             "model MSE without its cells", "faithful"],
-            [[t.hypothesis, f"{t.n_cells}" + ("" if t.n_cells == t.n_atoms else f" ({t.n_atoms})"),
-              f"{t.circuit.rows_exact:.1%}", _pct(t.circuit.loss_recovered),
-              f"{t.circuit.mse:.3g}", f"{t.without.mse:.3g}",
-              "yes" if is_faithful(t.circuit, mech.rows, mech.recovered) else "no"]
-             for t in mech.tested],
+            ["construction", "cells (atoms)", f"rows exact alone (≥ {mech.rows:.0%})",
+             f"loss recovered (≥ {mech.recovered:.0%})", "template signs", "circuit MSE",
+             "model MSE without its cells", "rule"],
+            rows,
             "Each working construction with this layout, attention and read-out, tested by running "
             "its cells alone: the gauge-fixed <code>A</code> kept only in its cells (at the model's "
             "own fitted β) and <code>W_U</code> only on its read-out block, everything else zeroed. "
-            f"<b>Faithful</b>: at least {mech.rows:.0%} of rows exact and {mech.recovered:.0%} of the "
-            "loss recovered, against the baseline of everything ablated (0.5 everywhere, MSE d/4); "
-            "the fewest atoms win (a cell holding <code>1 − I</code> is two atoms). <b>Model MSE "
-            "without its cells</b>: the full model with them removed (completeness: high means the "
-            "model needs them)."))
+            f"<b>The rule</b> names a construction when all three conditions hold: at least "
+            f"{mech.rows:.0%} of rows exact, {mech.recovered:.0%} of the loss recovered, against the "
+            "baseline of everything ablated (0.5 everywhere, MSE d/4), and every template of its "
+            "cells fitted to the weights with a positive β (a cell test alone cannot tell "
+            "<code>I</code> from <code>−I</code>); of those that pass, the fewest atoms win (a cell "
+            "holding <code>1 − I</code> is two atoms). <b>Model MSE without its cells</b>: the full "
+            "model with them removed (completeness: high means the model needs them).",
+            attrs=' class="mechanism"'))
     if f is not None:
         parts.append(table(
             ["layer", "cell", "fitted β", "circuit MSE without it", "rows exact without it"],
@@ -145,6 +214,9 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
               f"{s.rows_exact:.1%}"] for c, b, s in zip(f.cells, f.betas, f.minimality)],
             f"Minimality of {html.escape(mech.name)}: its circuit with one cell removed at a time "
             "(a needed cell drops the rows exact far below the rule's threshold)."))
+    if not m.cells:
+        parts.append("<p>Minimal circuit: none; the fitted atoms occupy no cell.</p>")
+        return "".join(parts)
     parts.append(table(
         ["layer", "head", "cell"],
         [[layer_name(c[0]), c[1], f"{c[4]} at ({c[2]}, {c[3]})"] for c in m.cells],

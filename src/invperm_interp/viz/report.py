@@ -21,15 +21,16 @@ import torch
 from ..analysis.ablate import AblationResult
 from ..analysis.record import ModelAnalysis, atom_label
 from ..config import TrainConfig
-from ..labels import layer_name, name_streams
+from ..labels import excess_text, layer_name, name_streams
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
 from ..training.metrics import evaluate
-from .attention import attention_views, page
+from .attention import attention_views
 from .heatmaps import head_figure, plot_dependency, unembed_figure
 from .html import figure, table
 from .mechanism import headline, mechanism_section
-from .training import excess_text, plot_accuracy, plot_training
+from .page import page
+from .training import plot_accuracy, plot_training, training_caption
 
 __all__ = ["write_report", "report_html", "plot_training"]
 
@@ -115,9 +116,10 @@ def _circuit(model: HookedDisentangledTransformer, result: ModelAnalysis) -> str
         figure(head_figure(model, layer, head, gauge_fixed=False),
                f"Heatmap of the raw A of {layer_name(layer)} head {head}.")
         for layer, head in heads)
+    atoms_table = (table(["layer", "head", "cell", "β", "share", "score", "raw"], rows, caption)
+                   if rows else f"<p>No atom holds 1% of a layer's weights. Unexplained: {residual}.</p>")
     return (
-        "<h2>Circuit</h2>" + table(["layer", "head", "cell", "β", "share", "score", "raw"], rows,
-                                   caption)
+        "<h2>Circuit</h2>" + atoms_table
         + "<h3>Weights</h3><p class='meta'>The gauge-fixed <code>A</code> of each head (what the "
           "table reads) and <code>W_U</code> (untouched by the gauge, drawn once).</p>"
         + f'<div class="figs">{gauge_figs}{w_u}</div>'
@@ -193,38 +195,37 @@ def _attention(model: HookedDisentangledTransformer, batch: Batch) -> str:
 
 def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
                 metrics: list[dict] | None = None, title: str = "invperm-interp report", *,
-                train_cfg: TrainConfig | None = None, bundle: str | None = None) -> str:
+                train_cfg: TrainConfig | None = None, bundle: str | None = None,
+                links: list[tuple[str, str]] | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
     parts = [_setup(model, train_cfg, metrics), headline(result),
              _results(model, result, batch, metrics, train_cfg)]
     if metrics:
-        how = ("drawn as its excess over the causal floor (linear within ±1e-4 of the floor, "
-               "logarithmic beyond), so a run at its floor is visible"
-               if model.cfg.causal else "with the causal floor for reference")
         accuracy = plot_accuracy(metrics)
         parts += ["<h2>Training</h2>", '<div class="figs">', figure(
             plot_training(metrics), "Training curve: eval loss against step.",
-            f"Eval loss on the run's fixed eval batch, {how}.")]
+            training_caption(metrics))]
         if accuracy is not None:
             parts.append(figure(accuracy, "Fraction of entries, rows and samples exact against step.",
                                 "Entries, rows and whole samples exact after rounding."))
         parts.append("</div>")
     parts += [mechanism_section(result), _circuit(model, result), _constructions(result),
               _ablations(model, result), _certificate(model, result), _attention(model, batch)]
-    return page(title, "\n".join(p for p in parts if p), bundle=bundle)
+    return page(title, "\n".join(p for p in parts if p), bundle=bundle, links=links)
 
 
 def write_report(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
                  path: str | Path, metrics: list[dict] | None = None,
                  title: str = "invperm-interp report", *, train_cfg: TrainConfig | None = None,
-                 bundle: str | None = None) -> Path:
+                 bundle: str | None = None, links: list[tuple[str, str]] | None = None) -> Path:
     """Write the report page for ``model`` (with ``result`` from ``analysis.record.analyze``).
 
     ``metrics``/``train_cfg``: the run's eval records and training configuration, when it is a
     trained run. ``bundle``: a relative URL of a shared circuitsvis bundle instead of inlining it.
+    ``links``: ``(label, relative URL)`` pairs above the title (the index, the run's twin).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report_html(model, result, batch, metrics, title, train_cfg=train_cfg,
-                                bundle=bundle), encoding="utf-8")
+                                bundle=bundle, links=links), encoding="utf-8")
     return path

@@ -16,6 +16,9 @@ from matplotlib.lines import Line2D  # noqa: E402
 from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
 
 SEED_MARKERS = "o^sDvP*Xph<>"
+# The width around each d tick that its runs spread over (groups side by side, seeds within a
+# group): under half the tick spacing, so every marker lies nearer its own d than the midpoint.
+SPAN = 0.44
 
 
 def plot_sweep(rows: list[dict], target: float = 1e-3, title: str = "",
@@ -25,7 +28,8 @@ def plot_sweep(rows: list[dict], target: float = 1e-3, title: str = "",
     ``rows``: dicts with ``group`` (e.g. the model kind), ``d`` (or any value to place runs by,
     named by ``x_label``), ``seed``, ``steps_to_solve`` (``None``: not solved) and ``steps`` (the
     run's length). Groups sit side by side at each ``d`` and seeds are spread within a group, so no
-    two markers overlap; only ``d`` values with runs get a tick.
+    two markers overlap, all within ``SPAN / 2`` of their tick; only ``d`` values with runs get a
+    tick.
     """
     if not rows:
         raise ValueError("rows must hold at least one run")
@@ -41,7 +45,7 @@ def plot_sweep(rows: list[dict], target: float = 1e-3, title: str = "",
     else:
         fig, ax = plt.subplots(figsize=(width_in, 3.4))
         top = None
-    width = 0.8 / len(groups)
+    width = SPAN / len(groups)
     for gi, group in enumerate(groups):
         color = f"C{gi}"
         for si, seed in enumerate(seeds):

@@ -20,6 +20,7 @@ from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
 
 ACCURACIES = (("entry_acc", "entries exact"), ("row_acc", "rows exact"),
               ("sample_acc", "samples exact (whole Y)"))
+SOLVED_BELOW = 1e-3  # a model with MSE below this solves the task ("steps to solve": first step below)
 EXCESS_LINEAR = 1e-4  # symlog: linear within ±1e-4 of the floor, logarithmic beyond
 
 
@@ -27,12 +28,25 @@ def is_causal(metrics: list[dict]) -> bool:
     return bool(metrics) and metrics[-1].get("attention_dir") == "causal"
 
 
-def excess_text(mse: float, floor: float | None) -> str:
-    """``"2.5025 = floor 2.5 + 0.0025"``: the MSE with the digits that tell it from its floor."""
-    if floor is None or floor <= 0:
-        return f"{mse:.4g}"
-    excess = mse - floor
-    return f"{mse:.6g} = floor {floor:.6g} {'+' if excess >= 0 else '−'} {abs(excess):.3g}"
+def drawn_as_excess(metrics: list[dict]) -> bool:
+    """Whether :func:`plot_training` draws the run as its excess over the floor: a causal run
+    whose floor is above 0 (a causal model reading scratch rows has floor 0: its MSE is drawn)."""
+    return is_causal(metrics) and (metrics[-1].get("causal_floor") or 0.0) > 0
+
+
+def training_caption(metrics: list[dict]) -> str:
+    """The caption of :func:`plot_training`'s figure for ``metrics``: says what the axis shows."""
+    if drawn_as_excess(metrics):
+        how = (f"drawn as its excess over the causal floor (linear within ±{EXCESS_LINEAR:g} of the "
+               "floor, logarithmic beyond), so a run at its floor is visible")
+    elif is_causal(metrics):
+        how = ("on a log scale; this causal model's floor is 0 (its read-out rows come after every "
+               "input row they need), so it is drawn as the MSE itself")
+    elif (metrics[-1].get("causal_floor") or 0.0) > 0:
+        how = "on a log scale, with the causal floor of its causal twin (dotted) for reference"
+    else:
+        how = "on a log scale"
+    return f"Eval loss on the run's fixed eval batch, {how}."
 
 
 def plot_loss(ax: Axes, metrics: list[dict], label: str = "eval MSE", color: str = "C0",
@@ -53,18 +67,18 @@ def plot_loss(ax: Axes, metrics: list[dict], label: str = "eval MSE", color: str
 def plot_training(metrics: list[dict], title: str = "") -> Figure:
     """Eval loss against step: the excess over the floor for a causal run, else the MSE (log) with
     the causal floor (of the causal twin) for reference, and the train loss."""
-    causal, floor = is_causal(metrics), metrics[-1].get("causal_floor") or 0.0
+    excess, floor = drawn_as_excess(metrics), metrics[-1].get("causal_floor") or 0.0
     fig, ax = plt.subplots(figsize=(5.0, 3.1))
-    plot_loss(ax, metrics, causal=causal)
+    plot_loss(ax, metrics)
     train = [(m["step"], m["train_mse"]) for m in metrics if m.get("train_mse") is not None]
-    if train and not (causal and floor > 0):
+    if train and not excess:
         ax.plot(*zip(*train), color="C0", alpha=0.45, linestyle="--", label="train MSE")
-    if causal and floor > 0:
+    if excess:
         ax.set_ylabel("eval MSE − causal floor", fontsize=LABEL_PT)
         ax.set_title(title or f"excess over the causal floor {floor:.4g} (dotted: at the floor)",
                      fontsize=TITLE_PT)
     else:
-        if floor > 0:
+        if floor > 0 and not is_causal(metrics):
             ax.axhline(floor, color="C3", linestyle=":", label=f"causal floor {floor:.4g}")
         ax.set_ylabel("MSE (the note's loss)", fontsize=LABEL_PT)
         ax.set_title(title or "eval MSE", fontsize=TITLE_PT)
