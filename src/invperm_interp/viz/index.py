@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import ModelConfig
 from ..runs.directory import RunDir
-from ..sweep.engine import SWEEP_FILE, read_sweep
+from ..sweep.collect import SWEEP_FILE, read_sweep
 from .html import figure
 from .sweep import plot_sweep
 from .training import excess_text

@@ -1,0 +1,69 @@
+"""A sweep's result file: ``sweep.jsonl`` (one line per run, in grid order: name, variant, status,
+configs, steps to solve, final metrics without wall-clock times, mechanism and its analysis), written
+from the run directories alone, so the same runs give the same bytes however they were trained."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .grid import Grid
+from .plan import ANALYSIS_FILE
+
+WALL_CLOCK = ("wall_time",)  # kept in metrics.jsonl, left out of sweep.jsonl (not reproducible)
+
+
+def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
+    """``(line number, record)`` for every run line of ``folder/sweep.jsonl`` (blank lines skipped);
+    ``ValueError`` when there is no such file or a line is not a JSON object."""
+    path = Path(folder) / "sweep.jsonl"
+    if not path.is_file():
+        raise ValueError(f"DIR must be a sweep folder with sweep.jsonl, found none at {path}")
+    records = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} line {i} is not a run record: {err}") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path} line {i} is not a run record: got {record!r}")
+        records.append((i, record))
+    return records
+
+
+def run_record(grid: Grid, job, run_dir: Path) -> dict:
+    """One run's line of ``sweep.jsonl``."""
+    from ..runs.directory import read_metrics
+
+    metrics = [{k: v for k, v in m.items() if k not in WALL_CLOCK} for m in read_metrics(run_dir)]
+    diverged = run_dir / "diverged.json"
+    if diverged.is_file():
+        status, step = "diverged", json.loads(diverged.read_text())["step"]
+    elif (run_dir / "final.safetensors").is_file():
+        last = metrics[-1] if metrics else {}
+        status, step = ("stopped" if last.get("stopped") else "finished"), last.get("step")
+    else:
+        status, step = "unfinished", metrics[-1]["step"] if metrics else 0
+    solved = next((m["step"] for m in metrics if m["mse"] < grid.solve_mse), None)
+    mech = run_dir / ANALYSIS_FILE
+    analysis = json.loads(mech.read_text()) if mech.is_file() else None
+    return {
+        "name": job.name, "variant": job.variant, "status": status, "step": step,
+        "steps_to_solve": solved, "solve_mse": grid.solve_mse,
+        "final": metrics[-1] if metrics else None,
+        "mechanism": analysis["name"] if analysis else None,
+        "model": job.model_cfg.to_dict(), "train": job.train_cfg.to_dict(),
+        "analysis": {k: v for k, v in analysis.items() if k != "name"} if analysis else None,
+    }
+
+
+def collect(grid: Grid, out: Path) -> Path:
+    """Write ``out/sweep.jsonl`` from the run directories (one line per job, in grid order)."""
+    from ..runs.checkpoint import atomic_write
+
+    lines = [run_record(grid, job, out / job.name) for job in grid.jobs]
+    path = out / "sweep.jsonl"
+    atomic_write(path, "".join(json.dumps(x) + "\n" for x in lines).encode())
+    return path
