@@ -37,11 +37,12 @@ sweep: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/sweep_d.toml --out runs/sweep_d
 	$(VENV)/bin/invperm sweep-report runs/sweep_d
 
-# Beyond the note: what training learns, counted over seeds (224 runs with early stopping, 2 worker
-# processes; 14 minutes on 2 cores: 11.7 training, 2.5 analysing). Resumable: finished runs and
-# analyses are skipped.
+# Beyond the note: what training learns, counted over seeds: the grid analyses/grids/census.toml
+# (224 runs with early stopping, each analysed; one worker process per core), then its report in
+# assets/census.{md,json,png,svg}. Resumable: finished runs and analyses are skipped.
 census: $(STAMP)
-	$(PY) analyses/census.py
+	$(VENV)/bin/invperm sweep analyses/grids/census.toml --out runs/census
+	$(PY) analyses/census_report.py runs/census --update-assets
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses
