@@ -6,12 +6,16 @@ whether it is still running and stop everything it started; failures are noted p
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 from .grid import Grid
 from .plan import job_done
@@ -87,11 +91,29 @@ def slurm_error(err: BaseException) -> str:
     state = re.search(r"state: ([A-Z_]+(?: by \d+)?)", text)
     if state:
         return f"the task ended without a result (Slurm state {state.group(1)})"
-    for line in text.splitlines():
-        if "error:" in line:
-            return line.strip()
+    errors = [line.strip() for line in text.splitlines() if "error:" in line]
+    if errors:  # sbatch's last error line says why (the earlier ones, how it got there)
+        return errors[-1]
     lines = [x.strip() for x in text.splitlines() if x.strip()]
     return lines[-1] if lines else type(err).__name__
+
+
+@contextmanager
+def captured_stderr():
+    """Slurm's commands write to this process's stderr (fd 2) while submitit runs them; keep that
+    text (``.text``, after the block) for the one-line error instead of the terminal."""
+    box = SimpleNamespace(text="")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield box
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            box.text = tmp.read().decode(errors="replace")
 
 
 def make_executor(kind: str, folder: Path, slurm: dict):
@@ -128,16 +150,19 @@ class SubmititArray:
         executor = make_executor(self.kind, self.out, self.grid.slurm)
         n = len(self.todo)
         try:
-            self.jobs = executor.map_array(train_unit, [self.grid_path] * n,
-                                           [str(self.out.resolve())] * n, self.todo)
+            with captured_stderr() as said:
+                self.jobs = executor.map_array(train_unit, [self.grid_path] * n,
+                                               [str(self.out.resolve())] * n, self.todo)
         except Exception as err:  # noqa: BLE001 - sbatch errors arrive as several types
-            raise ValueError(f"cannot submit the sweep to Slurm: {slurm_error(err)}") from None
+            reason = slurm_error(RuntimeError(f"{said.text}\n{err}"))
+            raise ValueError(f"cannot submit the sweep to Slurm: {reason}") from None
         ids.parent.mkdir(parents=True, exist_ok=True)
         ids.write_text(json.dumps(sorted({str(j.job_id).split("_")[0] for j in self.jobs})))
 
     def running(self) -> bool:
         try:
-            busy = any(not j.done() for j in self.jobs)
+            with captured_stderr():
+                busy = any(not j.done() for j in self.jobs)
         except Exception:  # noqa: BLE001 - sacct/squeue hiccups: ask again at the next poll
             return True
         if not busy:
