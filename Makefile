@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast demo reproduce sweep census setup lint bench clean
+.PHONY: test test-fast test-slurm demo reproduce sweep census setup lint bench clean
 
 setup: $(STAMP)
 
@@ -17,7 +17,12 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not slurm"
+
+# invperm sweep on a real Slurm cluster; `sudo sh benchmarks/slurm_local.sh` starts a single-node
+# one (the tests skip, saying so, where none answers).
+test-slurm: $(STAMP)
+	$(PY) -m pytest -m slurm tests/slurm
 
 # Everything but the tests marked slow (processes, training, the browser): a quick loop while editing.
 test-fast: $(STAMP)

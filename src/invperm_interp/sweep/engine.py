@@ -137,9 +137,9 @@ def _watch(grid: Grid, out: Path, names: list[str], runner, stop: _StopOnSignal,
             new = [n for n in names if n not in seen and (
                 n in failed or job_done(out / n, grid.mechanism))]
             seen.update(new)
-            bar.update(len(new))
             bar.set_postfix(failed=len(failed & set(names)), left=len(names) - len(seen),
                             refresh=False)
+            bar.update(len(new))
             if not running or stop.signum is not None:
                 return
             time.sleep(0.5)
