@@ -99,7 +99,7 @@ def test_a_finished_run_without_its_mechanism_is_analysed_on_rerun(tmp_path, mon
 
 @pytest.mark.slow
 def test_sigterm_stops_the_sweep_and_its_workers_with_a_resume_hint(tmp_path):
-    from invperm_interp.runs.directory import RunLock
+    from invperm_interp.runs.lock import RunLock
 
     path = grid_file(tmp_path, steps=400, every=20)
     reference = run_sweep(path, tmp_path / "ref", executor="debug", progress=False)

@@ -7,16 +7,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..runs.directory import RunDir
 from .grid import Grid
-from .plan import ANALYSIS_FILE
 
+SWEEP_FILE = "sweep.jsonl"  # in a sweep folder: one line per job
 WALL_CLOCK = ("wall_time",)  # kept in metrics.jsonl, left out of sweep.jsonl (not reproducible)
 
 
 def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
     """``(line number, record)`` for every run line of ``folder/sweep.jsonl`` (blank lines skipped);
     ``ValueError`` when there is no such file or a line is not a JSON object."""
-    path = Path(folder) / "sweep.jsonl"
+    path = Path(folder) / SWEEP_FILE
     if not path.is_file():
         raise ValueError(f"DIR must be a sweep folder with sweep.jsonl, found none at {path}")
     records = []
@@ -35,19 +36,17 @@ def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
 
 def run_record(grid: Grid, job, run_dir: Path) -> dict:
     """One run's line of ``sweep.jsonl``."""
-    from ..runs.directory import read_metrics
-
-    metrics = [{k: v for k, v in m.items() if k not in WALL_CLOCK} for m in read_metrics(run_dir)]
-    diverged = run_dir / "diverged.json"
-    if diverged.is_file():
-        status, step = "diverged", json.loads(diverged.read_text())["step"]
-    elif (run_dir / "final.safetensors").is_file():
+    run_dir = RunDir(run_dir)
+    metrics = [{k: v for k, v in m.items() if k not in WALL_CLOCK} for m in run_dir.read_metrics()]
+    if run_dir.is_diverged:
+        status, step = "diverged", run_dir.read_diverged()["step"]
+    elif run_dir.is_finished:
         last = metrics[-1] if metrics else {}
         status, step = ("stopped" if last.get("stopped") else "finished"), last.get("step")
     else:
         status, step = "unfinished", metrics[-1]["step"] if metrics else 0
     solved = next((m["step"] for m in metrics if m["mse"] < grid.solve_mse), None)
-    mech = run_dir / ANALYSIS_FILE
+    mech = run_dir.mechanism
     analysis = json.loads(mech.read_text()) if mech.is_file() else None
     return {
         "name": job.name, "variant": job.variant, "status": status, "step": step,
@@ -64,6 +63,6 @@ def collect(grid: Grid, out: Path) -> Path:
     from ..runs.checkpoint import atomic_write
 
     lines = [run_record(grid, job, out / job.name) for job in grid.jobs]
-    path = out / "sweep.jsonl"
+    path = out / SWEEP_FILE
     atomic_write(path, "".join(json.dumps(x) + "\n" for x in lines).encode())
     return path

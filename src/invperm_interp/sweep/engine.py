@@ -77,7 +77,7 @@ def run_sweep(grid_path: str | Path, out: str | Path | None = None, *, executor:
 
     Raises :class:`SweepIncomplete` (after writing ``sweep.jsonl``) when runs failed, and
     ``signals.Interrupted`` when stopped by a signal; both say to rerun the same command."""
-    from ..runs.directory import RunLock
+    from ..runs.lock import RunLock
 
     grid = load_grid(grid_path, allow_large)  # a malformed grid fails here, before anything starts
     check_workers(workers)

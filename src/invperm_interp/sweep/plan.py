@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..runs.directory import RunDir
 from .grid import Grid, Job
 
 # CPU time of one training step, fitted on the census's runs (one thread, Adam): a fixed cost plus
@@ -19,16 +20,13 @@ STEP_FIXED_S = 1.4e-3
 STEP_PER_UNIT_S = 22.8e-12
 ANALYSIS_S = 2.0  # one run's mechanism, faithfulness and minimal circuit (512 samples, d ~ 10)
 MAX_CPU_HOURS = 500  # a sweep estimated above this needs allow_large (--yes)
-ANALYSIS_FILE = "mechanism.json"
 
 
 def job_done(run_dir: Path, analysed: bool = False) -> bool:
     """Nothing left to do for this run: it diverged, or it has final weights (and, when the grid
-    analyses its runs, ``mechanism.json``)."""
-    if (run_dir / "diverged.json").is_file():
-        return True
-    return (run_dir / "final.safetensors").is_file() and (
-        not analysed or (run_dir / ANALYSIS_FILE).is_file())
+    analyses its runs, its mechanism record)."""
+    run = RunDir(run_dir)
+    return run.is_diverged or run.is_finished and (not analysed or run.mechanism.is_file())
 
 
 def uses_gpu(grid: Grid, job: Job, executor: str) -> bool:

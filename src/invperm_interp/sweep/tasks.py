@@ -24,8 +24,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..runs.directory import RunDir
 from .grid import load_grid
-from .plan import ANALYSIS_FILE, uses_gpu
+from .plan import uses_gpu
 
 STATE_DIR = ".sweep"  # in the sweep folder: claims, failures, logs, submitted Slurm jobs
 ANALYSIS_VERSION = 1  # bump when the record changes, so analyses are redone
@@ -50,21 +51,20 @@ def one_line(err: BaseException) -> str:
 def restart_if_never_checkpointed(run_dir: Path) -> None:
     """A run killed before its first checkpoint (``config.json`` and maybe evaluations, but no
     checkpoint, final weights or divergence record) starts again: its files are removed."""
-    from ..runs.checkpoint import list_checkpoints
-    from ..runs.directory import RunLock
+    from ..runs.lock import RunLock
 
-    if not (run_dir / "config.json").is_file() or list_checkpoints(run_dir) or any(
-            (run_dir / f).is_file() for f in ("final.safetensors", "diverged.json")):
+    run = RunDir(run_dir)
+    if not run.config.is_file() or run.checkpoints() or run.is_done:
         return
-    with RunLock(run_dir):
-        for name in ("config.json", "metrics.jsonl"):
-            (run_dir / name).unlink(missing_ok=True)
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    with RunLock(run):
+        run.config.unlink(missing_ok=True)
+        run.metrics.unlink(missing_ok=True)
+        shutil.rmtree(run.path / RunDir.CHECKPOINTS, ignore_errors=True)
 
 
 def _train(pairs: list) -> None:
     """``train_many`` with resume, waiting a while for a lock held by a dying process."""
-    from ..runs.directory import RunLocked
+    from ..runs.lock import RunLocked
     from ..training.many import train_many
 
     deadline = time.monotonic() + LOCK_WAIT_S
@@ -124,21 +124,21 @@ def write_analysis(run_dir: Path, samples: int = 512, seed: int = 0) -> dict | N
     the minimal circuit, on ``samples`` fresh samples of generator ``seed``; cached in
     ``run_dir/mechanism.json`` (redone when the settings or the record's version differ). None
     for an unfinished or diverged run."""
-    path = run_dir / ANALYSIS_FILE
+    path = RunDir(run_dir).mechanism
     if path.is_file():
         cached = json.loads(path.read_text())
         if (cached.get("version"), cached.get("samples"), cached.get("seed")) == (
                 ANALYSIS_VERSION, samples, seed):
             return cached
-    if not (run_dir / "final.safetensors").is_file():
+    if not RunDir(run_dir).is_finished:
         return None
     import torch
 
     from ..analysis.hypothesis import cell_text
     from ..analysis.mechanism import is_faithful, is_minimal, mechanism
     from ..runs.checkpoint import atomic_write
-    from ..runs.directory import Run
     from ..task import sample_batch
+    from ..training.run import Run
 
     model = Run.load(run_dir).model
     batch = sample_batch(model.cfg.layout, samples, torch.Generator().manual_seed(seed),
