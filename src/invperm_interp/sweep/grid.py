@@ -8,7 +8,7 @@ per-layer ``n_heads`` as a list inside the list, ``n_heads = [[2, 1]]``). Option
 tables, each with a ``name`` (a plain name: it starts the run folders' names) and its own ``model``
 / ``train`` tables and ``seeds``, are expanded one after another over the base tables (use them for
 models that differ in several fields at once). ``solve_mse`` (default 1e-3) is the MSE a run must go
-below to count as solved; ``mechanism = true`` (or ``{samples = 512, seed = 0}``) analyses each
+below to count as solved; ``mechanism = true`` (or ``{samples = 4096, seed = 0}``) analyses each
 finished run (its mechanism, faithfulness and minimal circuit); ``[slurm]`` holds ``partition``,
 ``time`` (minutes, more than the 90 s warning before the limit), ``gpus``, ``cpus_per_task``,
 ``jobs_per_task`` and ``array_parallelism`` (tasks running at once).
@@ -42,7 +42,7 @@ SIGNAL_LEAD_S = 90  # submitit asks Slurm for USR2 this long before a task's tim
 MAX_RUNS = 10_000  # a grid with more runs needs allow_large (--yes)
 HARD_MAX_RUNS = 200_000  # refused even then: split the grid
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-DEFAULT_ANALYSIS = {"samples": 512, "seed": 0}
+DEFAULT_ANALYSIS = {"samples": 4096, "seed": 0}  # a verdict's samples
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,8 @@ def train_seconds(job: Job) -> float:
 
 
 def run_memory(job: Job) -> int:
-    """The estimated peak bytes of one run's training (``memory.training_estimate``)."""
-    from ..memory import training_estimate
+    """The estimated peak bytes of one run's training (``training.footprint.training_estimate``)."""
+    from ..training.footprint import training_estimate
     from ..training.single import effective_configs
 
     m, t, _ = effective_configs(job.model_cfg, job.train_cfg)
