@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast demo reproduce sweep census setup lint bench clean
+.PHONY: test test-fast test-slurm demo reproduce sweep census setup lint bench clean
 
 setup: $(STAMP)
 
@@ -17,11 +17,16 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not slurm"
+
+# invperm sweep on a real Slurm cluster; `sudo sh benchmarks/slurm_local.sh` starts a single-node
+# one (the tests skip, saying so, where none answers).
+test-slurm: $(STAMP)
+	$(PY) -m pytest -m slurm tests/slurm
 
 # Everything but the tests marked slow (processes, training, the browser): a quick loop while editing.
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow and not slurm"
 
 demo: $(STAMP)
 	$(VENV)/bin/invperm demo
@@ -37,11 +42,12 @@ sweep: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/sweep_d.toml --out runs/sweep_d
 	$(VENV)/bin/invperm sweep-report runs/sweep_d
 
-# Beyond the note: what training learns, counted over seeds (224 runs with early stopping, 2 worker
-# processes; 14 minutes on 2 cores: 11.7 training, 2.5 analysing). Resumable: finished runs and
-# analyses are skipped.
+# Beyond the note: what training learns, counted over seeds: the grid analyses/grids/census.toml
+# (224 runs with early stopping, each analysed; one worker process per core), then its report in
+# assets/census.{md,json,png,svg}. Resumable: finished runs and analyses are skipped.
 census: $(STAMP)
-	$(PY) analyses/census.py
+	$(VENV)/bin/invperm sweep analyses/grids/census.toml --out runs/census
+	$(PY) analyses/census_report.py runs/census --update-assets
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses

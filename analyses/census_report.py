@@ -1,86 +1,49 @@
-"""The census's second half: each finished run's mechanism by the library's rule, then the counts.
+"""The census's report: reads a census sweep's ``sweep.jsonl`` (``invperm sweep
+analyses/grids/census.toml``, whose analysis stage recorded each run's mechanism, faithfulness and
+minimal circuit) and writes ``census.{json,md,png,svg}`` next to it, or into ``assets/`` with
+``--update-assets``. It trains and analyses nothing.
 
-``analyze_run`` stores ``census_analysis.json`` in the run directory (skipped when present and of
-the current ``ANALYSIS_VERSION``); ``write_assets`` writes assets/census.{json,md,png}.
+    python analyses/census_report.py runs/census [--update-assets]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
+import sys
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from common import asset  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
+from common import ASSETS, fmt  # noqa: E402
 
-from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
+from invperm_interp.sweep.collect import read_sweep  # noqa: E402
 
-ANALYSIS_VERSION = 5  # bump when the analysis changes, so cached analyses are redone
-ANALYSIS_SAMPLES = 512
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "scratch": "causal [P; Y_P; S], reads S"}
 
 
-def analyze_run(run_dir: Path) -> dict | None:
-    """Mechanism, faithfulness and minimal circuit of one finished run (cached in the run folder)."""
-    from invperm_interp import sample_batch
-    from invperm_interp.analysis import is_faithful, mechanism
-    from invperm_interp.analysis.mechanism import is_minimal
-    from invperm_interp.training.run import Run
-
-    done, trained = run_dir / "census_analysis.json", run_dir / "census_train.json"
-    if not trained.is_file():
-        return None
-    if done.is_file():
-        cached = json.loads(done.read_text())
-        if cached.get("version") == ANALYSIS_VERSION:
-            return cached
-    torch.set_num_threads(1)
-    out = json.loads(trained.read_text())
-    model = Run.load(run_dir).model
-    generator = torch.Generator().manual_seed(12345)
-    batch = sample_batch(model.cfg.layout, ANALYSIS_SAMPLES, generator=generator,
-                         dtype=model.cfg.torch_dtype)
-    mech = mechanism(model, batch)
-    f, m = mech.faithfulness, mech.minimal
-    out.update({
-        "version": ANALYSIS_VERSION, "mechanism": mech.name,
-        "circuit_mse": f.circuit.mse if f else None,
-        "circuit_rows_exact": f.circuit.rows_exact if f else None,
-        "loss_recovered": f.circuit.loss_recovered if f else None,
-        "without_mse": f.without.mse if f else None,
-        "minimal_named": is_minimal(f) if f else None,
-        "minimal_size": m.size, "minimal_faithful": m.faithful,
-        "minimal_rows_exact": m.score.rows_exact, "minimal_loss_recovered": m.score.loss_recovered,
-        "minimal_weight_share": m.weight_share, "minimal_read": list(m.read),
-        "minimal_cells": [cell_text(c) for c in m.cells],
-        "tested": [{"name": t.hypothesis, "rows_exact": t.circuit.rows_exact,
-                    "loss_recovered": t.circuit.loss_recovered, "signs_agree": t.signs_agree,
-                    "faithful": is_faithful(t.circuit)} for t in mech.tested],
-    })
-    done.write_text(json.dumps(out, indent=1))
-    return out
-
-
-def _analyze(run_dir: str) -> dict | None:
-    return analyze_run(Path(run_dir))
-
-
-def analyze_all(todo: list[tuple[str, int, int]], root: Path, workers: int) -> list[dict]:
-    from census import run_name
-
-    dirs = [str(root / run_name(*job)) for job in todo]
-    dirs = [d for d in dirs if (Path(d) / "census_train.json").is_file()]
-    with ProcessPoolExecutor(workers) as pool:
-        rows = list(tqdm(pool.map(_analyze, dirs), total=len(dirs), desc="census: analysing",
-                         unit="run"))
-    return [r for r in rows if r is not None]
+def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
+    """One row per analysed run of the sweep, and the number of runs planned per (model, d)."""
+    rows, planned = [], Counter()
+    for _, record in read_sweep(folder):
+        model, train = record["model"], record["train"]
+        kind = "bidirectional" if model["attention_dir"] == "bidirectional" else "scratch"
+        d = model["layout"]["d"]
+        planned[(kind, d)] += 1
+        analysis = record.get("analysis")
+        if record["status"] == "unfinished" or not analysis or record["mechanism"] is None:
+            continue
+        final = record["final"] or {}
+        rows.append({"run": record["name"], "kind": kind, "d": d, "seed": train["seed"],
+                     "step": record["step"], "steps_to_target": record["steps_to_solve"],
+                     "final_mse": final.get("mse"), "rows_exact": final.get("row_acc"),
+                     "mechanism": record["mechanism"],
+                     **{k: v for k, v in analysis.items() if k not in ("version", "samples", "seed")}})
+    return rows, dict(planned)
 
 
 def _median(values) -> float | None:
@@ -88,11 +51,11 @@ def _median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize(rows: list[dict], seeds: dict[int, int]) -> list[dict]:
+def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dict]:
     """One row per (kind, d): runs done, solved, median steps, mechanism counts, 'none' sizes."""
     out = []
     for kind in KINDS:
-        for d in sorted(seeds):
+        for d in sorted({d for k, d in planned if k == kind}):
             group = [r for r in rows if r["kind"] == kind and r["d"] == d]
             if not group:
                 continue
@@ -101,7 +64,7 @@ def summarize(rows: list[dict], seeds: dict[int, int]) -> list[dict]:
             none = [r for r in solved if r["mechanism"] == "none"]
             named = [r for r in solved if r["mechanism"] != "none"]
             out.append({
-                "model": kind, "d": d, "runs": len(group), "planned": seeds[d],
+                "model": kind, "d": d, "runs": len(group), "planned": planned[(kind, d)],
                 "solved (MSE < 1e-3)": len(solved),
                 "median steps to solve": _median(r["steps_to_target"] for r in solved),
                 "mechanisms (of solved)": ", ".join(f"{k}: {v}" for k, v in counts.most_common()),
@@ -157,16 +120,18 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
     right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    fig.savefig(path.with_suffix(".svg"))
     plt.close(fig)
 
 
-def write_assets(rows: list[dict], seeds: dict[int, int]) -> None:
-    from common import fmt
-
+def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: Path) -> list[Path]:
+    """``census.{json,md,png,svg}`` in ``folder``."""
     from invperm_interp.analysis.mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS
 
-    summary = summarize(rows, seeds)
-    asset("census.json").write_text(json.dumps({"summary": summary, "runs": rows}, indent=1) + "\n")
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = summarize(rows, planned)
+    paths = [folder / f"census.{ext}" for ext in ("json", "md", "png", "svg")]
+    paths[0].write_text(json.dumps({"summary": summary, "runs": rows}, indent=1) + "\n")
     cols = list(summary[0]) if summary else []
     per_run = ["run", "steps_to_target", "final_mse", "mechanism", "circuit_rows_exact",
                "loss_recovered", "minimal_named", "minimal_size", "minimal_faithful"]
@@ -181,14 +146,35 @@ def write_assets(rows: list[dict], seeds: dict[int, int]) -> None:
         "its templates' signs; fewest atoms first; 'none' otherwise. **minimal circuit**: the "
         "fewest cells found whose circuit-only model is faithful by the same rule (greedy by "
         "functional effect, then pruning; each faithful construction pruned too, the smallest "
-        "kept). Produced by `make census` (analyses/census.py); runs not yet "
-        "trained are not counted: *runs* / *planned* says how far the census got.", "",
+        "kept). Produced by `make census` (the grid analyses/grids/census.toml run by `invperm "
+        "sweep`, then analyses/census_report.py); runs not yet trained are not counted: *runs* / "
+        "*planned* says how far the census got.", "",
         "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     lines += ["| " + " | ".join(fmt(s[c]) if s[c] is not None else "-" for c in cols) + " |"
               for s in summary]
     lines += ["", "## Every run", "", "| " + " | ".join(per_run) + " |", "|" + " --- |" * len(per_run)]
     lines += ["| " + " | ".join("-" if r.get(c) is None else fmt(r[c]) for c in per_run) + " |"
               for r in rows]
-    asset("census.md").write_text("\n".join(lines) + "\n")
-    plot(rows, summary, asset("census.png"))
-    print("wrote assets/census.json, assets/census.md and assets/census.png")
+    paths[1].write_text("\n".join(lines) + "\n")
+    plot(rows, summary, paths[2])
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", help="the census sweep folder (holds sweep.jsonl)")
+    parser.add_argument("--update-assets", action="store_true",
+                        help="write into the checkout's assets/ instead of next to the runs")
+    args = parser.parse_args(argv)
+    try:
+        rows, planned = census_rows(Path(args.runs))
+    except ValueError as err:
+        print(f"census_report: error: {err}", file=sys.stderr)
+        return 2
+    paths = write_census(rows, planned, ASSETS if args.update_assets else Path(args.runs))
+    print("wrote " + ", ".join(map(str, paths)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

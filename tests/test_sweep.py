@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from invperm_interp.cli import main
-from invperm_interp.sweep.engine import executor_parameters, run_sweep, units
+from invperm_interp.sweep.engine import run_sweep, units
 from invperm_interp.sweep.grid import load_grid
+from invperm_interp.sweep.workers import executor_parameters
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
@@ -157,8 +158,13 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
     seen = []
 
+    from types import SimpleNamespace
+
     class Named:
         name = "appendix_b"
+        faithfulness, tested = None, ()
+        minimal = SimpleNamespace(size=2, faithful=True, weight_share=0.5, read=("P",), cells=(),
+                                  score=SimpleNamespace(rows_exact=1.0, loss_recovered=0.9))
 
     def fake_mechanism(model, batch):
         seen.append((model.cfg.d, batch.X.shape[0]))

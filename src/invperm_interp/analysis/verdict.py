@@ -9,7 +9,7 @@ lies below, and ``"borderline"`` when an interval straddles a threshold. A borde
 that this batch cannot tell; :func:`evaluation_batch` draws enough samples (``VERDICT_SAMPLES``)
 that the standard error of rows exact is a fraction of a percent on trained models.
 
-The thresholds come from the census of trained models (``analyses/census.py``): the constructions
+The thresholds come from the census of trained models (``analyses/grids/census.toml``): the constructions
 the rule names get 99.35–100% of rows exact and recover 0.80–1.0 of the loss, while every other
 (construction, run) pair whose signs agree gets at most 76% of rows, except on the causal scratch
 model, where the boundary is not sharp; there the interval, not one batch, decides.

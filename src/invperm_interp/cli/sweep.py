@@ -4,16 +4,28 @@ command line loads nothing heavy until a command runs)."""
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from .args import HelpFormatter, describe, examples
 
 
 def _cmd_sweep(args: argparse.Namespace) -> None:
-    """Train a grid's runs (skipping finished ones, resuming interrupted ones), write sweep.jsonl."""
-    from ..sweep.engine import run_sweep
+    """Train a grid's runs (skipping finished ones, resuming interrupted ones), write sweep.jsonl;
+    or, with --dry-run, say what that would do."""
+    from ..sweep.engine import check_workers, run_sweep
 
+    if args.dry_run:
+        from ..sweep.grid import load_grid
+        from ..sweep.plan import dry_run
+
+        check_workers(args.workers)
+        grid = load_grid(args.grid, allow_large=True)
+        out = Path(args.out if args.out is not None else Path("runs") / grid.name)
+        print(dry_run(grid, out, args.executor, args.workers or os.cpu_count() or 1))
+        return
     path = run_sweep(args.grid, args.out, executor=args.executor, workers=args.workers,
-                     progress=not args.quiet)
+                     progress=not args.quiet, allow_large=args.yes)
     print(f"wrote {path}; `invperm sweep-report {path.parent}` makes its table and figure")
 
 
@@ -37,6 +49,10 @@ def add_sweep_parsers(sub) -> None:
                             "grid's [slurm] table; debug: in this process")
     sweep.add_argument("--out", help="sweep folder (default runs/<grid name>)")
     sweep.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
+    sweep.add_argument("--dry-run", action="store_true",
+                       help="print the planned runs, units of work, CPU time and memory; train nothing")
+    sweep.add_argument("--yes", action="store_true",
+                       help="run a grid over the size bounds (10,000 runs or 500 CPU hours)")
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
     sweep.set_defaults(func=_cmd_sweep)
 

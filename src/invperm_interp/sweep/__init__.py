@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .engine import read_sweep, run_sweep
+    from .collect import read_sweep
+    from .engine import run_sweep
     from .grid import Grid, Job, load_grid
 
-_HOMES = {"read_sweep": "engine", "run_sweep": "engine", "Grid": "grid", "Job": "grid",
+_HOMES = {"read_sweep": "collect", "run_sweep": "engine", "Grid": "grid", "Job": "grid",
           "load_grid": "grid"}
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)
 __all__ = ["Grid", "Job", "load_grid", "read_sweep", "run_sweep"]

@@ -2,24 +2,32 @@
 
 A grid has a ``[model]`` table (any ``ModelConfig`` field, plus ``layout`` = "plain" | "scratch" |
 "code", ``d`` and ``n_scratch``), a ``[train]`` table (any ``TrainConfig`` field but ``out_dir``)
-and ``seeds`` (an integer n for 0 … n−1, ``{start = a, stop = b}``, or a list). A list is an axis:
-the jobs are the product of every axis (write a per-layer ``n_heads`` as a list inside the list,
-``n_heads = [[2, 1]]``). Optional ``[[variants]]`` tables, each with a ``name`` and its own ``model``
-/ ``train`` tables, are expanded one after another over the base tables (use them for models that
-differ in several fields at once). ``solve_mse`` (default 1e-3) is the MSE a run must go below to
-count as solved, ``mechanism = true`` names each finished run's mechanism, and ``[slurm]`` holds
-``partition``, ``time`` (minutes), ``gpus``, ``cpus_per_task`` and ``jobs_per_task``.
+and ``seeds`` (see ``seeds``: a count, a range, a list, or lists per axis value such as
+``{default = 16, "d=10" = 64}``). A list is an axis: the jobs are the product of every axis (write a
+per-layer ``n_heads`` as a list inside the list, ``n_heads = [[2, 1]]``). Optional ``[[variants]]``
+tables, each with a ``name`` (a plain name: it starts the run folders' names) and its own ``model``
+/ ``train`` tables and ``seeds``, are expanded one after another over the base tables (use them for
+models that differ in several fields at once). ``solve_mse`` (default 1e-3) is the MSE a run must go
+below to count as solved; ``mechanism = true`` (or ``{samples = 4096, seed = 0}``) analyses each
+finished run (its mechanism, faithfulness and minimal circuit); ``[slurm]`` holds ``partition``,
+``time`` (minutes, more than the 90 s warning before the limit), ``gpus``, ``cpus_per_task``,
+``jobs_per_task`` and ``array_parallelism`` (tasks running at once).
 
 Every value is checked before any job starts; a malformed grid is one ``ValueError`` naming the key.
+A grid with no ``[model]``, ``[train]`` or ``[[variants]]`` is refused (it would train one default
+run), and one of more than ``MAX_RUNS`` runs needs ``allow_large`` (``invperm sweep --yes``).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
+
+from .seeds import SeedError, Seeds
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,7 +36,13 @@ else:  # pragma: no cover
 
 LAYOUT_KEYS = ("layout", "d", "n_scratch")
 TOP_KEYS = ("name", "seeds", "model", "train", "variants", "solve_mse", "mechanism", "slurm")
-SLURM_KEYS = ("partition", "time", "gpus", "cpus_per_task", "jobs_per_task")
+VARIANT_KEYS = ("name", "model", "train", "seeds")
+SLURM_KEYS = ("partition", "time", "gpus", "cpus_per_task", "jobs_per_task", "array_parallelism")
+SIGNAL_LEAD_S = 90  # submitit asks Slurm for USR2 this long before a task's time limit
+MAX_RUNS = 10_000  # a grid with more runs needs allow_large (--yes)
+HARD_MAX_RUNS = 200_000  # refused even then: split the grid
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+DEFAULT_ANALYSIS = {"samples": 4096, "seed": 0}  # a verdict's samples
 
 
 @dataclass(frozen=True)
@@ -38,6 +52,7 @@ class Job:
     name: str
     model_cfg: object  # ModelConfig (imported lazily: this module loads without torch)
     train_cfg: object  # TrainConfig
+    variant: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,8 +60,12 @@ class Grid:
     name: str
     jobs: tuple[Job, ...]
     solve_mse: float
-    mechanism: bool
+    analysis: dict | None  # {"samples", "seed"} when each finished run is analysed, else None
     slurm: dict
+
+    @property
+    def mechanism(self) -> bool:
+        return self.analysis is not None
 
 
 def _error(path: Path, key: str, message: str) -> ValueError:
@@ -58,23 +77,6 @@ def _axis(path: Path, key: str, value) -> list:
     if not values:
         raise _error(path, key, "is an empty axis (give at least one value)")
     return values
-
-
-def _seeds(path: Path, value) -> list[int]:
-    if isinstance(value, dict):
-        if set(value) != {"start", "stop"}:
-            raise _error(path, "seeds", f"a range is {{start = a, stop = b}}, got keys {sorted(value)}")
-        value = list(range(value["start"], value["stop"])) if all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value.values()) else None
-    elif isinstance(value, int) and not isinstance(value, bool):
-        value = list(range(value)) if value >= 1 else []
-    if not isinstance(value, list) or not value or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value):
-        raise _error(path, "seeds", "must be a count n >= 1, {start = a, stop = b} with a < b, or a "
-                                    "non-empty list of integers >= 0")
-    if len(set(value)) != len(value):
-        raise _error(path, "seeds", f"lists a seed twice: {value}")
-    return value
 
 
 def _model_cfg(values: dict):
@@ -99,17 +101,31 @@ def _label(value) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]", "", text)
 
 
-def load_grid(path: str | Path) -> Grid:
+def _read(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"grid {path} does not exist") from None
+    except IsADirectoryError:
+        raise ValueError(f"grid {path} is a directory, not a TOML file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"grid {path} is not TOML: {err}") from None
+
+
+def _variant_name(path: Path, where: str, variant: dict) -> str:
+    name = variant.get("name", "")
+    if not isinstance(name, str) or name and not NAME.fullmatch(name):
+        raise _error(path, f"{where}name", "must be a plain name (letters, digits, '.', '_', '+', "
+                                           f"'-'; no '/' or leading '.'), got {name!r}")
+    return name
+
+
+def load_grid(path: str | Path, allow_large: bool = False) -> Grid:
     """Read and check a grid file; every job is built (and so checked) here, nothing is trained."""
     from ..config import ModelConfig, TrainConfig
 
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"grid {path} does not exist") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"grid {path} is not TOML: {err}") from None
+    data = _read(path)
     for key in data:
         if key not in TOP_KEYS:
             raise _error(path, key, f"unknown key (known: {', '.join(TOP_KEYS)})")
@@ -119,64 +135,150 @@ def load_grid(path: str | Path) -> Grid:
     variants = data.get("variants", [{"name": ""}])
     if not isinstance(variants, list) or not variants or not all(isinstance(v, dict) for v in variants):
         raise _error(path, "variants", "must be a list of tables ([[variants]])")
-    seeds = _seeds(path, data.get("seeds", 1))
-    jobs, names = [], set()
+    top_seeds = _seeds(path, "seeds", data.get("seeds", 1), sections)
+    plans = []
     for n, variant in enumerate(variants):
         where = f"variants[{n}]." if "variants" in data else ""
-        unknown = sorted(set(variant) - {"name", "model", "train"})
+        unknown = sorted(set(variant) - set(VARIANT_KEYS))
         if unknown:
-            raise _error(path, f"{where}{unknown[0]}", "unknown key (known: name, model, train)")
-        axes: dict[tuple[str, str], list] = {}
-        for section, known in sections.items():
-            for source, prefix in ((data, ""), (variant, where)):
-                table = source.get(section, {})
-                if not isinstance(table, dict):
-                    raise _error(path, f"{prefix}{section}", "must be a table")
-                for key, value in table.items():
-                    if key not in known:
-                        raise _error(path, f"{prefix}{section}.{key}",
-                                     f"unknown field (known: {', '.join(known)})")
-                    if section == "train" and key == "seed":
-                        raise _error(path, f"{prefix}train.seed", "give seeds at the top level")
-                    axes[(section, key)] = _axis(path, f"{prefix}{section}.{key}", value)
-        keys = list(axes)
-        varying = [k for k in keys if len(axes[k]) > 1]
-        label = variant.get("name", "") or ""
-        for combo in itertools.product(*(axes[k] for k in keys)):
-            chosen = dict(zip(keys, combo))
-            for seed in seeds:
-                try:
-                    model_cfg, train_cfg = _build(chosen, seed)
-                except (ValueError, TypeError) as err:
-                    raise _error(path, _culprit(where, chosen, str(err)), str(err)) from None
-                parts = [f"{k}{_label(chosen[(s, k)])}" for s, k in varying] + [f"seed{seed}"]
-                name = "_".join(([label] if label else []) + parts)
-                if name in names:
-                    raise _error(path, "variants", f"two jobs are both named {name!r} (give each "
-                                                   "variant a distinct name)")
-                names.add(name)
-                jobs.append(Job(name, model_cfg, train_cfg))
+            raise _error(path, f"{where}{unknown[0]}", f"unknown key (known: {', '.join(VARIANT_KEYS)})")
+        label = _variant_name(path, where, variant)
+        seeds = _seeds(path, f"{where}seeds", variant["seeds"], sections) if "seeds" in variant \
+            else top_seeds
+        plans.append((where, label, _axes(path, data, variant, where, sections), seeds))
+    settings = (_name(path, data), _solve(path, data), _analysis(path, data), _slurm(path, data))
+    if not any(k in data for k in ("model", "train", "variants")):
+        raise _error(path, "model/train/variants", "the grid is empty (it would train one default "
+                                                   "run); give a [model], [train] or [[variants]]")
+    total = sum(math.prod(len(v) for v in axes.values()) * seeds.most for _, _, axes, seeds in plans)
+    if total > HARD_MAX_RUNS or total > MAX_RUNS and not allow_large:
+        hint = "split it into several grids" if total > HARD_MAX_RUNS else \
+            "check it with --dry-run, then pass --yes"
+        raise _error(path, "seeds/axes", f"the grid has up to {total:,} runs, over "
+                                         f"{HARD_MAX_RUNS if total > HARD_MAX_RUNS else MAX_RUNS:,}: "
+                                         f"{hint}")
+    jobs, names = [], set()
+    for where, label, axes, seeds in plans:
+        jobs += _expand(path, where, label, axes, seeds, names)
+    for seeds in {id(s): s for *_, s in plans}.values():
+        try:
+            seeds.check_used()
+        except SeedError as err:
+            raise _error(path, err.key, str(err)) from None
+    name, solve, analysis, slurm = settings
+    return Grid(name, tuple(jobs), solve, analysis, slurm)
+
+
+class _SeedPlan:
+    """``Seeds`` with the grid's file for its errors and the longest list (for counting runs)."""
+
+    def __init__(self, path: Path, seeds: Seeds):
+        self.path, self.seeds = path, seeds
+        self.most = max([len(s) for s in seeds.by_value.values()]
+                        + ([len(seeds.default)] if seeds.default else []))
+
+    def for_point(self, values: dict) -> list[int]:
+        try:
+            return self.seeds.for_point(values)
+        except SeedError as err:
+            raise _error(self.path, err.key, str(err)) from None
+
+    def check_used(self) -> None:
+        self.seeds.check_used()
+
+
+def _seeds(path: Path, key: str, value, sections: dict) -> _SeedPlan:
+    try:
+        return _SeedPlan(path, Seeds(key, value, sections["model"] + sections["train"]))
+    except SeedError as err:
+        raise _error(path, err.key, str(err)) from None
+
+
+def _axes(path: Path, data: dict, variant: dict, where: str, sections: dict) -> dict:
+    axes: dict[tuple[str, str], list] = {}
+    for section, known in sections.items():
+        for source, prefix in ((data, ""), (variant, where)):
+            table = source.get(section, {})
+            if not isinstance(table, dict):
+                raise _error(path, f"{prefix}{section}", "must be a table")
+            for key, value in table.items():
+                if key not in known:
+                    raise _error(path, f"{prefix}{section}.{key}",
+                                 f"unknown field (known: {', '.join(known)})")
+                if section == "train" and key == "seed":
+                    raise _error(path, f"{prefix}train.seed", "give seeds at the top level or in "
+                                                              "[[variants]] (seeds = ...)")
+                axes[(section, key)] = _axis(path, f"{prefix}{section}.{key}", value)
+    return axes
+
+
+def _expand(path: Path, where: str, label: str, axes: dict, seeds: _SeedPlan, names: set) -> list[Job]:
+    keys = list(axes)
+    varying = [k for k in keys if len(axes[k]) > 1]
+    jobs = []
+    for combo in itertools.product(*(axes[k] for k in keys)):
+        chosen = dict(zip(keys, combo))
+        values = {"d": 10} | {k: v for (_, k), v in chosen.items()}
+        for seed in seeds.for_point(values):
+            try:
+                model_cfg, train_cfg = _build(chosen, seed)
+            except (ValueError, TypeError) as err:
+                raise _error(path, _culprit(where, chosen, str(err)), str(err)) from None
+            parts = [f"{k}{_label(chosen[(s, k)])}" for s, k in varying] + [f"seed{seed}"]
+            name = "_".join(([label] if label else []) + parts)
+            if name in names:
+                raise _error(path, "variants", f"two jobs are both named {name!r} (give each "
+                                               "variant a distinct name)")
+            names.add(name)
+            jobs.append(Job(name, model_cfg, train_cfg, label))
+    return jobs
+
+
+def _solve(path: Path, data: dict) -> float:
     solve = data.get("solve_mse", 1e-3)
     if not isinstance(solve, (int, float)) or isinstance(solve, bool) or not solve > 0:
         raise _error(path, "solve_mse", f"must be a number > 0, got {solve!r}")
-    mechanism = data.get("mechanism", False)
-    if not isinstance(mechanism, bool):
-        raise _error(path, "mechanism", f"must be true or false, got {mechanism!r}")
+    return float(solve)
+
+
+def _analysis(path: Path, data: dict) -> dict | None:
+    value = data.get("mechanism", False)
+    if isinstance(value, bool):
+        return dict(DEFAULT_ANALYSIS) if value else None
+    if not isinstance(value, dict) or set(value) - set(DEFAULT_ANALYSIS) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= (k == "samples") for k, v in
+            value.items()):
+        raise _error(path, "mechanism", "must be true, false or {samples = n >= 1, seed = s >= 0}, "
+                                        f"got {value!r}")
+    return DEFAULT_ANALYSIS | value
+
+
+def _slurm(path: Path, data: dict) -> dict:
     slurm = data.get("slurm", {})
     if not isinstance(slurm, dict):
         raise _error(path, "slurm", "must be a table")
     for key, value in slurm.items():
         if key not in SLURM_KEYS:
             raise _error(path, f"slurm.{key}", f"unknown key (known: {', '.join(SLURM_KEYS)})")
-        ok = isinstance(value, str) if key == "partition" else (
+        ok = isinstance(value, str) and bool(value) if key == "partition" else (
             isinstance(value, int) and not isinstance(value, bool) and value >= (key == "gpus" and 0 or 1))
         if not ok:
             raise _error(path, f"slurm.{key}", f"bad value {value!r} (partition: a name; time: "
-                                               "minutes; gpus, cpus_per_task, jobs_per_task: integers)")
+                                               "minutes; gpus, cpus_per_task, jobs_per_task, "
+                                               "array_parallelism: integers)")
+    if "time" in slurm and slurm["time"] * 60 <= SIGNAL_LEAD_S:
+        raise _error(path, "slurm.time", f"{slurm['time']} minute(s) is not longer than the "
+                                         f"{SIGNAL_LEAD_S} s before its end at which Slurm tells a "
+                                         "task to checkpoint; give at least 2")
+    return slurm
+
+
+def _name(path: Path, data: dict) -> str:
     name = data.get("name", path.stem)
-    if not isinstance(name, str) or not name:
-        raise _error(path, "name", f"must be a non-empty string, got {name!r}")
-    return Grid(name, tuple(jobs), float(solve), mechanism, slurm)
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise _error(path, "name", f"must be a plain name (letters, digits, '.', '_', '+', '-'), "
+                                   f"got {name!r}")
+    return name
 
 
 def _build(chosen: dict, seed: int):

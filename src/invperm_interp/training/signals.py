@@ -1,5 +1,6 @@
-"""Stopping a training process without losing work: SIGINT (Ctrl-C) and SIGTERM (how Slurm,
-Kubernetes, systemd and ``kill`` stop or pre-empt a job) are handled alike.
+"""Stopping a training process without losing work: SIGINT (Ctrl-C), SIGTERM (how Slurm,
+Kubernetes, systemd and ``kill`` stop or pre-empt a job) and SIGUSR2 (what submitit asks Slurm to
+send before a task's time limit) are handled alike.
 
 The first signal only sets a flag: the training loop (``train`` and ``train_many``) finishes the
 step it is in, writes a checkpoint and raises :class:`Interrupted`; resuming from that checkpoint
@@ -14,7 +15,7 @@ from __future__ import annotations
 import signal
 import threading
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGUSR2,) if hasattr(signal, "SIGUSR2") else ())
 
 
 class Interrupted(KeyboardInterrupt):
@@ -34,7 +35,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 class StopRequest:
-    """While entered (in the main thread), SIGINT and SIGTERM ask the loop to stop: ``requested``
+    """While entered (in the main thread), SIGINT, SIGTERM and SIGUSR2 ask the loop to stop: ``requested``
     turns True and ``signum`` records the signal; a second signal raises :class:`Interrupted`.
     The previous handlers come back on exit."""
 

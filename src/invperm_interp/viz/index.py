@@ -19,7 +19,7 @@ from pathlib import Path
 from ..config import ModelConfig
 from ..labels import excess_text
 from ..runs.directory import RunDir
-from ..sweep.engine import SWEEP_FILE, read_sweep
+from ..sweep.collect import SWEEP_FILE, read_sweep
 from .html import figure
 from .page import page
 from .sweep import plot_sweep

@@ -1,0 +1,93 @@
+#!/bin/sh
+# A single-node Slurm cluster on this machine, for `make test-slurm` (tests/slurm/): Debian's
+# slurm-wlm (slurmctld + slurmd), munge, and slurmdbd on MariaDB so that `sacct` (which submitit
+# polls) works. One node with the machine's CPUs, one partition "debug". The daemons are started
+# by hand (no systemd needed), as root. Rerunning it restarts what is down.
+#   sudo sh benchmarks/slurm_local.sh          # install (apt) if needed, configure, start
+#   sudo sh benchmarks/slurm_local.sh stop     # stop the daemons
+set -eu
+HOST=$(hostname -s)
+CPUS=${SLURM_CPUS:-$(nproc)}
+MEM=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
+
+if [ "${1:-}" = stop ]; then
+    for d in slurmd slurmctld slurmdbd munged mariadbd; do pkill -x "$d" 2>/dev/null || true; done
+    exit 0
+fi
+
+if ! command -v slurmctld >/dev/null || ! command -v slurmdbd >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server
+fi
+
+mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /run/mysqld
+chown munge:munge /run/munge
+chown mysql:mysql /run/mysqld
+
+# munge: one key, one daemon
+[ -s /etc/munge/munge.key ] || { mungekey --create --force 2>/dev/null || create-munge-key -f; }
+chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
+pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged
+
+# MariaDB for slurmdbd
+if ! pgrep -x mariadbd >/dev/null; then
+    [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql >/dev/null
+    runuser -u mysql -- /usr/sbin/mariadbd --skip-networking=0 --bind-address=127.0.0.1 \
+        >/var/log/slurm/mariadb.log 2>&1 &
+    for _ in $(seq 60); do mariadb -e 'select 1' >/dev/null 2>&1 && break; sleep 1; done
+fi
+mariadb -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+            CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurm';
+            GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; FLUSH PRIVILEGES;"
+
+cat >/etc/slurm/slurmdbd.conf <<CONF
+AuthType=auth/munge
+DbdHost=localhost
+SlurmUser=root
+LogFile=/var/log/slurm/slurmdbd.log
+PidFile=/run/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=slurm
+StoragePass=slurm
+StorageLoc=slurm_acct_db
+CONF
+chmod 600 /etc/slurm/slurmdbd.conf
+
+cat >/etc/slurm/slurm.conf <<CONF
+ClusterName=local
+SlurmctldHost=$HOST
+SlurmUser=root
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+SchedulerType=sched/backfill
+MpiDefault=none
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmctldPidFile=/run/slurmctld.pid
+SlurmdPidFile=/run/slurmd.pid
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+KillWait=30
+MinJobAge=300
+NodeName=$HOST CPUs=$CPUS RealMemory=$MEM State=UNKNOWN
+PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
+CONF
+
+pgrep -x slurmdbd >/dev/null || slurmdbd
+for _ in $(seq 30); do sacctmgr -n list cluster >/dev/null 2>&1 && break; sleep 1; done
+sacctmgr -i add cluster local >/dev/null 2>&1 || true
+pgrep -x slurmctld >/dev/null || slurmctld
+pgrep -x slurmd >/dev/null || slurmd
+for _ in $(seq 30); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep 1; done
+scontrol update nodename="$HOST" state=resume 2>/dev/null || true
+sinfo

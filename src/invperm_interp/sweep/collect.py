@@ -1,0 +1,82 @@
+"""A sweep's result file: ``sweep.jsonl`` (one line per run, in grid order: name, variant, status,
+configs, steps to solve, final metrics without wall-clock times, mechanism and its analysis), written
+from the run directories alone, so the same runs give the same bytes however they were trained."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..runs.directory import RunDir
+from .grid import Grid
+
+SWEEP_FILE = "sweep.jsonl"  # in a sweep folder: one line per job
+WALL_CLOCK = ("wall_time",)  # kept in metrics.jsonl, left out of sweep.jsonl (not reproducible)
+
+
+def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
+    """``(line number, record)`` for every run line of ``folder/sweep.jsonl`` (blank lines skipped);
+    ``ValueError`` naming the file and line when there is no such file or a line is not a run
+    record: a JSON object with :func:`run_record`'s keys, of its types."""
+    number, optional_int = (int, float), (int, type(None))
+    fields = {"name": str, "status": str, "step": optional_int, "steps_to_solve": optional_int,
+              "solve_mse": number, "final": (dict, type(None)), "mechanism": (str, type(None)),
+              "model": dict, "train": dict}
+    path = Path(folder) / SWEEP_FILE
+    if not path.is_file():
+        raise ValueError(f"DIR must be a sweep folder with sweep.jsonl, found none at {path}")
+    records = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} line {i} is not a run record: {err}") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path} line {i} is not a run record: got {record!r}")
+        for key, kind in fields.items():
+            if key not in record:
+                raise ValueError(f"{path} line {i} is not a run record: it has no {key!r}")
+            value = record[key]
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"{path} line {i} is not a run record: {key!r} is {value!r}")
+        layout = record["model"].get("layout")
+        if not (isinstance(layout, dict) and type(layout.get("d")) is int):
+            raise ValueError(f"{path} line {i} is not a run record: model.layout is {layout!r}")
+        records.append((i, record))
+    return records
+
+
+def run_record(grid: Grid, job, run_dir: Path) -> dict:
+    """One run's line of ``sweep.jsonl``."""
+    run_dir = RunDir(run_dir)
+    metrics = [{k: v for k, v in m.items() if k not in WALL_CLOCK} for m in run_dir.read_metrics()]
+    if run_dir.is_diverged:
+        status, step = "diverged", run_dir.read_diverged()["step"]
+    elif run_dir.is_finished:
+        last = metrics[-1] if metrics else {}
+        status, step = ("stopped" if last.get("stopped") else "finished"), last.get("step")
+    else:
+        status, step = "unfinished", metrics[-1]["step"] if metrics else 0
+    solved = next((m["step"] for m in metrics if m["mse"] < grid.solve_mse), None)
+    mech = run_dir.mechanism
+    analysis = json.loads(mech.read_text()) if mech.is_file() else None
+    return {
+        "name": job.name, "variant": job.variant, "status": status, "step": step,
+        "steps_to_solve": solved, "solve_mse": grid.solve_mse,
+        "final": metrics[-1] if metrics else None,
+        "mechanism": analysis["name"] if analysis else None,
+        "model": job.model_cfg.to_dict(), "train": job.train_cfg.to_dict(),
+        "analysis": {k: v for k, v in analysis.items() if k != "name"} if analysis else None,
+    }
+
+
+def collect(grid: Grid, out: Path) -> Path:
+    """Write ``out/sweep.jsonl`` from the run directories (one line per job, in grid order)."""
+    from ..runs.checkpoint import atomic_write
+
+    lines = [run_record(grid, job, out / job.name) for job in grid.jobs]
+    path = out / SWEEP_FILE
+    atomic_write(path, "".join(json.dumps(x) + "\n" for x in lines).encode())
+    return path

@@ -1,0 +1,92 @@
+"""A grid's ``seeds``: which seeds each point of the grid is trained with.
+
+A seed list is written as a count ``n`` (seeds 0 … n−1), a range ``{start = a, stop = b}`` or a list
+of integers ≥ 0. ``seeds`` may also be a table of such lists chosen per axis value, e.g.
+``seeds = {default = 16, "d=10" = 64}``: a point takes the list of the one ``"field=value"`` key it
+matches (``field`` a ``[model]`` or ``[train]`` field of the grid, ``value`` written as in the
+grid), else ``default``. A ``[[variants]]`` table's own ``seeds`` replaces the top-level one.
+"""
+
+from __future__ import annotations
+
+RANGE_KEYS = {"start", "stop"}
+
+
+class SeedError(ValueError):
+    """A malformed seeds entry; ``key`` is the grid key it is about (``seeds``, ``seeds."d=10"``)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def seed_list(key: str, value) -> list[int]:
+    """One seed list from its count, range or list form; :class:`SeedError` otherwise."""
+    if isinstance(value, dict):
+        if set(value) != RANGE_KEYS:
+            raise SeedError(key, f"a range is {{start = a, stop = b}}, got keys {sorted(value)}")
+        value = list(range(value["start"], value["stop"])) if all(
+            _is_int(v) for v in value.values()) else None
+    elif _is_int(value):
+        value = list(range(value)) if value >= 1 else []
+    if not isinstance(value, list) or not value or not all(_is_int(s) and s >= 0 for s in value):
+        raise SeedError(key, "must be a count n >= 1, {start = a, stop = b} with a < b, or a "
+                             "non-empty list of integers >= 0")
+    if len(set(value)) != len(value):
+        raise SeedError(key, f"lists a seed twice: {value}")
+    return value
+
+
+class Seeds:
+    """The seeds of every point: one list, or lists chosen by ``"field=value"`` keys."""
+
+    def __init__(self, key: str, value, fields: tuple[str, ...]):
+        self.key, self.used = key, set()
+        if isinstance(value, dict) and set(value) != RANGE_KEYS:
+            self.default = seed_list(f"{key}.default", value["default"]) if "default" in value else None
+            self.by_value: dict[tuple[str, str], list[int]] = {}
+            for entry, spec in value.items():
+                if entry == "default":
+                    continue
+                field, eq, text = entry.partition("=")
+                field, text = field.strip(), text.strip()
+                if not eq or not field or not text:
+                    raise SeedError(f"{key}.{entry!r}", "a per-value key is \"field=value\" (e.g. "
+                                                        "\"d=10\") or default")
+                if field not in fields:
+                    raise SeedError(f"{key}.{entry!r}", f"{field!r} is not a field of the grid "
+                                                        f"(known: {', '.join(fields)})")
+                self.by_value[(field, text)] = seed_list(f"{key}.{entry!r}", spec)
+        else:
+            self.default, self.by_value = seed_list(key, value), {}
+
+    def for_point(self, values: dict[str, object]) -> list[int]:
+        """The seeds of the point whose fields have these ``values`` (field name -> value)."""
+        hits = [k for k in self.by_value if k[0] in values and value_text(values[k[0]]) == k[1]]
+        if len(hits) > 1:
+            keys = " and ".join(f'"{f}={t}"' for f, t in hits)
+            raise SeedError(self.key, f"a point matches both {keys}; give it one seed list")
+        if hits:
+            self.used.add(hits[0])
+            return self.by_value[hits[0]]
+        if self.default is None:
+            point = ", ".join(f"{k}={value_text(v)}" for k, v in values.items())
+            raise SeedError(self.key, f"no entry for the point {point} and no default")
+        return self.default
+
+    def check_used(self) -> None:
+        """Every per-value key must match some point (a typo would otherwise go unnoticed)."""
+        for field, text in self.by_value:
+            if (field, text) not in self.used:
+                raise SeedError(f'{self.key}."{field}={text}"', "matches no point of the grid")
+
+
+def value_text(value) -> str:
+    """A grid value as a seeds key writes it: ``10``, ``causal``, ``0.01``, ``[2, 1]``."""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(value_text, value)) + "]"
+    return str(value).lower() if isinstance(value, bool) else str(value)

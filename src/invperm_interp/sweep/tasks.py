@@ -1,0 +1,207 @@
+"""What a sweep's workers do: train a unit of runs, recovering every state an interrupted sweep can
+leave, analyse each finished run, and note each run that failed.
+
+States a rerun recovers without manual deletion: a run killed before its first checkpoint starts
+again from scratch; a run with checkpoints resumes from the last; a run with final weights but no
+``mechanism.json`` is analysed; a diverged run stays diverged. A run that fails (a locked
+directory, a bad checkpoint, anything but a stop signal) is written to ``.sweep/failed/NAME`` and
+the worker goes on with the next; a stop signal checkpoints and ends the worker.
+
+Local workers run ``python -m invperm_interp.sweep.tasks GRID OUT UNITS TOKEN``: each claims the
+next unit no other worker of the sweep has claimed (an ``O_EXCL`` file), so fast and slow runs
+balance out, and stops when its parent (the sweep) is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from ..runs.directory import RunDir
+from .grid import load_grid
+from .plan import uses_gpu
+
+STATE_DIR = ".sweep"  # in the sweep folder: claims, failures, logs, submitted Slurm jobs
+ANALYSIS_VERSION = 1  # bump when the record changes, so analyses are redone
+LOCK_WAIT_S = 30  # how long a run locked by a dying process (an orphan of a killed sweep) is awaited
+
+
+def failed_dir(out: Path) -> Path:
+    return out / STATE_DIR / "failed"
+
+
+def note_failure(out: Path, name: str, message: str) -> None:
+    path = failed_dir(out)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / name).write_text(message + "\n")
+
+
+def one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def restart_if_never_checkpointed(run_dir: Path) -> None:
+    """A run killed before its first checkpoint (``config.json`` and maybe evaluations, but no
+    checkpoint, final weights or divergence record) starts again: its files are removed."""
+    from ..runs.lock import RunLock
+
+    run = RunDir(run_dir)
+    if not run.config.is_file() or run.checkpoints() or run.is_done:
+        return
+    with RunLock(run):
+        run.config.unlink(missing_ok=True)
+        run.metrics.unlink(missing_ok=True)
+        shutil.rmtree(run.path / RunDir.CHECKPOINTS, ignore_errors=True)
+
+
+def _train(pairs: list) -> None:
+    """``train_many`` with resume, waiting a while for a lock held by a dying process."""
+    from ..runs.lock import RunLocked
+    from ..training.many import train_many
+
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            train_many(pairs, resume=True, progress=False)
+            return
+        except RunLocked:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+def train_unit(grid_path: str, out: str, indices: list[int]) -> list[str]:
+    """Train (or resume) one unit's runs and analyse them; returns the names of the runs that
+    failed (each also noted under ``.sweep/failed``). A stop signal propagates."""
+    import torch
+
+    grid, out_dir = load_grid(grid_path, allow_large=True), Path(out)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK", "1")))
+    try:
+        return _train_unit(grid, out_dir, indices)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_unit(grid, out_dir: Path, indices: list[int]) -> list[str]:
+    jobs = [grid.jobs[i] for i in indices]
+    together = len(jobs) > 1 and uses_gpu(grid, jobs[0], "local")
+    groups = [jobs] if together else [[j] for j in jobs]
+    failed = []
+    for group in groups:
+        try:
+            for job in group:
+                restart_if_never_checkpointed(out_dir / job.name)
+            _train([(j.model_cfg, replace(j.train_cfg, out_dir=str(out_dir / j.name)))
+                    for j in group])
+        except Exception as err:  # noqa: BLE001 - any failure of a run is reported, not raised
+            for job in group:
+                note_failure(out_dir, job.name, one_line(err))
+                failed.append(job.name)
+            continue
+        for job in group:
+            if grid.analysis is None:
+                continue
+            try:
+                write_analysis(out_dir / job.name, **grid.analysis)
+            except Exception as err:  # noqa: BLE001
+                note_failure(out_dir, job.name, f"analysis: {one_line(err)}")
+                failed.append(job.name)
+    return failed
+
+
+def write_analysis(run_dir: Path, samples: int = 512, seed: int = 0) -> dict | None:
+    """The finished run's mechanism by the library's rule, that construction's faithfulness and
+    the minimal circuit, on ``samples`` fresh samples of generator ``seed``; cached in
+    ``run_dir/mechanism.json`` (redone when the settings or the record's version differ). None
+    for an unfinished or diverged run."""
+    path = RunDir(run_dir).mechanism
+    if path.is_file():
+        cached = json.loads(path.read_text())
+        if (cached.get("version"), cached.get("samples"), cached.get("seed")) == (
+                ANALYSIS_VERSION, samples, seed):
+            return cached
+    if not RunDir(run_dir).is_finished:
+        return None
+    import torch
+
+    from ..analysis.hypothesis import cell_text
+    from ..analysis.mechanism import is_faithful, is_minimal, mechanism
+    from ..runs.checkpoint import atomic_write
+    from ..task import sample_batch
+    from ..training.run import Run
+
+    model = Run.load(run_dir).model
+    batch = sample_batch(model.cfg.layout, samples, torch.Generator().manual_seed(seed),
+                         dtype=model.cfg.torch_dtype)
+    mech = mechanism(model, batch)
+    f, m = mech.faithfulness, mech.minimal
+    record = {
+        "name": mech.name, "version": ANALYSIS_VERSION, "samples": samples, "seed": seed,
+        "circuit_mse": f.circuit.mse if f else None,
+        "circuit_rows_exact": f.circuit.rows_exact if f else None,
+        "loss_recovered": f.circuit.loss_recovered if f else None,
+        "without_mse": f.without.mse if f else None,
+        "minimal_named": is_minimal(f) if f else None,
+        "minimal_size": m.size, "minimal_faithful": m.faithful,
+        "minimal_rows_exact": m.score.rows_exact, "minimal_loss_recovered": m.score.loss_recovered,
+        "minimal_weight_share": m.weight_share, "minimal_read": list(m.read),
+        "minimal_cells": [cell_text(c) for c in m.cells],
+        "tested": [{"name": t.hypothesis, "rows_exact": t.circuit.rows_exact,
+                    "loss_recovered": t.circuit.loss_recovered, "signs_agree": t.signs_agree,
+                    "faithful": is_faithful(t.circuit)} for t in mech.tested],
+    }
+    atomic_write(path, (json.dumps(record) + "\n").encode())
+    return record
+
+
+def claiming_worker(grid_path: str, out: str, unit_list: list[list[int]], token: str) -> None:
+    """Train every unit no other worker of this sweep (``token``) has claimed yet."""
+    claims = Path(out) / STATE_DIR / "claims"
+    claims.mkdir(parents=True, exist_ok=True)
+    for n, unit in enumerate(unit_list):
+        try:
+            os.close(os.open(claims / f"{token}-{n}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
+        train_unit(grid_path, out, unit)
+
+
+def _stop_when_orphaned() -> None:
+    """Ask this worker to stop (SIGTERM: checkpoint, then exit) once its sweep process is gone."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    from ..training.signals import Interrupted
+
+    grid_path, out, units_file, token = argv
+    _stop_when_orphaned()
+    try:
+        claiming_worker(grid_path, out, json.loads(Path(units_file).read_text()), token)
+    except Interrupted as err:
+        print(f"worker stopped: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,140 @@
+"""``invperm sweep --executor slurm`` on a real Slurm cluster (``benchmarks/slurm_local.sh`` starts a
+single-node one): the runs go through the queue as one job array, a task cancelled mid-run is one
+line in the sweep's summary and a rerun completes it with nothing lost or duplicated (sweep.jsonl
+byte-identical to the in-process path), and a bad partition or a dead controller is one line."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from invperm_interp.sweep.engine import run_sweep
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+SRC = Path(__file__).resolve().parents[2] / "src"
+HINT = ("no Slurm cluster answers here: start one with `sudo sh benchmarks/slurm_local.sh` "
+        "(installs slurm-wlm, munge, slurmdbd and mariadb-server with apt)")
+GRID = """
+name = "slurm_tiny"
+seeds = 2
+[model]
+d = [2, 3]
+attention_dir = "bidirectional"
+[train]
+steps = {steps}
+batch_size = 16
+eval_every = 50
+eval_size = 32
+checkpoint_every = 50
+device = "cpu"
+lr = 0.05
+[slurm]
+time = 10
+{partition}
+"""
+
+
+def _cluster_up() -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    try:
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=20).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    if not _cluster_up():
+        pytest.skip(HINT)
+
+
+def sweep_cmd(path, out):
+    return [sys.executable, "-m", "invperm_interp.cli", "sweep", str(path), "--out", str(out),
+            "--executor", "slurm", "--quiet"]
+
+
+ENV = {**os.environ, "PYTHONPATH": str(SRC)}
+
+
+def grid_file(tmp_path, steps=1500, partition=""):
+    path = tmp_path / "grid.toml"
+    path.write_text(GRID.format(steps=steps, partition=partition))
+    return path
+
+
+def queue() -> list[tuple[str, str]]:
+    out = subprocess.run(["squeue", "-h", "-n", "invperm-sweep", "-o", "%i %T"], capture_output=True,
+                         text=True).stdout
+    return [tuple(line.split()) for line in out.splitlines() if line.strip()]
+
+
+def test_a_grid_goes_through_the_queue_survives_scancel_and_a_rerun_completes_it(tmp_path):
+    path = grid_file(tmp_path)
+    reference = run_sweep(path, tmp_path / "ref", executor="debug", progress=False).read_text()
+    out = tmp_path / "out"
+    proc = subprocess.Popen(sweep_cmd(path, out), env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    seen, cancelled = set(), None
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        tasks = queue()
+        seen.update(state for _, state in tasks)
+        running = [job for job, state in tasks if state == "RUNNING" and "_" in job]
+        if cancelled is None and running:
+            cancelled = running[0]
+            subprocess.run(["scancel", cancelled], check=True)
+        time.sleep(0.2)
+    _, err = proc.communicate(timeout=300)
+    assert "RUNNING" in seen and cancelled is not None, (seen, err)
+    lines = err.rstrip().splitlines()
+    assert "Traceback" not in err
+    assert lines[-1].startswith("invperm sweep: error: 3 of 4 runs finished, 1 failed"), err
+    assert lines[-1].endswith("rerun the same command to resume")
+    assert "CANCELLED" in err
+    rows = [json.loads(x) for x in (out / "sweep.jsonl").read_text().splitlines()]
+    assert sorted(r["status"] for r in rows) == ["finished"] * 3 + ["unfinished"]
+    job = cancelled.split("_")[0]
+    accounted = subprocess.run(["sacct", "-n", "-X", "-j", job, "-o", "JobID,State"],
+                               capture_output=True, text=True).stdout
+    assert "CANCELLED" in accounted and "COMPLETED" in accounted
+    done = subprocess.run(sweep_cmd(path, out), env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (out / "sweep.jsonl").read_text() == reference
+    assert not queue()  # nothing left behind
+
+
+def test_a_bad_partition_is_one_line(tmp_path):
+    path = grid_file(tmp_path, steps=10, partition='partition = "no-such-partition"')
+    done = subprocess.run(sweep_cmd(path, tmp_path / "out"), env=ENV, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "invperm sweep: error: cannot submit the sweep to Slurm: sbatch: error: Batch job "
+        "submission failed: Invalid partition name specified"]
+
+
+def test_a_dead_controller_is_one_line(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("stopping and restarting slurmctld needs root")
+    path = grid_file(tmp_path, steps=10)
+    subprocess.run(["scontrol", "shutdown", "slurmctld"], check=True, capture_output=True)
+    try:
+        time.sleep(2)
+        done = subprocess.run(sweep_cmd(path, tmp_path / "out"), env=ENV, capture_output=True,
+                              text=True, timeout=300)
+    finally:
+        subprocess.run(["slurmctld"], check=True)
+        for _ in range(30):
+            if _cluster_up():
+                break
+            time.sleep(1)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("invperm sweep: error: cannot submit the sweep to Slurm: ")
+    assert "controller" in lines[0]

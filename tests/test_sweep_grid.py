@@ -1,0 +1,164 @@
+"""Sweep grids that say what the census says (seeds per variant or per axis value), the grids and
+arguments a sweep refuses in one line, and ``--dry-run``: nothing here trains."""
+
+import pytest
+
+from invperm_interp.cli import main
+from invperm_interp.sweep.grid import load_grid
+from invperm_interp.sweep.plan import units
+
+BASE = """
+[model]
+d = [2, 3]
+attention_dir = "bidirectional"
+[train]
+steps = 20
+batch_size = 16
+eval_every = 5
+eval_size = 32
+device = "cpu"
+"""
+
+
+def grid_file(tmp_path, text, name="grid.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def names(path):
+    return [j.name for j in load_grid(path).jobs]
+
+
+def test_seeds_per_axis_value_with_a_default(tmp_path):
+    path = grid_file(tmp_path, 'seeds = {default = 1, "d=3" = {start = 4, stop = 6}}' + BASE)
+    assert names(path) == ["d2_seed0", "d3_seed4", "d3_seed5"]
+
+
+def test_seeds_inside_variants_replace_the_top_level_ones(tmp_path):
+    text = """seeds = 2
+[train]
+steps = 5
+[[variants]]
+name = "bi"
+model = { attention_dir = "bidirectional", d = 2 }
+seeds = [7]
+[[variants]]
+name = "causal"
+model = { d = 2 }
+"""
+    path = grid_file(tmp_path, text)
+    assert names(path) == ["bi_seed7", "causal_seed0", "causal_seed1"]
+    grid = load_grid(path)
+    assert [j.variant for j in grid.jobs] == ["bi", "causal", "causal"]
+
+
+def test_the_census_grid_plans_64_seeds_at_d10_and_16_elsewhere():
+    from pathlib import Path
+
+    grid = load_grid(Path(__file__).resolve().parent.parent / "analyses/grids/census.toml")
+    counts = {}
+    for job in grid.jobs:
+        key = (job.model_cfg.attention_dir, job.model_cfg.d)
+        counts[key] = counts.get(key, 0) + 1
+    assert len(grid.jobs) == 224
+    assert counts == {(a, d): 64 if d == 10 else 16 for a in ("bidirectional", "causal")
+                      for d in (6, 8, 10, 12)}
+    assert {j.train_cfg.stop_at_mse for j in grid.jobs} == {1e-3}
+    assert grid.analysis == {"samples": 512, "seed": 12345}
+
+
+@pytest.mark.parametrize("seeds, key", [
+    ('{default = 1, "d=9" = 2}', 'seeds."d=9": matches no point'),
+    ('{"width=3" = 2}', "seeds.'width=3': 'width' is not a field"),
+    ('{"d=2" = 1}', "seeds: no entry for the point"),
+    ('{default = 1, "d3" = 2}', "seeds.'d3': a per-value key"),
+    ('{default = 0}', "seeds.default: must be"),
+    ('{default = 1, "d=2" = [1, 1]}', "seeds.'d=2': lists a seed twice"),
+])
+def test_a_bad_seeds_table_is_one_error_naming_the_key(tmp_path, seeds, key, capsys):
+    path = grid_file(tmp_path, f"seeds = {seeds}" + BASE)
+    with pytest.raises(ValueError, match="grid .*: " + key.replace("(", r"\(")):
+        load_grid(path)
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["../escaped", "/tmp/abs", "a/b", ".hidden", 5])
+def test_a_variant_name_must_be_a_plain_relative_name(tmp_path, name, capsys):
+    value = f'"{name}"' if isinstance(name, str) else name
+    path = grid_file(tmp_path, f"[[variants]]\nname = {value}\nmodel = {{ d = 2 }}\n")
+    with pytest.raises(ValueError, match=r"variants\[0\]\.name: must be a plain name"):
+        load_grid(path)
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not out.exists() and not (tmp_path / "escaped").exists()
+
+
+@pytest.mark.parametrize("workers", ["-1", "0"])
+def test_workers_below_one_are_refused_in_one_line(tmp_path, workers, capsys):
+    path = grid_file(tmp_path, "seeds = 1" + BASE)
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--workers", workers]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--workers must be a whole number >= 1" in err[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text", ["", "# nothing but a comment\n", "seeds = 3\n"])
+def test_an_empty_grid_is_refused_not_one_default_run(tmp_path, text, capsys):
+    path = grid_file(tmp_path, text)
+    out = tmp_path / "out"
+    for extra in ([], ["--dry-run"]):
+        assert main(["sweep", str(path), "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "the grid is empty" in err[0]
+    assert not out.exists()
+
+
+def test_a_huge_grid_needs_yes_and_a_million_runs_are_refused_before_building(tmp_path, capsys):
+    path = grid_file(tmp_path, "seeds = 1000\n[model]\nd = [" + ", ".join(["2"] * 1000) + "]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--yes"]) == 2
+    assert "1,000,000 runs" in capsys.readouterr().err
+    path = grid_file(tmp_path, "seeds = 12000\n[model]\nd = 2\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "12,000 runs" in err[0] and "--dry-run" in err[0] and "--yes" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_grid_of_many_cpu_hours_needs_yes(tmp_path, capsys):
+    path = grid_file(tmp_path, "seeds = 400\n[model]\nd = 16\n[train]\nsteps = 100000\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "CPU hours" in err[0] and "--yes" in err[0]
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    assert "400 runs" in shown and "CPU hours" in shown and "needs --yes" in shown
+
+
+def test_dry_run_prints_runs_units_cpu_time_and_memory_and_writes_nothing(tmp_path, capsys):
+    path = grid_file(tmp_path, 'seeds = {default = 1, "d=3" = 2}' + BASE + "[slurm]\njobs_per_task = 2\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--dry-run", "--workers", "2"]) == 0
+    shown = capsys.readouterr().out
+    assert "3 runs, 0 done, 3 to train" in shown
+    assert "units of work: 3" in shown and "CPU time: at most about" in shown
+    assert "memory: about" in shown and "for 2 workers" in shown
+    assert not out.exists()
+    assert main(["sweep", str(path), "--out", str(out), "--dry-run", "--executor", "slurm"]) == 0
+    assert "units of work: 2 (0 GPU buckets, 2 CPU units, up to 2 runs per task)" in \
+        capsys.readouterr().out
+
+
+def test_jobs_per_task_groups_cpu_runs_on_slurm(tmp_path):
+    grid = load_grid(grid_file(tmp_path, "seeds = 2" + BASE + "[slurm]\njobs_per_task = 3\n"))
+    assert sorted(map(len, units(grid, tmp_path / "out", "slurm"))) == [1, 3]
+    assert sorted(map(len, units(grid, tmp_path / "out", "local"))) == [1, 1, 1, 1]
+
+
+def test_a_slurm_time_within_the_checkpoint_signal_lead_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="slurm.time: 1 minute"):
+        load_grid(grid_file(tmp_path, "seeds = 1" + BASE + "[slurm]\ntime = 1\n"))
+    assert load_grid(grid_file(tmp_path, "seeds = 1" + BASE + "[slurm]\ntime = 2\n")).slurm["time"] == 2
