@@ -14,6 +14,7 @@ from invperm_interp import Layout, ModelConfig, sample_batch
 from invperm_interp.config import TrainConfig
 from invperm_interp.training.single import train
 
+REPO = Path(__file__).resolve().parent.parent  # the repository, whatever folder a test sits in
 SMALL_TRAIN = dict(steps=6, batch_size=32, eval_every=3, eval_size=64, device="cpu")
 
 

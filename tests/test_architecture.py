@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import REPO
 from transformer_lens.utilities import get_act_name
 
 from invperm_interp import BlockName, Layout, ModelConfig, Stream, hook_name
 from invperm_interp.model.hooked import HookedDisentangledTransformer
 
-SRC = Path(__file__).resolve().parent.parent / "src" / "invperm_interp"
+SRC = REPO / "src" / "invperm_interp"
 MAX_LINES = 400
 
 
@@ -92,6 +93,13 @@ def test_the_top_level_holds_value_types_and_every_stage_is_a_documented_subpack
     for name in packages:
         doc = ast.get_docstring(ast.parse((SRC / name / "__init__.py").read_text()))
         assert doc and len(doc.split()) >= 8, f"{name}/__init__.py should say what the stage holds"
+
+
+def test_the_tests_mirror_the_stages():
+    stages = {p.parent.name for p in SRC.glob("*/__init__.py")}
+    folders = {p.name for p in (REPO / "tests").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert stages - {"cli"} <= folders and "cli" in folders, f"tests/ lacks {stages - folders}"
+    assert len(list((REPO / "tests").glob("test_*.py"))) <= 8  # the value types' tests and this one
 
 
 def _imports_of(path: Path) -> list[tuple[str, bool]]:

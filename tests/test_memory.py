@@ -12,9 +12,9 @@ import re
 import resource
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from invperm_interp import Layout, ModelConfig, memory
 from invperm_interp.cli import main
@@ -23,7 +23,7 @@ from invperm_interp.maths import constructions as C
 from invperm_interp.training import footprint
 from invperm_interp.training.single import train
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "memory_estimate.py"
+BENCH = REPO / "benchmarks" / "memory_estimate.py"
 
 
 def _can_reset_peak() -> bool:

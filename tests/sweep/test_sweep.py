@@ -10,13 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from invperm_interp.cli import main
 from invperm_interp.sweep.engine import run_sweep, units
 from invperm_interp.sweep.grid import load_grid
 from invperm_interp.sweep.workers import executor_parameters
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = REPO / "src"
 
 TINY = """
 name = "tiny"

@@ -2,13 +2,14 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = REPO / "src"
 PROBE = """
 import sys
+from helpers import REPO
 from invperm_interp.cli import main
 try:
     main({argv!r})

@@ -3,11 +3,11 @@ the runs unless asked to update the checkout's assets/."""
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO
 
-ANALYSES = Path(__file__).resolve().parent.parent / "analyses"
+ANALYSES = REPO / "analyses"
 
 
 @pytest.fixture

@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from invperm_interp.cli import main
 from invperm_interp.sweep.engine import run_sweep, units
 from invperm_interp.sweep.grid import load_grid
 from invperm_interp.sweep.workers import slurm_error
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = REPO / "src"
 GRID = """
 name = "tiny"
 seeds = 2

@@ -2,6 +2,7 @@
 arguments a sweep refuses in one line, and ``--dry-run``: nothing here trains."""
 
 import pytest
+from helpers import REPO
 
 from invperm_interp.cli import main
 from invperm_interp.sweep.grid import load_grid
@@ -54,9 +55,8 @@ model = { d = 2 }
 
 
 def test_the_census_grid_plans_64_seeds_at_d10_and_16_elsewhere():
-    from pathlib import Path
 
-    grid = load_grid(Path(__file__).resolve().parent.parent / "analyses/grids/census.toml")
+    grid = load_grid(REPO / "analyses/grids/census.toml")
     counts = {}
     for job in grid.jobs:
         key = (job.model_cfg.attention_dir, job.model_cfg.d)
