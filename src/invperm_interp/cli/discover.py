@@ -44,13 +44,11 @@ def _cmd_discover(args: argparse.Namespace) -> None:
 
 
 def add_discover_parser(sub) -> None:
-    from .args import THREADS_HELP, HelpFormatter, describe, examples
+    from .args import THREADS_HELP, add_command
 
-    about = "group the minimal circuits of the runs no construction names, and propose constructions"
-    parser = sub.add_parser("discover", help=about, description=describe(about),
-                            formatter_class=HelpFormatter,
-                            epilog=examples("invperm discover runs/census",
-                                            "invperm discover runs/census --json proposals.json"))
+    parser = add_command(sub, "discover", "group the minimal circuits of the runs no construction "
+                         "names, and propose constructions", "invperm discover runs/census",
+                         "invperm discover runs/census --json proposals.json")
     parser.add_argument("dir", help="a sweep or census directory (run folders below it)")
     parser.add_argument("--n", type=int, default=4096, help="samples each verdict is measured on")
     parser.add_argument("--seed", type=int, default=0, help="seeds the evaluation samples")

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from .analyze import add_analyze_parser, analyse_and_report
-from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, describe, examples, size
+from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, add_command, examples, size
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
@@ -167,9 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "invperm report runs/bi", "invperm <command> --help   (each command's options)"))
     sub = parser.add_subparsers(dest="command", required=True, metavar="<command>")
 
-    def command(name: str, help: str, *example: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, description=describe(help),
-                              formatter_class=HelpFormatter, epilog=examples(*example))
+    def command(name: str, about: str, *example: str) -> argparse.ArgumentParser:
+        return add_command(sub, name, about, *example)
 
     demo = command("demo", "the main job: train the note's bidirectional and causal models, analyse "
                            "them, write HTML reports and an index",

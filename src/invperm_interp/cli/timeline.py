@@ -67,13 +67,11 @@ def _positive(text: str) -> int:
 
 
 def add_timeline_parser(sub) -> None:
-    from .args import HelpFormatter, describe, examples
+    from .args import add_command
 
-    about = "the mechanism over a run's checkpoints: table, timeline.json and a figure"
-    p = sub.add_parser("timeline", help=about, description=describe(about),
-                       formatter_class=HelpFormatter,
-                       epilog=examples("invperm timeline runs/bi",
-                                       "invperm timeline runs/scratch --stride 2 --n 256"))
+    p = add_command(sub, "timeline", "the mechanism over a run's checkpoints: table, timeline.json "
+                    "and a figure", "invperm timeline runs/bi",
+                    "invperm timeline runs/scratch --stride 2 --n 256")
     p.add_argument("run", help="the run directory (its checkpoints/ are analysed)")
     p.add_argument("--n", type=_positive, default=512, help="samples analysed")
     p.add_argument("--seed", type=int, default=0, help="seed of the analysed batch")
