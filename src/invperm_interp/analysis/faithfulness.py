@@ -32,6 +32,7 @@ from torch import Tensor
 
 from ..maths.cells import cell_template
 from ..model.hooked import HookedDisentangledTransformer
+from ..model.variants import forward_many
 from ..task import Batch, mse
 from .gauge import gauge_fix, gauge_projectors
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis
@@ -113,41 +114,56 @@ def _fit_atoms(model: HookedDisentangledTransformer, layer: int, F: Tensor,
     return torch.einsum("n,nij->ij", beta, raw), (Phi @ beta).reshape(F.shape)
 
 
-def project(model: HookedDisentangledTransformer, hyp: Hypothesis) -> Projection:
+def fixed_weights(model: HookedDisentangledTransformer) -> tuple[Tensor, ...]:
+    """Per layer ``gauge_fix(A)`` of every head, ``(H, D, D)`` float64 on the CPU."""
+    return tuple(gauge_fix(block.attn.A.detach().to("cpu", torch.float64), model.stream, layer)
+                 for layer, block in enumerate(model.blocks))
+
+
+def project(model: HookedDisentangledTransformer, hyp: Hypothesis, *,
+            fixed: Sequence[Tensor] | None = None, fits: dict | None = None,
+            betas: bool = True) -> Projection:
     """Least-squares fit of each head's ``gauge_fix(A)`` by ``gauge_fix(M)`` with ``M`` in the span of
-    the hypothesis (``hyp.unit``: its template atoms, or every entry of its cells), and the fit."""
-    fixed, kept, shares = [], [], []
-    betas = [0.0] * len(hyp.cells)
+    the hypothesis (``hyp.unit``: its template atoms, or every entry of its cells), and the fit.
+
+    ``fixed``: :func:`fixed_weights` already computed; ``fits``: a dict that keeps each head's fit
+    by its cells, for a caller testing many hypotheses of one model; ``betas=False`` skips the
+    per-cell β (zeros), which only the faithfulness record reports."""
+    fixed = fixed if fixed is not None else fixed_weights(model)
+    kept, shares = [], []
+    betas_out = [0.0] * len(hyp.cells)
     fit = _fit_cells if hyp.unit == "cells" else _fit_atoms
-    for layer, block in enumerate(model.blocks):
-        F = gauge_fix(block.attn.A.detach().to("cpu", torch.float64), model.stream, layer)
+    for layer, F in enumerate(fixed):
         K = torch.zeros_like(F)
         for head in range(F.shape[0]):
             mine = [i for i, c in enumerate(hyp.cells) if c[0] == layer and c[1] == head]
             if not mine:
                 continue
-            M, K[head] = fit(model, layer, F[head], [hyp.cells[i] for i in mine])
+            cells = [hyp.cells[i] for i in mine]
+            # a cells fit depends on which (query, key) cells only; an atoms fit on the templates
+            key = (hyp.unit, layer, head, frozenset(c[2:4] for c in cells) if hyp.unit == "cells"
+                   else tuple(cells))
+            if fits is None or key not in fits:
+                found = fit(model, layer, F[head], cells)
+                if fits is None:
+                    M, K[head] = found
+                else:
+                    fits[key] = found
+            if fits is not None:
+                M, K[head] = fits[key]
+            if not betas:
+                continue
             for group in {hyp.cells[i][:4] for i in mine}:  # β: the templates' least-squares
                 entries = [i for i in mine if hyp.cells[i][:4] == group]  # scales in the fitted cell
                 Ts = torch.stack([_template_at(model, hyp.cells[i]).reshape(-1) for i in entries], 1)
                 on = Ts.abs().sum(1) > 0
                 scale = torch.linalg.lstsq(Ts[on], M.reshape(-1)[on, None], driver="gelsd").solution
                 for i, b in zip(entries, scale.squeeze(1).tolist()):
-                    betas[i] = b
+                    betas_out[i] = b
         total = float(F.pow(2).sum())
-        fixed.append(F)
         kept.append(K)
         shares.append(float(K.pow(2).sum()) / total if total > 0 else 0.0)
-    return Projection(tuple(fixed), tuple(kept), tuple(betas), sum(shares) / len(shares))
-
-
-def _run(model: HookedDisentangledTransformer, As: Sequence[Tensor], W_U: Tensor, X: Tensor) -> Tensor:
-    """``model`` with its ``A`` s and ``W_U`` replaced (weights untouched): ``(B, d, d)``."""
-    params = {f"blocks.{layer}.attn.A": A.to(model.device, model.cfg.torch_dtype)
-              for layer, A in enumerate(As)}
-    params["unembed.W_U"] = W_U.to(model.device, model.cfg.torch_dtype)
-    with torch.no_grad():
-        return torch.func.functional_call(model, params, (X,), {"check_input": False})
+    return Projection(tuple(fixed), tuple(kept), tuple(betas_out), sum(shares) / len(shares))
 
 
 def read_out(model: HookedDisentangledTransformer, read: tuple[str, ...] | None) -> Tensor:
@@ -235,8 +251,9 @@ class Faithfulness:
 
 
 class Tester:
-    """Runs circuit-only and ablated variants of one model on one batch; the model's own output
-    (the clean run) is computed once."""
+    """Runs circuit-only and ablated variants of one model on one batch. The model's own output
+    (the clean run), its gauge-fixed weights and each head's fit to a set of cells are computed
+    once; variants run together (``model.variants.forward_many``)."""
 
     def __init__(self, model: HookedDisentangledTransformer, batch: Batch):
         if not isinstance(batch, Batch):
@@ -247,29 +264,75 @@ class Tester:
         self.batch = batch.to(model.device, model.cfg.torch_dtype)
         self.baseline = 0.25 * model.cfg.d
         with torch.no_grad():
-            out = model(self.batch.X, check_input=False)
-        self.clean = score(out, self.batch, self.baseline, float(mse(out, self.batch.Y.to(out))))
+            self.output = model(self.batch.X, check_input=False)  # (B, d, d)
+        self.clean = score(self.output, self.batch, self.baseline,
+                           float(mse(self.output, self.batch.Y.to(self.output))))
+        self.fixed = fixed_weights(model)
+        self._fits: dict = {}
+
+    def project(self, hyp: Hypothesis, betas: bool = True) -> Projection:
+        return project(self.model, hyp, fixed=self.fixed, fits=self._fits, betas=betas)
+
+    def run_many(self, variants: Sequence[tuple[Sequence[Tensor], Tensor]]) -> list[Score]:
+        """Each ``(As, W_U)`` (per layer ``(H, D, D)``, and ``(D_L, d)``) run on the batch, scored."""
+        outs = forward_many(self.model.cfg, variants, self.batch.X)
+        return [score(out, self.batch, self.baseline, self.clean.mse) for out in outs]
 
     def run(self, As: Sequence[Tensor], W_U: Tensor) -> Score:
-        return score(_run(self.model, As, W_U, self.batch.X), self.batch, self.baseline,
-                     self.clean.mse)
+        return self.run_many([(As, W_U)])[0]
 
-    def circuit(self, hyp: Hypothesis, proj: Projection | None = None) -> Score:
-        proj = proj or project(self.model, hyp)
-        return self.run(proj.kept, read_out(self.model, hyp.read))
+    def _circuit_weights(self, hyp: Hypothesis) -> tuple[tuple[Tensor, ...], Tensor]:
+        return self.project(hyp, betas=False).kept, read_out(self.model, hyp.read)
+
+    def circuits(self, hyps: Sequence[Hypothesis]) -> list[Score]:
+        """The circuit-only model of each hypothesis, run together: one :class:`Score` each."""
+        return self.run_many([self._circuit_weights(h) for h in hyps])
+
+    def circuit(self, hyp: Hypothesis) -> Score:
+        return self.circuits([hyp])[0]
+
+    def test_many(self, hyps: Sequence[Hypothesis], minimality: bool = True) -> list[Faithfulness]:
+        """:meth:`test` of every hypothesis, all their variants run together."""
+        projs = [self.project(h) for h in hyps]
+        W_U = self.model.unembed.W_U.detach()
+        variants, spans = [], []
+        for hyp, proj in zip(hyps, projs):
+            less = [hyp.without(i) for i in range(len(hyp))] if minimality else []
+            start = len(variants)
+            variants += [(proj.kept, read_out(self.model, hyp.read)),
+                         ([f - k for f, k in zip(proj.fixed, proj.kept)], W_U)]
+            variants += [self._circuit_weights(h) for h in less]
+            spans.append((start, len(variants)))
+        scores = self.run_many(variants)
+        out = []
+        for hyp, proj, (start, stop) in zip(hyps, projs, spans):
+            circuit, without, *minimal = scores[start:stop]
+            atoms = proj if hyp.unit == "atoms" else self.project(
+                Hypothesis(hyp.name, hyp.cells, hyp.read, "atoms"))
+            out.append(Faithfulness(hyp.name, hyp.unit, hyp.cells, hyp.read, proj.betas,
+                                    atoms.betas, proj.weight_share, self.baseline, self.clean,
+                                    circuit, without, tuple(minimal)))
+        return out
 
     def test(self, hyp: Hypothesis, minimality: bool = True) -> Faithfulness:
-        proj = project(self.model, hyp)
-        W_read = read_out(self.model, hyp.read)
-        circuit = self.run(proj.kept, W_read)
-        without = self.run([f - k for f, k in zip(proj.fixed, proj.kept)],
-                           self.model.unembed.W_U.detach())
-        minimal = tuple(self.circuit(hyp.without(i)) for i in range(len(hyp))) if minimality else ()
-        atoms = proj if hyp.unit == "atoms" else project(
-            self.model, Hypothesis(hyp.name, hyp.cells, hyp.read, "atoms"))
-        return Faithfulness(hyp.name, hyp.unit, hyp.cells, hyp.read, proj.betas, atoms.betas,
-                            proj.weight_share,
-                            self.baseline, self.clean, circuit, without, minimal)
+        """Faithfulness (the circuit alone), completeness (the model without it) and minimality
+        (the circuit less each cell) of one hypothesis."""
+        return self.test_many([hyp], minimality)[0]
+
+
+def evaluate_many(model: HookedDisentangledTransformer, hypotheses: Sequence, batch: Batch, *,
+                  tester: Tester | None = None) -> list[Score]:
+    """The circuit-only model of each hypothesis scored on ``batch``, run as batched forwards.
+
+    ``hypotheses``: anything :func:`as_hypothesis` takes (a :class:`Hypothesis`, a construction
+    name, a list of cells …), checked against the model. Returns one :class:`Score` per hypothesis,
+    in order: the numbers ``faithfulness(...).circuit`` gives for it. ``tester``: a
+    :class:`Tester` of ``model`` on ``batch`` already built (it keeps the clean run, the
+    gauge-fixed weights and every head's fit, so repeated calls on overlapping hypotheses are
+    cheap); default: a new one.
+    """
+    tester = tester or Tester(model, batch)
+    return tester.circuits([as_hypothesis(model, h) for h in hypotheses])
 
 
 def faithfulness(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,

@@ -32,7 +32,7 @@ from ..maths import constructions
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
 from .compare import candidates
-from .faithfulness import Faithfulness, Score, Tester, project
+from .faithfulness import Faithfulness, Score, Tester
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis
 from .templates import Circuit, explain
 
@@ -42,6 +42,8 @@ FAITHFUL_ROWS = 0.99
 FAITHFUL_RECOVERED = 0.8
 #: ``W_U`` blocks holding at least this share of ``||W_U||²`` are candidates of a minimal circuit.
 READ_SHARE = 0.01
+#: Greedy search tries this many prefixes of its ranked candidates per batched forward.
+PREFIX_CHUNK = 4
 
 
 def is_faithful(score: Score, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED) -> bool:
@@ -127,8 +129,8 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
         return is_faithful(s, rows, recovered)
 
     def effects(chosen, score: Score) -> dict:
-        return {item: tester.circuit(hyp([i for i in chosen if i != item])).mse - score.mse
-                for item in chosen}
+        less = tester.circuits([hyp([i for i in chosen if i != item]) for item in chosen])
+        return {item: s.mse - score.mse for item, s in zip(chosen, less)}
 
     def prune(chosen, score: Score, effect: dict):
         for item in sorted(chosen, key=lambda i: effect[i]):
@@ -138,31 +140,38 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
                 chosen, score = rest, trial
         return chosen, score
 
+    def first_faithful_prefix(order):
+        """Greedy: the shortest faithful prefix of ``order`` (prefixes tried a few at a time)."""
+        for start in range(0, len(order), PREFIX_CHUNK):
+            ends = range(start + 1, min(start + PREFIX_CHUNK, len(order)) + 1)
+            for end, s in zip(ends, tester.circuits([hyp(order[:end]) for end in ends])):
+                if ok(s):
+                    return order[:end], s
+        return list(order), s
+
     found = []
-    full = tester.circuit(hyp(items))
-    if items and ok(full):
-        effect = effects(items, full)
-        chosen, score = [], None
-        for item in sorted(items, key=lambda i: -effect[i]):
-            chosen.append(item)
-            score = tester.circuit(hyp(chosen))
-            if ok(score):
-                break
-        found.append(prune(chosen, score, effect))
+    starts = list(starts)
+    start_items = []
     for start in starts:
         unique = {c[:4]: c for c in reversed(start.cells)}  # one item per cell, its first label
-        chosen = [("cell", c) for c in unique.values()] + [("read", r) for r in start.read or ()]
-        score = tester.circuit(hyp(chosen))
+        start_items.append([("cell", c) for c in unique.values()]
+                           + [("read", r) for r in start.read or ()])
+    full, *start_scores = tester.circuits([hyp(items)] + [hyp(c) for c in start_items])
+    if items and ok(full):
+        effect = effects(items, full)
+        chosen, score = first_faithful_prefix(sorted(items, key=lambda i: -effect[i]))
+        found.append(prune(chosen, score, effect))
+    for chosen, score in zip(start_items, start_scores):
         if ok(score):
             found.append(prune(chosen, score, effects(chosen, score)))
     if not found:
-        return _result(model, hyp(items), full, False)
+        return _result(tester, hyp(items), full, False)
     chosen, score = min(found, key=lambda f: sum(k == "cell" for k, _ in f[0]))
-    return _result(model, hyp(chosen), score, True)
+    return _result(tester, hyp(chosen), score, True)
 
 
-def _result(model, hyp: Hypothesis, score: Score, faithful: bool) -> MinimalCircuit:
-    share = project(model, hyp).weight_share if hyp.cells else 0.0
+def _result(tester: Tester, hyp: Hypothesis, score: Score, faithful: bool) -> MinimalCircuit:
+    share = tester.project(hyp, betas=False).weight_share if hyp.cells else 0.0
     return MinimalCircuit(hyp.cells, hyp.read or (), faithful, score, share)
 
 
@@ -217,7 +226,7 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
     tester = tester or Tester(model, batch)
     names = [n for n in candidates(model) if constructions.get(n).works]
-    tested = [tester.test(as_hypothesis(model, n)) for n in names]
+    tested = tester.test_many([as_hypothesis(model, n) for n in names])
     good = [t for t in tested if t.signs_agree and is_faithful(t.circuit, rows, recovered)]
     rank = lambda t: (t not in good, t.n_atoms, -(t.circuit.loss_recovered or -1e9))  # noqa: E731
     tested.sort(key=rank)

@@ -27,7 +27,7 @@ from .faithfulness import Faithfulness, Tester
 from .gauge import gauge_check
 from .hypothesis import cell_text
 from .mechanism import Mechanism, MinimalCircuit, mechanism
-from .templates import CellMatch, Circuit, explain, match_templates
+from .templates import CellMatch, Circuit, explain_and_match
 
 RECORD_VERSION = 1
 
@@ -142,26 +142,26 @@ class ModelAnalysis:
 
 def analyze(model: HookedDisentangledTransformer, batch: Batch, source: str = "", *,
             lemma1_samples: int = 4) -> ModelAnalysis:
-    """The whole analysis of ``model`` on ``batch`` (the clean run is computed once and shared by
-    the mechanism tests; the ablations share theirs)."""
+    """The whole analysis of ``model`` on ``batch``. The clean run, the gauge-fixed weights and the
+    atom fit are computed once and shared by every part; circuit variants run as batched forwards."""
     if not isinstance(model, HookedDisentangledTransformer):
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
     _check_finite_norm(model)
-    tester = Tester(model, batch)
-    circuit = explain(model)
+    tester = Tester(model, batch)  # the clean run and gauge_fix(A), shared by every part
+    circuit, cells = explain_and_match(model)  # the atoms, fitted once
     mech = mechanism(model, batch, circuit=circuit, tester=tester)
-    ablations = standard_ablations(model, tester.batch)
+    ablations = standard_ablations(model, tester.batch, before=tester.clean.mse)
     deps = dependency_map(model, tester.batch.X[:lemma1_samples])
     later = torch.arange(deps.norms.shape[-1])[None, :] > torch.tensor(deps.positions)[:, None]
     norms = deps.norms.double().cpu()
     return ModelAnalysis(
         source=source, model=model.cfg, n_samples=len(batch), mse=tester.clean.mse,
         rows_exact=tester.clean.rows_exact, causal_floor=ablations[0].causal_floor,
-        mechanism=mech, circuit=circuit, cells=tuple(match_templates(model)),
-        closest=closest_construction(model, tester.batch), ablations=tuple(ablations),
-        gauge_check=gauge_check(model, tester.batch.X), lemma1=Lemma1(
-            deps.causal_ok, float(norms[later].max()) if bool(later.any()) else 0.0,
-            tuple(deps.positions), tuple(tuple(r) for r in norms.tolist())))
+        mechanism=mech, circuit=circuit, cells=tuple(cells),
+        closest=closest_construction(model, tester.batch, circuit=circuit, fixed=tester.fixed),
+        ablations=tuple(ablations), gauge_check=gauge_check(model, tester.batch.X, tester.fixed),
+        lemma1=Lemma1(deps.causal_ok, float(norms[later].max()) if bool(later.any()) else 0.0,
+                      tuple(deps.positions), tuple(tuple(r) for r in norms.tolist())))
 
 
 def _check_finite_norm(model: HookedDisentangledTransformer) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..model.variants import forward_stacked
 from ..task import Batch, Layout, make_input, sample_batch
 
 if TYPE_CHECKING:  # training needs the floors, not TransformerLens
@@ -171,11 +172,19 @@ def _later_is_zero(norms: Tensor, positions: list[int]) -> bool:
 
 
 def dependency_map(model: HookedDisentangledTransformer, batch: Batch | Tensor) -> DependencyMap:
-    """Jacobian norms of every read-out row w.r.t. every input row, on ``batch`` (a few samples)."""
+    """Jacobian norms of every read-out row w.r.t. every input row, on ``batch`` (a few samples).
+
+    One Jacobian ``(d, d, T, d)`` per sample (``jacrev`` over the hook-free forward of
+    ``model.variants``, ``vmap`` over the samples), not one of the whole batch against itself."""
     X = model.check_input(batch.X if isinstance(batch, Batch) else batch)  # (B, T, d)
-    # Samples do not interact, so the Jacobian of the batch sum holds every sample's own Jacobian.
-    jac = torch.func.jacrev(lambda x: model(x, check_input=False).sum(0))(X)  # (d, d, B, T, d)
-    norms = jac.pow(2).sum(dim=(1, 4)).sqrt().amax(dim=1)  # (n_readout, T)
+    As = [block.attn.A.detach()[None] for block in model.blocks]
+    W_U = model.unembed.W_U.detach()[None]
+
+    def output(x: Tensor) -> Tensor:  # (T, d) → (d, d)
+        return forward_stacked(model.cfg, As, W_U, x[None])[0, 0]
+
+    jac = torch.func.vmap(torch.func.jacrev(output))(X)  # (B, d, d, T, d)
+    norms = jac.pow(2).sum(dim=(2, 4)).sqrt().amax(dim=0)  # (n_readout, T)
     rows = model.cfg.readout_rows
     positions = list(range(rows.start, rows.stop))
     return DependencyMap(norms.detach(), tuple(positions), _later_is_zero(norms, positions))
