@@ -98,8 +98,11 @@ def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tens
         layer_pats = (torch.zeros(V, B, A.shape[1], T, T, dtype=dtype, device=device)
                       if patterns else None)
         for head in heads:
-            Q, K = where[head.Q], where[head.K]
-            W = _cols(_cols(A[:, head.index].transpose(1, 2), head.Q).transpose(1, 2), head.K)
+            # a support covering most of the stream is widened to all of it: a view, no gather
+            rows_q, cols_k = (cols[layer] if 2 * len(part) >= len(cols[layer]) else part
+                              for part in (head.Q, head.K))
+            Q, K = where[rows_q], where[cols_k]
+            W = _cols(_cols(A[:, head.index].transpose(1, 2), rows_q).transpose(1, 2), cols_k)
             q = _cols(hq, Q).reshape(V, B * R, len(Q)) @ W  # (V, B·R, |K|) from W (V, |Q|, |K|)
             keys = _cols(h, K).reshape(V * B, T, len(K))
             scores = torch.bmm(q.reshape(V * B, R, len(K)), keys.transpose(1, 2)).reshape(V, B, R, T)
