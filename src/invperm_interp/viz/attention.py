@@ -66,15 +66,20 @@ def render_element(element: str, **props) -> str:
             f"{convert_props(props)});</script>")
 
 
-def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: int = 0) -> str:
+def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: int = 0,
+                    patterns=None) -> str:
     """Every head's attention pattern on sample ``index`` of ``batch``, side by side (HTML fragment).
 
     One ``AttentionPattern`` per head (queries down, keys across; hover for values), titled with
     the head's name; the rows the model reads out are marked ``▶`` in the token labels.
+    ``patterns``: per layer ``(H, T, T)`` (tensors or nested lists) already computed on that
+    sample (``ModelAnalysis.sample_patterns``); default: run the model.
     """
-    with torch.no_grad():
-        _, cache = model.run_with_cache(batch.X[index: index + 1],
-                                        names_filter=lambda n: n.endswith("hook_pattern"))
+    if patterns is None:
+        with torch.no_grad():
+            _, cache = model.run_with_cache(batch.X[index: index + 1],
+                                            names_filter=lambda n: n.endswith("hook_pattern"))
+        patterns = [cache["pattern", layer][0] for layer in range(model.cfg.n_layers)]
     # Y rows by index only: their bits make the labels too long to show every one
     tokens = [t.split("=")[0] if t.startswith("Y") else t for t in token_labels(batch, index)]
     rows = batch.layout.rows(model.cfg.readout)
@@ -82,7 +87,7 @@ def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: i
         tokens[row] = "▶" + tokens[row]
     panels = []
     for layer, n_heads in enumerate(model.cfg.heads):
-        pattern = cache["pattern", layer][0].detach().cpu().float()  # (H, T, T)
+        pattern = torch.as_tensor(patterns[layer]).detach().cpu().float()  # (H, T, T)
         for head in range(n_heads):
             view = render_element("AttentionPattern", attention=pattern[head].tolist(),
                                   tokens=tokens, maskUpperTri=model.cfg.causal, showAxisLabels=True)
