@@ -8,8 +8,9 @@ Layers are named one way everywhere (``invperm_interp.labels``).
 
 The page only renders: the numbers, the accuracies and the attention on sample 0 come from the
 analysis record (``ModelAnalysis``) and the run's metrics; the model is read for its weights only
-(a record written before it carried accuracies and patterns falls back to running it). Figures are inline SVG with alt text; the circuitsvis bundle is inlined (one
-self-contained file) unless ``bundle`` names a shared copy (a directory of reports, see ``viz.index``).
+(a record written before it carried accuracies and patterns falls back to running it). Figures
+are inline SVG with alt text; the circuitsvis bundle is inlined (one self-contained file) unless
+``bundle`` names a shared copy (a directory of reports, see ``viz.index``).
 """
 
 from __future__ import annotations
