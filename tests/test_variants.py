@@ -4,13 +4,15 @@ hooked model's own forward (``functional_call``, ``run_with_cache``) and a dense
 
 import pytest
 import torch
+from helpers import run, small
 
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.analysis.faithfulness import Tester as CircuitTester
 from invperm_interp.analysis.faithfulness import evaluate_many, project, read_out, score
 from invperm_interp.analysis.gauge import perturb
 from invperm_interp.analysis.hypothesis import as_hypothesis
-from invperm_interp.analysis.record import analyze
+from invperm_interp.analysis.record import ModelAnalysis, analyze
+from invperm_interp.cli.main import main
 from invperm_interp.maths import constructions
 from invperm_interp.maths.floors import dependency_map
 from invperm_interp.model.hooked import HookedDisentangledTransformer
@@ -128,3 +130,20 @@ def test_the_record_carries_what_the_report_draws_and_the_report_does_not_run_th
 
     model.forward = refuse
     assert "Attention on one sample" in report_html(model, result, batch)
+
+
+@pytest.mark.slow
+def test_report_directory_analyses_runs_in_workers_and_reuses_their_records(tmp_path):
+    for seed in (0, 1):
+        model_cfg, train_cfg = small(3, seed=seed, out_dir=str(tmp_path / f"run{seed}"))
+        run(model_cfg, train_cfg)
+    assert main(["report", str(tmp_path), "--n", "32", "--workers", "2"]) == 0
+    for seed in (0, 1):
+        run_dir = tmp_path / f"run{seed}"
+        record = ModelAnalysis.from_json((run_dir / "analysis.json").read_text())
+        assert record.n_samples == 32 and record.sample_patterns is not None
+        (run_dir / "report.html").unlink()
+    written = (tmp_path / "run0" / "analysis.json").stat().st_mtime_ns
+    assert main(["report", str(tmp_path), "--n", "32", "--workers", "1"]) == 0
+    assert (tmp_path / "run0" / "analysis.json").stat().st_mtime_ns == written  # reused
+    assert (tmp_path / "run0" / "report.html").is_file()
