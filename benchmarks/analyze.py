@@ -42,7 +42,7 @@ def timed(name, fn):
 for name, obj in list(vars(record).items()):
     if name != "analyze" and not name.startswith("_") and callable(obj) and (
             inspect.isfunction(obj) or name == "Tester") and \
-            getattr(obj, "__module__", "").startswith("invperm_interp.analysis"):
+            getattr(obj, "__module__", "").startswith("invperm_interp."):
         setattr(record, name, timed(name, obj))
 
 def load(spec):
