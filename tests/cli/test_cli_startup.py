@@ -9,7 +9,6 @@ from helpers import REPO
 SRC = REPO / "src"
 PROBE = """
 import sys
-from helpers import REPO
 from invperm_interp.cli import main
 try:
     main({argv!r})
