@@ -1,81 +1,136 @@
-"""Cost of ``invperm analyze`` on a trained d = 10 run: wall time and peak RSS, per source tree.
+"""Cost of ``analyze(model, batch)`` per part, before and after, side by side in one run.
 
-Each measurement is a fresh ``invperm analyze RUN --out TMP`` process (so peak RSS is its own,
-read from ``getrusage(RUSAGE_CHILDREN)`` after it exits); with ``--before SRC`` the same command
-runs from another source tree too, interleaved, and the ratios are printed. The run is trained
-once (1,500 Adam steps, batch 1024, seed 0: the demo's bidirectional model) if missing.
-Usage: python benchmarks/analyze.py [--run runs/bench_analyze] [--before /path/to/other/src]
-       [--repeats 2] [--threads 1]
+For each source tree (this one and, with ``--before SRC``, another, e.g. a ``git worktree add
+/tmp/before 54c7916`` checkout's ``src``) a fresh process imports the package from that tree,
+times ``analyze`` on 512 samples at d = 10 (best of ``--repeats`` after one warm-up call) and each
+part it calls (every function of ``analysis.record`` it looks up, wrapped with a timer), 10
+forwards of the model on the same samples, and reports its peak RSS. Times are CPU seconds of the
+process (``time.process_time``, one torch thread): on a shared, loaded machine they move far less
+than wall time. Models: the trained runs given with ``--run`` (a bidirectional, a causal and a
+causal-scratch run), else theorem2 / theorem3 with gauge and noise added (deterministic).
+Usage: python benchmarks/analyze.py [--before /tmp/before/src] [--run DIR ...] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import resource
-import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
+DEFAULT_MODELS = ("theorem2", "theorem3")
+
+WORKER = r"""
+import inspect, json, resource, sys, time
+import torch
+torch.set_num_threads(1)
+from invperm_interp.analysis import record
+from invperm_interp.task import sample_batch
+
+times = {}
+def timed(name, fn):
+    def inner(*args, **kwargs):
+        start = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            times[name] = times.get(name, 0.0) + time.process_time() - start
+    return inner
+for name, obj in list(vars(record).items()):
+    if name != "analyze" and not name.startswith("_") and callable(obj) and (
+            inspect.isfunction(obj) or name == "Tester") and \
+            getattr(obj, "__module__", "").startswith("invperm_interp."):
+        setattr(record, name, timed(name, obj))
+
+def load(spec):
+    if spec.startswith("run:"):
+        from invperm_interp.training.run import Run
+        return Run.load(spec[4:]).model
+    from invperm_interp.analysis.gauge import perturb
+    from invperm_interp.maths import constructions
+    return perturb(constructions.build(spec, 10, 10.0), gauge=1.0, noise=0.05, seed=0)
+
+spec, repeats = sys.argv[1], int(sys.argv[2])
+model = load(spec)
+batch = sample_batch(model.cfg.layout, 512, torch.Generator().manual_seed(0),
+                     dtype=model.cfg.torch_dtype)
+record.analyze(model, batch)
+best, parts = float("inf"), {}
+for _ in range(repeats):
+    times.clear()
+    start = time.process_time()
+    record.analyze(model, batch)
+    total = time.process_time() - start
+    if total < best:
+        best, parts = total, dict(times)
+start = time.process_time()
+with torch.no_grad():
+    for _ in range(10):
+        model(batch.X)
+forwards = time.process_time() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"total": best, "parts": parts, "forwards": forwards, "peak_mib": peak}))
+"""
 
 
-def ensure_run(run_dir: Path, threads: int) -> None:
-    if (run_dir / "final.safetensors").is_file():
-        return
-    from invperm_interp import Layout, ModelConfig
-    from invperm_interp.config import TrainConfig
-    from invperm_interp.training.single import train
-
-    print(f"training the benchmark run into {run_dir} (once)")
-    train(ModelConfig(Layout.plain(10), attention_dir="bidirectional", readout="P"),
-          TrainConfig(steps=1500, seed=0, threads=threads, out_dir=str(run_dir)))
+def measure(src: Path, spec: str, repeats: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", WORKER, spec, str(repeats)], env=env, check=True,
+                          capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(src: Path, run_dir: Path, threads: int) -> tuple[float, float]:
-    """``(wall seconds, peak RSS in MiB)`` of one ``invperm analyze`` process from ``src``."""
+def measure_cli(src: Path, run_dir: str) -> tuple[float, float]:
+    """``(wall seconds, peak RSS MiB)`` of one ``invperm analyze RUN --out TMP`` process."""
+    import resource
+    import tempfile
+    import time
+
     env = {**os.environ, "PYTHONPATH": str(src)}
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "invperm_interp.cli", "analyze", str(run_dir), "--out", out,
-               "--threads", str(threads)]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         start = time.perf_counter()
-        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "invperm_interp.cli", "analyze", run_dir, "--out", out,
+                        "--threads", "1"], env=env, check=True, stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - start
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if peak <= before:  # ru_maxrss is the max over all children so far: run the biggest first
-        print("  (peak RSS not above an earlier child's: read it as 'at most')")
-    return wall, peak / 1024
+    return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", default="runs/bench_analyze")
     parser.add_argument("--before", type=Path, help="another source tree to compare against")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--run", nargs="*", default=[], help="trained run directories")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cli", action="store_true", help="also time `invperm analyze RUN` (wall, "
+                        "peak RSS: the largest child so far, so the after tree runs first)")
     args = parser.parse_args()
-    run_dir = Path(args.run)
-    ensure_run(run_dir, args.threads)
-    trees = {"before": args.before, "this tree": SRC} if args.before else {"this tree": SRC}
-    walls: dict[str, list[float]] = {k: [] for k in trees}
-    peaks: dict[str, list[float]] = {k: [] for k in trees}
-    for _ in range(args.repeats):
-        for name, src in trees.items():
-            wall, peak = measure(src, run_dir, args.threads)
-            walls[name].append(wall)
-            peaks[name].append(peak)
-            print(f"  {name}: {wall:.1f} s, peak RSS {peak:.0f} MiB")
-    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    for name in trees:
-        print(f"{name:10s} median {statistics.median(walls[name]):.1f} s, "
-              f"peak RSS {max(peaks[name]):.0f} MiB")
-    if args.before:
-        ratio = statistics.median(walls["before"]) / statistics.median(walls["this tree"])
-        print(f"before / this tree, wall time: {ratio:.2f}x")
+    specs = [f"run:{r}" for r in args.run] or list(DEFAULT_MODELS)
+    trees = {"before": args.before, "after": SRC} if args.before else {"after": SRC}
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; CPU seconds, "
+          f"best of {args.repeats}")
+    for spec in specs:
+        results = {name: measure(src, spec, args.repeats) for name, src in trees.items()}
+        print(f"\n{spec}")
+        parts = sorted({p for r in results.values() for p in r["parts"]})
+        print(f"  {'part':24s}" + "".join(f"{name:>10s}" for name in results))
+        for part in parts:
+            cells = "".join(f"{r['parts'][part]:10.3f}" if part in r["parts"] else f"{'-':>10s}"
+                            for r in results.values())
+            print(f"  {part:24s}{cells}")
+        for key, label in (("total", "analyze total"), ("forwards", "10 forwards")):
+            print(f"  {label:24s}" + "".join(f"{r[key]:10.3f}" for r in results.values()))
+        print(f"  {'total / 10 forwards':24s}"
+              + "".join(f"{r['total'] / r['forwards']:10.1f}" for r in results.values()))
+        print(f"  {'peak RSS (MiB)':24s}" + "".join(f"{r['peak_mib']:10.0f}" for r in results.values()))
+        if args.before:
+            print(f"  before / after, analyze: {results['before']['total'] / results['after']['total']:.2f}x")
+    for run in args.run if args.cli else ():
+        for name, src in reversed(list(trees.items())):
+            wall, peak = measure_cli(src, run)
+            print(f"invperm analyze {run} ({name}): {wall:.1f} s wall, peak RSS at most {peak:.0f} MiB")
+    print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -235,11 +235,12 @@ def read_blocks(model: HookedDisentangledTransformer) -> list[str]:
 
 
 def standard_ablations(model: HookedDisentangledTransformer, batch: Batch | None = None, *,
-                       n: int = 512, seed: int = 0) -> list[AblationResult]:
+                       n: int = 512, seed: int = 0, before: float | None = None) -> list[AblationResult]:
     """The mask, every scratch mode (when the layout has ``S``), the token block ``x`` of ``h^0``
-    and each block ``W_U`` reads, zero-ablated. The clean run is computed once for all of them."""
+    and each block ``W_U`` reads, zero-ablated. The clean run is computed once for all of them
+    (``before``: its MSE on ``batch``, when already known)."""
     batch = _batch(model, batch, n, seed)
-    before = clean_mse(model, batch)
+    before = clean_mse(model, batch) if before is None else before
     out = [ablate_mask(model, batch, before=before)[1]]
     if any(seg.kind == "S" for seg in model.cfg.layout.segments):
         n_scratch = len(scratch_rows(model))

@@ -9,6 +9,7 @@ model's, each at the β that brings it closest.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -16,10 +17,11 @@ from torch import Tensor
 
 from ..maths import constructions
 from ..model.hooked import HookedDisentangledTransformer
+from ..model.variants import forward_many
 from ..stream import hook_name, layer_hook_names
 from ..task import Batch, mse
 from .gauge import gauge_fix
-from .templates import explain
+from .templates import Circuit, explain
 
 #: β values tried when matching a construction to a model (its patterns sharpen as β grows).
 BETAS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
@@ -220,36 +222,43 @@ def candidates(model: HookedDisentangledTransformer) -> list[str]:
 
 
 def closest_construction(model: HookedDisentangledTransformer, batch: Batch,
-                         betas: tuple[float, ...] = BETAS,
-                         max_samples: int = 128) -> tuple[ConstructionMatch, ...]:
+                         betas: tuple[float, ...] = BETAS, max_samples: int = 128, *,
+                         circuit: Circuit | None = None,
+                         fixed: Sequence[Tensor] | None = None) -> tuple[ConstructionMatch, ...]:
     """Constructions fitting ``model`` (see :func:`candidates`), closest first by attention patterns.
 
     Each is built at every β in ``betas`` and kept at the one with the least pattern distance on
     the first ``max_samples`` samples of ``batch``; the gauge-fixed weight cosine and the overlap of
-    the explained circuits (both β-free) are reported with it, and break ties.
+    the explained circuits (both β-free) are reported with it, and break ties. The constructions
+    run as variants of one batched forward (``model.variants``), no model built for each.
+    ``circuit``, ``fixed``: the model's ``explain`` and per-layer ``gauge_fix(A)``, when already
+    computed.
     """
     _check_pair(model, model, batch)
     names = candidates(model)
     if not names:
         return ()
     X = batch.X[:max_samples]
-    _, pats = _patterns(model, X)
-    fixed = [_fixed(model, layer) for layer in range(model.cfg.n_layers)]
-    circuit = explain(model)
+    own = ([b.attn.A.detach() for b in model.blocks], model.unembed.W_U.detach())
+    (_, pats), = forward_many(model.cfg, [own], X, patterns=True)
+    pats = [p.double().cpu() for p in pats]
+    fixed = fixed if fixed is not None else [_fixed(model, layer) for layer in range(model.cfg.n_layers)]
+    circuit = circuit if circuit is not None else explain(model)
     scratch = model.cfg.layout.scratch_vector or None
     matches = []
     for name in names:
         spec = constructions.REGISTRY[name]
-        best_tv, best_beta = float("inf"), betas[0]
-        for beta in betas:
-            built = constructions.build(name, model.cfg.d, beta, scratch=scratch)
-            _, cpats = _patterns(built, X)
-            tv = sum(float(_tv(p, c).mean()) for p, c in zip(pats, cpats)) / len(pats)
+        built = [constructions.weights(name, model.cfg.d, beta, scratch=scratch) for beta in betas]
+        runs = forward_many(built[0][0], [(As, W_U) for _, As, W_U in built], X, patterns=True)
+        best_tv, best = float("inf"), 0
+        for i, (_, cpats) in enumerate(runs):
+            tv = sum(float(_tv(p, c.double().cpu()).mean()) for p, c in zip(pats, cpats)) / len(pats)
             if tv < best_tv:
-                best_tv, best_beta = tv, beta
-        built = constructions.build(name, model.cfg.d, best_beta, scratch=scratch)
-        cos = sum(_signed_cosine(f, _fixed(built, layer)) for layer, f in enumerate(fixed)) / len(fixed)
-        matches.append(ConstructionMatch(name, spec.works, best_beta, best_tv, cos,
+                best_tv, best = tv, i
+        As = built[best][1]
+        cos = sum(_signed_cosine(f, gauge_fix(As[layer], model.stream, layer))
+                  for layer, f in enumerate(fixed)) / len(fixed)
+        matches.append(ConstructionMatch(name, spec.works, betas[best], best_tv, cos,
                                          circuit.overlap(spec.cells), circuit.recall(spec.cells),
                                          circuit.norm_share(spec.cells)))
     return tuple(sorted(matches, key=lambda m: (round(m.pattern_tv, 9), -m.weight_cosine)))

@@ -33,10 +33,12 @@ from torch import Tensor
 
 from ..maths.cells import cell_template
 from ..model.hooked import HookedDisentangledTransformer
+from ..model.variants import forward_many
 from ..task import Batch, mse
 from .gauge import gauge_fix, gauge_projectors
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis
 from .pursuit import basis
+from .score import Score, read_score, score
 
 #: A fitted template β below this share of the largest ``|β|`` in its (layer, head) has no sign
 #: worth checking (``Faithfulness.signs_agree``).
@@ -118,32 +120,56 @@ def _fit_atoms(model: HookedDisentangledTransformer, layer: int, F: Tensor,
     return torch.einsum("n,nij->ij", beta, raw), (Phi @ beta).reshape(F.shape)
 
 
-def project(model: HookedDisentangledTransformer, hyp: Hypothesis) -> Projection:
+def fixed_weights(model: HookedDisentangledTransformer) -> tuple[Tensor, ...]:
+    """Per layer ``gauge_fix(A)`` of every head, ``(H, D, D)`` float64 on the CPU."""
+    return tuple(gauge_fix(block.attn.A.detach().to("cpu", torch.float64), model.stream, layer)
+                 for layer, block in enumerate(model.blocks))
+
+
+def project(model: HookedDisentangledTransformer, hyp: Hypothesis, *,
+            fixed: Sequence[Tensor] | None = None, fits: dict | None = None,
+            betas: bool = True) -> Projection:
     """Least-squares fit of each head's ``gauge_fix(A)`` by ``gauge_fix(M)`` with ``M`` in the span of
-    the hypothesis (``hyp.unit``: its template atoms, or every entry of its cells), and the fit."""
-    fixed, kept, shares = [], [], []
-    betas = [0.0] * len(hyp.cells)
+    the hypothesis (``hyp.unit``: its template atoms, or every entry of its cells), and the fit.
+
+    ``fixed``: :func:`fixed_weights` already computed; ``fits``: a dict that keeps each head's fit
+    by its cells, for a caller testing many hypotheses of one model; ``betas=False`` skips the
+    per-cell β (zeros), which only the faithfulness record reports."""
+    fixed = fixed if fixed is not None else fixed_weights(model)
+    kept, shares = [], []
+    betas_out = [0.0] * len(hyp.cells)
     fit = _fit_cells if hyp.unit == "cells" else _fit_atoms
-    for layer, block in enumerate(model.blocks):
-        F = gauge_fix(block.attn.A.detach().to("cpu", torch.float64), model.stream, layer)
+    for layer, F in enumerate(fixed):
         K = torch.zeros_like(F)
         for head in range(F.shape[0]):
             mine = [i for i, c in enumerate(hyp.cells) if c[0] == layer and c[1] == head]
             if not mine:
                 continue
-            M, K[head] = fit(model, layer, F[head], [hyp.cells[i] for i in mine])
+            cells = [hyp.cells[i] for i in mine]
+            # a cells fit depends on which (query, key) cells only; an atoms fit on the templates
+            key = (hyp.unit, layer, head, frozenset(c[2:4] for c in cells) if hyp.unit == "cells"
+                   else tuple(cells))
+            if fits is None or key not in fits:
+                found = fit(model, layer, F[head], cells)
+                if fits is None:
+                    M, K[head] = found
+                else:
+                    fits[key] = found
+            if fits is not None:
+                M, K[head] = fits[key]
+            if not betas:
+                continue
             for group in {hyp.cells[i][:4] for i in mine}:  # β: the templates' least-squares
                 entries = [i for i in mine if hyp.cells[i][:4] == group]  # scales in the fitted cell
                 Ts = torch.stack([_template_at(model, hyp.cells[i]).reshape(-1) for i in entries], 1)
                 on = Ts.abs().sum(1) > 0
                 scale = torch.linalg.lstsq(Ts[on], M.reshape(-1)[on, None], driver="gelsd").solution
                 for i, b in zip(entries, scale.squeeze(1).tolist()):
-                    betas[i] = b
+                    betas_out[i] = b
         total = float(F.pow(2).sum())
-        fixed.append(F)
         kept.append(K)
         shares.append(float(K.pow(2).sum()) / total if total > 0 else 0.0)
-    return Projection(tuple(fixed), tuple(kept), tuple(betas), sum(shares) / len(shares))
+    return Projection(tuple(fixed), tuple(kept), tuple(betas_out), sum(shares) / len(shares))
 
 
 def _run(model: HookedDisentangledTransformer, As: Sequence[Tensor], W_U: Tensor, X: Tensor) -> Tensor:
@@ -164,48 +190,6 @@ def read_out(model: HookedDisentangledTransformer, read: tuple[str, ...] | None)
     for block in read:
         keep[model.stream.slice(block, model.cfg.n_layers)] = True
     return W * keep[:, None].to(W.dtype)
-
-
-@dataclass(frozen=True)
-class Score:
-    """One model's output on the batch: the note's MSE, rows exactly right and loss recovered, with
-    the standard errors of the last two over the batch's samples (``n``; 0 and ``None`` in records
-    written before they were measured). ``rows_se``: of the per-sample share of exact rows;
-    ``recovered_se``: the delta-method error of the ratio, paired with the model's own errors on
-    the same samples."""
-
-    mse: float
-    rows_exact: float
-    loss_recovered: float | None  # None when the model itself does no better than the baseline
-    rows_se: float = 0.0
-    recovered_se: float | None = None
-    n: int = 0
-
-
-def score(out: Tensor, batch: Batch, baseline: float, model_mse: float,
-          model_errors: Tensor | None = None) -> Score:
-    """Score ``out`` ``(B, rows, d)``; ``model_errors`` ``(B,)``: the model's own per-sample MSE
-    (default: ``model_mse`` for every sample, i.e. the model's error counted as known)."""
-    Y = batch.Y.to(out)
-    per = (out.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,) per-sample MSE
-    err = float(mse(out, Y))
-    exact = (out.round() == Y).all(-1).double()  # (B, rows)
-    rows = float(exact.mean())
-    n = len(per)
-    rows_se = float(exact.mean(-1).std(unbiased=True)) / n ** 0.5 if n > 1 else 0.0
-    gap = baseline - model_mse
-    if gap <= 1e-12:
-        return Score(err, rows, None, rows_se, None, n)
-    recovered = (baseline - err) / gap
-    m = model_errors.to(per) if model_errors is not None else torch.full_like(per, model_mse)
-    # R = (b - mean e_c) / (b - mean e_m): Var R ~ Var(e_c - R e_m) / (n gap²)
-    se = float((per - recovered * m).std(unbiased=True)) / (n ** 0.5 * gap) if n > 1 else 0.0
-    return Score(err, rows, recovered, rows_se, se, n)
-
-
-def read_score(data: dict) -> Score:
-    """A :class:`Score` from its dict, older records (without standard errors) included."""
-    return Score(**{k: v for k, v in data.items() if k in Score.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -274,13 +258,15 @@ ABLATIONS = ("zero", "mean")
 
 
 class Tester:
-    """Runs circuit-only and ablated variants of one model on one batch; the model's own output
-    (the clean run) is computed once.
+    """Runs circuit-only and ablated variants of one model on one batch. The model's own output
+    (the clean run), its gauge-fixed weights and each head's fit to a set of cells are computed
+    once; with zero ablation variants run together (``model.variants.forward_many``).
 
     ``ablation``: how a removed part of ``A`` is removed. ``"zero"``: zeroed in the gauge-fixed
     frame. ``"mean"``: its score contribution ``h_i R h_jᵀ`` (``R`` the removed part, ``h`` the
     clean run's stream) is replaced by its mean over the ``reference`` batch (default: the batch
-    itself), per head and (query, key) position. Removed read-out rows are zeroed either way."""
+    itself), per head and (query, key) position; such variants run one at a time through the
+    hooked model. Removed read-out rows are zeroed either way."""
 
     def __init__(self, model: HookedDisentangledTransformer, batch: Batch, ablation: str = "zero",
                  reference: Batch | None = None):
@@ -294,10 +280,13 @@ class Tester:
         self.batch = batch.to(model.device, model.cfg.torch_dtype)
         self.baseline = 0.25 * model.cfg.d
         with torch.no_grad():
-            out = model(self.batch.X, check_input=False)
-        Y = self.batch.Y.to(out)
-        self.clean_errors = (out.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,)
-        self.clean = score(out, self.batch, self.baseline, float(mse(out, Y)), self.clean_errors)
+            self.output = model(self.batch.X, check_input=False)  # (B, d, d)
+        Y = self.batch.Y.to(self.output)
+        self.clean_errors = (self.output.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,)
+        self.clean = score(self.output, self.batch, self.baseline, float(mse(self.output, Y)),
+                           self.clean_errors)
+        self.fixed = fixed_weights(model)
+        self._fits: dict = {}
         self._streams = None
         if ablation == "mean":
             ref = (reference or batch).to(model.device, model.cfg.torch_dtype)
@@ -307,39 +296,91 @@ class Tester:
                                                 return_cache_object=False)
             self._streams = [cache[n].to("cpu", torch.float64) for n in names]  # (B, T, D_l)
 
+    def project(self, hyp: Hypothesis, betas: bool = True) -> Projection:
+        return project(self.model, hyp, fixed=self.fixed, fits=self._fits, betas=betas)
+
+    def _score(self, out: Tensor) -> Score:
+        return score(out, self.batch, self.baseline, self.clean.mse, self.clean_errors)
+
     def _mean_scores(self, removed: Sequence[Tensor]) -> list[Tensor]:
         """Per layer ``(H, T, T)``: the mean over the reference batch of ``h R hᵀ``."""
         return [torch.einsum("btd,hde,bse->hts", h, R, h) / len(h)
                 for h, R in zip(self._streams, removed)]
 
+    def run_many(self, variants: Sequence[tuple[Sequence[Tensor], Tensor]],
+                 removed: Sequence[Sequence[Tensor] | None] | None = None) -> list[Score]:
+        """Each ``(As, W_U)`` (per layer ``(H, D, D)``, and ``(D_L, d)``) run on the batch, scored;
+        ``removed``: per variant, the parts of ``A`` it removed (mean ablation only)."""
+        if self.ablation == "zero" or removed is None:
+            outs = forward_many(self.model.cfg, variants, self.batch.X)
+            return [self._score(out) for out in outs]
+        return [self.run(As, W_U, r) for (As, W_U), r in zip(variants, removed)]
+
     def run(self, As: Sequence[Tensor], W_U: Tensor, removed: Sequence[Tensor] | None = None) -> Score:
         if self.ablation == "zero" or removed is None:
+            return self.run_many([(As, W_U)])[0]
+        hooks = [(f"blocks.{layer}.attn.hook_attn_scores",
+                  lambda scores, hook, m=m: scores + m.to(scores))
+                 for layer, m in enumerate(self._mean_scores(removed))]
+        with self.model.hooks(fwd_hooks=hooks):
             out = _run(self.model, As, W_U, self.batch.X)
-        else:
-            means = self._mean_scores(removed)
-            hooks = [(f"blocks.{layer}.attn.hook_attn_scores",
-                      lambda scores, hook, m=m: scores + m.to(scores)) for layer, m in enumerate(means)]
-            with self.model.hooks(fwd_hooks=hooks):
-                out = _run(self.model, As, W_U, self.batch.X)
-        return score(out, self.batch, self.baseline, self.clean.mse, self.clean_errors)
+        return self._score(out)
+
+    def _circuit(self, hyp: Hypothesis, proj: Projection | None = None):
+        """``((kept, W_U read), removed)``: the circuit-only variant and what it removed."""
+        proj = proj or self.project(hyp, betas=False)
+        return ((proj.kept, read_out(self.model, hyp.read)),
+                [f - k for f, k in zip(proj.fixed, proj.kept)])
+
+    def circuits(self, hyps: Sequence[Hypothesis]) -> list[Score]:
+        """The circuit-only model of each hypothesis (run together under zero ablation)."""
+        pairs = [self._circuit(h) for h in hyps]
+        return self.run_many([v for v, _ in pairs], [r for _, r in pairs])
 
     def circuit(self, hyp: Hypothesis, proj: Projection | None = None) -> Score:
-        proj = proj or project(self.model, hyp)
-        return self.run(proj.kept, read_out(self.model, hyp.read),
-                        [f - k for f, k in zip(proj.fixed, proj.kept)])
+        variant, removed = self._circuit(hyp, proj)
+        return self.run(*variant, removed)
+
+    def test_many(self, hyps: Sequence[Hypothesis], minimality: bool = True) -> list[Faithfulness]:
+        """:meth:`test` of every hypothesis, all their variants run together (zero ablation)."""
+        projs = [self.project(h) for h in hyps]
+        W_U = self.model.unembed.W_U.detach()
+        variants, removed, spans = [], [], []
+        for hyp, proj in zip(hyps, projs):
+            less = [hyp.without(i) for i in range(len(hyp))] if minimality else []
+            start = len(variants)
+            rest = [f - k for f, k in zip(proj.fixed, proj.kept)]
+            variants += [(proj.kept, read_out(self.model, hyp.read)), (rest, W_U)]
+            removed += [rest, list(proj.kept)]
+            for h in less:
+                variant, r = self._circuit(h)
+                variants.append(variant)
+                removed.append(r)
+            spans.append((start, len(variants)))
+        scores = self.run_many(variants, removed)
+        out = []
+        for hyp, proj, (start, stop) in zip(hyps, projs, spans):
+            circuit, without, *minimal = scores[start:stop]
+            atoms = proj if hyp.unit == "atoms" else self.project(
+                Hypothesis(hyp.name, hyp.cells, hyp.read, "atoms"))
+            out.append(Faithfulness(hyp.name, hyp.unit, hyp.cells, hyp.read, proj.betas,
+                                    atoms.betas, proj.weight_share, self.baseline, self.clean,
+                                    circuit, without, tuple(minimal)))
+        return out
 
     def test(self, hyp: Hypothesis, minimality: bool = True) -> Faithfulness:
-        proj = project(self.model, hyp)
-        W_read = read_out(self.model, hyp.read)
-        rest = [f - k for f, k in zip(proj.fixed, proj.kept)]
-        circuit = self.run(proj.kept, W_read, rest)
-        without = self.run(rest, self.model.unembed.W_U.detach(), proj.kept)
-        minimal = tuple(self.circuit(hyp.without(i)) for i in range(len(hyp))) if minimality else ()
-        atoms = proj if hyp.unit == "atoms" else project(
-            self.model, Hypothesis(hyp.name, hyp.cells, hyp.read, "atoms"))
-        return Faithfulness(hyp.name, hyp.unit, hyp.cells, hyp.read, proj.betas, atoms.betas,
-                            proj.weight_share,
-                            self.baseline, self.clean, circuit, without, minimal)
+        """Faithfulness (the circuit alone), completeness (the model without it) and minimality
+        (the circuit less each cell) of one hypothesis."""
+        return self.test_many([hyp], minimality)[0]
+
+
+def evaluate_many(model: HookedDisentangledTransformer, hypotheses: Sequence, batch: Batch, *,
+                  tester: Tester | None = None) -> list[Score]:
+    """The circuit-only model of each hypothesis (anything :func:`as_hypothesis` takes) scored on
+    ``batch``: one :class:`Score` each, as ``faithfulness(...).circuit``. ``tester``: a
+    :class:`Tester` of ``model`` on ``batch`` already built (default: a new one, zero ablation)."""
+    tester = tester or Tester(model, batch)
+    return tester.circuits([as_hypothesis(model, h) for h in hypotheses])
 
 
 def faithfulness(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,

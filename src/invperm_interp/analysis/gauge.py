@@ -16,13 +16,15 @@ identical scores up to a per-row constant and so identical attention patterns. O
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from ..model.hooked import HookedDisentangledTransformer
-from ..stream import Stream, layer_hook_names
+from ..model.variants import forward_many
+from ..stream import Stream
 
 
 def key_gauge_basis(stream: Stream, layer: int, dtype=torch.float64) -> Tensor:
@@ -92,18 +94,23 @@ def gauge_fixed(model: HookedDisentangledTransformer) -> HookedDisentangledTrans
     return twin
 
 
-def gauge_check(model: HookedDisentangledTransformer, X: Tensor) -> float:
+def gauge_check(model: HookedDisentangledTransformer, X: Tensor,
+                fixed: Sequence[Tensor] | None = None) -> float:
     """Largest attention-pattern difference between ``model`` and :func:`gauge_fixed` on ``X``.
 
     The gauge directions come from the layout; this checks them against data:
     ~1e-15 in float64, ~1e-6 in float32; more would mean a direction was not gauge after all.
+    ``fixed``: per layer ``gauge_fix(A)`` (float64) already computed. Both weights run as two
+    variants of one forward (``model.variants``).
     """
-    twin = gauge_fixed(model)
-    names = layer_hook_names("pattern", model.cfg.n_layers)
-    with torch.no_grad():
-        _, a = model.run_with_cache(X, names_filter=names, return_cache_object=False)
-        _, b = twin.run_with_cache(X, names_filter=names, return_cache_object=False)
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
+    As = [block.attn.A.detach() for block in model.blocks]
+    if fixed is None:
+        fixed = [gauge_fix(A.to(torch.float64), model.stream, layer) for layer, A in enumerate(As)]
+    W_U = model.unembed.W_U.detach()
+    twin = [f.to(A.device, A.dtype) for f, A in zip(fixed, As)]
+    X = X.to(model.device, model.cfg.torch_dtype)
+    (_, a), (_, b) = forward_many(model.cfg, [(As, W_U), (twin, W_U)], X, patterns=True)
+    return max(float((p - q).abs().max()) for p, q in zip(a, b))
 
 
 def perturb(model: HookedDisentangledTransformer, gauge: float = 0.0, noise: float = 0.0,

@@ -144,7 +144,7 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
     tester = tester or Tester(model, batch)
     names = [n for n in candidates(model) if constructions.get(n).works]
-    tested = [tester.test(as_hypothesis(model, n)) for n in names]
+    tested = tester.test_many([as_hypothesis(model, n) for n in names])
     good, straddle = ranked(tested, rows, recovered, z)
     passing = [t for t in tested if t.signs_agree and is_faithful(t.circuit, rows, recovered)]
     starts = [Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in passing]

@@ -81,8 +81,9 @@ class MinimalCircuit:
 
 
 def score_subsets(tester: Tester, hypotheses: Sequence[Hypothesis]) -> list[Score]:
-    """The circuit-only model's :class:`Score` for each hypothesis, on the tester's batch."""
-    return [tester.circuit(h) for h in hypotheses]
+    """The circuit-only model's :class:`Score` for each hypothesis, on the tester's batch (run
+    together as batched forwards under zero ablation: :meth:`Tester.circuits`)."""
+    return tester.circuits(list(hypotheses))
 
 
 def candidate_cells(circuit: Circuit) -> list[AtomCell]:

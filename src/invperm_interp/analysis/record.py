@@ -20,6 +20,7 @@ from ..config import ModelConfig
 from ..labels import excess_text, name_streams
 from ..maths.floors import dependency_map
 from ..model.hooked import HookedDisentangledTransformer
+from ..model.variants import forward_many
 from ..task import Batch
 from .ablate import AblationResult, standard_ablations
 from .compare import ConstructionMatch, closest_construction
@@ -27,7 +28,7 @@ from .faithfulness import Faithfulness, Tester
 from .gauge import gauge_check
 from .hypothesis import cell_text
 from .mechanism import Mechanism, MinimalCircuit, mechanism
-from .templates import CellMatch, Circuit, explain, match_templates
+from .templates import CellMatch, Circuit, explain_and_match
 
 RECORD_VERSION = 1
 
@@ -70,7 +71,10 @@ class ModelAnalysis:
     - ``closest``: the fitting constructions by attention-pattern distance (``closest_construction``);
     - ``ablations``: the standard ablations against the causal floor;
     - ``gauge_check``: largest attention-pattern change from gauge-fixing ``A`` (~1e-6 in float32);
-    - ``lemma1``: the dependency certificate.
+    - ``lemma1``: the dependency certificate;
+    - ``accuracy``: ``entry_acc``, ``row_acc``, ``sample_acc`` (entries, rows, whole ``Y`` right
+      after rounding) on the batch; ``sample_patterns``: per layer, every head's attention on
+      sample 0, ``(H, T, T)`` nested lists (what the report draws; ``None`` in older records).
     """
 
     SECTIONS = ("mechanism", "minimal_circuit", "circuit", "constructions", "ablations", "gauge",
@@ -89,6 +93,8 @@ class ModelAnalysis:
     ablations: tuple[AblationResult, ...]
     gauge_check: float
     lemma1: Lemma1
+    accuracy: dict[str, float] | None = None
+    sample_patterns: tuple | None = None
     version: int = field(default=RECORD_VERSION)
 
     @property
@@ -109,6 +115,8 @@ class ModelAnalysis:
             "closest": [vars(m) for m in self.closest],
             "ablations": [a.to_dict() for a in self.ablations],
             "gauge_check": self.gauge_check, "lemma1": self.lemma1.to_dict(),
+            "accuracy": self.accuracy,
+            "sample_patterns": None if self.sample_patterns is None else list(self.sample_patterns),
         }
 
     @classmethod
@@ -124,7 +132,10 @@ class ModelAnalysis:
             cells=tuple(CellMatch(**c) for c in data["cells"]),
             closest=tuple(ConstructionMatch(**m) for m in data["closest"]),
             ablations=tuple(AblationResult.from_dict(a) for a in data["ablations"]),
-            gauge_check=data["gauge_check"], lemma1=Lemma1.from_dict(data["lemma1"]))
+            gauge_check=data["gauge_check"], lemma1=Lemma1.from_dict(data["lemma1"]),
+            accuracy=data.get("accuracy"),
+            sample_patterns=None if data.get("sample_patterns") is None
+            else tuple(data["sample_patterns"]))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, allow_nan=False)
@@ -142,26 +153,43 @@ class ModelAnalysis:
 
 def analyze(model: HookedDisentangledTransformer, batch: Batch, source: str = "", *,
             lemma1_samples: int = 4) -> ModelAnalysis:
-    """The whole analysis of ``model`` on ``batch`` (the clean run is computed once and shared by
-    the mechanism tests; the ablations share theirs)."""
+    """The whole analysis of ``model`` on ``batch``. The clean run, the gauge-fixed weights and the
+    atom fit are computed once and shared by every part; circuit variants run as batched forwards."""
     if not isinstance(model, HookedDisentangledTransformer):
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
     _check_finite_norm(model)
-    tester = Tester(model, batch)
-    circuit = explain(model)
+    tester = Tester(model, batch)  # the clean run and gauge_fix(A), shared by every part
+    circuit, cells = explain_and_match(model)  # the atoms, fitted once
     mech = mechanism(model, batch, circuit=circuit, tester=tester)
-    ablations = standard_ablations(model, tester.batch)
+    ablations = standard_ablations(model, tester.batch, before=tester.clean.mse)
     deps = dependency_map(model, tester.batch.X[:lemma1_samples])
     later = torch.arange(deps.norms.shape[-1])[None, :] > torch.tensor(deps.positions)[:, None]
     norms = deps.norms.double().cpu()
     return ModelAnalysis(
         source=source, model=model.cfg, n_samples=len(batch), mse=tester.clean.mse,
         rows_exact=tester.clean.rows_exact, causal_floor=ablations[0].causal_floor,
-        mechanism=mech, circuit=circuit, cells=tuple(match_templates(model)),
-        closest=closest_construction(model, tester.batch), ablations=tuple(ablations),
-        gauge_check=gauge_check(model, tester.batch.X), lemma1=Lemma1(
-            deps.causal_ok, float(norms[later].max()) if bool(later.any()) else 0.0,
-            tuple(deps.positions), tuple(tuple(r) for r in norms.tolist())))
+        mechanism=mech, circuit=circuit, cells=tuple(cells),
+        closest=closest_construction(model, tester.batch, circuit=circuit, fixed=tester.fixed),
+        ablations=tuple(ablations), gauge_check=gauge_check(model, tester.batch.X, tester.fixed),
+        lemma1=Lemma1(deps.causal_ok, float(norms[later].max()) if bool(later.any()) else 0.0,
+                      tuple(deps.positions), tuple(tuple(r) for r in norms.tolist())),
+        accuracy=_accuracy(tester.output, tester.batch.Y), sample_patterns=_sample_patterns(model, batch))
+
+
+def _accuracy(out: torch.Tensor, Y: torch.Tensor) -> dict[str, float]:
+    """Entries, rows and whole samples right after rounding: ``out``, ``Y`` ``(B, d, d)``."""
+    hit = out.round() == Y.to(out)
+    rows = hit.all(-1)
+    return {"entry_acc": float(hit.double().mean()), "row_acc": float(rows.double().mean()),
+            "sample_acc": float(rows.all(-1).double().mean())}
+
+
+def _sample_patterns(model: HookedDisentangledTransformer, batch: Batch) -> tuple:
+    """Per layer, every head's attention pattern on sample 0 as nested lists ``(H, T, T)``."""
+    weights = ([b.attn.A.detach() for b in model.blocks], model.unembed.W_U.detach())
+    X = batch.X[:1].to(model.device, model.cfg.torch_dtype)
+    (_, patterns), = forward_many(model.cfg, [weights], X, patterns=True)
+    return tuple(p[0].double().cpu().tolist() for p in patterns)
 
 
 def _check_finite_norm(model: HookedDisentangledTransformer) -> None:

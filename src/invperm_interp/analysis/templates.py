@@ -272,11 +272,23 @@ def explain(model: HookedDisentangledTransformer, layer: int | None = None, head
     library = _library(templates)
     parts = [_explain_head(model, lay, h, library, min_share, tol, max_atoms, significance)
              for lay, h in _selection(model, layer, head)]
+    return _circuit_of(parts)
+
+
+def _circuit_of(parts: list[_Explained]) -> Circuit:
     shares = []
     for part in parts:
         total = float(part.fit.fixed.pow(2).sum())
         shares.append(float(part.fit.residual.pow(2).sum()) / total if total > 0 else 0.0)
     return Circuit(tuple(a for p in parts for a in p.atoms), tuple(shares))
+
+
+def explain_and_match(model: HookedDisentangledTransformer) -> tuple[Circuit, list[CellMatch]]:
+    """:func:`explain` and :func:`match_templates` of every head with their defaults, from one fit."""
+    library = _library(None)
+    parts = [_explain_head(model, lay, h, library, 1e-3, 1e-10, 32, 2.0)
+             for lay, h in _selection(model, None, None)]
+    return _circuit_of(parts), [row for part in parts for row in _cell_rows(model, part)]
 
 
 def match_templates(model: HookedDisentangledTransformer, layer: int | None = None,

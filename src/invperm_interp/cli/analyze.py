@@ -53,10 +53,7 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
 
     if (args.run_dir is None) == (args.construction is None):
         raise ValueError("give a run directory or --construction NAME (one of them)")
-    import torch
-
-    if args.threads is not None or not torch.cuda.is_available():  # one thread on the CPU
-        torch.set_num_threads(args.threads or 1)
+    _set_threads(args.threads)
     metrics = None
     if args.construction is not None:
         model = constructions.build(args.construction, args.d, args.beta, max_memory=args.max_memory)
@@ -80,33 +77,105 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
                        max_memory=args.max_memory)
 
 
+def _set_threads(threads: int | None) -> None:
+    """Torch threads for an analysis: ``threads``; default 1 on the CPU (the model is small; more
+    threads only contend on shared cores), torch's own on a GPU."""
+    if threads is not None and (isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"--threads must be an integer >= 1, got {threads!r}")
+    import torch
+
+    if threads is not None or not torch.cuda.is_available():
+        torch.set_num_threads(threads or 1)
+
+
+def _reusable(run_dir, n: int):
+    """The run's ``analysis.json`` when it is complete (it carries what the report draws), for
+    ``n`` samples and written after the weights; else None."""
+    from ..analysis.record import ModelAnalysis
+    from ..runs.directory import RunDir
+
+    path, weights = RunDir(run_dir).analysis, RunDir(run_dir).final
+    if not path.is_file() or path.stat().st_mtime < weights.stat().st_mtime:
+        return None
+    try:
+        record = ModelAnalysis.from_json(path.read_text())
+    except (ValueError, KeyError, TypeError):
+        return None
+    complete = record.sample_patterns is not None and record.accuracy is not None
+    return record if complete and record.n_samples == n else None
+
+
+def report_run(run_dir, *, n: int, seed: int, bundle: str | None, threads: int | None,
+               max_memory: int | None, links: list[tuple[str, str]] | None = None) -> str:
+    """One run's report (a worker's job in ``invperm report DIR``): its ``analysis.json`` is
+    reused when :func:`_reusable`, else the run is analysed and the record written once."""
+    from pathlib import Path
+
+    import torch
+
+    from .. import sample_batch
+    from ..runs.directory import RunDir
+    from ..training.run import Run
+    from ..viz.report import write_report
+
+    _set_threads(threads)
+    run_dir = Path(run_dir)
+    run = Run.load(run_dir)
+    record = _reusable(run_dir, n)
+    if record is None:
+        analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=n, seed=seed,
+                           train_cfg=run.train_cfg, bundle=bundle, quiet=True, max_memory=max_memory,
+                           links=links)
+    else:
+        cfg = run.model.cfg
+        generator = torch.Generator(device=run.model.device).manual_seed(seed)
+        batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
+        write_report(run.model, record, batch, RunDir(run_dir).report, run.metrics,
+                     title=record.source, train_cfg=run.train_cfg, bundle=bundle, links=links)
+    return str(run_dir)
+
+
 def _report_directory(root, args: argparse.Namespace) -> None:
     """``invperm report DIR`` on a directory of runs: a report for each run that has none (sharing
-    one circuitsvis bundle, ``DIR/circuitsvis.js``, unless ``--inline-bundle``), then
-    ``DIR/index.html``."""
+    one circuitsvis bundle, ``DIR/circuitsvis.js``, unless ``--inline-bundle``), analysed in
+    ``--workers`` processes (default: one per core), then ``DIR/index.html``."""
+    import multiprocessing
     import os
+    from concurrent.futures import ProcessPoolExecutor, as_completed
     from pathlib import Path
 
     from tqdm import tqdm
 
     from ..runs.directory import RunDir
-    from ..training.run import Run
     from ..viz.index import find_runs, report_links, write_index
     from ..viz.page import write_bundle
 
     if args.step is not None or args.out is not None:
         raise ValueError("--step and --out are for one run; DIR is a directory of runs")
+    workers = args.workers or os.cpu_count() or 1
+    if workers < 1:
+        raise ValueError(f"--workers must be an integer >= 1, got {workers}")
     rows = find_runs(root)
     todo = [r for r in rows if not RunDir(r.dir).report.is_file() and RunDir(r.dir).is_finished]
     if todo and not args.index_only:
         shared = None if args.inline_bundle else write_bundle(root)
-        for row in tqdm(todo, desc="run reports", unit="run"):
-            run_dir = row.dir
-            run = Run.load(run_dir)
-            bundle = None if shared is None else Path(os.path.relpath(shared, run_dir)).as_posix()
-            analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=args.n,
-                               seed=args.seed, train_cfg=run.train_cfg, bundle=bundle, quiet=True,
-                               max_memory=args.max_memory, links=report_links(root, rows, row))
+        jobs = [(row.dir, dict(n=args.n, seed=args.seed, threads=args.threads,
+                               max_memory=args.max_memory, links=report_links(root, rows, row),
+                               bundle=None if shared is None
+                               else Path(os.path.relpath(shared, row.dir)).as_posix()))
+                for row in todo]
+        progress = tqdm(total=len(jobs), desc="run reports", unit="run")
+        if workers == 1 or len(jobs) == 1:
+            for run_dir, kw in jobs:
+                report_run(run_dir, **kw)
+                progress.update()
+        else:  # spawned, not forked: a forked torch can hang in its thread pools
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
+                for done in as_completed([pool.submit(report_run, d, **kw) for d, kw in jobs]):
+                    done.result()
+                    progress.update()
+        progress.close()
         rows = find_runs(root)  # the new analyses name mechanisms
     path = write_index(root, rows)
     print(f"wrote {path} ({len(rows)} runs, {len(todo) if not args.index_only else 0} new reports)")
@@ -132,6 +201,8 @@ def add_analyze_parser(sub, name: str) -> None:
     analyze.add_argument("--out", help="directory for analysis.json and report.html "
                                         "(default: the run directory)")
     analyze.add_argument("--threads", type=int, help=THREADS_HELP)
+    analyze.add_argument("--workers", type=int, help="for a directory of runs: analyses run in this "
+                                                      "many processes (default: one per core)")
     analyze.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     analyze.add_argument("--index-only", action="store_true",
                          help="for a directory of runs: only the index page, no missing run reports")

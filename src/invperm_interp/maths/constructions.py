@@ -18,12 +18,13 @@ import torch
 from .. import memory
 from ..config import ModelConfig
 from ..model.hooked import HookedDisentangledTransformer
+from ..stream import Stream
 from ..task import Batch, Layout, make_input, mse, sample_batch
 from .cells import cell_template
 from .registry import CELL_LABELS, REGISTRY, Cell, ConstructionSpec, get, names, parse_read
 
 __all__ = ["REGISTRY", "CELL_LABELS", "Cell", "ConstructionSpec", "build", "get", "names",
-           "parse_read", "register", "verify"]
+           "parse_read", "register", "verify", "weights"]
 
 DEFAULT_BETA = 100.0
 
@@ -51,6 +52,42 @@ def default_beta(name: str) -> float:
     return max(DEFAULT_BETA, get(name).beta_exact or 0.0)
 
 
+def _config(name: str, d: int, beta, dtype: torch.dtype, scratch) -> tuple:
+    """Check the arguments of :func:`build`: ``(spec, model config, beta)``."""
+    spec = get(name)
+    if isinstance(d, int) and not isinstance(d, bool) and 1 <= d < spec.min_d:
+        raise ValueError(f"construction {name!r} works from d={spec.min_d} (its lookups take a "
+                         f"complement over the other P rows), got d={d}")
+    beta = default_beta(name) if beta is None else beta
+    number = isinstance(beta, (int, float)) and not isinstance(beta, bool)
+    if not (number and 0 < beta < float("inf")):
+        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    cfg = ModelConfig(spec.make_layout(d, scratch), n_layers=2, n_heads=1,
+                      attention_dir=spec.attention_dir, readout=spec.readout,
+                      dtype="float64" if dtype == torch.float64 else "float32", init="zeros")
+    return spec, cfg, beta
+
+
+def weights(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = torch.float64,
+            scratch=None, into: HookedDisentangledTransformer | None = None) -> tuple:
+    """:func:`build`'s weights without a model: ``(cfg, [A (1, D_l, D_l) per layer], W_U (D_L, d))``
+    (``into``: a zero model of that config to write them into instead)."""
+    spec, cfg, beta = _config(name, d, beta, dtype, scratch)
+    stream = Stream(cfg.layout, cfg.heads) if into is None else into.stream
+    As = ([torch.zeros(1, w, w, dtype=dtype) for w in cfg.widths[:-1]] if into is None
+          else [b.attn.A.data for b in into.blocks])
+    W_U = torch.zeros(cfg.widths[-1], cfg.d, dtype=dtype) if into is None else into.unembed.W_U.data
+    for (layer, query, key, kind), scale in ([(c, 1.0) for c in spec.cells]
+                                             + scratch_guard(spec, cfg.layout.scratch_vector)):
+        view = stream.split(As[layer][0], layer)[(query, key)]
+        view += beta * scale * cell_template(kind, *view.shape, dtype=dtype)
+    for block, sign in spec.read_terms:
+        W_U[stream.slice(block, cfg.n_layers)] = sign * torch.eye(cfg.d, dtype=dtype)
+    return cfg, As, W_U
+
+
 def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = torch.float64,
           scratch=None, max_memory: int | str | None = None) -> HookedDisentangledTransformer:
     """The model of construction ``name`` at size ``d``, every cell times ``beta``.
@@ -62,30 +99,11 @@ def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = 
     Weights that would not fit ``max_memory`` (default: the memory left) are refused before they
     are allocated.
     """
-    spec = get(name)
-    if isinstance(d, int) and not isinstance(d, bool) and 1 <= d < spec.min_d:
-        raise ValueError(f"construction {name!r} works from d={spec.min_d} (its lookups take a "
-                         f"complement over the other P rows), got d={d}")
-    if beta is None:
-        beta = default_beta(name)
-    number = isinstance(beta, (int, float)) and not isinstance(beta, bool)
-    if not (number and 0 < beta < float("inf")):
-        raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
-    if dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-    cfg = ModelConfig(spec.make_layout(d, scratch), n_layers=2, n_heads=1,
-                      attention_dir=spec.attention_dir, readout=spec.readout,
-                      dtype="float64" if dtype == torch.float64 else "float32", init="zeros")
+    cfg = _config(name, d, beta, dtype, scratch)[1]
     memory.check(memory.model_estimate(cfg, f"construction {name!r} at d={d}"), max_memory)
     model = HookedDisentangledTransformer(cfg, max_memory=max_memory)
-    cells = [(c, 1.0) for c in spec.cells] + scratch_guard(spec, cfg.layout.scratch_vector)
     with torch.no_grad():
-        for (layer, query, key, kind), scale in cells:
-            view = model.stream.split(model.blocks[layer].attn.A.data[0], layer)[(query, key)]
-            view += beta * scale * cell_template(kind, *view.shape, dtype=dtype)
-        for block, sign in spec.read_terms:
-            eye = torch.eye(d, dtype=dtype)
-            model.unembed.W_U.data[model.stream.slice(block, cfg.n_layers)] = sign * eye
+        weights(name, d, beta, dtype=dtype, scratch=scratch, into=model)
     return model
 
 
@@ -113,20 +131,17 @@ def theorem3(d: int, beta: float | None = None, scratch=None, **kw) -> HookedDis
     return build("theorem3", d, beta, scratch=scratch, **kw)
 
 
-def theorem3_as_printed(d: int, beta: float | None = None, scratch=None,
-                        **kw) -> HookedDisentangledTransformer:
+def theorem3_as_printed(d: int, beta=None, scratch=None, **kw) -> HookedDisentangledTransformer:
     return build("theorem3_as_printed", d, beta, scratch=scratch, **kw)
 
 
-def theorem3_two_block(d: int, beta: float | None = None, scratch=None,
-                       **kw) -> HookedDisentangledTransformer:
+def theorem3_two_block(d: int, beta=None, scratch=None, **kw) -> HookedDisentangledTransformer:
     return build("theorem3_two_block", d, beta, scratch=scratch, **kw)
 
 
 @dataclass(frozen=True)
 class Verification:
     """How well a model reproduces ``Y``: largest absolute error and the note's MSE."""
-
     max_error: float
     mse: float  # squared error summed over the d columns, averaged over rows and samples
     n: int
@@ -134,10 +149,8 @@ class Verification:
 
 def verify(model: HookedDisentangledTransformer, n: int = 256, seed: int = 0,
            batch: Batch | None = None, max_memory: int | str | None = None) -> Verification:
-    """Compare ``model(X)`` with ``Y`` on ``batch``, or on ``n`` fresh samples drawn from ``seed``.
-
-    A check that would not fit ``max_memory`` (default: the memory left) is refused first.
-    """
+    """Compare ``model(X)`` with ``Y`` on ``batch``, or on ``n`` fresh samples drawn from ``seed``;
+    a check that would not fit ``max_memory`` (default: the memory left) is refused first."""
     if batch is None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"n must be an integer >= 1, got {n!r}")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..model.variants import forward_stacked
 from ..task import Batch, Layout, make_input, sample_batch
 
 if TYPE_CHECKING:  # training needs the floors, not TransformerLens
@@ -171,10 +172,22 @@ def _later_is_zero(norms: Tensor, positions: list[int]) -> bool:
 
 
 def dependency_map(model: HookedDisentangledTransformer, batch: Batch | Tensor) -> DependencyMap:
-    """Jacobian norms of every read-out row w.r.t. every input row, on ``batch`` (a few samples)."""
+    """Jacobian norms of every read-out row w.r.t. every input row, on ``batch`` (a few samples).
+
+    Exact and cheap: the batch is copied once per output entry (``d²`` copies of ``B`` samples),
+    the hook-free forward of ``model.variants`` runs once on all the copies and one backward pass
+    of copy ``c``'s entry ``c`` gives row ``c`` of every sample's Jacobian; samples and copies do
+    not interact, so nothing else reaches their gradients."""
     X = model.check_input(batch.X if isinstance(batch, Batch) else batch)  # (B, T, d)
-    # Samples do not interact, so the Jacobian of the batch sum holds every sample's own Jacobian.
-    jac = torch.func.jacrev(lambda x: model(x, check_input=False).sum(0))(X)  # (d, d, B, T, d)
+    B, T, d = X.shape
+    As = [block.attn.A.detach()[None] for block in model.blocks]
+    W_U = model.unembed.W_U.detach()[None]
+    copies = X.detach().repeat(d * d, 1, 1).requires_grad_()  # (d²·B, T, d)
+    pick = torch.eye(d * d, dtype=X.dtype, device=X.device).repeat_interleave(B, 0).view(-1, d, d)
+    with torch.enable_grad():
+        out = forward_stacked(model.cfg, As, W_U, copies)[0]  # (d²·B, d, d)
+        (grad,) = torch.autograd.grad((out * pick).sum(), copies)
+    jac = grad.view(d, d, B, T, d)  # ∂ out[b, r, c] / ∂ X[b, t, j]
     norms = jac.pow(2).sum(dim=(1, 4)).sqrt().amax(dim=1)  # (n_readout, T)
     rows = model.cfg.readout_rows
     positions = list(range(rows.start, rows.stop))

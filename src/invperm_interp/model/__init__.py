@@ -1,6 +1,7 @@
 """The model: the plain disentangled transformer that training updates (no hooks, no
 TransformerLens), the hooked one built from the same parameters, its token vocabulary, its
-activation cache and the export to a native TransformerLens model. docs/design.md sections 1 and 3."""
+activation cache, weight variants run as batched forwards, and the export to a native
+TransformerLens model. docs/design.md sections 1 and 3."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ if TYPE_CHECKING:
     from .export import TransformerLensExport, to_transformer_lens
     from .hooked import HookedDisentangledTransformer
     from .tokens import from_tokens, row_labels, to_tokens
+    from .variants import forward_many, forward_stacked
 
 _HOMES = {"StreamCache": "cache", "DisentangledTransformer": "disentangled",
           "readout_forward": "disentangled", "TransformerLensExport": "export",
           "to_transformer_lens": "export", "HookedDisentangledTransformer": "hooked",
-          "from_tokens": "tokens", "row_labels": "tokens", "to_tokens": "tokens"}
+          "from_tokens": "tokens", "row_labels": "tokens", "to_tokens": "tokens",
+          "forward_many": "variants", "forward_stacked": "variants"}
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)
 __all__ = ["DisentangledTransformer", "HookedDisentangledTransformer", "StreamCache",
-           "TransformerLensExport", "from_tokens", "readout_forward", "row_labels", "to_tokens",
+           "TransformerLensExport", "forward_many", "forward_stacked", "from_tokens",
+           "readout_forward", "row_labels", "to_tokens",
            "to_transformer_lens"]

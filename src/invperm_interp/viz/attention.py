@@ -38,15 +38,21 @@ def render_element(element: str, **props) -> str:
             f"{json.dumps(element)}, {convert_props(props)}]);</script>")
 
 
-def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: int = 0) -> str:
+def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: int = 0,
+                    patterns=None) -> str:
     """Every head's attention pattern on sample ``index`` of ``batch``, side by side (HTML fragment).
 
     One ``AttentionPattern`` per head (queries down, keys across; hover for values), titled with
     the head's name; the rows the model reads out are marked ``▶`` in the token labels.
+    ``patterns``: per layer ``(H, T, T)`` (tensors or nested lists) already computed on that
+    sample (``ModelAnalysis.sample_patterns``); default: run the model.
     """
-    with torch.no_grad():
-        _, cache = model.run_with_cache(batch.X[index: index + 1],
-                                        names_filter=layer_hook_names("pattern", model.cfg.n_layers))
+    if patterns is None:
+        with torch.no_grad():
+            _, cache = model.run_with_cache(batch.X[index: index + 1],
+                                            names_filter=layer_hook_names("pattern",
+                                                                          model.cfg.n_layers))
+        patterns = [cache["pattern", layer][0] for layer in range(model.cfg.n_layers)]
     # Y rows by index only: their bits make the labels too long to show every one
     tokens = [t.split("=")[0] if t.startswith("Y") else t for t in token_labels(batch, index)]
     rows = batch.layout.rows(model.cfg.readout)
@@ -54,7 +60,7 @@ def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: i
         tokens[row] = "▶" + tokens[row]
     panels = []
     for layer, n_heads in enumerate(model.cfg.heads):
-        pattern = cache["pattern", layer][0].detach().cpu().float()  # (H, T, T)
+        pattern = torch.as_tensor(patterns[layer]).detach().cpu().float()  # (H, T, T)
         for head in range(n_heads):
             view = render_element("AttentionPattern", attention=pattern[head].tolist(),
                                   tokens=tokens, maskUpperTri=model.cfg.causal, showAxisLabels=True)

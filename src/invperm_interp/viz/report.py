@@ -6,9 +6,11 @@ circuit (table with captions, gauge-fixed weights, raw weights folded away), clo
 by attention patterns, ablations, the Lemma 1 certificate and the attention patterns of one sample.
 Layers are named one way everywhere (``invperm_interp.labels``).
 
-The page only renders: the numbers come from the analysis record (``ModelAnalysis``) and the run's
-metrics. Figures are inline SVG with alt text; the circuitsvis bundle is inlined (one
-self-contained file) unless ``bundle`` names a shared copy (a directory of reports, see ``viz.index``).
+The page only renders: the numbers, the accuracies and the attention on sample 0 come from the
+analysis record (``ModelAnalysis``) and the run's metrics; the model is read for its weights only
+(a record written before it carried accuracies and patterns falls back to running it). Figures
+are inline SVG with alt text; the circuitsvis bundle is inlined (one self-contained file) unless
+``bundle`` names a shared copy (a directory of reports, see ``viz.index``).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def _results(model: HookedDisentangledTransformer, result: ModelAnalysis, batch:
                      excess_text(last["mse"], last.get("causal_floor", floor) if causal else None),
                      *(f"{last[k]:.2%}" if last.get(k) is not None else "—"
                        for k in ("entry_acc", "row_acc", "sample_acc"))])
-    acc = evaluate(model, batch.to(model.device, model.cfg.torch_dtype))
+    acc = result.accuracy or evaluate(model, batch.to(model.device, model.cfg.torch_dtype))
     rows.append([f"this analysis's fresh batch ({result.n_samples} samples)",
                  excess_text(result.mse, floor if causal else None),
                  *(f"{acc[k]:.2%}" for k in ("entry_acc", "row_acc", "sample_acc"))])
@@ -183,14 +185,14 @@ def _certificate(model: HookedDisentangledTransformer, result: ModelAnalysis) ->
         "a causal mask."))
 
 
-def _attention(model: HookedDisentangledTransformer, batch: Batch) -> str:
+def _attention(model: HookedDisentangledTransformer, batch: Batch, patterns) -> str:
     return ("<h2>Attention on one sample</h2>"
             "<p class='meta'>Each head's attention pattern on sample 0 of the analysis batch: query "
             "(destination) rows down, key (source) rows across, darker = more attention (hover for "
             "values); grey cells are masked. Token labels: <code>P3→e7</code> is P row 3 (the one-hot "
             "e_7), <code>Y3</code> row 3 of Y_P, <code>S3</code> a scratch row; "
             f"<code>▶</code> marks the {model.cfg.readout} rows the model reads out.</p>"
-            + attention_views(model, batch, index=0))
+            + attention_views(model, batch, index=0, patterns=patterns))
 
 
 def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
@@ -210,7 +212,8 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
                                 "Entries, rows and whole samples exact after rounding."))
         parts.append("</div>")
     parts += [mechanism_section(result), _circuit(model, result), _constructions(result),
-              _ablations(model, result), _certificate(model, result), _attention(model, batch)]
+              _ablations(model, result), _certificate(model, result),
+              _attention(model, batch, result.sample_patterns)]
     return page(title, "\n".join(p for p in parts if p), bundle=bundle, links=links)
 
 

@@ -1,0 +1,53 @@
+"""The score of one model's output on a batch: MSE, rows exactly right and loss recovered, with
+standard errors over the batch's samples (definitions: ``analysis.faithfulness``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..task import Batch, mse
+
+
+@dataclass(frozen=True)
+class Score:
+    """One model's output on the batch: the note's MSE, rows exactly right and loss recovered, with
+    the standard errors of the last two over the batch's samples (``n``; 0 and ``None`` in records
+    written before they were measured). ``rows_se``: of the per-sample share of exact rows;
+    ``recovered_se``: the delta-method error of the ratio, paired with the model's own errors on
+    the same samples."""
+
+    mse: float
+    rows_exact: float
+    loss_recovered: float | None  # None when the model itself does no better than the baseline
+    rows_se: float = 0.0
+    recovered_se: float | None = None
+    n: int = 0
+
+
+def score(out: Tensor, batch: Batch, baseline: float, model_mse: float,
+          model_errors: Tensor | None = None) -> Score:
+    """Score ``out`` ``(B, rows, d)``; ``model_errors`` ``(B,)``: the model's own per-sample MSE
+    (default: ``model_mse`` for every sample, i.e. the model's error counted as known)."""
+    Y = batch.Y.to(out)
+    per = (out.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,) per-sample MSE
+    err = float(mse(out, Y))
+    exact = (out.round() == Y).all(-1).double()  # (B, rows)
+    rows = float(exact.mean())
+    n = len(per)
+    rows_se = float(exact.mean(-1).std(unbiased=True)) / n ** 0.5 if n > 1 else 0.0
+    gap = baseline - model_mse
+    if gap <= 1e-12:
+        return Score(err, rows, None, rows_se, None, n)
+    recovered = (baseline - err) / gap
+    m = model_errors.to(per) if model_errors is not None else torch.full_like(per, model_mse)
+    # R = (b - mean e_c) / (b - mean e_m): Var R ~ Var(e_c - R e_m) / (n gap²)
+    se = float((per - recovered * m).std(unbiased=True)) / (n ** 0.5 * gap) if n > 1 else 0.0
+    return Score(err, rows, recovered, rows_se, se, n)
+
+
+def read_score(data: dict) -> Score:
+    """A :class:`Score` from its dict, older records (without standard errors) included."""
+    return Score(**{k: v for k, v in data.items() if k in Score.__dataclass_fields__})

@@ -1,0 +1,153 @@
+"""Many variants of one model's weights run as batched forward passes, computing only what they read.
+
+A *variant* replaces every layer's ``A`` and the read-out ``W_U`` (a circuit-only model, a model
+less some cells, a construction at some β). :func:`forward_stacked` runs variants stacked along a
+leading axis on the same inputs with the model's own maths (``model.disentangled``:
+``scores = h A hᵀ``, causal mask, softmax, the stream grown by concatenation), without hooks and
+without building a model per variant. It first works backwards from ``W_U`` to the stream
+columns each layer must produce (:func:`_plan`): a head none of whose output columns is read is
+skipped, scores use only the rows and columns of ``A`` that hold a nonzero entry, and a head's
+output is formed only for the columns read later. The terms left out are exact zeros, so the
+result is the full forward's up to rounding; a circuit-only model keeping a few cells costs a
+fraction of a forward. :func:`forward_many` splits many variants into chunks of bounded memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..config import ModelConfig
+
+#: Largest ``variants × batch × T × D_L`` entries in one chunk (16 MiB of float64 streams): on a
+#: CPU, chunks larger than the caches run slower than one variant at a time.
+MAX_ELEMENTS = 1 << 21
+
+
+@dataclass(frozen=True)
+class _Head:
+    """One head's work in a layer: ``A``'s support rows ``Q`` and columns ``K`` and the source
+    columns ``src`` of ``h^l`` whose mix the later layers read (all index tensors into ``h^l``)."""
+
+    index: int
+    Q: Tensor
+    K: Tensor
+    src: Tensor
+
+
+def _support(A: Tensor, dim: int) -> Tensor:
+    """``(D,)`` bool: rows (``dim=-1``) or columns (``dim=-2``) of ``A (V, D, D)`` holding a
+    nonzero entry in some variant."""
+    return (A != 0).any(dim).any(0)
+
+
+def _plan(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor,
+          every_head: bool) -> tuple[list[Tensor], list[list[_Head]]]:
+    """Per stream ``h^0..h^L`` the columns needed (sorted index tensors), and per layer its heads'
+    work; ``every_head``: every head's attention, read or not (for attention patterns)."""
+    widths = cfg.widths
+    need = (W_U != 0).any(-1).any(0).cpu()
+    needs, layers = [need], []
+    for layer in reversed(range(len(As))):
+        D, A = widths[layer], As[layer]
+        prev, heads = need[:D].clone(), []
+        for k in range(A.shape[1]):
+            src = need[D * (k + 1): D * (k + 2)]
+            if every_head or bool(src.any()):
+                Q, K = _support(A[:, k], -1).cpu(), _support(A[:, k], -2).cpu()
+                prev |= src | Q | K
+                heads.append(_Head(k, *(m.nonzero().squeeze(1) for m in (Q, K, src))))
+        needs.append(prev)
+        layers.append(heads)
+        need = prev
+    return [n.nonzero().squeeze(1) for n in reversed(needs)], layers[::-1]
+
+
+def _cols(h: Tensor, index: Tensor) -> Tensor:
+    """``h[..., index]``: a view when ``index`` is a run of consecutive columns, else a gather."""
+    n = len(index)
+    if n and int(index[-1]) - int(index[0]) == n - 1:
+        return h[..., int(index[0]): int(index[0]) + n]
+    return h.index_select(-1, index.to(h.device))
+
+
+def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tensor, *,
+                    patterns: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
+    """``As[l] (V, H_l, D_l, D_l)``, ``W_U (V, D_L, d)``, ``X (B, T, d)`` → the outputs
+    ``(V, B, d, d)``; with ``patterns``, also each layer's attention ``(V, B, H_l, T, T)`` (then
+    every head's attention is computed, for every query row). Differentiable in ``X``
+    (``torch.func`` works through it)."""
+    V, (B, T, _) = W_U.shape[0], X.shape
+    dtype, device = W_U.dtype, X.device
+    cols, layers = _plan(cfg, As, W_U, patterns)
+    pos = torch.eye(T, dtype=dtype, device=device).expand(B, T, T)
+    h0 = _cols(torch.cat([X.to(dtype), pos], dim=-1), cols[0])  # (B, T, |cols_0|)
+    h = h0.unsqueeze(0).expand(V, -1, -1, -1)  # (V, B, T, n): the needed columns only
+    mask = torch.ones(T, T, dtype=torch.bool, device=device).triu(1) if cfg.causal else None
+    rows, pats, n_layers = cfg.readout_rows, [], len(As)
+    for layer, (A, heads) in enumerate(zip(As, layers)):
+        D, last = A.shape[-1], layer == n_layers - 1 and not patterns
+        where = torch.full((D,), -1, dtype=torch.long)
+        where[cols[layer]] = torch.arange(len(cols[layer]))  # stream column → position in h
+        R = len(range(T)[rows]) if last else T
+        hq = h[:, :, rows] if last else h  # (V, B, R, n)
+        parts = [_cols(hq, where[cols[layer + 1][cols[layer + 1] < D]])]
+        layer_pats = (torch.zeros(V, B, A.shape[1], T, T, dtype=dtype, device=device)
+                      if patterns else None)
+        for head in heads:
+            # a support covering most of the stream is widened to all of it: a view, no gather
+            rows_q, cols_k = (cols[layer] if 2 * len(part) >= len(cols[layer]) else part
+                              for part in (head.Q, head.K))
+            Q, K = where[rows_q], where[cols_k]
+            W = _cols(_cols(A[:, head.index].transpose(1, 2), rows_q).transpose(1, 2), cols_k)
+            q = _cols(hq, Q).reshape(V, B * R, len(Q)) @ W  # (V, B·R, |K|) from W (V, |Q|, |K|)
+            keys = _cols(h, K).reshape(V * B, T, len(K))
+            scores = torch.bmm(q.reshape(V * B, R, len(K)), keys.transpose(1, 2)).reshape(V, B, R, T)
+            if mask is not None:
+                scores = scores.masked_fill(mask[rows] if last else mask, float("-inf"))
+            pattern = torch.softmax(scores, dim=-1)  # (V, B, R, T)
+            if patterns:
+                layer_pats[:, :, head.index] = pattern
+            values = _cols(h, where[head.src]).reshape(V * B, T, len(head.src))
+            parts.append(torch.bmm(pattern.reshape(V * B, R, T), values).reshape(V, B, R, -1))
+        if patterns:
+            pats.append(layer_pats)
+        h = torch.cat(parts, dim=-1)  # (V, B, R, |cols_{l+1}|)
+    read = h if not patterns and n_layers else h[:, :, rows]
+    out = read @ _cols(W_U.transpose(1, 2), cols[-1]).transpose(1, 2).unsqueeze(1)  # (V, B, d, d)
+    return (out, pats) if patterns else out
+
+
+def stack_weights(variants: Sequence[tuple[Sequence[Tensor], Tensor]], dtype: torch.dtype,
+                  device) -> tuple[list[Tensor], Tensor]:
+    """``[(As, W_U), …]`` (``As[l] (H_l, D_l, D_l)``, ``W_U (D_L, d)``) → per layer
+    ``(V, H_l, D_l, D_l)`` and ``(V, D_L, d)``, in ``dtype`` on ``device``."""
+    n_layers = len(variants[0][0])
+    As = [torch.stack([v[0][layer] for v in variants]).to(device, dtype) for layer in range(n_layers)]
+    return As, torch.stack([v[1] for v in variants]).to(device, dtype)
+
+
+def forward_many(cfg: ModelConfig, variants: Sequence[tuple[Sequence[Tensor], Tensor]], X: Tensor,
+                 *, dtype: torch.dtype | None = None, patterns: bool = False,
+                 max_elements: int = MAX_ELEMENTS) -> list:
+    """Each variant ``(As, W_U)`` of a model with config ``cfg`` run on ``X (B, T, d)``, in chunks:
+    one output ``(B, d, d)`` per variant, in order (with ``patterns``, ``(output, [(B, H_l, T, T)
+    per layer])`` per variant). ``dtype``: the arithmetic's (default ``cfg.torch_dtype``)."""
+    if not variants:
+        return []
+    dtype = dtype or cfg.torch_dtype
+    size = max(1, max_elements // max(X.shape[0] * cfg.T * cfg.widths[-1], 1))
+    results = []
+    with torch.no_grad():
+        for start in range(0, len(variants), size):
+            As, W_U = stack_weights(variants[start:start + size], dtype, X.device)
+            got = forward_stacked(cfg, As, W_U, X, patterns=patterns)
+            if patterns:
+                out, pats = got
+                results += [(out[v], [p[v] for p in pats]) for v in range(len(out))]
+            else:
+                results += list(got)
+    return results

@@ -1,0 +1,25 @@
+"""``invperm report DIR --workers``: analyses in worker processes, complete records reused."""
+
+import pytest
+from helpers import run, small
+
+from invperm_interp.analysis.record import ModelAnalysis
+from invperm_interp.cli.main import main
+from invperm_interp.runs.directory import RunDir
+
+
+@pytest.mark.slow
+def test_report_directory_analyses_runs_in_workers_and_reuses_their_records(tmp_path):
+    for seed in (0, 1):
+        model_cfg, train_cfg = small(3, seed=seed, out_dir=str(tmp_path / f"run{seed}"))
+        run(model_cfg, train_cfg)
+    assert main(["report", str(tmp_path), "--n", "32", "--workers", "2"]) == 0
+    for seed in (0, 1):
+        run_dir = tmp_path / f"run{seed}"
+        record = ModelAnalysis.from_json(RunDir(run_dir).analysis.read_text())
+        assert record.n_samples == 32 and record.sample_patterns is not None
+        RunDir(run_dir).report.unlink()
+    written = RunDir(tmp_path / "run0").analysis.stat().st_mtime_ns
+    assert main(["report", str(tmp_path), "--n", "32", "--workers", "1"]) == 0
+    assert RunDir(tmp_path / "run0").analysis.stat().st_mtime_ns == written  # reused
+    assert RunDir(tmp_path / "run0").report.is_file()
