@@ -236,6 +236,10 @@ class Batch:
         return Batch(self.layout, cast(self.X), cast(self.P), cast(self.Y), cast(self.Y_P),
                      self.perm.to(device=device))
 
+    def head(self, n: int) -> Batch:
+        """The first ``n`` samples (views, not copies)."""
+        return Batch(self.layout, self.X[:n], self.P[:n], self.Y[:n], self.Y_P[:n], self.perm[:n])
+
 
 def mse(out: Tensor, Y: Tensor) -> Tensor:
     """The note's loss: squared error summed over the ``d`` columns, averaged over rows and samples.

@@ -12,7 +12,7 @@ from invperm_interp.analysis import Score, faithfulness, judge, mechanism, minim
 from invperm_interp.analysis.faithfulness import Faithfulness
 from invperm_interp.analysis.faithfulness import Tester as CircuitTester
 from invperm_interp.analysis.hypothesis import Hypothesis
-from invperm_interp.analysis.mechanism import Mechanism
+from invperm_interp.analysis.mechanism import Mechanism, name_on
 from invperm_interp.analysis.minimal import candidate_cells, read_candidates
 from invperm_interp.analysis.templates import explain
 from invperm_interp.analysis.verdict import is_faithful
@@ -174,3 +174,36 @@ def test_mean_ablation_keeps_a_removed_cell_whose_contribution_never_varies():
     assert mean.circuit.rows_exact == 1.0 and mean.circuit.mse < 1e-8
     with pytest.raises(ValueError, match="ablation"):
         faithfulness(model, only_layer_2, batch, ablation="resample")
+
+
+def test_clear_verdicts_use_the_screen_and_straddling_ones_the_whole_batch():
+    model = perturb(C.build("two_block", 5, 8.0), gauge=1.0, noise=0.6, seed=2)
+    batch = batch_for(model, 1536)
+    first = faithfulness(model, "two_block", batch.head(512), minimality=False)
+    # at the threshold measured on the first 512 samples, two_block straddles there: measured again
+    mech = mechanism(model, batch, rows=0.0, recovered=first.circuit.loss_recovered, exact=False)
+    by_name = {t.hypothesis: t for t in mech.tested}
+    assert by_name["two_block"].circuit.n == 1536
+    whole = faithfulness(model, "two_block", batch, minimality=False)
+    assert by_name["two_block"].circuit.loss_recovered == pytest.approx(
+        whole.circuit.loss_recovered, rel=1e-9)
+    # every other construction is far from the threshold: decided on the first 512
+    assert all(t.circuit.n == 512 for name, t in by_name.items() if name != "two_block")
+    assert mech.minimal.score.n == 512
+
+
+def test_name_on_another_batch_is_the_rule_without_the_minimal_circuit():
+    model = perturb(C.build("appendix_b", 4, 10.0), gauge=1.0, noise=0.2, seed=3)
+    batch = batch_for(model, 700)
+    assert name_on(model, batch) == mechanism(model, batch, exact=False).name == "appendix_b"
+    assert name_on(model, batch, ablation="mean") == "appendix_b"
+
+
+def test_head_is_the_first_samples():
+    model = C.build("two_block", 3)
+    batch = batch_for(model, 10)
+    head = batch.head(4)
+    assert len(head) == 4 and head.layout == batch.layout
+    for a, b in zip((head.X, head.P, head.Y, head.Y_P, head.perm),
+                    (batch.X, batch.P, batch.Y, batch.Y_P, batch.perm)):
+        assert torch.equal(a, b[:4])

@@ -276,7 +276,7 @@ class Tester:
             raise ValueError(f"batch layout {batch.layout} differs from the model's {model.cfg.layout}")
         if ablation not in ABLATIONS:
             raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
-        self.model, self.ablation = model, ablation
+        self.model, self.ablation, self.reference = model, ablation, reference
         self.batch = batch.to(model.device, model.cfg.torch_dtype)
         self.baseline = 0.25 * model.cfg.d
         with torch.no_grad():
@@ -304,7 +304,8 @@ class Tester:
 
     def _mean_scores(self, removed: Sequence[Tensor]) -> list[Tensor]:
         """Per layer ``(H, T, T)``: the mean over the reference batch of ``h R hᵀ``."""
-        return [torch.einsum("btd,hde,bse->hts", h, R, h) / len(h)
+        # (h R) first, then the contraction with h over the batch: ~B·T·D·(D + T) per head
+        return [torch.einsum("bhte,bse->hts", torch.einsum("btd,hde->bhte", h, R), h) / len(h)
                 for h, R in zip(self._streams, removed)]
 
     def run_many(self, variants: Sequence[tuple[Sequence[Tensor], Tensor]],

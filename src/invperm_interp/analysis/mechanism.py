@@ -41,12 +41,17 @@ from .verdict import (
 )
 
 __all__ = ["FAITHFUL_RECOVERED", "FAITHFUL_ROWS", "Mechanism", "MinimalCircuit", "is_faithful",
-           "is_minimal", "mechanism", "minimal_circuit", "verdict_of"]
+           "is_minimal", "mechanism", "minimal_circuit", "name_by_rule", "name_on", "test_constructions",
+           "verdict_of"]
 
 #: ``Mechanism.to_dict``'s format: 2 adds the verdict's intervals, ``also_faithful``,
 #: ``borderline`` and the minimal circuit's ``optimal`` (version-1 records still read).
 VERSION = 2
 NONE, BORDERLINE_NAME = "none", "borderline"
+#: The rule's tests run on the first this many samples of the batch; a construction whose interval
+#: straddles a threshold there is measured again on all of it (clear verdicts need few samples:
+#: the constructions that fail get at most 76% of rows).
+SCREEN_SAMPLES = 512
 
 
 def is_minimal(result: Faithfulness) -> bool:
@@ -133,22 +138,71 @@ def ranked(tested: list[Faithfulness], rows: float = FAITHFUL_ROWS,
             [t for t in tested if verdicts[t.hypothesis] == BORDERLINE])
 
 
+def name_by_rule(tested: list, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
+                 z: float = Z) -> str:
+    """The rule's name from tested constructions (anything with ``hypothesis``, ``circuit`` (a
+    :class:`Score`), ``signs_agree`` and ``n_atoms``, e.g. records read back): the best faithful
+    one, else ``"borderline"`` when one straddles a threshold, else ``"none"``."""
+    good, straddle = ranked(list(tested), rows, recovered, z)
+    return good[0].hypothesis if good else (BORDERLINE_NAME if straddle else NONE)
+
+
+def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
+                       resolve=None, rows: float = FAITHFUL_ROWS,
+                       recovered: float = FAITHFUL_RECOVERED, z: float = Z,
+                       minimality: bool = True) -> list[Faithfulness]:
+    """Every working registry construction that fits the model, tested on ``tester``'s batch;
+    ``resolve`` (a :class:`Tester` on a larger batch, or a function making one) measures again
+    those whose interval straddles a threshold there."""
+    names = [n for n in candidates(model) if constructions.get(n).works]
+    hyps = [as_hypothesis(model, n) for n in names]
+    tested = tester.test_many(hyps, minimality)
+    again = [i for i, t in enumerate(tested) if verdict_of(t, rows, recovered, z) == BORDERLINE]
+    if again and resolve is not None:
+        resolve = resolve() if callable(resolve) else resolve
+        if resolve is not tester:
+            for i, t in zip(again, resolve.test_many([hyps[i] for i in again], minimality)):
+                tested[i] = t
+    return tested
+
+
+def name_on(model: HookedDisentangledTransformer, batch: Batch, *, ablation: str = "zero",
+            reference: Batch | None = None, rows: float = FAITHFUL_ROWS,
+            recovered: float = FAITHFUL_RECOVERED, z: float = Z,
+            screen: int = SCREEN_SAMPLES) -> str:
+    """The rule's name (a construction, ``"borderline"`` or ``"none"``) on ``batch``, without the
+    minimal circuit: what a second evaluation batch or a second ablation style says."""
+    def full() -> Tester:
+        return Tester(model, batch, ablation, reference)
+
+    first = full() if len(batch) <= screen else Tester(model, batch.head(screen), ablation, reference)
+    tested = test_constructions(model, first, resolve=full, rows=rows, recovered=recovered, z=z,
+                                minimality=False)
+    return name_by_rule(tested, rows, recovered, z)
+
+
 def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Circuit | None = None,
               tester: Tester | None = None, rows: float = FAITHFUL_ROWS,
-              recovered: float = FAITHFUL_RECOVERED, z: float = Z, exact: bool = True) -> Mechanism:
+              recovered: float = FAITHFUL_RECOVERED, z: float = Z, exact: bool = True,
+              screen: int = SCREEN_SAMPLES) -> Mechanism:
     """Name the model's mechanism by the one rule (module docstring) on ``batch`` (for a verdict
-    that resolves the thresholds, ``analysis.verdict.evaluation_batch``: 4,096 samples);
-    ``circuit``/``tester`` reuse an ``explain`` result and a clean run already computed; ``exact``:
-    let :func:`minimal_circuit` search exactly."""
+    that resolves the thresholds, ``analysis.verdict.evaluation_batch``: 4,096 samples). The
+    constructions are tested on the first ``screen`` samples and those whose interval straddles a
+    threshold there again on the whole batch; the minimal circuit is searched on the first
+    ``screen``. ``circuit``/``tester`` reuse an ``explain`` result and a clean run of ``batch``
+    already computed; ``exact``: let :func:`minimal_circuit` search exactly."""
     if not isinstance(model, HookedDisentangledTransformer):
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
-    tester = tester or Tester(model, batch)
-    names = [n for n in candidates(model) if constructions.get(n).works]
-    tested = tester.test_many([as_hypothesis(model, n) for n in names])
+    if len(batch) > screen:
+        first = Tester(model, batch.head(screen))
+        resolve = tester or (lambda: Tester(model, batch))
+    else:
+        first = resolve = tester or Tester(model, batch)
+    tested = test_constructions(model, first, resolve=resolve, rows=rows, recovered=recovered, z=z)
     good, straddle = ranked(tested, rows, recovered, z)
     passing = [t for t in tested if t.signs_agree and is_faithful(t.circuit, rows, recovered)]
     starts = [Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in passing]
-    minimal = minimal_circuit(model, batch, circuit=circuit, tester=tester, rows=rows,
+    minimal = minimal_circuit(model, first.batch, circuit=circuit, tester=first, rows=rows,
                               recovered=recovered, starts=starts, exact=exact)
     chosen = good[0] if good else (straddle[0] if straddle else None)
     name = chosen.hypothesis if good else (BORDERLINE_NAME if straddle else NONE)
