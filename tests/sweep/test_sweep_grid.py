@@ -65,7 +65,7 @@ def test_the_census_grid_plans_64_seeds_at_d10_and_16_elsewhere():
     assert counts == {(a, d): 64 if d == 10 else 16 for a in ("bidirectional", "causal")
                       for d in (6, 8, 10, 12)}
     assert {j.train_cfg.stop_at_mse for j in grid.jobs} == {1e-3}
-    assert grid.analysis == {"samples": 512, "seed": 12345}
+    assert grid.analysis == {"samples": 4096, "seed": 12345, "batches": 3, "mean_ablation": True}
 
 
 @pytest.mark.parametrize("seeds, key", [
@@ -162,3 +162,22 @@ def test_a_slurm_time_within_the_checkpoint_signal_lead_is_refused(tmp_path):
     with pytest.raises(ValueError, match="slurm.time: 1 minute"):
         load_grid(grid_file(tmp_path, "seeds = 1" + BASE + "[slurm]\ntime = 1\n"))
     assert load_grid(grid_file(tmp_path, "seeds = 1" + BASE + "[slurm]\ntime = 2\n")).slurm["time"] == 2
+
+
+@pytest.mark.parametrize("value, key", [
+    ("{batches = 0}", "mechanism.batches"),
+    ("{samples = 1}", "mechanism.samples"),
+    ("{mean_ablation = 1}", "mechanism.mean_ablation"),
+    ("{sample = 10}", "mechanism.sample"),
+    ("3", "mechanism"),
+])
+def test_a_bad_mechanism_setting_names_its_key(tmp_path, value, key):
+    path = grid_file(tmp_path, f'name = "g"\nseeds = 1\nmechanism = {value}\n[model]\nd = 3\n')
+    with pytest.raises(ValueError, match=rf"{key}\b.*must be true, false or"):
+        load_grid(path)
+
+
+def test_mechanism_settings_fill_in_the_defaults(tmp_path):
+    path = grid_file(tmp_path, 'name = "g"\nseeds = 1\nmechanism = {batches = 3}\n[model]\nd = 3\n')
+    assert load_grid(path).analysis == {"samples": 4096, "seed": 0, "batches": 3,
+                                        "mean_ablation": False}

@@ -8,8 +8,8 @@ per-layer ``n_heads`` as a list inside the list, ``n_heads = [[2, 1]]``). Option
 tables, each with a ``name`` (a plain name: it starts the run folders' names) and its own ``model``
 / ``train`` tables and ``seeds``, are expanded one after another over the base tables (use them for
 models that differ in several fields at once). ``solve_mse`` (default 1e-3) is the MSE a run must go
-below to count as solved; ``mechanism = true`` (or ``{samples = 4096, seed = 0}``) analyses each
-finished run (its mechanism, faithfulness and minimal circuit); ``[slurm]`` holds ``partition``,
+below to count as solved; ``mechanism = true`` (or a table of ``DEFAULT_ANALYSIS``'s keys) analyses
+each finished run (its mechanism, faithfulness and minimal circuit); ``[slurm]`` holds ``partition``,
 ``time`` (minutes, more than the 90 s warning before the limit), ``gpus``, ``cpus_per_task``,
 ``jobs_per_task`` and ``array_parallelism`` (tasks running at once).
 
@@ -42,7 +42,12 @@ SIGNAL_LEAD_S = 90  # submitit asks Slurm for USR2 this long before a task's tim
 MAX_RUNS = 10_000  # a grid with more runs needs allow_large (--yes)
 HARD_MAX_RUNS = 200_000  # refused even then: split the grid
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-DEFAULT_ANALYSIS = {"samples": 4096, "seed": 0}  # a verdict's samples
+#: ``mechanism = {...}``: a verdict's samples and generator seed, the evaluation batches the name is
+#: measured on (seeds ``seed``, ``seed + 1``, …: is it stable?) and whether it is also named under
+#: mean ablation.
+DEFAULT_ANALYSIS = {"samples": 4096, "seed": 0, "batches": 1, "mean_ablation": False}
+_ANALYSIS_HINT = ("must be true, false or {samples = n >= 2, seed = s >= 0, batches = k >= 1, "
+                  "mean_ablation = true/false}")
 
 
 @dataclass(frozen=True)
@@ -245,11 +250,18 @@ def _analysis(path: Path, data: dict) -> dict | None:
     value = data.get("mechanism", False)
     if isinstance(value, bool):
         return dict(DEFAULT_ANALYSIS) if value else None
-    if not isinstance(value, dict) or set(value) - set(DEFAULT_ANALYSIS) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= (k == "samples") for k, v in
-            value.items()):
-        raise _error(path, "mechanism", "must be true, false or {samples = n >= 1, seed = s >= 0}, "
-                                        f"got {value!r}")
+    least = {"samples": 2, "seed": 0, "batches": 1}
+
+    def valid(key, v) -> bool:
+        if key == "mean_ablation":
+            return isinstance(v, bool)
+        return isinstance(v, int) and not isinstance(v, bool) and v >= least[key]
+
+    if not isinstance(value, dict):
+        raise _error(path, "mechanism", f"{_ANALYSIS_HINT}, got {value!r}")
+    for key, v in value.items():
+        if key not in DEFAULT_ANALYSIS or not valid(key, v):
+            raise _error(path, f"mechanism.{key}", f"{_ANALYSIS_HINT}, got {key} = {v!r}")
     return DEFAULT_ANALYSIS | value
 
 

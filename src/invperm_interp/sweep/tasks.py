@@ -29,7 +29,8 @@ from .grid import load_grid
 from .plan import uses_gpu
 
 STATE_DIR = ".sweep"  # in the sweep folder: claims, failures, logs, submitted Slurm jobs
-ANALYSIS_VERSION = 1  # bump when the record changes, so analyses are redone
+ANALYSIS_VERSION = 2  # bump when the record changes, so analyses are redone
+MEAN_REFERENCE = 1024  # samples a mean ablation's means are taken over (cost grows with them)
 LOCK_WAIT_S = 30  # how long a run locked by a dying process (an orphan of a killed sweep) is awaited
 
 
@@ -119,46 +120,61 @@ def _train_unit(grid, out_dir: Path, indices: list[int]) -> list[str]:
     return failed
 
 
-def write_analysis(run_dir: Path, samples: int = 512, seed: int = 0) -> dict | None:
-    """The finished run's mechanism by the library's rule, that construction's faithfulness and
-    the minimal circuit, on ``samples`` fresh samples of generator ``seed``; cached in
-    ``run_dir/mechanism.json`` (redone when the settings or the record's version differ). None
-    for an unfinished or diverged run."""
+def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: int = 1,
+                   mean_ablation: bool = False) -> dict | None:
+    """The finished run's mechanism by the library's rule (its verdict on ``samples`` fresh samples
+    of generator ``seed``, every tested construction's scores with standard errors so that a report
+    can recount at other thresholds), that construction's faithfulness and the minimal circuit;
+    ``batches`` > 1 also names it on the batches of seeds ``seed + 1``, …, and ``mean_ablation``
+    under mean ablation. Cached in ``run_dir/mechanism.json`` (redone when the settings or the
+    record's version differ). None for an unfinished or diverged run."""
+    settings = {"samples": samples, "seed": seed, "batches": batches, "mean_ablation": mean_ablation}
     path = RunDir(run_dir).mechanism
     if path.is_file():
         cached = json.loads(path.read_text())
-        if (cached.get("version"), cached.get("samples"), cached.get("seed")) == (
-                ANALYSIS_VERSION, samples, seed):
+        if cached.get("version") == ANALYSIS_VERSION and all(
+                cached.get(k) == v for k, v in settings.items()):
             return cached
     if not RunDir(run_dir).is_finished:
         return None
-    import torch
-
     from ..analysis.hypothesis import cell_text
-    from ..analysis.mechanism import is_faithful, is_minimal, mechanism
+    from ..analysis.mechanism import is_minimal, mechanism, name_on, verdict_of
+    from ..analysis.minimal import candidate_cells
+    from ..analysis.templates import explain
+    from ..analysis.verdict import evaluation_batch
     from ..runs.checkpoint import atomic_write
-    from ..task import sample_batch
     from ..training.run import Run
 
     model = Run.load(run_dir).model
-    batch = sample_batch(model.cfg.layout, samples, torch.Generator().manual_seed(seed),
-                         dtype=model.cfg.torch_dtype)
-    mech = mechanism(model, batch)
+    batch = evaluation_batch(model, samples, seed)
+    circuit = explain(model)
+    mech = mechanism(model, batch, circuit=circuit)
     f, m = mech.faithfulness, mech.minimal
+    named = mech.name if f is not None and mech.name != "borderline" else None
     record = {
-        "name": mech.name, "version": ANALYSIS_VERSION, "samples": samples, "seed": seed,
-        "circuit_mse": f.circuit.mse if f else None,
-        "circuit_rows_exact": f.circuit.rows_exact if f else None,
-        "loss_recovered": f.circuit.loss_recovered if f else None,
-        "without_mse": f.without.mse if f else None,
-        "minimal_named": is_minimal(f) if f else None,
-        "minimal_size": m.size, "minimal_faithful": m.faithful,
+        "name": mech.name, "version": ANALYSIS_VERSION, **settings,
+        "also_faithful": list(mech.also_faithful), "borderline": list(mech.borderline),
+        "circuit_mse": f.circuit.mse if named else None,
+        "circuit_rows_exact": f.circuit.rows_exact if named else None,
+        "loss_recovered": f.circuit.loss_recovered if named else None,
+        "without_mse": f.without.mse if named else None,
+        "minimal_named": is_minimal(f) if named else None,
+        "minimal_size": m.size, "minimal_faithful": m.faithful, "minimal_optimal": m.optimal,
+        "minimal_candidates": len(candidate_cells(circuit)), "minimal_evaluations": m.evaluations,
         "minimal_rows_exact": m.score.rows_exact, "minimal_loss_recovered": m.score.loss_recovered,
         "minimal_weight_share": m.weight_share, "minimal_read": list(m.read),
         "minimal_cells": [cell_text(c) for c in m.cells],
         "tested": [{"name": t.hypothesis, "rows_exact": t.circuit.rows_exact,
-                    "loss_recovered": t.circuit.loss_recovered, "signs_agree": t.signs_agree,
-                    "faithful": is_faithful(t.circuit)} for t in mech.tested],
+                    "rows_se": t.circuit.rows_se, "loss_recovered": t.circuit.loss_recovered,
+                    "recovered_se": t.circuit.recovered_se, "n": t.circuit.n,
+                    "signs_agree": t.signs_agree, "n_atoms": t.n_atoms,
+                    "verdict": verdict_of(t, mech.rows, mech.recovered, mech.z)}
+                   for t in mech.tested],
+        "names_by_batch": [mech.name] + [
+            name_on(model, evaluation_batch(model, samples, seed + k)) for k in range(1, batches)],
+        "name_mean_ablation": name_on(model, batch, ablation="mean", reference=evaluation_batch(
+            model, min(samples, MEAN_REFERENCE), seed + batches))
+        if mean_ablation else None,
     }
     atomic_write(path, (json.dumps(record) + "\n").encode())
     return record
