@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import matplotlib
 
@@ -21,6 +23,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from common import ASSETS, fmt  # noqa: E402
 
+from invperm_interp.analysis.mechanism import name_by_rule  # noqa: E402
+from invperm_interp.analysis.score import read_score  # noqa: E402
+from invperm_interp.analysis.verdict import Z  # noqa: E402
 from invperm_interp.sweep.collect import read_sweep  # noqa: E402
 
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "scratch": "causal [P; Y_P; S], reads S"}
@@ -37,12 +42,15 @@ def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
         analysis = record.get("analysis")
         if record["status"] == "unfinished" or not analysis or record["mechanism"] is None:
             continue
+        if analysis.get("version", 1) < 2:
+            raise ValueError(f"{record['name']}: its analysis predates verdict intervals (version "
+                             f"{analysis.get('version', 1)}); rerun `invperm sweep` on the grid")
         final = record["final"] or {}
         rows.append({"run": record["name"], "kind": kind, "d": d, "seed": train["seed"],
                      "step": record["step"], "steps_to_target": record["steps_to_solve"],
                      "final_mse": final.get("mse"), "rows_exact": final.get("row_acc"),
                      "mechanism": record["mechanism"],
-                     **{k: v for k, v in analysis.items() if k not in ("version", "samples", "seed")}})
+                     **{k: v for k, v in analysis.items() if k not in ("version", "name")}})
     return rows, dict(planned)
 
 
@@ -51,8 +59,39 @@ def _median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson 95% interval of a share ``k / n``."""
+    if n == 0:
+        return 0.0, 1.0
+    p, z2 = k / n, z * z
+    centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def share_text(k: int, n: int) -> str:
+    """``"58 of 64 (82–96%)"``: a count with its Wilson 95% interval."""
+    lo, hi = wilson(k, n)
+    return f"{k} of {n} ({lo:.0%}–{hi:.0%})"
+
+
+def name_at(row: dict, rows_min: float, recovered_min: float) -> str:
+    """The rule's name for a run from its recorded tests, at other thresholds (the library's rule,
+    ``analysis.mechanism.name_by_rule``, on the recorded scores and standard errors)."""
+    tested = [SimpleNamespace(hypothesis=t["name"], signs_agree=t["signs_agree"], n_atoms=t["n_atoms"],
+                              circuit=read_score({"mse": 0.0, "n": t["n"], **{k: t[k] for k in (
+                                  "rows_exact", "rows_se", "loss_recovered", "recovered_se")}}))
+              for t in row["tested"]]
+    return name_by_rule(tested, rows_min, recovered_min, row.get("z", Z))
+
+
+#: The thresholds (rows exact, loss recovered) the sensitivity table recounts at.
+SENSITIVITY = ((0.95, 0.70), (0.99, 0.80), (0.999, 0.90))
+
+
 def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dict]:
-    """One row per (kind, d): runs done, solved, median steps, mechanism counts, 'none' sizes."""
+    """One row per (kind, d): runs done, solved, median steps, mechanism counts with their
+    uncertainty, borderline, stability over evaluation batches, agreement with mean ablation,
+    minimal circuits (optimal, sizes)."""
     out = []
     for kind in KINDS:
         for d in sorted({d for k, d in planned if k == kind}):
@@ -61,22 +100,50 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
                 continue
             solved = [r for r in group if r["steps_to_target"] is not None]
             counts = Counter(r["mechanism"] for r in solved)
+            named = [r for r in solved if r["mechanism"] not in ("none", "borderline")]
             none = [r for r in solved if r["mechanism"] == "none"]
-            named = [r for r in solved if r["mechanism"] != "none"]
+            stable = [r for r in solved if len(set(r["names_by_batch"])) == 1]
+            mean = [r for r in solved if r.get("name_mean_ablation") is not None]
+            small = [r for r in solved if r["minimal_candidates"] <= 24]
             out.append({
                 "model": kind, "d": d, "runs": len(group), "planned": planned[(kind, d)],
                 "solved (MSE < 1e-3)": len(solved),
                 "median steps to solve": _median(r["steps_to_target"] for r in solved),
                 "mechanisms (of solved)": ", ".join(f"{k}: {v}" for k, v in counts.most_common()),
+                "named (95% CI)": share_text(len(named), len(solved)),
+                "borderline": counts.get("borderline", 0),
+                "same name on 3 batches": share_text(len(stable), len(solved)),
+                "same name under mean ablation": (
+                    f"{sum(r['name_mean_ablation'] == r['mechanism'] for r in mean)} of {len(mean)}"),
                 "named circuit: median rows exact / loss recovered": (
                     f"{_median(r['circuit_rows_exact'] for r in named):.4f} / "
                     f"{_median(r['loss_recovered'] for r in named):.3f}" if named else "-"),
-                "named and minimal": sum(bool(r["minimal_named"]) for r in named),
+                "minimal circuit optimal (runs with <= 24 candidate cells)": (
+                    f"{sum(r['minimal_optimal'] for r in small)} of {len(small)}"),
                 "'none': minimal circuit sizes": (
                     ", ".join(f"{k} cells x{v}" for k, v in sorted(Counter(
                         r["minimal_size"] for r in none).items())) if none else "-"),
                 "'none' with no faithful circuit": sum(not r["minimal_faithful"] for r in none),
             })
+    return out
+
+
+def sensitivity(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dict]:
+    """Per (kind, d): named / borderline / none among solved runs at each threshold pair."""
+    out = []
+    for kind in KINDS:
+        for d in sorted({d for k, d in planned if k == kind}):
+            solved = [r for r in rows if r["kind"] == kind and r["d"] == d
+                      and r["steps_to_target"] is not None]
+            if not solved:
+                continue
+            line = {"model": kind, "d": d, "solved": len(solved)}
+            for rows_min, rec_min in SENSITIVITY:
+                names = Counter(name_at(r, rows_min, rec_min) for r in solved)
+                named = len(solved) - names["none"] - names["borderline"]
+                line[f"{rows_min:.1%} rows / {rec_min:.0%} loss: named / borderline / none"] = (
+                    f"{named} / {names['borderline']} / {names['none']}")
+            out.append(line)
     return out
 
 
@@ -107,6 +174,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
     left.legend(fontsize=7)
     labels = [f"{s['model'][:5]} d={s['d']}" for s in summary]
     mechs = sorted({r["mechanism"] for r in rows})
+    color |= {"borderline": "0.45"}
     bottom = [0] * len(summary)
     for mech in mechs:
         heights = [sum(1 for r in rows if r["kind"] == s["model"] and r["d"] == s["d"]
@@ -127,34 +195,53 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
 def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: Path) -> list[Path]:
     """``census.{json,md,png,svg}`` in ``folder``."""
     from invperm_interp.analysis.mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS
+    from invperm_interp.analysis.minimal import MAX_EVALUATIONS, SEARCH_SAMPLES
 
     folder.mkdir(parents=True, exist_ok=True)
-    summary = summarize(rows, planned)
+    summary, table = summarize(rows, planned), sensitivity(rows, planned)
+    samples = sorted({r["samples"] for r in rows}) or ["-"]
     paths = [folder / f"census.{ext}" for ext in ("json", "md", "png", "svg")]
-    paths[0].write_text(json.dumps({"summary": summary, "runs": rows}, indent=1) + "\n")
-    cols = list(summary[0]) if summary else []
-    per_run = ["run", "steps_to_target", "final_mse", "mechanism", "circuit_rows_exact",
-               "loss_recovered", "minimal_named", "minimal_size", "minimal_faithful"]
+    paths[0].write_text(json.dumps({"summary": summary, "sensitivity": table, "runs": rows},
+                                   indent=1) + "\n")
+    per_run = ["run", "steps_to_target", "final_mse", "mechanism", "also_faithful",
+               "circuit_rows_exact", "loss_recovered", "names_by_batch", "name_mean_ablation",
+               "minimal_size", "minimal_faithful", "minimal_optimal"]
+
+    def table_lines(items: list[dict]) -> list[str]:
+        cols = list(items[0]) if items else []
+        return (["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+                + ["| " + " | ".join(cell(s[c]) for c in cols) + " |" for s in items])
+
+    def cell(value) -> str:
+        if value is None:
+            return "-"
+        return ", ".join(map(str, value)) if isinstance(value, list) else fmt(value)
+
     lines = [
         "# Census: what training learns, counted over seeds", "",
         "Adam lr 1e-2, N(0, 0.01²) init, batch 128, stopped at the first evaluation (every 100 "
-        "steps, 1,024 held-out samples) with MSE < 1e-3 or at the step limit; analysed on 512 fresh "
-        "samples. **mechanism**: the library's rule (`analysis.mechanism`): the working registry "
-        "construction whose cells alone, at the model's own fitted β in the gauge-fixed weights "
-        f"with its read-out block of W_U, get at least {FAITHFUL_ROWS:.0%} of rows exact and recover "
-        f"at least {FAITHFUL_RECOVERED:.0%} of the loss (baseline: 0.5 everywhere, MSE d/4), with "
-        "its templates' signs; fewest atoms first; 'none' otherwise. **minimal circuit**: the "
-        "fewest cells found whose circuit-only model is faithful by the same rule (greedy by "
-        "functional effect, then pruning; each faithful construction pruned too, the smallest "
-        "kept). Produced by `make census` (the grid analyses/grids/census.toml run by `invperm "
-        "sweep`, then analyses/census_report.py); runs not yet trained are not counted: *runs* / "
-        "*planned* says how far the census got.", "",
-        "| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
-    lines += ["| " + " | ".join(fmt(s[c]) if s[c] is not None else "-" for c in cols) + " |"
-              for s in summary]
-    lines += ["", "## Every run", "", "| " + " | ".join(per_run) + " |", "|" + " --- |" * len(per_run)]
-    lines += ["| " + " | ".join("-" if r.get(c) is None else fmt(r[c]) for c in per_run) + " |"
-              for r in rows]
+        "steps, 1,024 held-out samples) with MSE < 1e-3 or at the step limit; each finished run "
+        f"analysed on {', '.join(map(str, samples))} fresh samples. **mechanism**: the library's "
+        "rule (`analysis.mechanism`): a working registry construction whose cells alone, with its "
+        "signs at the model's own fitted per-cell β in the gauge-fixed weights and its read-out "
+        f"block of W_U, get at least {FAITHFUL_ROWS:.0%} of rows exact and recover at least "
+        f"{FAITHFUL_RECOVERED:.0%} of the loss (baseline: 0.5 everywhere, MSE d/4), both 95% "
+        "intervals above the thresholds; among several, the one recovering the most loss "
+        "(the others: *also_faithful*); **borderline** when an interval straddles a threshold; "
+        "'none' otherwise. Intervals are binomial/delta-method over samples; shares over seeds "
+        "carry Wilson 95% intervals. **same name on 3 batches**: the rule on two more fresh "
+        "batches of the same size names the same; **mean ablation**: the rule with removed cells' "
+        "score contributions replaced by their mean instead of zero. **minimal circuit**: the "
+        "fewest cells found whose circuit-only model is faithful; *optimal* when the exact search "
+        f"(every smaller set, on {SEARCH_SAMPLES} samples, within {MAX_EVALUATIONS:,} sets) proved "
+        "no smaller set is. Produced by `make census` (the grid analyses/grids/census.toml run by "
+        "`invperm sweep`, then analyses/census_report.py); runs not yet trained are not counted: "
+        "*runs* / *planned* says how far the census got.", "",
+        *table_lines(summary), "",
+        "## How the counts move with the thresholds", "",
+        "The same recorded tests recounted by the same rule at other thresholds (solved runs).", "",
+        *table_lines(table), "",
+        "## Every run", "", *table_lines([{c: r.get(c) for c in per_run} for r in rows])]
     paths[1].write_text("\n".join(lines) + "\n")
     plot(rows, summary, paths[2])
     return paths

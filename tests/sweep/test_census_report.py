@@ -19,15 +19,24 @@ def census_report(monkeypatch):
     return census_report
 
 
-def record(name, attention_dir, d, seed, mechanism, solved=True):
-    tested = [{"name": "two_block", "rows_exact": 1.0, "loss_recovered": 0.97, "signs_agree": True,
-               "faithful": True}]
-    analysis = {"version": 1, "samples": 512, "seed": 12345, "circuit_mse": 0.01,
+def scored(name="two_block", rows=1.0, rows_se=0.0, recovered=0.97, recovered_se=0.01):
+    return {"name": name, "rows_exact": rows, "rows_se": rows_se, "loss_recovered": recovered,
+            "recovered_se": recovered_se, "n": 4096, "signs_agree": True, "n_atoms": 2,
+            "verdict": "faithful"}
+
+
+def record(name, attention_dir, d, seed, mechanism, solved=True, tests=None, names=None,
+           mean=None, candidates=10, optimal=True):
+    analysis = {"version": 2, "name": mechanism, "samples": 4096, "seed": 12345, "batches": 3,
+                "mean_ablation": True, "also_faithful": [], "borderline": [], "circuit_mse": 0.01,
                 "circuit_rows_exact": 1.0, "loss_recovered": 0.97, "without_mse": 2.0,
                 "minimal_named": True, "minimal_size": 2, "minimal_faithful": True,
-                "minimal_rows_exact": 1.0, "minimal_loss_recovered": 0.97,
-                "minimal_weight_share": 0.9, "minimal_read": ["P"], "minimal_cells": [],
-                "tested": tested}
+                "minimal_optimal": optimal, "minimal_candidates": candidates,
+                "minimal_evaluations": 100, "minimal_rows_exact": 1.0,
+                "minimal_loss_recovered": 0.97, "minimal_weight_share": 0.9, "minimal_read": ["P"],
+                "minimal_cells": [], "tested": tests if tests is not None else [scored()],
+                "names_by_batch": names or [mechanism] * 3,
+                "name_mean_ablation": mechanism if mean is None else mean}
     return {"name": name, "variant": name.rsplit("_", 1)[0], "status": "stopped", "step": 700,
             "steps_to_solve": 700 if solved else None, "solve_mse": 1e-3,
             "final": {"step": 700, "mse": 9e-4, "row_acc": 1.0}, "mechanism": mechanism,
@@ -59,3 +68,41 @@ def test_a_folder_without_sweep_jsonl_is_one_line(tmp_path, census_report, capsy
     assert census_report.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sweep.jsonl" in err[0]
+
+
+def test_counts_carry_borderline_stability_mean_ablation_and_optimality(tmp_path, census_report):
+    rows = [record("scratch_d6_seed0", "causal", 6, 0, "two_block"),
+            record("scratch_d6_seed1", "causal", 6, 1, "borderline",
+                   tests=[scored(rows=0.991, rows_se=0.002)], names=["borderline", "none", "none"]),
+            record("scratch_d6_seed2", "causal", 6, 2, "none", tests=[scored(rows=0.5)],
+                   mean="two_block", candidates=30, optimal=False)]
+    (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert census_report.main([str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "census.json").read_text())
+    (s,) = data["summary"]
+    assert s["borderline"] == 1
+    assert s["named (95% CI)"].startswith("1 of 3 (")
+    assert s["same name on 3 batches"].startswith("2 of 3 (")
+    assert s["same name under mean ablation"] == "2 of 3"
+    assert s["minimal circuit optimal (runs with <= 24 candidate cells)"] == "2 of 2"
+    (line,) = data["sensitivity"]
+    values = [v for k, v in line.items() if "named / borderline / none" in k]
+    # 0.991 ± 0.004 straddles 0.99 (borderline) but clears 0.95, and falls below 0.999
+    assert values == ["2 / 0 / 1", "1 / 1 / 1", "1 / 0 / 2"]
+
+
+def test_name_at_is_the_librarys_rule_on_recorded_scores(census_report):
+    row = {"tested": [scored("a", recovered=0.85), scored("b", recovered=0.95),
+                      scored("c", rows=0.97, rows_se=0.001)]}
+    assert census_report.name_at(row, 0.99, 0.8) == "b"  # the most loss recovered wins
+    assert census_report.name_at(row, 0.99, 0.9) == "b"
+    assert census_report.name_at(row, 0.99, 0.96) == "borderline"  # 0.95 ± 0.02 straddles 0.96
+    assert census_report.name_at(row, 0.99, 0.99) == "none"
+    assert census_report.name_at(row, 0.95, 0.99) == "none"
+
+
+def test_wilson_interval_matches_its_closed_form(census_report):
+    lo, hi = census_report.wilson(8, 10)
+    # the Wilson score interval for 8/10 at z = 1.96 (Newcombe 1998, Table I: 0.490-0.943)
+    assert (round(lo, 3), round(hi, 3)) == (0.490, 0.943)
+    assert census_report.wilson(0, 5)[0] == 0.0 and census_report.wilson(5, 5)[1] == 1.0
