@@ -108,6 +108,22 @@ def test_cli_timeline_writes_table_json_and_figure(tmp_path, capsys):
     assert "run_dir must hold a run" in capsys.readouterr().err
 
 
+def test_the_report_shows_the_timeline_once_it_exists(tmp_path):
+    run = tmp_path / "run"
+    interpolated_run(run, n_steps=6)
+    assert main(["analyze", str(run), "--n", "64"]) == 0
+    page = (run / "report.html").read_text()
+    assert "<h2>Over training</h2>" in page and "invperm timeline RUN" in page
+    assert main(["timeline", str(run), "--quiet"]) == 0
+    assert main(["analyze", str(run), "--n", "64"]) == 0
+    page = (run / "report.html").read_text()
+    section = page.split("<h2>Over training</h2>", 1)[1].split("<h2>", 1)[0]
+    tl = json.loads((run / "timeline.json").read_text())
+    first = next(s["step"] for s in tl["steps"] if s["faithful"])
+    assert f"first faithful at step {first}" in section and "6 checkpoints" in section
+    assert "data:image/svg+xml" in section
+
+
 # -- dense checkpoints ---------------------------------------------------------------------------
 def expected_checkpoints(cfg: TrainConfig, metrics: list[dict]) -> list[int]:
     """The schedule as the config's docstring states it, from the run's evaluations."""

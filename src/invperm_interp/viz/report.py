@@ -1,7 +1,8 @@
 """The HTML report of one model: a page a researcher reads top to bottom in a minute.
 
 Order: what was run (once), the headline (the mechanism and what it means, ``viz.mechanism``), the
-numbers (MSE against the causal floor, accuracies), the training curve, the mechanism tests, the
+numbers (MSE against the causal floor, accuracies), the training curve, the mechanism over training
+(when the run has a timeline), the mechanism tests, the
 circuit (table with captions, gauge-fixed weights, raw weights folded away), closest constructions
 by attention patterns, ablations, the Lemma 1 certificate and the attention patterns of one sample.
 Layers are named one way everywhere (``invperm_interp.labels``).
@@ -195,10 +196,39 @@ def _attention(model: HookedDisentangledTransformer, batch: Batch, patterns) -> 
             + attention_views(model, batch, index=0, patterns=patterns))
 
 
+def _over_training(timeline, checkpoints: int) -> str:
+    """The mechanism over training (``invperm timeline RUN``'s record), or how to make it when the
+    run kept checkpoints; nothing for a model without any."""
+    if timeline is None:
+        if not checkpoints:
+            return ""
+        return ("<h2>Over training</h2><p>This run kept " + f"{checkpoints} checkpoints: "
+                "<code>invperm timeline RUN</code> analyses each against the final circuit, and "
+                "this page then shows when the circuit formed.</p>")
+    from .timeline import plot_timeline
+
+    first, since = timeline.first_faithful, timeline.faithful_since
+    what = (f"{_esc(timeline.final_mechanism)}'s cells" if timeline.final_mechanism
+            not in ("none", "borderline") else "the minimal circuit")
+    when = ("never faithful at a checkpoint" if first is None else
+            f"first faithful at step {first}" + ("" if since in (None, first)
+                                                 else f", and from step {since} on"))
+    named = timeline.first_named()
+    text = (f"<p>The final circuit ({what}, {len(timeline.cells)} cells) run alone at each of "
+            f"{len(timeline.steps)} checkpoints: {when}; the rule first names "
+            f"{_esc(timeline.final_mechanism)} at "
+            + ("no checkpoint" if named is None else f"step {named}") + ".</p>")
+    return ("<h2>Over training</h2>" + text + figure(
+        plot_timeline(timeline), "The mechanism over training: loss, rows exact, each cell's "
+        "fitted β and effect against the step.",
+        "Green: checkpoints where the final circuit alone is faithful (dashed: the first)."))
+
+
 def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
                 metrics: list[dict] | None = None, title: str = "invperm-interp report", *,
                 train_cfg: TrainConfig | None = None, bundle: str | None = None,
-                links: list[tuple[str, str]] | None = None) -> str:
+                links: list[tuple[str, str]] | None = None, timeline=None,
+                checkpoints: int = 0) -> str:
     """The report page as a string (see :func:`write_report`)."""
     parts = [_setup(model, train_cfg, metrics), headline(result),
              _results(model, result, batch, metrics, train_cfg)]
@@ -211,6 +241,7 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
             parts.append(figure(accuracy, "Fraction of entries, rows and samples exact against step.",
                                 "Entries, rows and whole samples exact after rounding."))
         parts.append("</div>")
+    parts.append(_over_training(timeline, checkpoints))
     parts += [mechanism_section(result), _circuit(model, result), _constructions(result),
               _ablations(model, result), _certificate(model, result),
               _attention(model, batch, result.sample_patterns)]
@@ -220,15 +251,19 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
 def write_report(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
                  path: str | Path, metrics: list[dict] | None = None,
                  title: str = "invperm-interp report", *, train_cfg: TrainConfig | None = None,
-                 bundle: str | None = None, links: list[tuple[str, str]] | None = None) -> Path:
+                 bundle: str | None = None, links: list[tuple[str, str]] | None = None,
+                 timeline=None, checkpoints: int = 0) -> Path:
     """Write the report page for ``model`` (with ``result`` from ``analysis.record.analyze``).
 
     ``metrics``/``train_cfg``: the run's eval records and training configuration, when it is a
     trained run. ``bundle``: a relative URL of a shared circuitsvis bundle instead of inlining it.
     ``links``: ``(label, relative URL)`` pairs above the title (the index, the run's twin).
+    ``timeline``: the run's ``analysis.timeline.Timeline`` (its section "Over training"), else
+    ``checkpoints``: how many it kept (the section then says how to make one).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report_html(model, result, batch, metrics, title, train_cfg=train_cfg,
-                                bundle=bundle, links=links), encoding="utf-8")
+                                bundle=bundle, links=links, timeline=timeline,
+                                checkpoints=checkpoints), encoding="utf-8")
     return path
