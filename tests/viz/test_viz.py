@@ -7,7 +7,7 @@ from conftest import loads_from_network
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, make_input
 from invperm_interp.maths import constructions
-from invperm_interp.viz.attention import attention_views, token_labels
+from invperm_interp.viz.attention import attention_views, save_attention_html, token_labels
 from invperm_interp.viz.heatmaps import plot_circuit, save_figure
 from invperm_interp.viz.page import page
 
@@ -43,6 +43,16 @@ def test_attention_page_is_offline_and_has_one_view_per_layer():
     assert "var CircuitsVis" in html  # the bundle is inlined, as inert text at the end of the body
     assert html.index('<script type="text/plain" id="circuitsvis-bundle">') > html.index(body)
     assert "var CircuitsVis" not in page("t", "<p>no views</p>")
+    assert not loads_from_network(html)
+
+
+def test_save_attention_html_writes_an_offline_page_of_every_head(tmp_path):
+    cfg = ModelConfig(Layout.plain(3), n_layers=2, n_heads=[1, 2], attention_dir="causal")
+    model = HookedDisentangledTransformer(cfg, seed=0)
+    batch = make_input(cfg.layout, torch.eye(3), torch.ones(3, 3))
+    path = save_attention_html(model, batch, tmp_path / "views" / "attn.html")
+    html = path.read_text()
+    assert html.count('class="cv"') == 3 and "var CircuitsVis" in html
     assert not loads_from_network(html)
 
 

@@ -136,11 +136,6 @@ def final_circuit(model, batch, tests: dict[str, Hypothesis], rows: float = FAIT
     return "none", Hypothesis("minimal", m.cells, m.read or None, "cells")
 
 
-def head(batch: Batch, m: int) -> Batch:
-    """The first ``m`` samples of ``batch``."""
-    return Batch(batch.layout, batch.X[:m], batch.P[:m], batch.Y[:m], batch.Y_P[:m], batch.perm[:m])
-
-
 class StepTester:
     """One checkpoint's runs: the full batch for scores, its first quarter (``sub``) for the cells'
     effects, and its first sixteenth (``gate``) as an exact gate: a circuit-only model with more
@@ -149,8 +144,8 @@ class StepTester:
 
     def __init__(self, model, batch: Batch, rows: float, recovered: float):
         self.full = Tester(model, batch)
-        self.sub = Tester(model, head(batch, max(1, len(batch) // 4)))
-        self.gate = Tester(model, head(batch, max(1, len(batch) // 16)))
+        self.sub = Tester(model, batch.head(max(1, len(batch) // 4)))
+        self.gate = Tester(model, batch.head(max(1, len(batch) // 16)))
         self.model, self.rows, self.recovered = model, rows, recovered
         self.allowed = (1 - rows) * len(batch) * model.cfg.d  # wrong rows the rule tolerates
 

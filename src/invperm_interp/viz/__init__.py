@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .attention import attention_views
+    from .attention import attention_views, save_attention_html
     from .heatmaps import plot_circuit, plot_dependency, plot_patching, save_figures
     from .index import write_index
     from .page import page, write_bundle
@@ -18,12 +18,12 @@ if TYPE_CHECKING:
     from .sweep import plot_sweep
     from .training import plot_training
 
-_HOMES = {"attention_views": "attention", "write_bundle": "page", "page": "page",
+_HOMES = {"attention_views": "attention", "save_attention_html": "attention", "write_bundle": "page", "page": "page",
           "plot_circuit": "heatmaps", "plot_dependency": "heatmaps", "plot_patching": "heatmaps",
           "save_figures": "heatmaps",
           "write_index": "index", "report_html": "report", "write_report": "report",
           "plot_sweep": "sweep", "plot_training": "training"}
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)
 __all__ = ["attention_views", "page", "plot_circuit", "plot_dependency", "plot_patching",
-           "plot_sweep", "plot_training", "report_html", "save_figures", "write_bundle", "write_index",
-           "write_report"]
+           "plot_sweep", "plot_training", "report_html", "save_attention_html", "save_figures",
+           "write_bundle", "write_index", "write_report"]

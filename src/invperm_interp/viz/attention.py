@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 from uuid import uuid4
 
 import torch
@@ -20,7 +21,7 @@ from ..model.hooked import HookedDisentangledTransformer
 from ..model.tokens import row_labels
 from ..stream import layer_hook_names
 from ..task import Batch
-from .page import QUEUE
+from .page import QUEUE, page
 
 
 def token_labels(batch: Batch, index: int = 0) -> list[str]:
@@ -67,3 +68,15 @@ def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: i
             panels.append(f'<figure class="attn"><figcaption>{html.escape(head_name(layer, head))}'
                           f"</figcaption>{view}</figure>")
     return f'<div class="attn-row">{"".join(panels)}</div>'
+
+
+def save_attention_html(model: HookedDisentangledTransformer, batch: Batch, path: str | Path,
+                        index: int = 0, title: str | None = None) -> Path:
+    """Write every head's attention on sample ``index`` of ``batch`` as one standalone page that
+    works offline (the circuitsvis bundle inlined). For a view made with circuitsvis directly,
+    write its ``.local_src``: ``str(view)`` loads the library from unpkg, i.e. the network."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    title = title or f"attention on sample {index}"
+    path.write_text(page(title, attention_views(model, batch, index)), encoding="utf-8")
+    return path
