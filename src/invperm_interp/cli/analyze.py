@@ -210,7 +210,9 @@ def add_analyze_parser(sub, name: str) -> None:
     analyze.add_argument("--d", type=int, default=10, help="task size of --construction")
     analyze.add_argument("--beta", type=float, default=None,
                          help="cell scale of --construction (default 100)")
-    analyze.add_argument("--n", type=int, default=512, help="samples for patterns and ablations")
+    analyze.add_argument("--n", type=int, default=512,
+                         help="samples the analysis is measured on (verdicts, ablations, "
+                              "patterns); 4096 resolves the rule's thresholds as the census does")
     analyze.add_argument("--seed", type=int, default=0, help="seeds the analysis batch")
     analyze.add_argument("--out", help="directory for analysis.json and report.html "
                                         "(default: the run directory)")
