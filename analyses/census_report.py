@@ -64,7 +64,8 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     if n == 0:
         return 0.0, 1.0
     p, z2 = k / n, z * z
-    centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
@@ -126,6 +127,18 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
                 "'none' with no faithful circuit": sum(not r["minimal_faithful"] for r in none),
             })
     return out
+
+
+#: The summary columns the README quotes (``readme_table``; a test holds the README to it).
+README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)", "named (95% CI)",
+                  "borderline", "same name on 3 batches", "same name under mean ablation")
+
+
+def readme_table(summary: list[dict]) -> str:
+    """The census summary as the README quotes it: a Markdown table of ``README_COLUMNS``."""
+    lines = ["| " + " | ".join(README_COLUMNS) + " |", "|" + " --- |" * len(README_COLUMNS)]
+    lines += ["| " + " | ".join(fmt(s[c]) for c in README_COLUMNS) + " |" for s in summary]
+    return "\n".join(lines)
 
 
 def sensitivity(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dict]:

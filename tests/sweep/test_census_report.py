@@ -106,3 +106,9 @@ def test_wilson_interval_matches_its_closed_form(census_report):
     # the Wilson score interval for 8/10 at z = 1.96 (Newcombe 1998, Table I: 0.490-0.943)
     assert (round(lo, 3), round(hi, 3)) == (0.490, 0.943)
     assert census_report.wilson(0, 5)[0] == 0.0 and census_report.wilson(5, 5)[1] == 1.0
+
+
+def test_the_readme_quotes_the_committed_census(census_report):
+    """The README's census table is the one census_report makes from assets/census.json."""
+    summary = json.loads((REPO / "assets" / "census.json").read_text())["summary"]
+    assert census_report.readme_table(summary) in (REPO / "README.md").read_text()

@@ -9,6 +9,7 @@ against the model; ``analysis.faithfulness`` tests it by running it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -56,6 +57,19 @@ def cell_text(cell: AtomCell) -> str:
     """``"L1 I at (pos.Y, pos.P)"`` (``h1`` after the layer for heads other than 0)."""
     layer, head, query, key, label = cell
     return f"L{layer + 1}{f'h{head}' if head else ''} {label} at ({query}, {key})"
+
+
+def parse_cell_text(text: str) -> tuple[int, int, str, str, str]:
+    """The inverse of :func:`cell_text`: ``"L2h1 -I at (pos.S, L1.x)"`` → ``(1, 1, "pos.S",
+    "L1.x", "-I")``."""
+    found = _CELL_TEXT.match(text.strip())
+    if not found:
+        raise ValueError(f"not a cell as cell_text writes one ('L1 I at (pos.Y, pos.P)'): {text!r}")
+    layer, head, label, query, key = found.groups()
+    return int(layer) - 1, int(head or 0), query, key, label
+
+
+_CELL_TEXT = re.compile(r"^L(\d+)(?:h(\d+))? (.+) at \(([^,()]+), ([^,()]+)\)$")
 
 
 def as_hypothesis(model: HookedDisentangledTransformer, hypothesis, read=None,

@@ -9,8 +9,9 @@ stops at the first size with a faithful set. Each set is screened on the first `
 samples of the batch: one whose interval (``SCREEN_Z`` standard errors) lies wholly below a
 threshold is rejected; the rest are scored on the first ``SEARCH_SAMPLES``, and the answer on all
 of it. When the search finishes, no smaller set of candidate cells, with any of those read-outs, is
-faithful on the search samples (``optimal=True``). It runs when there are at most ``MAX_EXACT_CELLS`` candidates, the sets smaller
-than the greedy answer number at most ``max_evaluations``, and either a faithful set is known or
+faithful on the search samples (``optimal=True``). It runs when there are at most
+``MAX_EXACT_CELLS`` candidates, the sets smaller than the greedy answer number at most
+``max_evaluations``, and either a faithful set is known or
 all candidates together recover at least ``EXACT_GATE`` of the loss (a model they do not explain
 is not searched); otherwise (``optimal=False``) the answer is the greedy search's: cells added in
 decreasing effect until faithful, then pruned, also started from each known faithful hypothesis

@@ -7,6 +7,24 @@ import argparse
 import json
 
 
+def _recorded(run_dir, n: int, seed: int):
+    """The verdict a sweep recorded in the run's ``mechanism.json`` on ``n`` samples from ``seed``
+    (``analysis.discover.Known``), or None (no record, older, or measured otherwise)."""
+    from ..analysis.discover import Known
+    from ..analysis.hypothesis import parse_cell_text
+    from ..runs.directory import RunDir
+
+    path = RunDir(run_dir).mechanism
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    if data.get("version", 1) < 2 or (data.get("samples"), data.get("seed")) != (n, seed):
+        return None
+    return Known(data["name"], bool(data["minimal_faithful"]),
+                 tuple(parse_cell_text(c) for c in data["minimal_cells"]),
+                 tuple(data["minimal_read"]))
+
+
 def _cmd_discover(args: argparse.Namespace) -> None:
     """Find the runs below DIR, group the unnamed ones' minimal circuits, print the table and a
     snippet registering each proposal; with ``--json``, write the proposals there too."""
@@ -28,8 +46,13 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     runs = [r.dir for r in find_runs(root) if RunDir(r.dir).is_finished]
     if not runs:
         raise ValueError(f"{root} holds no finished run (no {RunDir.FINAL} below it)")
-    models = {str(d.relative_to(root)) if d != root else d.name: Run.load(d).model for d in runs}
-    found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs,
+    keys = {d: str(d.relative_to(root)) if d != root else d.name for d in runs}
+    models = {keys[d]: Run.load(d).model for d in runs}
+    known = {keys[d]: k for d in runs if (k := _recorded(d, args.n, args.seed)) is not None}
+    if known:
+        print(f"{len(known)} of {len(runs)} runs: the verdict their sweep recorded on the same "
+              f"{args.n} samples (seed {args.seed}) is reused")
+    found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs, known=known,
                      progress=lambda items: tqdm(items, desc="discover", unit="run"))
     print(table(found))
     for p in found.proposals:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from .sweep import plot_sweep
     from .training import plot_training
 
-_HOMES = {"attention_views": "attention", "save_attention_html": "attention", "write_bundle": "page", "page": "page",
+_HOMES = {"attention_views": "attention", "save_attention_html": "attention",
+          "write_bundle": "page", "page": "page",
           "plot_circuit": "heatmaps", "plot_dependency": "heatmaps", "plot_patching": "heatmaps",
           "save_figures": "heatmaps",
           "write_index": "index", "report_html": "report", "write_report": "report",
