@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast test-slurm demo reproduce sweep census setup lint bench clean
+.PHONY: test test-fast test-slurm demo reproduce sweep census dynamics setup lint bench clean
 
 setup: $(STAMP)
 
@@ -31,16 +31,20 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/invperm demo
 
-# Every claim's table and figure under assets/ (trains 8 models: about 12 minutes on 2 cores).
+# The note's claims' tables and figures under assets/ (trains 8 models: about 12 minutes on 2
+# cores, most of it the paper recipe's 10,000 steps); `make census`, `make dynamics` and
+# `make sweep` write the rest of assets/.
 reproduce: $(STAMP)
 	for script in constructions_table causal_floors learned_circuits patching paper_recipe; do \
 		$(PY) analyses/$$script.py || exit 1; done
 
 # Beyond the note: learning speed and mechanism across d (20 runs, one process per core, early
-# stopping; resumable). Table and figure: runs/sweep_d/sweep_report.{md,png}.
+# stopping; resumable). Table and figure: runs/sweep_d/sweep_report.{md,png,svg}, copied to
+# assets/sweep_d.{md,png,svg}.
 sweep: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/sweep_d.toml --out runs/sweep_d
 	$(VENV)/bin/invperm sweep-report runs/sweep_d
+	for ext in md png svg; do cp runs/sweep_d/sweep_report.$$ext assets/sweep_d.$$ext || exit 1; done
 
 # Beyond the note: what training learns, counted over seeds: the grid analyses/grids/census.toml
 # (224 runs with early stopping, each analysed; one worker process per core), then its report in
@@ -48,6 +52,13 @@ sweep: $(STAMP)
 census: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/census.toml --out runs/census
 	$(PY) analyses/census_report.py runs/census --update-assets
+
+# Beyond the note: when each circuit forms. The census's d = 10 models with a checkpoint every 25
+# steps until solved (64 runs, one worker), then every checkpoint analysed against the final
+# circuit: assets/dynamics.{md,json,png,svg}. Resumable; timelines are cached per run.
+dynamics: $(STAMP)
+	$(VENV)/bin/invperm sweep analyses/grids/dynamics.toml --out runs/dynamics --workers 1
+	$(PY) analyses/dynamics.py runs/dynamics
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses
