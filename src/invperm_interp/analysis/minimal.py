@@ -10,10 +10,11 @@ samples of the batch: one whose interval (``SCREEN_Z`` standard errors) lies who
 threshold is rejected; the rest are scored on the first ``SEARCH_SAMPLES``, and the answer on all
 of it. When the search finishes, no smaller set of candidate cells, with any of those read-outs, is
 faithful on the search samples (``optimal=True``). It runs when there are at most
-``MAX_EXACT_CELLS`` candidates, the sets smaller than the greedy answer number at most
-``max_evaluations``, and either a faithful set is known or
+``MAX_EXACT_CELLS`` candidates and either a faithful set is known or
 all candidates together recover at least ``EXACT_GATE`` of the loss (a model they do not explain
-is not searched); otherwise (``optimal=False``) the answer is the greedy search's: cells added in
+is not searched); when the sets smaller than the greedy answer number more than
+``max_evaluations``, only those of fewer than ``PARTIAL_BELOW`` cells are tried (``optimal=False``).
+Without the exact search, or when it finds nothing smaller, the answer is the greedy search's: cells added in
 decreasing effect until faithful, then pruned, also started from each known faithful hypothesis
 (``starts``). The read-out blocks of the answer are pruned last; they do not count in its size.
 
@@ -46,6 +47,9 @@ MAX_EVALUATIONS = 3000
 SEARCH_SAMPLES = 512
 SCREEN_SAMPLES = 128
 SCREEN_Z = 3.0
+#: When every smaller set would not fit the budget, only sets below this size are tried (a proof
+#: is out of reach; a much smaller circuit than the greedy one, as 2 cells against 25, is not) …
+PARTIAL_BELOW = 3
 #: … and runs without a known faithful set only if all candidates recover this share of the loss.
 EXACT_GATE = 0.5
 #: Sets scored per call of :func:`score_subsets`.
@@ -220,7 +224,11 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
         confirm = _Search(_first(tester, SEARCH_SAMPLES), reads, rows, recovered)
         screen = _Search(_first(confirm.tester, SCREEN_SAMPLES), reads, rows, recovered)
         ranked = sorted(cells, key=lambda c: -effect[c])
-        better, optimal = screen.exact(ranked, options, bound, max_evaluations, confirm)
+        total = sum(comb(len(ranked), k) for k in range(1, bound)) * len(options)
+        # a proof out of reach: only look for a much smaller circuit than the greedy one
+        below = bound if total <= max_evaluations else min(bound, PARTIAL_BELOW)
+        better, optimal = screen.exact(ranked, options, below, max_evaluations, confirm)
+        optimal = optimal and below == bound
         search.evaluations += screen.evaluations
         if better is not None:
             chosen, read, _ = better
