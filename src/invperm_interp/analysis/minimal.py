@@ -14,9 +14,9 @@ faithful on the search samples (``optimal=True``). It runs when there are at mos
 all candidates together recover at least ``EXACT_GATE`` of the loss (a model they do not explain
 is not searched); when the sets smaller than the greedy answer number more than
 ``max_evaluations``, only those of fewer than ``PARTIAL_BELOW`` cells are tried (``optimal=False``).
-Without the exact search, or when it finds nothing smaller, the answer is the greedy search's: cells added in
-decreasing effect until faithful, then pruned, also started from each known faithful hypothesis
-(``starts``). The read-out blocks of the answer are pruned last; they do not count in its size.
+Without the exact search, or when it finds nothing smaller, the answer is the greedy search's:
+cells added in decreasing effect until faithful, then pruned, also started from each known faithful
+hypothesis (``starts``). The read-out blocks of the answer are pruned last; they do not count in its size.
 
 Every set is scored through :func:`score_subsets`, the one place a batched evaluator plugs in.
 """

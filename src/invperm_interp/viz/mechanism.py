@@ -203,8 +203,9 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
             f"{mech.rows:.0%} of rows exact, {mech.recovered:.0%} of the loss recovered, against the "
             "baseline of everything ablated (0.5 everywhere, MSE d/4), and every template of its "
             "cells fitted to the weights with a positive β (a cell test alone cannot tell "
-            "<code>I</code> from <code>−I</code>); of those that pass, the fewest atoms win (a cell "
-            "holding <code>1 − I</code> is two atoms). <b>Model MSE without its cells</b>: the full "
+            "<code>I</code> from <code>−I</code>), each judged on its 95% interval (borderline when "
+            "one straddles a threshold); of those that pass, the one recovering the most loss is "
+            "named and the others listed as also faithful. <b>Model MSE without its cells</b>: the full "
             "model with them removed (completeness: high means the model needs them).",
             attrs=' class="mechanism"'))
     if f is not None:
@@ -220,8 +221,11 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
     parts.append(table(
         ["layer", "head", "cell"],
         [[layer_name(c[0]), c[1], f"{c[4]} at ({c[2]}, {c[3]})"] for c in m.cells],
-        ("Minimal circuit: the smallest set of cells found (greedy by effect, then pruned; each "
-         "faithful construction pruned too) whose circuit-only model is faithful" if m.faithful else
+        (("Minimal circuit: provably the smallest set of candidate cells whose circuit-only model "
+          "is faithful (every smaller set was tried)" if m.optimal else
+          "Minimal circuit: the smallest set of cells found whose circuit-only model is faithful "
+          "(greedy by effect, then pruned; the exact search could not prove it smallest)")
+         if m.faithful else
          "No faithful circuit was found: these are all the cells the fitted atoms occupy, run on "
          "their own")
         + f"; reads {html.escape(', '.join(m.read) or '—')}; {m.score.rows_exact:.1%} of rows exact, "
