@@ -114,6 +114,8 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
                 "named (95% CI)": share_text(len(named), len(solved)),
                 "borderline": counts.get("borderline", 0),
                 "same name on 3 batches": share_text(len(stable), len(solved)),
+                "flips between two names (borderline aside)": sum(
+                    len(set(r["names_by_batch"]) - {"borderline"}) > 1 for r in solved),
                 "same name under mean ablation": (
                     f"{sum(r['name_mean_ablation'] == r['mechanism'] for r in mean)} of {len(mean)}"),
                 "named circuit: median rows exact / loss recovered": (
@@ -131,7 +133,8 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
 
 #: The summary columns the README quotes (``readme_table``; a test holds the README to it).
 README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)", "named (95% CI)",
-                  "borderline", "same name on 3 batches", "same name under mean ablation")
+                  "borderline", "same name on 3 batches", "flips between two names (borderline aside)",
+                  "same name under mean ablation")
 
 
 def readme_table(summary: list[dict]) -> str:

@@ -83,6 +83,7 @@ def test_counts_carry_borderline_stability_mean_ablation_and_optimality(tmp_path
     assert s["borderline"] == 1
     assert s["named (95% CI)"].startswith("1 of 3 (")
     assert s["same name on 3 batches"].startswith("2 of 3 (")
+    assert s["flips between two names (borderline aside)"] == 0  # borderline, none, none
     assert s["same name under mean ablation"] == "2 of 3"
     assert s["minimal circuit optimal (runs with <= 24 candidate cells)"] == "2 of 2"
     (line,) = data["sensitivity"]
