@@ -233,6 +233,11 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
             return "-"
         return ", ".join(map(str, value)) if isinstance(value, list) else fmt(value)
 
+    pairs = Counter((r["kind"], r["mechanism"], r["name_mean_ablation"]) for r in rows
+                    if r["steps_to_target"] is not None and r.get("name_mean_ablation") is not None
+                    and r["name_mean_ablation"] != r["mechanism"])
+    ablation = [{"model": k, "zero ablation (the rule)": z, "mean ablation": m, "runs": n}
+                for (k, z, m), n in pairs.most_common()]
     lines = [
         "# Census: what training learns, counted over seeds", "",
         "Adam lr 1e-2, N(0, 0.01²) init, batch 128, stopped at the first evaluation (every 100 "
@@ -257,6 +262,11 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         "## How the counts move with the thresholds", "",
         "The same recorded tests recounted by the same rule at other thresholds (solved runs).", "",
         *table_lines(table), "",
+        "## Where zero and mean ablation disagree", "",
+        "Solved runs whose name under mean ablation (each removed cell's score contribution "
+        "replaced by its mean over 1,024 reference samples) differs from the rule's (zeroed in the "
+        "gauge-fixed frame).", "",
+        *(table_lines(ablation) if ablation else ["None."]), "",
         "## Every run", "", *table_lines([{c: r.get(c) for c in per_run} for r in rows])]
     paths[1].write_text("\n".join(lines) + "\n")
     plot(rows, summary, paths[2])
