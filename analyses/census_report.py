@@ -50,7 +50,7 @@ def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
                      "step": record["step"], "steps_to_target": record["steps_to_solve"],
                      "final_mse": final.get("mse"), "rows_exact": final.get("row_acc"),
                      "mechanism": record["mechanism"],
-                     **{k: v for k, v in analysis.items() if k not in ("version", "name")}})
+                     **{k: v for k, v in analysis.items() if k not in ("version", "name", "seed")}})
     return rows, dict(planned)
 
 
