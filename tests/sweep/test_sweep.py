@@ -163,11 +163,13 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
 
     class Named:
         name = "appendix_b"
-        faithfulness, tested = None, ()
+        faithfulness, tested, also_faithful, borderline = None, (), (), ()
+        rows, recovered, z = 0.99, 0.8, 1.96
         minimal = SimpleNamespace(size=2, faithful=True, weight_share=0.5, read=("P",), cells=(),
+                                  optimal=True, evaluations=3,
                                   score=SimpleNamespace(rows_exact=1.0, loss_recovered=0.9))
 
-    def fake_mechanism(model, batch):
+    def fake_mechanism(model, batch, **kwargs):
         seen.append((model.cfg.d, batch.X.shape[0]))
         return Named()
 

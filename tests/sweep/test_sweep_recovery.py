@@ -81,11 +81,13 @@ def test_a_finished_run_without_its_mechanism_is_analysed_on_rerun(tmp_path, mon
     mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
     calls = []
 
-    def fake_mechanism(model, batch):
+    def fake_mechanism(model, batch, **kwargs):
         calls.append(model.cfg.d)
         minimal = SimpleNamespace(size=2, faithful=True, weight_share=0.5, read=("P",), cells=(),
+                                  optimal=True, evaluations=3,
                                   score=SimpleNamespace(rows_exact=1.0, loss_recovered=0.9))
-        return SimpleNamespace(name="two_block", faithfulness=None, tested=(), minimal=minimal)
+        return SimpleNamespace(name="two_block", faithfulness=None, tested=(), minimal=minimal,
+                               also_faithful=(), borderline=(), rows=0.99, recovered=0.8, z=1.96)
 
     monkeypatch.setattr(mech_mod, "mechanism", fake_mechanism)
     path = grid_file(tmp_path, steps=10, extra="mechanism = true")
