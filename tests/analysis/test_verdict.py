@@ -207,3 +207,16 @@ def test_head_is_the_first_samples():
     for a, b in zip((head.X, head.P, head.Y, head.Y_P, head.perm),
                     (batch.X, batch.P, batch.Y, batch.Y_P, batch.perm)):
         assert torch.equal(a, b[:4])
+
+
+@pytest.mark.parametrize("found,exhausted,below,bound,proved", [
+    (True, True, 3, 26, True),    # a 2-cell set found after every 1-cell set failed
+    (False, True, 3, 26, False),  # nothing below 3 cells; sizes 3..25 never tried
+    (False, True, 4, 4, True),    # every size below the greedy answer tried: it is smallest
+    (True, False, 3, 26, False),  # a size did not fit the budget
+])
+def test_the_search_claims_a_proof_only_when_every_smaller_size_was_tried(found, exhausted, below,
+                                                                           bound, proved):
+    from invperm_interp.analysis.minimal import proved_smallest
+
+    assert proved_smallest(found, exhausted, below, bound) is proved

@@ -227,8 +227,8 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
         total = sum(comb(len(ranked), k) for k in range(1, bound)) * len(options)
         # a proof out of reach: only look for a much smaller circuit than the greedy one
         below = bound if total <= max_evaluations else min(bound, PARTIAL_BELOW)
-        better, optimal = screen.exact(ranked, options, below, max_evaluations, confirm)
-        optimal = optimal and below == bound
+        better, exhausted = screen.exact(ranked, options, below, max_evaluations, confirm)
+        optimal = proved_smallest(better is not None, exhausted, below, bound)
         search.evaluations += screen.evaluations
         if better is not None:
             chosen, read, _ = better
@@ -241,6 +241,13 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
         return _result(model, _hyp(cells, reads), full, False, optimal, search.evaluations)
     chosen, read, score = min(found, key=lambda f: (len(f[0]), -(f[2].loss_recovered or 0.0)))
     return _result(model, _hyp(chosen, read), score, True, optimal, search.evaluations)
+
+
+def proved_smallest(found: bool, exhausted: bool, below: int, bound: int) -> bool:
+    """Whether the exact search proved its answer smallest: it tried every set of each size it
+    reached (``exhausted``) and either found a faithful set (every smaller size was tried first)
+    or searched every size below the greedy answer's ``bound`` (not only those below ``below``)."""
+    return exhausted and (found or below == bound)
 
 
 def _read_share(model: HookedDisentangledTransformer, block: str) -> float:
