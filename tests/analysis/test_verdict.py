@@ -173,7 +173,41 @@ def test_mean_ablation_keeps_a_removed_cell_whose_contribution_never_varies():
     assert zero.circuit.rows_exact < 0.5
     assert mean.circuit.rows_exact == 1.0 and mean.circuit.mse < 1e-8
     with pytest.raises(ValueError, match="ablation"):
-        faithfulness(model, only_layer_2, batch, ablation="resample")
+        faithfulness(model, only_layer_2, batch, ablation="shuffle")
+
+
+def test_resample_ablation_puts_in_another_inputs_contribution():
+    """A position-only cell's contribution is the same on every input: resampling it changes
+    nothing. An input-dependent cell resampled from the next sample makes each sample look up the
+    other sample's rows; the result equals a plain einsum of that paired contribution."""
+    model = C.build("two_block", 5, 60.0)
+    batch = batch_for(model, 128)
+    only_layer_2 = [(1, 0, "pos.P", "L1.x", "I")]
+    resample = faithfulness(model, only_layer_2, batch, read=("L2.x",), minimality=False,
+                            ablation="resample")
+    assert resample.circuit.rows_exact == 1.0 and resample.circuit.mse < 1e-8
+    only_layer_1 = [(0, 0, "pos.Y", "pos.P", "I")]
+    swapped = faithfulness(model, only_layer_1, batch, read=("L2.x",), minimality=False,
+                           ablation="resample")
+    assert swapped.circuit.rows_exact < 0.5
+    # the same variant by hand: layer 2's removed score h R hᵀ taken on sample b + 1
+    from invperm_interp.analysis.faithfulness import _run, project, read_out
+    from invperm_interp.analysis.hypothesis import Hypothesis as H
+
+    proj = project(model, H("l1", tuple(only_layer_1), ("L2.x",), "cells"), betas=False)
+    removed = [f - k for f, k in zip(proj.fixed, proj.kept)]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(batch.X)
+    adds = []
+    for layer, R in enumerate(removed):
+        h = cache[f"blocks.{layer}.hook_resid_pre"].double()[torch.arange(128).add(1) % 128]
+        adds.append(torch.einsum("btd,hde,bse->bhts", h, R, h))
+    hooks = [(f"blocks.{layer}.attn.hook_attn_scores", lambda s, hook, a=a: s + a.to(s))
+             for layer, a in enumerate(adds)]
+    with model.hooks(fwd_hooks=hooks), torch.no_grad():
+        out = _run(model, proj.kept, read_out(model, ("L2.x",)), batch.X)
+    assert float(((out.double() - batch.Y.double()) ** 2).sum(-1).mean()) == pytest.approx(
+        swapped.circuit.mse, rel=1e-6)
 
 
 def test_clear_verdicts_use_the_screen_and_straddling_ones_the_whole_batch():

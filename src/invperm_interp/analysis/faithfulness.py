@@ -19,7 +19,8 @@ Removed parts are zeroed *in the gauge-fixed frame*: softmax cannot see the gaug
 (``analysis.gauge``), so ``gauge_fix(A)`` is the function's own coordinates and "zero" there removes
 a cell's effect without inventing a gauge the model never chose (zeroing raw cells would not: a raw
 cell holds gauge as well as function). The second style, ``ablation="mean"``, replaces a removed
-part's attention-score contribution by its mean over a reference batch instead. The
+part's attention-score contribution by its mean over a reference batch instead, and
+``ablation="resample"`` by its value on another input. The
 thresholds that turn these numbers into verdicts live in ``analysis.mechanism``.
 """
 
@@ -254,7 +255,7 @@ class Faithfulness:
                    tuple(read_score(s) for s in data["minimality"]))
 
 
-ABLATIONS = ("zero", "mean")
+ABLATIONS = ("zero", "mean", "resample")
 
 
 class Tester:
@@ -265,8 +266,10 @@ class Tester:
     ``ablation``: how a removed part of ``A`` is removed. ``"zero"``: zeroed in the gauge-fixed
     frame. ``"mean"``: its score contribution ``h_i R h_jᵀ`` (``R`` the removed part, ``h`` the
     clean run's stream) is replaced by its mean over the ``reference`` batch (default: the batch
-    itself), per head and (query, key) position; such variants run one at a time through the
-    hooked model. Removed read-out rows are zeroed either way."""
+    itself), per head and (query, key) position. ``"resample"``: replaced by its value on another
+    input, sample ``b`` taking the ``reference`` batch's sample ``b`` (by default the batch's own
+    next sample, ``b + 1``). Such variants run one at a time through the hooked model. Removed
+    read-out rows are zeroed either way."""
 
     def __init__(self, model: HookedDisentangledTransformer, batch: Batch, ablation: str = "zero",
                  reference: Batch | None = None):
@@ -288,7 +291,7 @@ class Tester:
         self.fixed = fixed_weights(model)
         self._fits: dict = {}
         self._streams = None
-        if ablation == "mean":
+        if ablation in ("mean", "resample"):
             ref = (reference or batch).to(model.device, model.cfg.torch_dtype)
             names = [f"blocks.{layer}.hook_resid_pre" for layer in range(model.cfg.n_layers)]
             with torch.no_grad():
@@ -302,10 +305,17 @@ class Tester:
     def _score(self, out: Tensor) -> Score:
         return score(out, self.batch, self.baseline, self.clean.mse, self.clean_errors)
 
-    def _mean_scores(self, removed: Sequence[Tensor]) -> list[Tensor]:
-        """Per layer ``(H, T, T)``: the mean over the reference batch of ``h R hᵀ``."""
-        # (h R) first, then the contraction with h over the batch: ~B·T·D·(D + T) per head
-        return [torch.einsum("bhte,bse->hts", torch.einsum("btd,hde->bhte", h, R), h) / len(h)
+    def _removed_scores(self, removed: Sequence[Tensor]) -> list[Tensor]:
+        """Per layer, what stands in for the removed parts' scores ``h R hᵀ``: their mean over the
+        reference batch ``(H, T, T)`` (mean ablation), or each sample's value on its reference
+        sample ``(B, H, T, T)`` (resample ablation)."""
+        if self.ablation == "mean":
+            # (h R) first, then the contraction with h over the batch: ~B·T·D·(D + T) per head
+            return [torch.einsum("bhte,bse->hts", torch.einsum("btd,hde->bhte", h, R), h) / len(h)
+                    for h, R in zip(self._streams, removed)]
+        B = len(self.batch)
+        pair = (torch.arange(B) + (1 if self.reference is None else 0)) % len(self._streams[0])
+        return [torch.einsum("bhte,bse->bhts", torch.einsum("btd,hde->bhte", h[pair], R), h[pair])
                 for h, R in zip(self._streams, removed)]
 
     def run_many(self, variants: Sequence[tuple[Sequence[Tensor], Tensor]],
@@ -322,7 +332,7 @@ class Tester:
             return self.run_many([(As, W_U)])[0]
         hooks = [(f"blocks.{layer}.attn.hook_attn_scores",
                   lambda scores, hook, m=m: scores + m.to(scores))
-                 for layer, m in enumerate(self._mean_scores(removed))]
+                 for layer, m in enumerate(self._removed_scores(removed))]
         with self.model.hooks(fwd_hooks=hooks):
             out = _run(self.model, As, W_U, self.batch.X)
         return self._score(out)
@@ -391,7 +401,7 @@ def faithfulness(model: HookedDisentangledTransformer, hypothesis, batch: Batch,
 
     ``hypothesis``, ``read`` and ``unit`` as in :func:`as_hypothesis`; ``batch``: the inputs scored (a few
     hundred samples separate the mechanisms sharply); ``ablation``/``reference``: how removed
-    cells are removed (:class:`Tester`: ``"zero"``, the rule's, or ``"mean"``). Verdicts:
+    cells are removed (:class:`Tester`: ``"zero"``, the rule's, ``"mean"`` or ``"resample"``). Verdicts:
     ``analysis.verdict``.
     """
     if not isinstance(model, HookedDisentangledTransformer):
