@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from invperm_interp.analysis.faithfulness import Tester as CircuitTester
-from invperm_interp.analysis.faithfulness import evaluate_many, project, read_out, score
+from invperm_interp.analysis.faithfulness import evaluate_many, read_out, score
 from invperm_interp.analysis.gauge import perturb
 from invperm_interp.analysis.hypothesis import as_hypothesis
+from invperm_interp.analysis.projection import project
 from invperm_interp.analysis.record import analyze
 from invperm_interp.maths import constructions
 from invperm_interp.task import sample_batch

@@ -16,8 +16,8 @@ from invperm_interp.analysis import (
     minimal_circuit,
     perturb,
 )
-from invperm_interp.analysis.faithfulness import project
 from invperm_interp.analysis.hypothesis import Hypothesis, as_hypothesis
+from invperm_interp.analysis.projection import project
 from invperm_interp.maths import constructions as C
 from invperm_interp.maths.cells import cell_template
 

@@ -36,9 +36,14 @@ Object.defineProperty(window, 'CircuitsVis', {configurable: true, get() { return
   set(v) { __cv = v; window.__bundleAt = performance.now(); }});
 </script>"""
 
-# Runs after load: writes what it saw into the DOM, which --dump-dom prints.
+# Runs after load: once every view has drawn (or 8 s have passed; polling, since a shared bundle
+# loads after the first paint and a loaded machine takes its time), writes what it saw into the
+# DOM, which --dump-dom prints.
 PROBE_END = """<script>
-window.addEventListener('load', () => setTimeout(() => {
+window.addEventListener('load', () => { const __start = performance.now(); const __probe = () => {
+  const drawn = [...document.querySelectorAll('div.cv')]
+    .every(d => d.querySelectorAll('canvas, svg, table, span').length > 0);
+  if (!drawn && performance.now() - __start < 8000) { setTimeout(__probe, 100); return; }
   const out = document.createElement('pre'); out.id = '__probe';
   out.textContent = JSON.stringify({
     errors: __errors,
@@ -60,7 +65,7 @@ window.addEventListener('load', () => setTimeout(() => {
     }),
   });
   document.body.appendChild(out);
-}, 1500));
+}; setTimeout(__probe, 1500); });
 </script>"""
 
 

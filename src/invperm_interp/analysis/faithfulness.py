@@ -32,13 +32,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..maths.cells import cell_template
 from ..model.hooked import HookedDisentangledTransformer
 from ..model.variants import forward_many
 from ..task import Batch, mse
-from .gauge import gauge_fix, gauge_projectors
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis
-from .pursuit import basis
+from .projection import Projection, fixed_weights, project
 from .score import Score, read_score, score
 
 #: A fitted template β below this share of the largest ``|β|`` in its (layer, head) has no sign
@@ -47,132 +45,6 @@ SIGN_RELATIVE = 0.1
 
 
 # -- the circuit-only model -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Projection:
-    """Per layer ``(H, D, D)``: ``gauge_fix(A)`` and its part on the hypothesis; per cell the fitted
-    β (the template's least-squares scale in the fitted raw cell) and the share of the norm² kept."""
-
-    fixed: tuple[Tensor, ...]
-    kept: tuple[Tensor, ...]
-    betas: tuple[float, ...]
-    weight_share: float  # ||kept||² / ||fixed||², averaged over the layers
-
-
-def _template_at(model: HookedDisentangledTransformer, cell: AtomCell) -> Tensor:
-    """The cell's template placed in a zero ``(D, D)`` matrix (float64)."""
-    layer, _, query, key, label = cell
-    stream = model.stream
-    q, k = stream.block(query, layer), stream.block(key, layer)
-    placed = torch.zeros(stream.width(layer), stream.width(layer), dtype=torch.float64)
-    placed[q.slice, k.slice] = cell_template(label, q.width, k.width)
-    return placed
-
-
-_GAUGE_BASES: dict[tuple, Tensor] = {}
-
-
-def _gauge_basis(stream, layer: int) -> Tensor:
-    """Orthonormal basis ``(D², r)`` of the gauge directions of ``A`` in ``vec`` form: the range of
-    ``1 - (1 - Π_null) ⊗ (1 - Π_key)``, spanned by ``u eⱼᵀ`` (``u`` in the query null space, any
-    ``j``) and ``w vᵀ`` (``w`` outside it, ``v`` a key-gauge vector). Cached per stream layout."""
-    key = (stream.layout, stream.heads, layer)
-    if key not in _GAUGE_BASES:
-        P_null, P_key = gauge_projectors(stream, layer)
-        U, V = basis(P_null), basis(P_key)
-        W = basis(torch.eye(len(P_null), dtype=torch.float64) - P_null)
-        D = len(P_null)
-        eye = torch.eye(D, dtype=torch.float64)
-        parts = [torch.einsum("ai,bj->abij", U, eye).reshape(D * D, -1),
-                 torch.einsum("ai,bj->abij", W, V).reshape(D * D, -1)]
-        _GAUGE_BASES[key] = torch.cat(parts, dim=1)
-    return _GAUGE_BASES[key]
-
-
-def _fit_cells(model: HookedDisentangledTransformer, layer: int, F: Tensor,
-               cells: list[AtomCell]) -> tuple[Tensor, Tensor]:
-    """``min ||F - gauge_fix(M)||`` over ``M`` supported on ``cells``: returns ``(M, gauge_fix(M))``.
-
-    With ``Π = 1 - B Bᵀ`` the gauge-fixing projector and ``F = Π F``, the normal equations on the
-    cells' entries ``S`` are ``(1 - B_S B_Sᵀ) m = F_S``; ``m = F_S + B_S (1 - B_Sᵀ B_S)⁺ B_Sᵀ F_S``
-    solves them with one ``r × r`` pseudo-inverse (``r`` gauge directions, ~3 D), not a
-    least-squares problem over every entry of every cell.
-    """
-    stream, D = model.stream, F.shape[-1]
-    mask = torch.zeros(D, D, dtype=torch.bool)
-    for _, _, query, key, _ in cells:
-        mask[stream.slice(query, layer), stream.slice(key, layer)] = True
-    idx = mask.reshape(-1).nonzero().squeeze(1)
-    B = _gauge_basis(stream, layer)[idx]  # (|S|, r)
-    F_S = F.reshape(-1)[idx]
-    C = torch.eye(B.shape[1], dtype=F.dtype) - B.T @ B
-    m = F_S + B @ (torch.linalg.pinv(C, hermitian=True, rtol=1e-10) @ (B.T @ F_S))
-    M = torch.zeros(D * D, dtype=F.dtype)
-    M[idx] = m
-    M = M.reshape(D, D)
-    return M, gauge_fix(M, stream, layer)
-
-
-def _fit_atoms(model: HookedDisentangledTransformer, layer: int, F: Tensor,
-               cells: list[AtomCell]) -> tuple[Tensor, Tensor]:
-    """Least squares of ``F`` on the cells' gauge-fixed templates: ``(Σ β T, Σ β gauge_fix(T))``."""
-    raw = torch.stack([_template_at(model, c) for c in cells])  # (n, D, D)
-    Phi = gauge_fix(raw, model.stream, layer).reshape(len(cells), -1).T  # (D², n)
-    beta = torch.linalg.pinv(Phi.T @ Phi, hermitian=True) @ (Phi.T @ F.reshape(-1))
-    return torch.einsum("n,nij->ij", beta, raw), (Phi @ beta).reshape(F.shape)
-
-
-def fixed_weights(model: HookedDisentangledTransformer) -> tuple[Tensor, ...]:
-    """Per layer ``gauge_fix(A)`` of every head, ``(H, D, D)`` float64 on the CPU."""
-    return tuple(gauge_fix(block.attn.A.detach().to("cpu", torch.float64), model.stream, layer)
-                 for layer, block in enumerate(model.blocks))
-
-
-def project(model: HookedDisentangledTransformer, hyp: Hypothesis, *,
-            fixed: Sequence[Tensor] | None = None, fits: dict | None = None,
-            betas: bool = True) -> Projection:
-    """Least-squares fit of each head's ``gauge_fix(A)`` by ``gauge_fix(M)`` with ``M`` in the span of
-    the hypothesis (``hyp.unit``: its template atoms, or every entry of its cells), and the fit.
-
-    ``fixed``: :func:`fixed_weights` already computed; ``fits``: a dict that keeps each head's fit
-    by its cells, for a caller testing many hypotheses of one model; ``betas=False`` skips the
-    per-cell β (zeros), which only the faithfulness record reports."""
-    fixed = fixed if fixed is not None else fixed_weights(model)
-    kept, shares = [], []
-    betas_out = [0.0] * len(hyp.cells)
-    fit = _fit_cells if hyp.unit == "cells" else _fit_atoms
-    for layer, F in enumerate(fixed):
-        K = torch.zeros_like(F)
-        for head in range(F.shape[0]):
-            mine = [i for i, c in enumerate(hyp.cells) if c[0] == layer and c[1] == head]
-            if not mine:
-                continue
-            cells = [hyp.cells[i] for i in mine]
-            # a cells fit depends on which (query, key) cells only; an atoms fit on the templates
-            key = (hyp.unit, layer, head, frozenset(c[2:4] for c in cells) if hyp.unit == "cells"
-                   else tuple(cells))
-            if fits is None or key not in fits:
-                found = fit(model, layer, F[head], cells)
-                if fits is None:
-                    M, K[head] = found
-                else:
-                    fits[key] = found
-            if fits is not None:
-                M, K[head] = fits[key]
-            if not betas:
-                continue
-            for group in {hyp.cells[i][:4] for i in mine}:  # β: the templates' least-squares
-                entries = [i for i in mine if hyp.cells[i][:4] == group]  # scales in the fitted cell
-                Ts = torch.stack([_template_at(model, hyp.cells[i]).reshape(-1) for i in entries], 1)
-                on = Ts.abs().sum(1) > 0
-                scale = torch.linalg.lstsq(Ts[on], M.reshape(-1)[on, None], driver="gelsd").solution
-                for i, b in zip(entries, scale.squeeze(1).tolist()):
-                    betas_out[i] = b
-        total = float(F.pow(2).sum())
-        kept.append(K)
-        shares.append(float(K.pow(2).sum()) / total if total > 0 else 0.0)
-    return Projection(tuple(fixed), tuple(kept), tuple(betas_out), sum(shares) / len(shares))
-
-
 def _run(model: HookedDisentangledTransformer, As: Sequence[Tensor], W_U: Tensor, X: Tensor) -> Tensor:
     """``model`` with its ``A`` s and ``W_U`` replaced (weights untouched): ``(B, d, d)``."""
     params = {f"blocks.{layer}.attn.A": A.to(model.device, model.cfg.torch_dtype)

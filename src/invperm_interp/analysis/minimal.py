@@ -30,8 +30,9 @@ from math import comb
 
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
-from .faithfulness import Score, Tester, project, read_score
+from .faithfulness import Score, Tester, read_score
 from .hypothesis import AtomCell, Hypothesis
+from .projection import project
 from .templates import Circuit, explain
 from .verdict import FAITHFUL_RECOVERED, FAITHFUL_ROWS, is_faithful
 

@@ -32,9 +32,10 @@ from ..runs.directory import RunDir
 from ..task import Batch, sample_batch
 from ..training.run import Run
 from .compare import candidates
-from .faithfulness import Score, Tester, project
+from .faithfulness import Score, Tester
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis
 from .mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS, is_faithful, minimal_circuit, ranked
+from .projection import project
 
 
 @dataclass(frozen=True)
