@@ -50,6 +50,17 @@ def assert_same_weights(a: nn.Module | dict, b: nn.Module | dict) -> None:
         assert torch.equal(sa[k], sb[k]), k
 
 
+def add_cells(model, cells, beta):
+    """``model`` with ``beta`` times each (layer, query, key, template) cell added to ``A``."""
+    from invperm_interp.maths.cells import cell_template
+
+    with torch.no_grad():
+        for layer, query, key, kind in cells:
+            view = model.stream.split(model.blocks[layer].attn.A.data[0], layer)[(query, key)]
+            view += beta * cell_template(kind, *view.shape, dtype=view.dtype)
+    return model
+
+
 def batch_for(model, n: int = 64, seed: int = 0, dtype: torch.dtype | None = None):
     """``n`` samples of the model's layout from generator seed ``seed``, in ``dtype`` (default: the
     model's)."""

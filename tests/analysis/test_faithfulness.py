@@ -3,7 +3,7 @@ and the minimal circuit, on constructions (where the answer is known) and pertur
 
 import pytest
 import torch
-from helpers import batch_for
+from helpers import add_cells, batch_for
 
 from invperm_interp.analysis import (
     ModelAnalysis,
@@ -19,19 +19,8 @@ from invperm_interp.analysis import (
 from invperm_interp.analysis.hypothesis import Hypothesis, as_hypothesis
 from invperm_interp.analysis.projection import project
 from invperm_interp.maths import constructions as C
-from invperm_interp.maths.cells import cell_template
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]
-
-
-def add_cells(model, cells, beta):
-    """``model`` with ``beta`` times each (layer, query, key, template) cell added to ``A``."""
-    with torch.no_grad():
-        for layer, query, key, kind in cells:
-            view = model.stream.split(model.blocks[layer].attn.A.data[0], layer)[(query, key)]
-            view += beta * cell_template(kind, *view.shape, dtype=view.dtype)
-    return model
-
 
 # Learned forms written with every cell the trained models need: at exact β the analytic model needs
 # less (one of the superposed lookups; not the L1.pos.P half of the mass guard), and the rule names

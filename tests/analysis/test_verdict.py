@@ -6,7 +6,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 import torch
-from helpers import batch_for
+from helpers import add_cells, batch_for
 
 from invperm_interp.analysis import Score, faithfulness, judge, mechanism, minimal_circuit, perturb
 from invperm_interp.analysis.faithfulness import Faithfulness
@@ -17,15 +17,6 @@ from invperm_interp.analysis.minimal import candidate_cells, read_candidates
 from invperm_interp.analysis.templates import explain
 from invperm_interp.analysis.verdict import is_faithful
 from invperm_interp.maths import constructions as C
-from invperm_interp.maths.cells import cell_template
-
-
-def add_cells(model, cells, beta):
-    with torch.no_grad():
-        for layer, query, key, kind in cells:
-            view = model.stream.split(model.blocks[layer].attn.A.data[0], layer)[(query, key)]
-            view += beta * cell_template(kind, *view.shape, dtype=view.dtype)
-    return model
 
 
 def test_standard_errors_match_a_numpy_reference():
