@@ -89,45 +89,50 @@ def name_at(row: dict, rows_min: float, recovered_min: float) -> str:
 SENSITIVITY = ((0.95, 0.70), (0.99, 0.80), (0.999, 0.90))
 
 
+def configurations(rows: list[dict], planned: dict[tuple[str, int], int]):
+    """``(kind, d, runs)`` per planned configuration with at least one analysed run, in order."""
+    for kind in KINDS:
+        for d in sorted({d for k, d in planned if k == kind}):
+            group = [r for r in rows if r["kind"] == kind and r["d"] == d]
+            if group:
+                yield kind, d, group
+
+
 def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dict]:
     """One row per (kind, d): runs done, solved, median steps, mechanism counts with their
     uncertainty, borderline, stability over evaluation batches, agreement with mean ablation,
     minimal circuits (optimal, sizes)."""
     out = []
-    for kind in KINDS:
-        for d in sorted({d for k, d in planned if k == kind}):
-            group = [r for r in rows if r["kind"] == kind and r["d"] == d]
-            if not group:
-                continue
-            solved = [r for r in group if r["steps_to_target"] is not None]
-            counts = Counter(r["mechanism"] for r in solved)
-            named = [r for r in solved if r["mechanism"] not in ("none", "borderline")]
-            none = [r for r in solved if r["mechanism"] == "none"]
-            stable = [r for r in solved if len(set(r["names_by_batch"])) == 1]
-            mean = [r for r in solved if r.get("name_mean_ablation") is not None]
-            small = [r for r in solved if r["minimal_candidates"] <= 24]
-            out.append({
-                "model": kind, "d": d, "runs": len(group), "planned": planned[(kind, d)],
-                "solved (MSE < 1e-3)": len(solved),
-                "median steps to solve": _median(r["steps_to_target"] for r in solved),
-                "mechanisms (of solved)": ", ".join(f"{k}: {v}" for k, v in counts.most_common()),
-                "named (95% CI)": share_text(len(named), len(solved)),
-                "borderline": counts.get("borderline", 0),
-                "same name on 3 batches": share_text(len(stable), len(solved)),
-                "flips between two names (borderline aside)": sum(
-                    len(set(r["names_by_batch"]) - {"borderline"}) > 1 for r in solved),
-                "same name under mean ablation": (
-                    f"{sum(r['name_mean_ablation'] == r['mechanism'] for r in mean)} of {len(mean)}"),
-                "named circuit: median rows exact / loss recovered": (
-                    f"{_median(r['circuit_rows_exact'] for r in named):.4f} / "
-                    f"{_median(r['loss_recovered'] for r in named):.3f}" if named else "-"),
-                "minimal circuit optimal (runs with <= 24 candidate cells)": (
-                    f"{sum(r['minimal_optimal'] for r in small)} of {len(small)}"),
-                "'none': minimal circuit sizes": (
-                    ", ".join(f"{k} cells x{v}" for k, v in sorted(Counter(
-                        r["minimal_size"] for r in none).items())) if none else "-"),
-                "'none' with no faithful circuit": sum(not r["minimal_faithful"] for r in none),
-            })
+    for kind, d, group in configurations(rows, planned):
+        solved = [r for r in group if r["steps_to_target"] is not None]
+        counts = Counter(r["mechanism"] for r in solved)
+        named = [r for r in solved if r["mechanism"] not in ("none", "borderline")]
+        none = [r for r in solved if r["mechanism"] == "none"]
+        stable = [r for r in solved if len(set(r["names_by_batch"])) == 1]
+        mean = [r for r in solved if r.get("name_mean_ablation") is not None]
+        small = [r for r in solved if r["minimal_candidates"] <= 24]
+        out.append({
+            "model": kind, "d": d, "runs": len(group), "planned": planned[(kind, d)],
+            "solved (MSE < 1e-3)": len(solved),
+            "median steps to solve": _median(r["steps_to_target"] for r in solved),
+            "mechanisms (of solved)": ", ".join(f"{k}: {v}" for k, v in counts.most_common()),
+            "named (95% CI)": share_text(len(named), len(solved)),
+            "borderline": counts.get("borderline", 0),
+            "same name on 3 batches": share_text(len(stable), len(solved)),
+            "flips between two names (borderline aside)": sum(
+                len(set(r["names_by_batch"]) - {"borderline"}) > 1 for r in solved),
+            "same name under mean ablation": (
+                f"{sum(r['name_mean_ablation'] == r['mechanism'] for r in mean)} of {len(mean)}"),
+            "named circuit: median rows exact / loss recovered": (
+                f"{_median(r['circuit_rows_exact'] for r in named):.4f} / "
+                f"{_median(r['loss_recovered'] for r in named):.3f}" if named else "-"),
+            "minimal circuit optimal (runs with <= 24 candidate cells)": (
+                f"{sum(r['minimal_optimal'] for r in small)} of {len(small)}"),
+            "'none': minimal circuit sizes": (
+                ", ".join(f"{k} cells x{v}" for k, v in sorted(Counter(
+                    r["minimal_size"] for r in none).items())) if none else "-"),
+            "'none' with no faithful circuit": sum(not r["minimal_faithful"] for r in none),
+        })
     return out
 
 
@@ -147,19 +152,17 @@ def readme_table(summary: list[dict]) -> str:
 def sensitivity(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dict]:
     """Per (kind, d): named / borderline / none among solved runs at each threshold pair."""
     out = []
-    for kind in KINDS:
-        for d in sorted({d for k, d in planned if k == kind}):
-            solved = [r for r in rows if r["kind"] == kind and r["d"] == d
-                      and r["steps_to_target"] is not None]
-            if not solved:
-                continue
-            line = {"model": kind, "d": d, "solved": len(solved)}
-            for rows_min, rec_min in SENSITIVITY:
-                names = Counter(name_at(r, rows_min, rec_min) for r in solved)
-                named = len(solved) - names["none"] - names["borderline"]
-                line[f"{rows_min:.1%} rows / {rec_min:.0%} loss: named / borderline / none"] = (
-                    f"{named} / {names['borderline']} / {names['none']}")
-            out.append(line)
+    for kind, d, group in configurations(rows, planned):
+        solved = [r for r in group if r["steps_to_target"] is not None]
+        if not solved:
+            continue
+        line = {"model": kind, "d": d, "solved": len(solved)}
+        for rows_min, rec_min in SENSITIVITY:
+            names = Counter(name_at(r, rows_min, rec_min) for r in solved)
+            named = len(solved) - names["none"] - names["borderline"]
+            line[f"{rows_min:.1%} rows / {rec_min:.0%} loss: named / borderline / none"] = (
+                f"{named} / {names['borderline']} / {names['none']}")
+        out.append(line)
     return out
 
 
