@@ -166,16 +166,27 @@ def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
     return tested
 
 
+def _screen_and_whole(model: HookedDisentangledTransformer, batch: Batch, screen: int,
+                      ablation: str = "zero", reference: Batch | None = None,
+                      whole: Tester | None = None):
+    """A tester on the first ``screen`` samples, and the whole batch's (``whole`` if given; else
+    a function that builds it only when a straddling verdict asks for it)."""
+    def full() -> Tester:
+        return whole or Tester(model, batch, ablation, reference)
+
+    if len(batch) <= screen:
+        tester = full()
+        return tester, tester
+    return Tester(model, batch.head(screen), ablation, reference), full
+
+
 def name_on(model: HookedDisentangledTransformer, batch: Batch, *, ablation: str = "zero",
             reference: Batch | None = None, rows: float = FAITHFUL_ROWS,
             recovered: float = FAITHFUL_RECOVERED, z: float = Z,
             screen: int = SCREEN_SAMPLES) -> str:
     """The rule's name (a construction, ``"borderline"`` or ``"none"``) on ``batch``, without the
     minimal circuit: what a second evaluation batch or a second ablation style says."""
-    def full() -> Tester:
-        return Tester(model, batch, ablation, reference)
-
-    first = full() if len(batch) <= screen else Tester(model, batch.head(screen), ablation, reference)
+    first, full = _screen_and_whole(model, batch, screen, ablation, reference)
     tested = test_constructions(model, first, resolve=full, rows=rows, recovered=recovered, z=z,
                                 minimality=False)
     return name_by_rule(tested, rows, recovered, z)
@@ -193,11 +204,7 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
     already computed; ``exact``: let :func:`minimal_circuit` search exactly."""
     if not isinstance(model, HookedDisentangledTransformer):
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
-    if len(batch) > screen:
-        first = Tester(model, batch.head(screen))
-        resolve = tester or (lambda: Tester(model, batch))
-    else:
-        first = resolve = tester or Tester(model, batch)
+    first, resolve = _screen_and_whole(model, batch, screen, whole=tester)
     tested = test_constructions(model, first, resolve=resolve, rows=rows, recovered=recovered, z=z)
     good, straddle = ranked(tested, rows, recovered, z)
     passing = [t for t in tested if t.signs_agree and is_faithful(t.circuit, rows, recovered)]
