@@ -1,0 +1,70 @@
+"""``analyze`` reproduces the committed records of two trained census runs (d = 6, a bidirectional
+and a causal-scratch one): every number within 1e-6 relative, every name and cell exactly. The
+records are the analysis's output when they were written; a speed-up must not move them. A change
+of the analysis that should move them regenerates them on purpose:
+``PYTHONPATH=src python tests/analysis/test_reference_records.py``."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from invperm_interp import sample_batch
+from invperm_interp.analysis.record import analyze
+from invperm_interp.training.run import Run
+
+RUNS = Path(__file__).resolve().parent.parent / "data" / "reference_runs"
+NAMES = ("bidirectional_d6_seed0", "scratch_d6_seed2")
+REL, ABS = 1e-6, 1e-9
+
+
+def fresh_record(name: str) -> dict:
+    """The analysis of the committed run on 512 samples drawn from seed 0 (``invperm analyze``'s)."""
+    model = Run.load(RUNS / name).model
+    batch = sample_batch(model.cfg.layout, 512, generator=torch.Generator().manual_seed(0),
+                         dtype=model.cfg.torch_dtype)
+    return json.loads(analyze(model, batch, f"run {name}").to_json())
+
+
+def differences(want, got, path: str = "") -> list[str]:
+    """Where ``got`` differs from ``want``: numbers beyond ``REL``/``ABS``, anything else unequal."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        if want.keys() != got.keys():
+            return [f"{path}: keys {sorted(want)} != {sorted(got)}"]
+        return [d for k in want for d in differences(want[k], got[k], f"{path}.{k}")]
+    if isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            return [f"{path}: length {len(want)} != {len(got)}"]
+        return [d for i, (w, g) in enumerate(zip(want, got)) for d in differences(w, g, f"{path}[{i}]")]
+    if isinstance(want, bool) or isinstance(got, bool):  # True == 1 in Python; not here
+        return [] if type(want) is type(got) and want == got else [f"{path}: {want!r} != {got!r}"]
+    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
+        return [] if math.isclose(want, got, rel_tol=REL, abs_tol=ABS) else [f"{path}: {want} != {got}"]
+    return [] if want == got else [f"{path}: {want!r} != {got!r}"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_analysis_reproduces_the_committed_record(name):
+    want = json.loads((RUNS / name / "analysis.json").read_text())
+    found = differences(want, fresh_record(name))
+    assert not found, f"{len(found)} differences, first: {found[:8]}"
+
+
+def test_differences_sees_a_number_moved_by_more_than_the_tolerance_and_a_renamed_cell():
+    want = {"mse": 0.5, "cells": [[0, 0, "x", "pos.P", "I"]], "flag": True}
+    assert differences(want, {"mse": 0.5 * (1 + 1e-8), "cells": [[0, 0, "x", "pos.P", "I"]],
+                              "flag": True}) == []
+    moved = {"mse": 0.5 * (1 + 1e-5), "cells": [[0, 0, "x", "pos.P", "-I"]], "flag": 1}
+    assert len(differences(want, moved)) == 3
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:] or NAMES:
+        (RUNS / name / "analysis.json").write_text(json.dumps(fresh_record(name), indent=1) + "\n")
+        print(f"wrote {RUNS / name / 'analysis.json'}")
