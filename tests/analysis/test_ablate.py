@@ -141,6 +141,25 @@ def test_results_read_against_the_floor():
                                        "zero-ablate L2.x at h^2"]
 
 
+def test_the_standard_table_ablates_read_out_blocks_as_the_hooked_run_does():
+    """The table ablates blocks of ``h^L`` in the clean run's stream; each equals a hooked run
+    with the block zeroed (on a model whose ``W_U`` reads every block)."""
+    from invperm_interp.analysis.gauge import perturb
+
+    model = perturb(C.theorem3(4), gauge=1.0, noise=0.1, seed=2)
+    with torch.no_grad():
+        model.unembed.W_U += 0.05 * torch.randn(model.unembed.W_U.shape,
+                                                generator=torch.Generator().manual_seed(0), dtype=F64)
+    batch = batch_for(model, 64)
+    table = {r.name: r for r in standard_ablations(model, batch)}
+    blocks = read_blocks(model)
+    assert len(blocks) == len(model.stream.blocks(2))
+    for block in blocks:
+        got = table[f"zero-ablate {block} at h^2"]
+        want = ablate_block(model, block, 2, batch=batch)
+        assert got == want or abs(got.mse_after - want.mse_after) <= 1e-12 * want.mse_after, block
+
+
 def test_bad_arguments_raise_value_errors():
     plain, scratch = C.theorem2(3), C.theorem3(3)
     with pytest.raises(ValueError, match="no scratch"):

@@ -210,9 +210,16 @@ def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, ho
     """
     if how not in BLOCK_MODES:
         raise ValueError(f"how must be one of {BLOCK_MODES}, got {how!r}")
+    return _ablate_block(model, name, layer, how, _batch(model, batch, n, seed), before)
+
+
+def _ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, how: str,
+                  batch: Batch, before: float | None, final: Tensor | None = None) -> AblationResult:
+    """:func:`ablate_block` on a checked batch. ``final``: the read-out stream ``h^L (B, T, D_L)``
+    of the clean run; a block of ``h^L`` is then ablated in it and read out by ``W_U`` (only
+    ``W_U`` reads ``h^L``: the hooked run's output, without running the layers again)."""
     stream_hook = model.stream.resid_hook(layer)  # carries h^layer
     features = model.stream.slice(name, layer)
-    batch = _batch(model, batch, n, seed)
 
     def ablate(act: Tensor, hook) -> Tensor:  # (B, T, D_layer)
         act = act.clone()
@@ -220,7 +227,11 @@ def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, ho
         act[..., features] = 0.0 if how == "zero" else block.mean(0, keepdim=True).expand_as(block)
         return act
 
-    out = _run(model, batch.X, [(stream_hook, ablate)])
+    if final is not None and layer == model.cfg.n_layers:
+        with torch.no_grad():
+            out = model.unembed(ablate(final, None))
+    else:
+        out = _run(model, batch.X, [(stream_hook, ablate)])
     return _result(f"{how}-ablate {name} at h^{layer}", model, batch, out,
                    f"{how} the block {name} of h^{layer} at every position ({stream_hook})", before,
                    how=how, block=name, layer=layer, hook=stream_hook)
@@ -238,7 +249,8 @@ def standard_ablations(model: HookedDisentangledTransformer, batch: Batch | None
                        n: int = 512, seed: int = 0, before: float | None = None) -> list[AblationResult]:
     """The mask, every scratch mode (when the layout has ``S``), the token block ``x`` of ``h^0``
     and each block ``W_U`` reads, zero-ablated. The clean run is computed once for all of them
-    (``before``: its MSE on ``batch``, when already known)."""
+    (``before``: its MSE on ``batch``, when already known); the read-out blocks are ablated in
+    its read-out stream."""
     batch = _batch(model, batch, n, seed)
     before = clean_mse(model, batch) if before is None else before
     out = [ablate_mask(model, batch, before=before)[1]]
@@ -247,7 +259,9 @@ def standard_ablations(model: HookedDisentangledTransformer, batch: Batch | None
         for mode in SCRATCH_MODES:
             k = n_scratch // 2 if mode == "fewer" else None
             out.append(ablate_scratch(model, mode, k=k, batch=batch, seed=seed, before=before))
-    out.append(ablate_block(model, "x", 0, batch=batch, before=before))
+    out.append(_ablate_block(model, "x", 0, "zero", batch, before))
+    with torch.no_grad():
+        final = model.residual_streams(batch.X, check_input=False)[-1]
     for name in read_blocks(model):
-        out.append(ablate_block(model, name, model.cfg.n_layers, batch=batch, before=before))
+        out.append(_ablate_block(model, name, model.cfg.n_layers, "zero", batch, before, final))
     return out

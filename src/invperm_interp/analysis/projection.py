@@ -67,7 +67,8 @@ def _fit_cells(model: HookedDisentangledTransformer, layer: int, F: Tensor,
     With ``Π = 1 - B Bᵀ`` the gauge-fixing projector and ``F = Π F``, the normal equations on the
     cells' entries ``S`` are ``(1 - B_S B_Sᵀ) m = F_S``; ``m = F_S + B_S (1 - B_Sᵀ B_S)⁺ B_Sᵀ F_S``
     solves them with one ``r × r`` pseudo-inverse (``r`` gauge directions, ~3 D), not a
-    least-squares problem over every entry of every cell.
+    least-squares problem over every entry of every cell; with fewer entries than ``r`` (a few
+    cells), the same with ``|S| × |S|`` ``G = B_S B_Sᵀ``: ``m = F_S + G (1 - G)⁺ F_S``.
     """
     stream, D = model.stream, F.shape[-1]
     mask = torch.zeros(D, D, dtype=torch.bool)
@@ -76,8 +77,13 @@ def _fit_cells(model: HookedDisentangledTransformer, layer: int, F: Tensor,
     idx = mask.reshape(-1).nonzero().squeeze(1)
     B = _gauge_basis(stream, layer)[idx]  # (|S|, r)
     F_S = F.reshape(-1)[idx]
-    C = torch.eye(B.shape[1], dtype=F.dtype) - B.T @ B
-    m = F_S + B @ (torch.linalg.pinv(C, hermitian=True, rtol=1e-10) @ (B.T @ F_S))
+    if len(idx) < B.shape[1]:  # B (1 - BᵀB)⁺ Bᵀ = G (1 - G)⁺ with G = B Bᵀ: the smaller pinv
+        G = B @ B.T
+        C = torch.eye(len(idx), dtype=F.dtype) - G
+        m = F_S + G @ (torch.linalg.pinv(C, hermitian=True, rtol=1e-10) @ F_S)
+    else:
+        C = torch.eye(B.shape[1], dtype=F.dtype) - B.T @ B
+        m = F_S + B @ (torch.linalg.pinv(C, hermitian=True, rtol=1e-10) @ (B.T @ F_S))
     M = torch.zeros(D * D, dtype=F.dtype)
     M[idx] = m
     M = M.reshape(D, D)
