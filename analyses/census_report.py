@@ -110,6 +110,7 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
         none = [r for r in solved if r["mechanism"] == "none"]
         stable = [r for r in solved if len(set(r["names_by_batch"])) == 1]
         mean = [r for r in solved if r.get("name_mean_ablation") is not None]
+        resample = [r for r in solved if r.get("name_resample_ablation") is not None]
         small = [r for r in solved if r["minimal_candidates"] <= 24]
         out.append({
             "model": kind, "d": d, "runs": len(group), "planned": planned[(kind, d)],
@@ -123,6 +124,9 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
                 len(set(r["names_by_batch"]) - {"borderline"}) > 1 for r in solved),
             "same name under mean ablation": (
                 f"{sum(r['name_mean_ablation'] == r['mechanism'] for r in mean)} of {len(mean)}"),
+            "same name under resample ablation": (
+                f"{sum(r['name_resample_ablation'] == r['mechanism'] for r in resample)} of "
+                f"{len(resample)}"),
             "named circuit: median rows exact / loss recovered": (
                 f"{_median(r['circuit_rows_exact'] for r in named):.4f} / "
                 f"{_median(r['loss_recovered'] for r in named):.3f}" if named else "-"),
@@ -224,6 +228,7 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
                                    indent=1) + "\n")
     per_run = ["run", "steps_to_target", "final_mse", "mechanism", "also_faithful",
                "circuit_rows_exact", "loss_recovered", "names_by_batch", "name_mean_ablation",
+               "name_resample_ablation",
                "minimal_size", "minimal_faithful", "minimal_optimal"]
 
     def table_lines(items: list[dict]) -> list[str]:
@@ -236,11 +241,12 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
             return "-"
         return ", ".join(map(str, value)) if isinstance(value, list) else fmt(value)
 
-    pairs = Counter((r["kind"], r["mechanism"], r["name_mean_ablation"]) for r in rows
-                    if r["steps_to_target"] is not None and r.get("name_mean_ablation") is not None
-                    and r["name_mean_ablation"] != r["mechanism"])
-    ablation = [{"model": k, "zero ablation (the rule)": z, "mean ablation": m, "runs": n}
-                for (k, z, m), n in pairs.most_common()]
+    pairs = Counter((r["kind"], r["mechanism"], r.get("name_mean_ablation", "-"),
+                     r.get("name_resample_ablation", "-")) for r in rows
+                    if r["steps_to_target"] is not None and {r.get("name_mean_ablation"),
+                    r.get("name_resample_ablation")} - {None, r["mechanism"]})
+    ablation = [{"model": k, "zero ablation (the rule)": z, "mean ablation": m,
+                 "resample ablation": x, "runs": n} for (k, z, m, x), n in pairs.most_common()]
     lines = [
         "# Census: what training learns, counted over seeds", "",
         "Adam lr 1e-2, N(0, 0.01²) init, batch 128, stopped at the first evaluation (every 100 "
@@ -255,7 +261,9 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         "'none' otherwise. Intervals are binomial/delta-method over samples; shares over seeds "
         "carry Wilson 95% intervals. **same name on 3 batches**: the rule on two more fresh "
         "batches of the same size names the same; **mean ablation**: the rule with removed cells' "
-        "score contributions replaced by their mean instead of zero. **minimal circuit**: the "
+        "score contributions replaced by their mean instead of zero; **resample ablation**: by "
+        "their value on another input (each sample paired with its own reference sample). "
+        "**minimal circuit**: the "
         "fewest cells found whose circuit-only model is faithful; *optimal* when the exact search "
         f"(every smaller set, on {SEARCH_SAMPLES} samples, within {MAX_EVALUATIONS:,} sets) proved "
         "no smaller set is. Produced by `make census` (the grid analyses/grids/census.toml run by "
@@ -265,9 +273,10 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         "## How the counts move with the thresholds", "",
         "The same recorded tests recounted by the same rule at other thresholds (solved runs).", "",
         *table_lines(table), "",
-        "## Where zero and mean ablation disagree", "",
+        "## Where the ablation styles disagree", "",
         "Solved runs whose name under mean ablation (each removed cell's score contribution "
-        "replaced by its mean over 1,024 reference samples) differs from the rule's (zeroed in the "
+        "replaced by its mean over 1,024 reference samples) or under resample ablation (by its "
+        "value on another input, one per sample) differs from the rule's (zeroed in the "
         "gauge-fixed frame).", "",
         *(table_lines(ablation) if ablation else ["None."]), "",
         "## Every run", "", *table_lines([{c: r.get(c) for c in per_run} for r in rows])]

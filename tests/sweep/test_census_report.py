@@ -26,7 +26,7 @@ def scored(name="two_block", rows=1.0, rows_se=0.0, recovered=0.97, recovered_se
 
 
 def record(name, attention_dir, d, seed, mechanism, solved=True, tests=None, names=None,
-           mean=None, candidates=10, optimal=True):
+           mean=None, candidates=10, optimal=True, resample=None):
     analysis = {"version": 2, "name": mechanism, "samples": 4096, "seed": 12345, "batches": 3,
                 "mean_ablation": True, "also_faithful": [], "borderline": [], "circuit_mse": 0.01,
                 "circuit_rows_exact": 1.0, "loss_recovered": 0.97, "without_mse": 2.0,
@@ -36,7 +36,9 @@ def record(name, attention_dir, d, seed, mechanism, solved=True, tests=None, nam
                 "minimal_loss_recovered": 0.97, "minimal_weight_share": 0.9, "minimal_read": ["P"],
                 "minimal_cells": [], "tested": tests if tests is not None else [scored()],
                 "names_by_batch": names or [mechanism] * 3,
-                "name_mean_ablation": mechanism if mean is None else mean}
+                "name_mean_ablation": mechanism if mean is None else mean,
+                "resample_ablation": True,
+                "name_resample_ablation": mechanism if resample is None else resample}
     return {"name": name, "variant": name.rsplit("_", 1)[0], "status": "stopped", "step": 700,
             "steps_to_solve": 700 if solved else None, "solve_mse": 1e-3,
             "final": {"step": 700, "mse": 9e-4, "row_acc": 1.0}, "mechanism": mechanism,
@@ -70,12 +72,12 @@ def test_a_folder_without_sweep_jsonl_is_one_line(tmp_path, census_report, capsy
     assert len(err) == 1 and "sweep.jsonl" in err[0]
 
 
-def test_counts_carry_borderline_stability_mean_ablation_and_optimality(tmp_path, census_report):
+def test_counts_carry_borderline_stability_both_ablation_styles_and_optimality(tmp_path, census_report):
     rows = [record("scratch_d6_seed0", "causal", 6, 0, "two_block"),
             record("scratch_d6_seed1", "causal", 6, 1, "borderline",
                    tests=[scored(rows=0.991, rows_se=0.002)], names=["borderline", "none", "none"]),
             record("scratch_d6_seed2", "causal", 6, 2, "none", tests=[scored(rows=0.5)],
-                   mean="two_block", candidates=30, optimal=False)]
+                   mean="two_block", candidates=30, optimal=False, resample="theorem3")]
     (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert census_report.main([str(tmp_path)]) == 0
     data = json.loads((tmp_path / "census.json").read_text())
@@ -85,6 +87,10 @@ def test_counts_carry_borderline_stability_mean_ablation_and_optimality(tmp_path
     assert s["same name on 3 batches"].startswith("2 of 3 (")
     assert s["flips between two names (borderline aside)"] == 0  # borderline, none, none
     assert s["same name under mean ablation"] == "2 of 3"
+    assert s["same name under resample ablation"] == "2 of 3"
+    report = (tmp_path / "census.md").read_text()
+    disagree = report.split("## Where the ablation styles disagree")[1].split("##")[0]
+    assert "| scratch | none | two_block | theorem3 | 1 |" in disagree
     assert s["minimal circuit optimal (runs with <= 24 candidate cells)"] == "2 of 2"
     assert [r["seed"] for r in data["runs"]] == [0, 1, 2]  # the run's seed, not the analysis's
     (line,) = data["sensitivity"]

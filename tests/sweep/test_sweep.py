@@ -183,6 +183,27 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     run_sweep(grid_file(tmp_path, text), out, executor="debug", progress=False)
     assert len(seen) == 4  # cached: a rerun does not analyse again
 
+    # Asking for a second ablation style adds its name to each record, analysing nothing else.
+    styles = []
+
+    def fake_name_on(model, batch, *, ablation="zero", reference=None, **kwargs):
+        styles.append((ablation, len(batch), len(reference)))
+        return "theorem2"
+
+    monkeypatch.setattr(mech_mod, "name_on", fake_name_on)
+    more = text.replace("mechanism = true", "mechanism = {resample_ablation = true}")
+    rows = lines(run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False))
+    assert len(seen) == 4 and styles == [("resample", 4096, 4096)] * 4
+    record = json.loads((out / "d2_seed0" / "mechanism.json").read_text())
+    assert record["name"] == "appendix_b" and record["name_resample_ablation"] == "theorem2"
+    assert record["resample_ablation"] is True and record["name_mean_ablation"] is None
+    run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False)
+    assert len(styles) == 4  # now complete: nothing left to do
+    # Other samples redo the whole analysis.
+    fewer = text.replace("mechanism = true", "mechanism = {samples = 64}")
+    run_sweep(grid_file(tmp_path, fewer), out, executor="debug", progress=False)
+    assert len(seen) == 8 and seen[-1][1] == 64
+
 
 def _record(**change):
     from invperm_interp import Layout, ModelConfig

@@ -65,7 +65,8 @@ def test_the_census_grid_plans_64_seeds_at_d10_and_16_elsewhere():
     assert counts == {(a, d): 64 if d == 10 else 16 for a in ("bidirectional", "causal")
                       for d in (6, 8, 10, 12)}
     assert {j.train_cfg.stop_at_mse for j in grid.jobs} == {1e-3}
-    assert grid.analysis == {"samples": 4096, "seed": 12345, "batches": 3, "mean_ablation": True}
+    assert grid.analysis == {"samples": 4096, "seed": 12345, "batches": 3, "mean_ablation": True,
+                             "resample_ablation": True}
 
 
 @pytest.mark.parametrize("seeds, key", [
@@ -168,6 +169,7 @@ def test_a_slurm_time_within_the_checkpoint_signal_lead_is_refused(tmp_path):
     ("{batches = 0}", "mechanism.batches"),
     ("{samples = 1}", "mechanism.samples"),
     ("{mean_ablation = 1}", "mechanism.mean_ablation"),
+    ("{resample_ablation = \"yes\"}", "mechanism.resample_ablation"),
     ("{sample = 10}", "mechanism.sample"),
     ("3", "mechanism"),
 ])
@@ -180,4 +182,4 @@ def test_a_bad_mechanism_setting_names_its_key(tmp_path, value, key):
 def test_mechanism_settings_fill_in_the_defaults(tmp_path):
     path = grid_file(tmp_path, 'name = "g"\nseeds = 1\nmechanism = {batches = 3}\n[model]\nd = 3\n')
     assert load_grid(path).analysis == {"samples": 4096, "seed": 0, "batches": 3,
-                                        "mean_ablation": False}
+                                        "mean_ablation": False, "resample_ablation": False}

@@ -135,7 +135,7 @@ def _watch(grid: Grid, out: Path, names: list[str], runner, stop: _StopOnSignal,
             running = runner.running()
             failed = {p.name for p in failed_dir(out).glob("*")}
             new = [n for n in names if n not in seen and (
-                n in failed or job_done(out / n, grid.mechanism))]
+                n in failed or job_done(out / n, grid.analysis))]
             seen.update(new)
             bar.set_postfix(failed=len(failed & set(names)), left=len(names) - len(seen),
                             refresh=False)

@@ -44,10 +44,11 @@ HARD_MAX_RUNS = 200_000  # refused even then: split the grid
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 #: ``mechanism = {...}``: a verdict's samples and generator seed, the evaluation batches the name is
 #: measured on (seeds ``seed``, ``seed + 1``, …: is it stable?) and whether it is also named under
-#: mean ablation.
-DEFAULT_ANALYSIS = {"samples": 4096, "seed": 0, "batches": 1, "mean_ablation": False}
+#: mean ablation and under resample ablation.
+DEFAULT_ANALYSIS = {"samples": 4096, "seed": 0, "batches": 1, "mean_ablation": False,
+                    "resample_ablation": False}
 _ANALYSIS_HINT = ("must be true, false or {samples = n >= 2, seed = s >= 0, batches = k >= 1, "
-                  "mean_ablation = true/false}")
+                  "mean_ablation = true/false, resample_ablation = true/false}")
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,7 @@ def _analysis(path: Path, data: dict) -> dict | None:
     least = {"samples": 2, "seed": 0, "batches": 1}
 
     def valid(key, v) -> bool:
-        if key == "mean_ablation":
+        if key.endswith("_ablation"):
             return isinstance(v, bool)
         return isinstance(v, int) and not isinstance(v, bool) and v >= least[key]
 

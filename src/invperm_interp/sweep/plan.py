@@ -9,6 +9,7 @@ a GPU is read off the grid (``device = "cuda"`` or ``[slurm] gpus``), not off th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..runs.directory import RunDir
@@ -25,11 +26,38 @@ ANALYSIS_S = {"plain": 2.0, "scratch": 15.6}
 MAX_CPU_HOURS = 500  # a sweep estimated above this needs allow_large (--yes)
 
 
-def job_done(run_dir: Path, analysed: bool = False) -> bool:
+#: ``mechanism.json``'s format; bump when the record changes, so that analyses are redone.
+ANALYSIS_VERSION = 2
+#: Settings whose names a record may add to without redoing the rest (a second ablation style).
+ABLATION_SETTINGS = {"mean_ablation": "name_mean_ablation",
+                     "resample_ablation": "name_resample_ablation"}
+
+
+def missing_ablations(record: dict, settings: dict) -> list[str] | None:
+    """The ablation settings ``settings`` asks for that ``record`` (a ``mechanism.json``) lacks,
+    or None when the record is of another version or other samples, seed or batches (redo it)."""
+    if record.get("version") != ANALYSIS_VERSION or any(
+            record.get(k) != v for k, v in settings.items() if k not in ABLATION_SETTINGS):
+        return None
+    return [k for k, key in ABLATION_SETTINGS.items()
+            if settings.get(k) and record.get(key) is None]
+
+
+def job_done(run_dir: Path, analysis: dict | None = None) -> bool:
     """Nothing left to do for this run: it diverged, or it has final weights (and, when the grid
-    analyses its runs, its mechanism record)."""
+    analyses its runs with the settings ``analysis``, a mechanism record with all they ask)."""
     run = RunDir(run_dir)
-    return run.is_diverged or run.is_finished and (not analysed or run.mechanism.is_file())
+    if run.is_diverged:
+        return True
+    if not run.is_finished:
+        return False
+    if analysis is None:
+        return True
+    try:
+        record = json.loads(run.mechanism.read_text())
+    except (OSError, ValueError):
+        return False
+    return missing_ablations(record, analysis) == []
 
 
 def uses_gpu(grid: Grid, job: Job, executor: str) -> bool:
@@ -59,7 +87,7 @@ def _bucket(job: Job) -> tuple:
 def units(grid: Grid, out: Path, executor: str = "local") -> list[list[int]]:
     """Indices of the runs with work left, grouped into units (see the module docstring),
     longest first."""
-    todo = [i for i, job in enumerate(grid.jobs) if not job_done(out / job.name, grid.mechanism)]
+    todo = [i for i, job in enumerate(grid.jobs) if not job_done(out / job.name, grid.analysis)]
     per = grid.slurm.get("jobs_per_task") if executor != "local" else None
     groups: dict[tuple, list[int]] = {}
     for i in todo:

@@ -26,10 +26,9 @@ from pathlib import Path
 
 from ..runs.directory import RunDir
 from .grid import load_grid
-from .plan import uses_gpu
+from .plan import ANALYSIS_VERSION, missing_ablations, uses_gpu
 
 STATE_DIR = ".sweep"  # in the sweep folder: claims, failures, logs, submitted Slurm jobs
-ANALYSIS_VERSION = 2  # bump when the record changes, so analyses are redone
 MEAN_REFERENCE = 1024  # samples a mean ablation's means are taken over (cost grows with them)
 LOCK_WAIT_S = 30  # how long a run locked by a dying process (an orphan of a killed sweep) is awaited
 
@@ -121,38 +120,68 @@ def _train_unit(grid, out_dir: Path, indices: list[int]) -> list[str]:
 
 
 def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: int = 1,
-                   mean_ablation: bool = False) -> dict | None:
+                   mean_ablation: bool = False, resample_ablation: bool = False) -> dict | None:
     """The finished run's mechanism by the library's rule (its verdict on ``samples`` fresh samples
     of generator ``seed``, every tested construction's scores with standard errors so that a report
     can recount at other thresholds), that construction's faithfulness and the minimal circuit;
-    ``batches`` > 1 also names it on the batches of seeds ``seed + 1``, …, and ``mean_ablation``
-    under mean ablation. Cached in ``run_dir/mechanism.json`` (redone when the settings or the
-    record's version differ). None for an unfinished or diverged run."""
-    settings = {"samples": samples, "seed": seed, "batches": batches, "mean_ablation": mean_ablation}
+    ``batches`` > 1 also names it on the batches of seeds ``seed + 1``, …, ``mean_ablation`` and
+    ``resample_ablation`` under those ablation styles. Cached in ``run_dir/mechanism.json``: redone
+    when the version, samples, seed or batches differ; a name under an ablation style the record
+    lacks is added to it. None for an unfinished or diverged run."""
+    settings = {"samples": samples, "seed": seed, "batches": batches,
+                "mean_ablation": mean_ablation, "resample_ablation": resample_ablation}
     path = RunDir(run_dir).mechanism
-    if path.is_file():
-        cached = json.loads(path.read_text())
-        if cached.get("version") == ANALYSIS_VERSION and all(
-                cached.get(k) == v for k, v in settings.items()):
-            return cached
+    cached = json.loads(path.read_text()) if path.is_file() else {}
+    missing = missing_ablations(cached, settings) if cached else None
+    if missing == []:
+        return cached
     if not RunDir(run_dir).is_finished:
         return None
-    from ..analysis.hypothesis import cell_text
-    from ..analysis.mechanism import is_minimal, mechanism, name_on, verdict_of
-    from ..analysis.minimal import candidate_cells
-    from ..analysis.templates import explain
     from ..analysis.verdict import evaluation_batch
     from ..runs.checkpoint import atomic_write
     from ..training.run import Run
 
     model = Run.load(run_dir).model
     batch = evaluation_batch(model, samples, seed)
+    if missing is None:
+        record = {**_mechanism_record(model, batch, samples, seed, batches), **settings}
+        missing = [k for k in ("mean_ablation", "resample_ablation") if settings[k]]
+    else:
+        record = {**cached, **{k: True for k in missing}}
+    for style in missing:
+        record[f"name_{style}"] = _name_under(style, model, batch, samples, seed + batches)
+    atomic_write(path, (json.dumps(record) + "\n").encode())
+    return record
+
+
+def _name_under(style: str, model, batch, samples: int, reference_seed: int) -> str:
+    """The rule's name with the cells outside the circuit mean-ablated (means over
+    ``MEAN_REFERENCE`` reference samples) or resample-ablated (each sample's removed scores taken
+    on its own reference sample, ``samples`` of them)."""
+    from ..analysis.mechanism import name_on
+    from ..analysis.verdict import evaluation_batch
+
+    if style == "mean_ablation":
+        reference = evaluation_batch(model, min(samples, MEAN_REFERENCE), reference_seed)
+        return name_on(model, batch, ablation="mean", reference=reference)
+    reference = evaluation_batch(model, samples, reference_seed + 1)
+    return name_on(model, batch, ablation="resample", reference=reference)
+
+
+def _mechanism_record(model, batch, samples: int, seed: int, batches: int) -> dict:
+    """The record's verdict, tested constructions, minimal circuit and names on more batches."""
+    from ..analysis.hypothesis import cell_text
+    from ..analysis.mechanism import is_minimal, mechanism, name_on, verdict_of
+    from ..analysis.minimal import candidate_cells
+    from ..analysis.templates import explain
+    from ..analysis.verdict import evaluation_batch
+
     circuit = explain(model)
     mech = mechanism(model, batch, circuit=circuit)
     f, m = mech.faithfulness, mech.minimal
     named = mech.name if f is not None and mech.name != "borderline" else None
-    record = {
-        "name": mech.name, "version": ANALYSIS_VERSION, **settings,
+    return {
+        "name": mech.name, "version": ANALYSIS_VERSION,
         "also_faithful": list(mech.also_faithful), "borderline": list(mech.borderline),
         "circuit_mse": f.circuit.mse if named else None,
         "circuit_rows_exact": f.circuit.rows_exact if named else None,
@@ -172,12 +201,8 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
                    for t in mech.tested],
         "names_by_batch": [mech.name] + [
             name_on(model, evaluation_batch(model, samples, seed + k)) for k in range(1, batches)],
-        "name_mean_ablation": name_on(model, batch, ablation="mean", reference=evaluation_batch(
-            model, min(samples, MEAN_REFERENCE), seed + batches))
-        if mean_ablation else None,
+        "name_mean_ablation": None, "name_resample_ablation": None,
     }
-    atomic_write(path, (json.dumps(record) + "\n").encode())
-    return record
 
 
 def claiming_worker(grid_path: str, out: str, unit_list: list[list[int]], token: str) -> None:

@@ -188,7 +188,7 @@ class SubmititArray:
                 reason = slurm_error(err)
             for i in unit:
                 name = self.grid.jobs[i].name
-                if not job_done(self.out / name, self.grid.mechanism) and not (
+                if not job_done(self.out / name, self.grid.analysis) and not (
                         failed_dir(self.out) / name).exists():
                     note_failure(self.out, name, f"task {job.job_id}: {reason}")
 
