@@ -100,8 +100,8 @@ def configurations(rows: list[dict], planned: dict[tuple[str, int], int]):
 
 def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dict]:
     """One row per (kind, d): runs done, solved, median steps, mechanism counts with their
-    uncertainty, borderline, stability over evaluation batches, agreement with mean ablation,
-    minimal circuits (optimal, sizes)."""
+    uncertainty, borderline, stability over evaluation batches, agreement with mean and resample
+    ablation, minimal circuits (optimal, sizes)."""
     out = []
     for kind, d, group in configurations(rows, planned):
         solved = [r for r in group if r["steps_to_target"] is not None]
@@ -111,6 +111,7 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
         stable = [r for r in solved if len(set(r["names_by_batch"])) == 1]
         mean = [r for r in solved if r.get("name_mean_ablation") is not None]
         resample = [r for r in solved if r.get("name_resample_ablation") is not None]
+        both = [r for r in mean if r in resample]
         small = [r for r in solved if r["minimal_candidates"] <= 24]
         out.append({
             "model": kind, "d": d, "runs": len(group), "planned": planned[(kind, d)],
@@ -127,6 +128,10 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
             "same name under resample ablation": (
                 f"{sum(r['name_resample_ablation'] == r['mechanism'] for r in resample)} of "
                 f"{len(resample)}"),
+            "one name under all three ablation styles": share_text(
+                sum(_styles(r) == {r["mechanism"]} and r in named for r in both), len(both)),
+            "'none' under every style": share_text(sum(_styles(r) == {"none"} for r in both),
+                                                   len(both)),
             "named circuit: median rows exact / loss recovered": (
                 f"{_median(r['circuit_rows_exact'] for r in named):.4f} / "
                 f"{_median(r['loss_recovered'] for r in named):.3f}" if named else "-"),
@@ -140,10 +145,16 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
     return out
 
 
+def _styles(row: dict) -> set[str]:
+    """The names a run gets under zero (the rule's), mean and resample ablation."""
+    return {row["mechanism"], row["name_mean_ablation"], row["name_resample_ablation"]}
+
+
 #: The summary columns the README quotes (``readme_table``; a test holds the README to it).
 README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)", "named (95% CI)",
                   "borderline", "same name on 3 batches", "flips between two names (borderline aside)",
-                  "same name under mean ablation")
+                  "same name under mean ablation", "same name under resample ablation",
+                  "one name under all three ablation styles", "'none' under every style")
 
 
 def readme_table(summary: list[dict]) -> str:

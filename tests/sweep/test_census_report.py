@@ -88,6 +88,8 @@ def test_counts_carry_borderline_stability_both_ablation_styles_and_optimality(t
     assert s["flips between two names (borderline aside)"] == 0  # borderline, none, none
     assert s["same name under mean ablation"] == "2 of 3"
     assert s["same name under resample ablation"] == "2 of 3"
+    assert s["one name under all three ablation styles"].startswith("1 of 3 (")  # two_block
+    assert s["'none' under every style"].startswith("0 of 3 (")
     report = (tmp_path / "census.md").read_text()
     disagree = report.split("## Where the ablation styles disagree")[1].split("##")[0]
     assert "| scratch | none | two_block | theorem3 | 1 |" in disagree
