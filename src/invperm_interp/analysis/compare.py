@@ -249,7 +249,8 @@ def closest_construction(model: HookedDisentangledTransformer, batch: Batch,
     for name in names:
         spec = constructions.REGISTRY[name]
         built = [constructions.weights(name, model.cfg.d, beta, scratch=scratch) for beta in betas]
-        runs = forward_many(built[0][0], [(As, W_U) for _, As, W_U in built], X, patterns=True)
+        runs = forward_many(built[0][0], [(As, W_U) for _, As, W_U in built], X, patterns=True,
+                            dtype=model.cfg.torch_dtype)
         best_tv, best = float("inf"), 0
         for i, (_, cpats) in enumerate(runs):
             tv = sum(float(_tv(p, c.double().cpu()).mean()) for p, c in zip(pats, cpats)) / len(pats)
