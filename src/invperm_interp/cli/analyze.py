@@ -171,6 +171,7 @@ def _report_directory(root, args: argparse.Namespace) -> None:
         raise ValueError(f"--workers must be an integer >= 1, got {workers}")
     rows = find_runs(root)
     todo = [r for r in rows if not RunDir(r.dir).report.is_file() and RunDir(r.dir).is_finished]
+    todo.sort(key=lambda r: -_analysis_cost(r.dir))  # the longest first: the workers end together
     if todo and not args.index_only:
         shared = None if args.inline_bundle else write_bundle(root)
         jobs = [(row.dir, dict(n=args.n, seed=args.seed, threads=args.threads,
@@ -193,6 +194,14 @@ def _report_directory(root, args: argparse.Namespace) -> None:
         rows = find_runs(root)  # the new analyses name mechanisms
     path = write_index(root, rows)
     print(f"wrote {path} ({len(rows)} runs, {len(todo) if not args.index_only else 0} new reports)")
+
+
+def _analysis_cost(run_dir) -> int:
+    """A run's analysis cost, roughly: its forward's ``T² · ΣD`` (attention over the widths)."""
+    from ..runs.directory import RunDir
+
+    cfg, _ = RunDir(run_dir).read_config()
+    return cfg.T ** 2 * sum(cfg.widths)
 
 
 def add_analyze_parser(sub, name: str) -> None:
