@@ -90,3 +90,15 @@ def cli_resume(out: Path, timeout: float) -> subprocess.CompletedProcess:
     """``invperm train --resume out`` in a real process (one thread), its output captured as text."""
     return subprocess.run(_TRAIN_CLI + ["--resume", str(out), "--no-progress"], env=_one_thread_env(),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def tiny_grid_text(*, name: str = "tiny", seeds: str = "2", d: str = "2", steps: int = 20,
+                   every: int = 10, eval_every: int = 5, head: str = "", tail: str = "") -> str:
+    """A tiny sweep grid's TOML: bidirectional models of size ``d`` (a TOML value: ``"[2, 3]"`` is
+    an axis), ``steps`` steps at batch 16 and lr 0.05 on the CPU, a checkpoint every ``every``;
+    ``head`` goes before ``[model]`` (``mechanism = true``), ``tail`` after ``[train]`` (a
+    ``[slurm]`` table)."""
+    return (f'name = "{name}"\nseeds = {seeds}\n{head}\n[model]\nd = {d}\n'
+            f'attention_dir = "bidirectional"\n[train]\nsteps = {steps}\nbatch_size = 16\n'
+            f'eval_every = {eval_every}\neval_size = 32\ncheckpoint_every = {every}\n'
+            f'device = "cpu"\nlr = 0.05\n{tail}')

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import tiny_grid_text
 
 from invperm_interp.sweep.engine import run_sweep
 
@@ -19,24 +20,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 SRC = Path(__file__).resolve().parents[2] / "src"
 HINT = ("no Slurm cluster answers here: start one with `sudo sh benchmarks/slurm_local.sh` "
         "(installs slurm-wlm, munge, slurmdbd and mariadb-server with apt)")
-GRID = """
-name = "slurm_tiny"
-seeds = 2
-[model]
-d = [2, 3]
-attention_dir = "bidirectional"
-[train]
-steps = {steps}
-batch_size = 16
-eval_every = 50
-eval_size = 32
-checkpoint_every = 50
-device = "cpu"
-lr = 0.05
-[slurm]
-time = 10
-{partition}
-"""
 
 
 def _cluster_up() -> bool:
@@ -64,7 +47,8 @@ ENV = {**os.environ, "PYTHONPATH": str(SRC)}
 
 def grid_file(tmp_path, steps=1500, partition=""):
     path = tmp_path / "grid.toml"
-    path.write_text(GRID.format(steps=steps, partition=partition))
+    path.write_text(tiny_grid_text(name="slurm_tiny", d="[2, 3]", steps=steps, every=50,
+                                   eval_every=50, tail=f"[slurm]\ntime = 10\n{partition}\n"))
     return path
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, tiny_grid_text
 
 from invperm_interp.cli import main
 from invperm_interp.sweep.engine import run_sweep, units
@@ -19,31 +19,18 @@ from invperm_interp.sweep.workers import executor_parameters
 
 SRC = REPO / "src"
 
-TINY = """
-name = "tiny"
-seeds = {{start = 0, stop = 2}}
-[model]
-d = [2, 3]
-attention_dir = "bidirectional"
-[train]
-steps = {steps}
-batch_size = 16
-eval_every = 5
-eval_size = 32
-checkpoint_every = {every}
-device = "cpu"
-lr = 0.05
-[slurm]
-partition = "gpu"
-time = 30
-gpus = 1
-cpus_per_task = 2
-"""
+SLURM_TABLE = '[slurm]\npartition = "gpu"\ntime = 30\ngpus = 1\ncpus_per_task = 2\n'
+
+
+def tiny(steps=20, every=10, head=""):
+    """Four runs (d = 2, 3; seeds 0, 1) with a [slurm] table."""
+    return tiny_grid_text(seeds="{start = 0, stop = 2}", d="[2, 3]", steps=steps, every=every,
+                          head=head, tail=SLURM_TABLE)
 
 
 def grid_file(tmp_path, text=None, steps=20, every=10, name="grid.toml"):
     path = tmp_path / name
-    path.write_text(text if text is not None else TINY.format(steps=steps, every=every))
+    path.write_text(text if text is not None else tiny(steps, every))
     return path
 
 
@@ -174,7 +161,7 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
         return Named()
 
     monkeypatch.setattr(mech_mod, "mechanism", fake_mechanism)
-    text = TINY.format(steps=10, every=10).replace('name = "tiny"', 'name = "tiny"\nmechanism = true')
+    text = tiny(steps=10, head="mechanism = true")
     out = tmp_path / "out"
     rows = lines(run_sweep(grid_file(tmp_path, text), out, executor="debug", progress=False))
     assert [r["mechanism"] for r in rows] == ["appendix_b"] * 4

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, tiny_grid_text
 
 from invperm_interp.cli import main
 from invperm_interp.sweep.engine import run_sweep, units
@@ -20,27 +20,11 @@ from invperm_interp.sweep.grid import load_grid
 from invperm_interp.sweep.workers import slurm_error
 
 SRC = REPO / "src"
-GRID = """
-name = "tiny"
-seeds = 2
-{extra}
-[model]
-d = 2
-attention_dir = "bidirectional"
-[train]
-steps = {steps}
-batch_size = 16
-eval_every = 5
-eval_size = 32
-checkpoint_every = {every}
-device = "cpu"
-lr = 0.05
-"""
 
 
 def grid_file(tmp_path, steps=20, every=10, extra=""):
     path = tmp_path / "grid.toml"
-    path.write_text(GRID.format(steps=steps, every=every, extra=extra))
+    path.write_text(tiny_grid_text(steps=steps, every=every, head=extra))
     return path
 
 
