@@ -181,12 +181,35 @@ def sensitivity(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[d
     return out
 
 
+#: How a solved run's names under zero, mean and resample ablation agree, and each group's colour.
+AGREEMENT = {"one name under all three styles": "#2b8cbe",
+             "named under all three, names differ": "#a6bddb",
+             "named under one or two styles": "#fdae6b",
+             "'none' or borderline under every style": "0.75"}
+
+
+def agreement(row: dict) -> str:
+    """The :data:`AGREEMENT` group of a run with all three names."""
+    names = _styles(row)
+    named = names - {"none", "borderline"}
+    groups = list(AGREEMENT)
+    if len(names) == 1 and named:
+        return groups[0]
+    if named == names:
+        return groups[1]
+    return groups[2] if named else groups[3]
+
+
 def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
-    """Left: every tested construction of every solved run, rows exact against loss recovered (the
-    rule's thresholds dashed). Right: mechanism counts per configuration."""
+    """Top left: every tested construction of every solved run, rows exact against loss recovered
+    (the rule's thresholds dashed). Top right: mechanism counts per configuration. Bottom: how the
+    names under the three ablation styles agree, per configuration."""
     from invperm_interp.analysis.mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.2), width_ratios=(1, 1.15))
+    fig = plt.figure(figsize=(14, 8.6))
+    grid = fig.add_gridspec(2, 2, width_ratios=(1, 1.15), height_ratios=(1, 0.7))
+    left, right = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+    styles = fig.add_subplot(grid[1, :])
     names = sorted({t["name"] for r in rows for t in r["tested"]})
     # one colour per construction in both panels; grey is kept for 'none'
     palette = [f"C{i}" for i in range(10) if i != 7] + ["k", "#8c6d31", "#637939"]
@@ -220,9 +243,24 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
     right.set_title("mechanism by the rule, per configuration", fontsize=10)
     right.tick_params(axis="x", labelrotation=45, labelsize=8)
     right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    solved = [r for r in rows if r["steps_to_target"] is not None
+              and r.get("name_mean_ablation") is not None
+              and r.get("name_resample_ablation") is not None]
+    bottom = [0] * len(summary)
+    for group, shade in AGREEMENT.items():
+        heights = [sum(1 for r in solved if r["kind"] == s["model"] and r["d"] == s["d"]
+                       and agreement(r) == group) for s in summary]
+        styles.bar(labels, heights, bottom=bottom, label=group, color=shade, width=0.6)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    styles.set_ylabel("solved runs")
+    styles.set_title("the name under zero (the rule's), mean and resample ablation of the cells "
+                     "outside the circuit", fontsize=10)
+    styles.tick_params(axis="x", labelsize=8)
+    styles.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    fig.savefig(path.with_suffix(".svg"))
+    with matplotlib.rc_context({"svg.hashsalt": "invperm"}):  # no date, the same ids every time
+        fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})
     plt.close(fig)
 
 

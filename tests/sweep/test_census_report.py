@@ -123,3 +123,17 @@ def test_the_readme_quotes_the_committed_census(census_report):
     summary = json.loads((REPO / "assets" / "census.json").read_text())["summary"]
     readme = "\n".join(line.strip() for line in (REPO / "README.md").read_text().splitlines())
     assert census_report.readme_table(summary) in readme  # indented inside a list item there
+
+
+def test_agreement_groups_runs_by_their_three_names(census_report):
+    def run(zero, mean, resample):
+        return {"mechanism": zero, "name_mean_ablation": mean, "name_resample_ablation": resample}
+
+    groups = list(census_report.AGREEMENT)
+    assert census_report.agreement(run("two_block", "two_block", "two_block")) == groups[0]
+    assert census_report.agreement(run("theorem3_two_block_mass", "theorem3_two_block",
+                                       "theorem3_two_block_mass")) == groups[1]
+    assert census_report.agreement(run("theorem3_superposed", "theorem3_superposed", "none")) \
+        == groups[2]
+    assert census_report.agreement(run("none", "borderline", "none")) == groups[3]
+    assert census_report.agreement(run("none", "none", "none")) == groups[3]
