@@ -102,3 +102,13 @@ def tiny_grid_text(*, name: str = "tiny", seeds: str = "2", d: str = "2", steps:
             f'attention_dir = "bidirectional"\n[train]\nsteps = {steps}\nbatch_size = 16\n'
             f'eval_every = {eval_every}\neval_size = 32\ncheckpoint_every = {every}\n'
             f'device = "cpu"\nlr = 0.05\n{tail}')
+
+
+def run_with_weights(model, As, W_U, X):
+    """``model`` run on ``X`` with its ``A`` s and ``W_U`` replaced (its weights untouched), through
+    its hooks: the reference the batched circuit evaluator is tested against. ``(B, d, d)``."""
+    params = {f"blocks.{layer}.attn.A": A.to(model.device, model.cfg.torch_dtype)
+              for layer, A in enumerate(As)}
+    params["unembed.W_U"] = W_U.to(model.device, model.cfg.torch_dtype)
+    with torch.no_grad():
+        return torch.func.functional_call(model, params, (X,), {"check_input": False})

@@ -58,12 +58,29 @@ def test_tester_reuses_fits_without_changing_them(learned_like):
 
 
 
-def test_mean_ablation_runs_each_variant_through_the_hooked_model(learned_like):
-    """Batched circuits under mean ablation are the one-at-a-time circuits, not zero ablation's."""
+def test_mean_ablation_circuits_equal_the_hooked_model_with_the_mean_removed_scores_added(
+        learned_like):
+    """Batched circuits under mean ablation (the removed cells' scores ``h R hᵀ`` replaced by
+    their batch mean) against the hooked model with those means added at ``hook_attn_scores``."""
+    from helpers import run_with_weights
+
     model, batch = learned_like
     mean, zero = CircuitTester(model, batch, "mean"), CircuitTester(model, batch)
     hyps = [as_hypothesis(model, n) for n in ("theorem3", "theorem3_two_block")]
     together = mean.circuits(hyps)
+    with torch.no_grad():
+        streams = model.residual_streams(batch.X)
+    for hyp, got in zip(hyps, together):
+        proj = project(model, hyp)
+        adds = [torch.einsum("btd,hde,bse->bhts", h.double(), F - K, h.double()).mean(0)
+                for h, F, K in zip(streams, proj.fixed, proj.kept)]
+        hooks = [(f"blocks.{layer}.attn.hook_attn_scores", lambda s, hook, a=a: s + a.to(s))
+                 for layer, a in enumerate(adds)]
+        with model.hooks(fwd_hooks=hooks):
+            out = run_with_weights(model, proj.kept, read_out(model, hyp.read), batch.X)
+        want = score(out, batch, 0.25 * model.cfg.d, mean.clean.mse, mean.clean_errors)
+        assert got.mse == pytest.approx(want.mse, rel=1e-10)
+        assert got.rows_exact == want.rows_exact and got.n == want.n
     assert together == [mean.circuit(h) for h in hyps]
     assert together != zero.circuits(hyps)
     tested = mean.test_many(hyps)

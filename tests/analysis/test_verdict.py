@@ -28,7 +28,9 @@ def test_standard_errors_match_a_numpy_reference():
     Y = batch.Y.numpy()
     # the circuit-only model's output, rebuilt from its score's MSE is not enough: rerun it
     tester = CircuitTester(model, batch)
-    from invperm_interp.analysis.faithfulness import _run, read_out
+    from helpers import run_with_weights as _run
+
+    from invperm_interp.analysis.faithfulness import read_out
     from invperm_interp.analysis.projection import project
     hyp = Hypothesis("two_block", f.cells, f.read)
     out = _run(model, project(model, hyp).kept, read_out(model, f.read), batch.X).numpy()
@@ -183,7 +185,9 @@ def test_resample_ablation_puts_in_another_inputs_contribution():
                            ablation="resample")
     assert swapped.circuit.rows_exact < 0.5
     # the same variant by hand: layer 2's removed score h R hᵀ taken on sample b + 1
-    from invperm_interp.analysis.faithfulness import _run, read_out
+    from helpers import run_with_weights as _run
+
+    from invperm_interp.analysis.faithfulness import read_out
     from invperm_interp.analysis.hypothesis import Hypothesis as H
     from invperm_interp.analysis.projection import project
 

@@ -45,15 +45,6 @@ SIGN_RELATIVE = 0.1
 
 
 # -- the circuit-only model -------------------------------------------------------------------------
-def _run(model: HookedDisentangledTransformer, As: Sequence[Tensor], W_U: Tensor, X: Tensor) -> Tensor:
-    """``model`` with its ``A`` s and ``W_U`` replaced (weights untouched): ``(B, d, d)``."""
-    params = {f"blocks.{layer}.attn.A": A.to(model.device, model.cfg.torch_dtype)
-              for layer, A in enumerate(As)}
-    params["unembed.W_U"] = W_U.to(model.device, model.cfg.torch_dtype)
-    with torch.no_grad():
-        return torch.func.functional_call(model, params, (X,), {"check_input": False})
-
-
 def read_out(model: HookedDisentangledTransformer, read: tuple[str, ...] | None) -> Tensor:
     """``W_U`` with the rows outside the ``read`` blocks zeroed (all kept for ``None``)."""
     W = model.unembed.W_U.detach().clone()
@@ -192,22 +183,17 @@ class Tester:
 
     def run_many(self, variants: Sequence[tuple[Sequence[Tensor], Tensor]],
                  removed: Sequence[Sequence[Tensor] | None] | None = None) -> list[Score]:
-        """Each ``(As, W_U)`` (per layer ``(H, D, D)``, and ``(D_L, d)``) run on the batch, scored;
-        ``removed``: per variant, the parts of ``A`` it removed (mean ablation only)."""
-        if self.ablation == "zero" or removed is None:
-            outs = forward_many(self.model.cfg, variants, self.batch.X)
-            return [self._score(out) for out in outs]
-        return [self.run(As, W_U, r) for (As, W_U), r in zip(variants, removed)]
+        """Each ``(As, W_U)`` (per layer ``(H, D, D)``, and ``(D_L, d)``) run on the batch, scored,
+        as batched forwards; ``removed``: per variant, the parts of ``A`` it removed (under mean or
+        resample ablation their scores, :meth:`_removed_scores`, are added to the variant's)."""
+        offsets = None
+        if self.ablation != "zero" and removed is not None:
+            offsets = [self._removed_scores(r) for r in removed]
+        outs = forward_many(self.model.cfg, variants, self.batch.X, offsets=offsets)
+        return [self._score(out) for out in outs]
 
     def run(self, As: Sequence[Tensor], W_U: Tensor, removed: Sequence[Tensor] | None = None) -> Score:
-        if self.ablation == "zero" or removed is None:
-            return self.run_many([(As, W_U)])[0]
-        hooks = [(f"blocks.{layer}.attn.hook_attn_scores",
-                  lambda scores, hook, m=m: scores + m.to(scores))
-                 for layer, m in enumerate(self._removed_scores(removed))]
-        with self.model.hooks(fwd_hooks=hooks):
-            out = _run(self.model, As, W_U, self.batch.X)
-        return self._score(out)
+        return self.run_many([(As, W_U)], None if removed is None else [removed])[0]
 
     def _circuit(self, hyp: Hypothesis, proj: Projection | None = None):
         """``((kept, W_U read), removed)``: the circuit-only variant and what it removed."""

@@ -9,7 +9,8 @@ columns each layer must produce (:func:`_plan`): a head none of whose output col
 skipped, scores use only the rows and columns of ``A`` that hold a nonzero entry, and a head's
 output is formed only for the columns read later. The terms left out are exact zeros, so the
 result is the full forward's up to rounding; a circuit-only model keeping a few cells costs a
-fraction of a forward. :func:`forward_many` splits many variants into chunks of bounded memory.
+fraction of a forward. :func:`forward_many` splits many variants into chunks of bounded memory. A
+variant may also add a term to its scores (a mean or resample ablation's stand-in for removed cells).
 """
 
 from __future__ import annotations
@@ -75,11 +76,14 @@ def _cols(h: Tensor, index: Tensor) -> Tensor:
 
 
 def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tensor, *,
-                    patterns: bool = False) -> Tensor | tuple[Tensor, list[Tensor]]:
+                    patterns: bool = False, offsets: Sequence[Tensor | None] | None = None
+                    ) -> Tensor | tuple[Tensor, list[Tensor]]:
     """``As[l] (V, H_l, D_l, D_l)``, ``W_U (V, D_L, d)``, ``X (B, T, d)`` → the outputs
     ``(V, B, d, d)``; with ``patterns``, also each layer's attention ``(V, B, H_l, T, T)`` (then
-    every head's attention is computed, for every query row). Differentiable in ``X``
-    (``torch.func`` works through it)."""
+    every head's attention is computed, for every query row). ``offsets``: per layer ``None`` or
+    a term added to every head's scores before the softmax, ``(V, H_l, T, T)`` or, per sample,
+    ``(V, B, H_l, T, T)`` (what a mean or resample ablation puts in place of removed cells).
+    Differentiable in ``X`` (``torch.func`` works through it)."""
     V, (B, T, _) = W_U.shape[0], X.shape
     dtype, device = W_U.dtype, X.device
     cols, layers = _plan(cfg, As, W_U, patterns)
@@ -106,6 +110,10 @@ def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tens
             q = _cols(hq, Q).reshape(V, B * R, len(Q)) @ W  # (V, B·R, |K|) from W (V, |Q|, |K|)
             keys = _cols(h, K).reshape(V * B, T, len(K))
             scores = torch.bmm(q.reshape(V * B, R, len(K)), keys.transpose(1, 2)).reshape(V, B, R, T)
+            if offsets is not None and offsets[layer] is not None:
+                extra = offsets[layer][..., head.index, :, :]  # (V, T, T) or (V, B, T, T)
+                extra = extra[..., rows, :] if last else extra
+                scores = scores + (extra.unsqueeze(1) if extra.dim() == 3 else extra)
             if mask is not None:
                 scores = scores.masked_fill(mask[rows] if last else mask, float("-inf"))
             pattern = torch.softmax(scores, dim=-1)  # (V, B, R, T)
@@ -132,19 +140,28 @@ def stack_weights(variants: Sequence[tuple[Sequence[Tensor], Tensor]], dtype: to
 
 def forward_many(cfg: ModelConfig, variants: Sequence[tuple[Sequence[Tensor], Tensor]], X: Tensor,
                  *, dtype: torch.dtype | None = None, patterns: bool = False,
+                 offsets: Sequence[Sequence[Tensor]] | None = None,
                  max_elements: int = MAX_ELEMENTS) -> list:
     """Each variant ``(As, W_U)`` of a model with config ``cfg`` run on ``X (B, T, d)``, in chunks:
     one output ``(B, d, d)`` per variant, in order (with ``patterns``, ``(output, [(B, H_l, T, T)
-    per layer])`` per variant). ``dtype``: the arithmetic's (default ``cfg.torch_dtype``)."""
+    per layer])`` per variant). ``dtype``: the arithmetic's (default ``cfg.torch_dtype``).
+    ``offsets``: per variant, per layer the scores' added term, ``(H_l, T, T)`` or ``(B, H_l, T,
+    T)`` (:func:`forward_stacked`)."""
     if not variants:
         return []
     dtype = dtype or cfg.torch_dtype
-    size = max(1, max_elements // max(X.shape[0] * cfg.T * cfg.widths[-1], 1))
+    per_variant = X.shape[0] * cfg.T * cfg.widths[-1]
+    if offsets is not None:
+        per_variant += sum(o.numel() for o in offsets[0])
+    size = max(1, max_elements // max(per_variant, 1))
     results = []
     with torch.no_grad():
         for start in range(0, len(variants), size):
             As, W_U = stack_weights(variants[start:start + size], dtype, X.device)
-            got = forward_stacked(cfg, As, W_U, X, patterns=patterns)
+            extra = None if offsets is None else [
+                torch.stack([o[layer] for o in offsets[start:start + size]]).to(X.device, dtype)
+                for layer in range(len(As))]
+            got = forward_stacked(cfg, As, W_U, X, patterns=patterns, offsets=extra)
             if patterns:
                 out, pats = got
                 results += [(out[v], [p[v] for p in pats]) for v in range(len(out))]
