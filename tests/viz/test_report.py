@@ -58,6 +58,25 @@ def test_report_has_every_section_in_reading_order(theorem3_page):
     assert not loads_from_network(theorem3_page)
 
 
+def test_a_sweeps_verdict_is_shown_after_the_mechanism_when_the_run_has_one(theorem3):
+    model, batch, summary = theorem3
+    record = {"name": "theorem3_superposed", "samples": 4096, "seed": 12345,
+              "also_faithful": ["theorem3_superposed_complement"],
+              "names_by_batch": ["theorem3_superposed", "borderline", "theorem3_superposed"],
+              "name_mean_ablation": "theorem3_superposed", "name_resample_ablation": "none",
+              "minimal_size": 9, "minimal_faithful": True, "minimal_optimal": False}
+    page = report_html(model, summary, batch, sweep_record=record)
+    mechanism = _sections(page)["Mechanism"]
+    said = mechanism[mechanism.index("The sweep's verdict"):]
+    assert "the rule names theorem3_superposed (also faithful: theorem3_superposed_complement) " \
+           "on 4,096 fresh samples (seed 12345)" in said
+    assert "on 3 batches: theorem3_superposed, borderline, theorem3_superposed" in said
+    assert "under mean ablation of the cells outside the circuit: theorem3_superposed" in said
+    assert "under resample ablation of the cells outside the circuit: none" in said
+    assert "minimal circuit 9 cells (faithful)" in said
+    assert "The sweep's verdict" not in report_html(model, summary, batch)
+
+
 def test_headline_names_the_mechanism_of_a_construction(theorem3_page):
     head = _sections(theorem3_page)["Headline"]
     assert "Mechanism: theorem3" in head and "none of the registry" not in head

@@ -36,23 +36,29 @@ def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, see
         out.path.mkdir(parents=True, exist_ok=True)
         out.analysis.write_text(result.to_json())
         write_report(model, result, batch, out.report, metrics, title=source,
-                     train_cfg=train_cfg, bundle=bundle, links=links, **over_training(out))
+                     train_cfg=train_cfg, bundle=bundle, links=links, **run_extras(out))
         if not quiet:
             print(f"\nwrote {out.analysis} and {out.report}")
     return result
 
 
-def over_training(run) -> dict:
+def run_extras(run) -> dict:
     """``write_report``'s ``timeline`` (from the run's ``timeline.json``, written by ``invperm
-    timeline``) and ``checkpoints`` (how many the run kept) for a ``RunDir``."""
+    timeline``), ``checkpoints`` (how many the run kept) and ``sweep_record`` (its
+    ``mechanism.json``, written by ``invperm sweep``) for a ``RunDir``."""
     import json
 
     from ..analysis.timeline import Timeline
 
-    found = None
+    found = record = None
     if run.timeline.is_file():
         found = Timeline.from_dict(json.loads(run.timeline.read_text()))
-    return {"timeline": found, "checkpoints": len(run.checkpoints())}
+    if run.mechanism.is_file():
+        try:
+            record = json.loads(run.mechanism.read_text())
+        except ValueError:
+            record = None  # a damaged record is the sweep's to redo, not the report's to fail on
+    return {"timeline": found, "checkpoints": len(run.checkpoints()), "sweep_record": record}
 
 
 def _cmd_analyze(args: argparse.Namespace) -> None:
@@ -145,7 +151,7 @@ def report_run(run_dir, *, n: int, seed: int, bundle: str | None, threads: int |
         batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
         write_report(run.model, record, batch, RunDir(run_dir).report, run.metrics,
                      title=record.source, train_cfg=run.train_cfg, bundle=bundle, links=links,
-                     **over_training(RunDir(run_dir)))
+                     **run_extras(RunDir(run_dir)))
     return str(run_dir)
 
 

@@ -231,3 +231,33 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
         + f"; reads {html.escape(', '.join(m.read) or '—')}; {m.score.rows_exact:.1%} of rows exact, "
         f"{_recovered(m.score.loss_recovered)}; {m.weight_share:.0%} of the gauge-fixed weights."))
     return "".join(parts)
+
+
+def sweep_verdict_section(record: dict | None) -> str:
+    """What ``invperm sweep`` recorded for this run (its ``mechanism.json``): the rule's name on
+    its own, larger batches, on more batches and under the other ablation styles; nothing without
+    a record."""
+    if not record or "name" not in record:
+        return ""
+
+    def name(value) -> str:
+        return f"<b>{html.escape(str(value))}</b>"
+
+    also = record.get("also_faithful") or []
+    lines = [f"the rule names {name(record['name'])}"
+             + (f" (also faithful: {html.escape(', '.join(also))})" if also else "")
+             + f" on {record.get('samples', 0):,} fresh samples (seed {record.get('seed', '?')})"]
+    batches = record.get("names_by_batch") or []
+    if len(batches) > 1:
+        lines.append(f"on {len(batches)} batches: " + ", ".join(map(name, batches)))
+    for style in ("mean", "resample"):
+        if record.get(f"name_{style}_ablation") is not None:
+            lines.append(f"under {style} ablation of the cells outside the circuit: "
+                         + name(record[f"name_{style}_ablation"]))
+    if record.get("minimal_size") is not None:
+        proof = ", provably smallest" if record.get("minimal_optimal") else ""
+        faithful = "faithful" if record.get("minimal_faithful") else "not faithful"
+        lines.append(f"minimal circuit {record['minimal_size']} cells ({faithful}{proof})")
+    return ("<h3>The sweep's verdict</h3><p class='meta'>The sweep that trained this run analysed "
+            "it too (<code>mechanism.json</code>): " + "; ".join(lines) + ". The tables above are "
+            "this page's own analysis, on its own batch.</p>")

@@ -31,7 +31,7 @@ from ..training.metrics import evaluate
 from .attention import attention_views
 from .heatmaps import head_figure, plot_dependency, unembed_figure
 from .html import figure, table
-from .mechanism import headline, mechanism_section
+from .mechanism import headline, mechanism_section, sweep_verdict_section
 from .page import page
 from .training import plot_accuracy, plot_training, training_caption
 
@@ -228,7 +228,7 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
                 metrics: list[dict] | None = None, title: str = "invperm-interp report", *,
                 train_cfg: TrainConfig | None = None, bundle: str | None = None,
                 links: list[tuple[str, str]] | None = None, timeline=None,
-                checkpoints: int = 0) -> str:
+                checkpoints: int = 0, sweep_record: dict | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
     parts = [_setup(model, train_cfg, metrics), headline(result),
              _results(model, result, batch, metrics, train_cfg)]
@@ -242,7 +242,8 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
                                 "Entries, rows and whole samples exact after rounding."))
         parts.append("</div>")
     parts.append(_over_training(timeline, checkpoints))
-    parts += [mechanism_section(result), _circuit(model, result), _constructions(result),
+    parts += [mechanism_section(result), sweep_verdict_section(sweep_record),
+              _circuit(model, result), _constructions(result),
               _ablations(model, result), _certificate(model, result),
               _attention(model, batch, result.sample_patterns)]
     return page(title, "\n".join(p for p in parts if p), bundle=bundle, links=links)
@@ -252,18 +253,20 @@ def write_report(model: HookedDisentangledTransformer, result: ModelAnalysis, ba
                  path: str | Path, metrics: list[dict] | None = None,
                  title: str = "invperm-interp report", *, train_cfg: TrainConfig | None = None,
                  bundle: str | None = None, links: list[tuple[str, str]] | None = None,
-                 timeline=None, checkpoints: int = 0) -> Path:
+                 timeline=None, checkpoints: int = 0, sweep_record: dict | None = None) -> Path:
     """Write the report page for ``model`` (with ``result`` from ``analysis.record.analyze``).
 
     ``metrics``/``train_cfg``: the run's eval records and training configuration, when it is a
     trained run. ``bundle``: a relative URL of a shared circuitsvis bundle instead of inlining it.
     ``links``: ``(label, relative URL)`` pairs above the title (the index, the run's twin).
     ``timeline``: the run's ``analysis.timeline.Timeline`` (its section "Over training"), else
-    ``checkpoints``: how many it kept (the section then says how to make one).
+    ``checkpoints``: how many it kept (the section then says how to make one). ``sweep_record``:
+    the run's ``mechanism.json`` when a sweep analysed it (shown after the mechanism).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report_html(model, result, batch, metrics, title, train_cfg=train_cfg,
                                 bundle=bundle, links=links, timeline=timeline,
-                                checkpoints=checkpoints), encoding="utf-8")
+                                checkpoints=checkpoints, sweep_record=sweep_record),
+                    encoding="utf-8")
     return path
