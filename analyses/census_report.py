@@ -200,6 +200,24 @@ def agreement(row: dict) -> str:
     return groups[2] if named else groups[3]
 
 
+def by_style(rows: list[dict]) -> list[dict]:
+    """Per model and name the rule gives (solved runs with all three names): how many runs keep it
+    under mean ablation, under resample ablation and under both."""
+    counts: dict[tuple[str, str], Counter] = {}
+    for r in rows:
+        if r["steps_to_target"] is None or r.get("name_mean_ablation") is None \
+                or r.get("name_resample_ablation") is None:
+            continue
+        c = counts.setdefault((r["kind"], r["mechanism"]), Counter())
+        mean, resample = (r["name_mean_ablation"] == r["mechanism"],
+                          r["name_resample_ablation"] == r["mechanism"])
+        c.update(runs=1, mean=mean, resample=resample, both=mean and resample)
+    return [{"model": kind, "name by the rule": name, "runs": c["runs"],
+             "same under mean ablation": c["mean"], "same under resample ablation": c["resample"],
+             "same under both": c["both"]}
+            for (kind, name), c in sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[1]["runs"]))]
+
+
 def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
     """Top left: every tested construction of every solved run, rows exact against loss recovered
     (the rule's thresholds dashed). Top right: mechanism counts per configuration. Bottom: how the
@@ -273,7 +291,9 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
     summary, table = summarize(rows, planned), sensitivity(rows, planned)
     samples = sorted({r["samples"] for r in rows}) or ["-"]
     paths = [folder / f"census.{ext}" for ext in ("json", "md", "png", "svg")]
-    paths[0].write_text(json.dumps({"summary": summary, "sensitivity": table, "runs": rows},
+    styles = by_style(rows)
+    paths[0].write_text(json.dumps({"summary": summary, "sensitivity": table, "by_style": styles,
+                                    "runs": rows},
                                    indent=1) + "\n")
     per_run = ["run", "steps_to_target", "final_mse", "mechanism", "also_faithful",
                "circuit_rows_exact", "loss_recovered", "names_by_batch", "name_mean_ablation",
@@ -322,6 +342,10 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         "## How the counts move with the thresholds", "",
         "The same recorded tests recounted by the same rule at other thresholds (solved runs).", "",
         *table_lines(table), "",
+        "## Each name under the other ablation styles", "",
+        "Solved runs by the name the rule gives them, and how many keep that name when the cells "
+        "outside the circuit are mean-ablated or resample-ablated instead of zeroed.", "",
+        *table_lines(styles), "",
         "## Where the ablation styles disagree", "",
         "Solved runs whose name under mean ablation (each removed cell's score contribution "
         "replaced by its mean over 1,024 reference samples) or under resample ablation (by its "

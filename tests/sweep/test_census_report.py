@@ -90,6 +90,10 @@ def test_counts_carry_borderline_stability_both_ablation_styles_and_optimality(t
     assert s["same name under resample ablation"] == "2 of 3"
     assert s["one name under all three ablation styles"].startswith("1 of 3 (")  # two_block
     assert s["'none' under every style"].startswith("0 of 3 (")
+    kept = {r["name by the rule"]: (r["runs"], r["same under mean ablation"],
+                                    r["same under resample ablation"], r["same under both"])
+            for r in data["by_style"]}
+    assert kept == {"two_block": (1, 1, 1, 1), "borderline": (1, 1, 1, 1), "none": (1, 0, 0, 0)}
     report = (tmp_path / "census.md").read_text()
     disagree = report.split("## Where the ablation styles disagree")[1].split("##")[0]
     assert "| scratch | none | two_block | theorem3 | 1 |" in disagree
