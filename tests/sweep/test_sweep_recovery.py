@@ -82,6 +82,12 @@ def test_a_finished_run_without_its_mechanism_is_analysed_on_rerun(tmp_path, mon
     rows = records(run_sweep(path, out, executor="debug", progress=False))
     assert rows["seed1"]["mechanism"] == "two_block" and len(calls) == 3
     assert rows["seed1"]["analysis"]["minimal_size"] == 2
+    # a record cut short (a full disk) is not done and is analysed again, not a failure
+    record = out / "seed0" / "mechanism.json"
+    record.write_text(record.read_text()[:40])
+    assert units(load_grid(path), out) == [[0]]
+    rows = records(run_sweep(path, out, executor="debug", progress=False))
+    assert rows["seed0"]["mechanism"] == "two_block" and len(calls) == 4
 
 
 @pytest.mark.slow

@@ -131,8 +131,11 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
     settings = {"samples": samples, "seed": seed, "batches": batches,
                 "mean_ablation": mean_ablation, "resample_ablation": resample_ablation}
     path = RunDir(run_dir).mechanism
-    cached = json.loads(path.read_text()) if path.is_file() else {}
-    missing = missing_ablations(cached, settings) if cached else None
+    try:
+        cached = json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:  # a record cut short (a full disk): analyse again
+        cached = {}
+    missing = missing_ablations(cached, settings) if isinstance(cached, dict) and cached else None
     if missing == []:
         return cached
     if not RunDir(run_dir).is_finished:
