@@ -182,13 +182,13 @@ class Tester:
                 for h, R in zip(self._streams, removed)]
 
     def run_many(self, variants: Sequence[tuple[Sequence[Tensor], Tensor]],
-                 removed: Sequence[Sequence[Tensor] | None] | None = None) -> list[Score]:
+                 removed: Sequence[Sequence[Tensor]] | None = None) -> list[Score]:
         """Each ``(As, W_U)`` (per layer ``(H, D, D)``, and ``(D_L, d)``) run on the batch, scored,
         as batched forwards; ``removed``: per variant, the parts of ``A`` it removed (under mean or
         resample ablation their scores, :meth:`_removed_scores`, are added to the variant's)."""
         offsets = None
         if self.ablation != "zero" and removed is not None:
-            offsets = [self._removed_scores(r) for r in removed]
+            offsets = lambda i: self._removed_scores(removed[i])  # noqa: E731 - one chunk at a time
         outs = forward_many(self.model.cfg, variants, self.batch.X, offsets=offsets)
         return [self._score(out) for out in outs]
 

@@ -15,7 +15,7 @@ variant may also add a term to its scores (a mean or resample ablation's stand-i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -140,27 +140,32 @@ def stack_weights(variants: Sequence[tuple[Sequence[Tensor], Tensor]], dtype: to
 
 def forward_many(cfg: ModelConfig, variants: Sequence[tuple[Sequence[Tensor], Tensor]], X: Tensor,
                  *, dtype: torch.dtype | None = None, patterns: bool = False,
-                 offsets: Sequence[Sequence[Tensor]] | None = None,
+                 offsets: Callable[[int], Sequence[Tensor]] | None = None,
                  max_elements: int = MAX_ELEMENTS) -> list:
     """Each variant ``(As, W_U)`` of a model with config ``cfg`` run on ``X (B, T, d)``, in chunks:
     one output ``(B, d, d)`` per variant, in order (with ``patterns``, ``(output, [(B, H_l, T, T)
     per layer])`` per variant). ``dtype``: the arithmetic's (default ``cfg.torch_dtype``).
-    ``offsets``: per variant, per layer the scores' added term, ``(H_l, T, T)`` or ``(B, H_l, T,
-    T)`` (:func:`forward_stacked`)."""
+    ``offsets(i)``: variant ``i``'s per-layer term added to its scores, ``(H_l, T, T)`` or
+    ``(B, H_l, T, T)`` (:func:`forward_stacked`), asked for when its chunk runs (per-sample terms
+    of many variants would not fit in memory together)."""
     if not variants:
         return []
     dtype = dtype or cfg.torch_dtype
     per_variant = X.shape[0] * cfg.T * cfg.widths[-1]
-    if offsets is not None:
-        per_variant += sum(o.numel() for o in offsets[0])
+    first = offsets(0) if offsets is not None else None
+    if first is not None:
+        per_variant += sum(o.numel() for o in first)
     size = max(1, max_elements // max(per_variant, 1))
     results = []
     with torch.no_grad():
         for start in range(0, len(variants), size):
             As, W_U = stack_weights(variants[start:start + size], dtype, X.device)
-            extra = None if offsets is None else [
-                torch.stack([o[layer] for o in offsets[start:start + size]]).to(X.device, dtype)
-                for layer in range(len(As))]
+            extra = None
+            if offsets is not None:
+                terms = [first if i == 0 else offsets(i)
+                         for i in range(start, min(start + size, len(variants)))]
+                extra = [torch.stack([t[layer] for t in terms]).to(X.device, dtype)
+                         for layer in range(len(As))]
             got = forward_stacked(cfg, As, W_U, X, patterns=patterns, offsets=extra)
             if patterns:
                 out, pats = got
