@@ -62,6 +62,15 @@ def test_index_reads_a_sweep_jsonl(tmp_path):
     assert rows[0].dir == tmp_path / "run0"
     page = write_index(tmp_path).read_text()
     assert "diverged at step 400" in page
+    assert "under mean or resample ablation" not in page  # no record of other styles: no note
+    # the sweep's analysis names run0 otherwise under resample ablation: said beside its mechanism
+    records[0]["analysis"] = {"name_mean_ablation": "two_block", "name_resample_ablation": "none"}
+    (tmp_path / "sweep.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    assert find_runs(tmp_path)[0].other_styles == (("resample", "none"),)
+    page = write_index(tmp_path).read_text()
+    rows = {r[0].split()[0]: r for r in _rows(page)}
+    assert rows["run0"][8] == "two_block (resample: none)" and rows["run1"][8] == "two_block"
+    assert "the name the rule gives under mean or resample ablation" in page
     (tmp_path / "sweep.jsonl").write_text('{"name": "x"}\n')
     with pytest.raises(ValueError, match="line 1 is not a run record"):
         find_runs(tmp_path)

@@ -44,6 +44,8 @@ class RunRow:
     mechanism: str | None
     causal: bool
     status: str | None = None  # "diverged", "unfinished": a run that did not end normally
+    # (style, name) where the sweep's analysis names it otherwise under mean or resample ablation
+    other_styles: tuple[tuple[str, str], ...] = ()
 
     @property
     def solvable(self) -> bool:
@@ -116,11 +118,15 @@ def _row_from_record(root: Path, record: dict) -> RunRow:
         mechanism = mechanism.get("name")
     solve = record.get("steps_to_solve")
     status = record.get("status")
+    analysis = record.get("analysis") if isinstance(record.get("analysis"), dict) else {}
+    others = tuple((style, analysis[f"name_{style}_ablation"]) for style in ("mean", "resample")
+                   if analysis.get(f"name_{style}_ablation") not in (None, mechanism))
     return RunRow(run_dir, _group(model), model.d, int(train.get("seed", 0)),
                   int(record.get("step") or final.get("step") or 0), final.get("mse"),
                   final.get("causal_floor"), final.get("row_acc"),
                   None if solve is None else int(solve), mechanism or _mechanism(run_dir),
-                  model.causal, None if status in (None, "finished", "stopped") else status)
+                  model.causal, None if status in (None, "finished", "stopped") else status,
+                  others)
 
 
 def find_runs(directory: str | Path) -> list[RunRow]:
@@ -292,7 +298,9 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
             _td("—" if r.row_acc is None else f"{r.row_acc:.1%}", r.row_acc or 0, True),
             _td(_solve_text(r), "inf" if r.steps_to_solve is None else r.steps_to_solve, True,
                 cls="wrap"),
-            _td(_breakable(r.mechanism or "—")),
+            _td(_breakable(r.mechanism or "—") + "".join(
+                f" <span class='meta'>({html.escape(style)}: {_breakable(name)})</span>"
+                for style, name in r.other_styles), r.mechanism or "—"),
         ]) + "</tr>")
     header = ["run", "model", "d", "seed", "steps", "final MSE", "rows exact",
               f"steps to MSE < {SOLVED_BELOW:g}", "mechanism"]
@@ -307,7 +315,10 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
            "it)" + (f" and {'stay' if cannot != 1 else 'stays'} out of the steps-to-solve figure"
               if _by_d(rows) else "") if cannot else "") + ". "
         "Click a column header to sort; a run's name opens its report. Final MSE is on the run's "
-        "eval batch at its last step; for causal runs it is written against the causal floor.</p>",
+        "eval batch at its last step; for causal runs it is written against the causal floor."
+        + (" In brackets after a mechanism: the name the rule gives under mean or resample "
+           "ablation of the cells outside the circuit, where it differs."
+           if any(r.other_styles for r in rows) else "") + "</p>",
         _figure(root, rows),
         f"<div class='table'><table class='sortable'><thead><tr>{head}</tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></div>"]
