@@ -124,15 +124,14 @@ ABLATIONS = ("zero", "mean", "resample")
 class Tester:
     """Runs circuit-only and ablated variants of one model on one batch. The model's own output
     (the clean run), its gauge-fixed weights and each head's fit to a set of cells are computed
-    once; with zero ablation variants run together (``model.variants.forward_many``).
+    once; variants run together (``model.variants.forward_many``), under every ablation style.
 
     ``ablation``: how a removed part of ``A`` is removed. ``"zero"``: zeroed in the gauge-fixed
     frame. ``"mean"``: its score contribution ``h_i R h_jᵀ`` (``R`` the removed part, ``h`` the
     clean run's stream) is replaced by its mean over the ``reference`` batch (default: the batch
     itself), per head and (query, key) position. ``"resample"``: replaced by its value on another
     input, sample ``b`` taking the ``reference`` batch's sample ``b`` (by default the batch's own
-    next sample, ``b + 1``). Such variants run one at a time through the hooked model. Removed
-    read-out rows are zeroed either way."""
+    next sample, ``b + 1``). Removed read-out rows are zeroed either way."""
 
     def __init__(self, model: HookedDisentangledTransformer, batch: Batch, ablation: str = "zero",
                  reference: Batch | None = None):
@@ -160,7 +159,10 @@ class Tester:
             with torch.no_grad():
                 _, cache = model.run_with_cache(ref.X, names_filter=lambda n: n in names,
                                                 return_cache_object=False)
-            self._streams = [cache[n].to("cpu", torch.float64) for n in names]  # (B, T, D_l)
+            self._streams = [cache[n].to("cpu", torch.float64) for n in names]  # (B_ref, T, D_l)
+            if ablation == "resample":  # each sample's own reference sample, paired once
+                pair = (torch.arange(len(batch)) + (1 if reference is None else 0)) % len(ref)
+                self._streams = [h[pair] for h in self._streams]  # (B, T, D_l)
 
     def project(self, hyp: Hypothesis, betas: bool = True) -> Projection:
         return project(self.model, hyp, fixed=self.fixed, fits=self._fits, betas=betas)
@@ -176,9 +178,7 @@ class Tester:
             # (h R) first, then the contraction with h over the batch: ~B·T·D·(D + T) per head
             return [torch.einsum("bhte,bse->hts", torch.einsum("btd,hde->bhte", h, R), h) / len(h)
                     for h, R in zip(self._streams, removed)]
-        B = len(self.batch)
-        pair = (torch.arange(B) + (1 if self.reference is None else 0)) % len(self._streams[0])
-        return [torch.einsum("bhte,bse->bhts", torch.einsum("btd,hde->bhte", h[pair], R), h[pair])
+        return [torch.einsum("bhte,bse->bhts", torch.einsum("btd,hde->bhte", h, R), h)
                 for h, R in zip(self._streams, removed)]
 
     def run_many(self, variants: Sequence[tuple[Sequence[Tensor], Tensor]],
