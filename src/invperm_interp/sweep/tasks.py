@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..runs.directory import RunDir
 from .grid import load_grid
-from .plan import ANALYSIS_VERSION, missing_ablations, uses_gpu
+from .plan import ABLATION_SETTINGS, ANALYSIS_VERSION, missing_ablations, uses_gpu
 
 STATE_DIR = ".sweep"  # in the sweep folder: claims, failures, logs, submitted Slurm jobs
 MEAN_REFERENCE = 1024  # samples a mean ablation's means are taken over (cost grows with them)
@@ -148,11 +148,11 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
     batch = evaluation_batch(model, samples, seed)
     if missing is None:
         record = {**_mechanism_record(model, batch, samples, seed, batches), **settings}
-        missing = [k for k in ("mean_ablation", "resample_ablation") if settings[k]]
+        missing = [k for k in ABLATION_SETTINGS if settings[k]]
     else:
         record = {**cached, **{k: True for k in missing}}
     for style in missing:
-        record[f"name_{style}"] = _name_under(style, model, batch, samples, seed + batches)
+        record[ABLATION_SETTINGS[style]] = _name_under(style, model, batch, samples, seed + batches)
     atomic_write(path, (json.dumps(record) + "\n").encode())
     return record
 
@@ -204,7 +204,7 @@ def _mechanism_record(model, batch, samples: int, seed: int, batches: int) -> di
                    for t in mech.tested],
         "names_by_batch": [mech.name] + [
             name_on(model, evaluation_batch(model, samples, seed + k)) for k in range(1, batches)],
-        "name_mean_ablation": None, "name_resample_ablation": None,
+        **{name: None for name in ABLATION_SETTINGS.values()},
     }
 
 
