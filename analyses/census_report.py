@@ -111,7 +111,7 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
         stable = [r for r in solved if len(set(r["names_by_batch"])) == 1]
         mean = [r for r in solved if r.get("name_mean_ablation") is not None]
         resample = [r for r in solved if r.get("name_resample_ablation") is not None]
-        both = [r for r in mean if r in resample]
+        both = [r for r in solved if _has_all_styles(r)]
         small = [r for r in solved if r["minimal_candidates"] <= 24]
         out.append({
             "model": kind, "d": d, "runs": len(group), "planned": planned[(kind, d)],
@@ -143,6 +143,11 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
             "'none' with no faithful circuit": sum(not r["minimal_faithful"] for r in none),
         })
     return out
+
+
+def _has_all_styles(row: dict) -> bool:
+    """Whether the run was named under mean and under resample ablation too."""
+    return row.get("name_mean_ablation") is not None and row.get("name_resample_ablation") is not None
 
 
 def _styles(row: dict) -> set[str]:
@@ -205,8 +210,7 @@ def by_style(rows: list[dict]) -> list[dict]:
     under mean ablation, under resample ablation and under both."""
     counts: dict[tuple[str, str], Counter] = {}
     for r in rows:
-        if r["steps_to_target"] is None or r.get("name_mean_ablation") is None \
-                or r.get("name_resample_ablation") is None:
+        if r["steps_to_target"] is None or not _has_all_styles(r):
             continue
         c = counts.setdefault((r["kind"], r["mechanism"]), Counter())
         mean, resample = (r["name_mean_ablation"] == r["mechanism"],
@@ -261,9 +265,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
     right.set_title("mechanism by the rule, per configuration", fontsize=10)
     right.tick_params(axis="x", labelrotation=45, labelsize=8)
     right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    solved = [r for r in rows if r["steps_to_target"] is not None
-              and r.get("name_mean_ablation") is not None
-              and r.get("name_resample_ablation") is not None]
+    solved = [r for r in rows if r["steps_to_target"] is not None and _has_all_styles(r)]
     bottom = [0] * len(summary)
     for group, shade in AGREEMENT.items():
         heights = [sum(1 for r in solved if r["kind"] == s["model"] and r["d"] == s["d"]
