@@ -28,12 +28,12 @@ def test_standard_errors_match_a_numpy_reference():
     Y = batch.Y.numpy()
     # the circuit-only model's output, rebuilt from its score's MSE is not enough: rerun it
     tester = CircuitTester(model, batch)
-    from helpers import run_with_weights as _run
+    from helpers import run_with_weights
 
     from invperm_interp.analysis.faithfulness import read_out
     from invperm_interp.analysis.projection import project
     hyp = Hypothesis("two_block", f.cells, f.read)
-    out = _run(model, project(model, hyp).kept, read_out(model, f.read), batch.X).numpy()
+    out = run_with_weights(model, project(model, hyp).kept, read_out(model, f.read), batch.X).numpy()
     exact = np.all(np.round(out) == Y, axis=-1).mean(axis=1)  # per sample
     n = len(exact)
     assert f.circuit.rows_se == pytest.approx(exact.std(ddof=1) / np.sqrt(n), rel=1e-9)
@@ -185,7 +185,7 @@ def test_resample_ablation_puts_in_another_inputs_contribution():
                            ablation="resample")
     assert swapped.circuit.rows_exact < 0.5
     # the same variant by hand: layer 2's removed score h R hᵀ taken on sample b + 1
-    from helpers import run_with_weights as _run
+    from helpers import run_with_weights
 
     from invperm_interp.analysis.faithfulness import read_out
     from invperm_interp.analysis.hypothesis import Hypothesis as H
@@ -202,7 +202,7 @@ def test_resample_ablation_puts_in_another_inputs_contribution():
     hooks = [(f"blocks.{layer}.attn.hook_attn_scores", lambda s, hook, a=a: s + a.to(s))
              for layer, a in enumerate(adds)]
     with model.hooks(fwd_hooks=hooks), torch.no_grad():
-        out = _run(model, proj.kept, read_out(model, ("L2.x",)), batch.X)
+        out = run_with_weights(model, proj.kept, read_out(model, ("L2.x",)), batch.X)
     assert float(((out.double() - batch.Y.double()) ** 2).sum(-1).mean()) == pytest.approx(
         swapped.circuit.mse, rel=1e-6)
 
