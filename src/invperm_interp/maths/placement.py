@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import memory
 from ..config import ModelConfig
+from ..model.hooked import HookedDisentangledTransformer
 from ..stream import BlockName, Stream
 from .cells import cell_template
 from .constructions import default_beta, scratch_guard
@@ -196,3 +198,16 @@ def placed_weights(placement: Placement, d: int, beta: float | None = None, *,
     for block, weight in placement.read_terms:
         W_U[stream.slice(block, cfg.n_layers)] += weight * torch.eye(cfg.d, dtype=dtype)
     return cfg, As, W_U
+
+
+def build(placement: Placement, d: int, beta: float | None = None, *,
+          dtype: torch.dtype = torch.float64, scratch=None) -> HookedDisentangledTransformer:
+    """The model of :func:`placed_weights` (``constructions.build`` for a placement)."""
+    cfg, As, W_U = placed_weights(placement, d, beta, dtype=dtype, scratch=scratch)
+    memory.check(memory.model_estimate(cfg, f"placement {placement} at d={d}"))
+    model = HookedDisentangledTransformer(cfg)
+    with torch.no_grad():
+        for block, A in zip(model.blocks, As):
+            block.attn.A.copy_(A)
+        model.unembed.W_U.copy_(W_U)
+    return model
