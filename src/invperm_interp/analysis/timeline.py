@@ -36,6 +36,7 @@ from .faithfulness import Score, Tester
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis
 from .mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS, is_faithful, minimal_circuit, ranked
 from .projection import project
+from .verdict import NONE
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class StepAnalysis:
     step: int
     mse: float
     rows_exact: float
-    mechanism: str  # a registry construction, or "none"
+    mechanism: str  # a registry construction, or ``verdict.NONE``
     circuit: Score  # the final circuit's circuit-only model at this step
     faithful: bool  # by the rule (and, for a named construction, its templates' signs)
     betas: tuple[float, ...]
@@ -134,7 +135,7 @@ def final_circuit(model, batch, tests: dict[str, Hypothesis], rows: float = FAIT
         return f.hypothesis, Hypothesis(f.hypothesis, f.cells, f.read, f.unit)
     # what ``mechanism`` reports as its minimal circuit when no construction qualifies
     m = minimal_circuit(model, batch, tester=tester, rows=rows, recovered=recovered)
-    return "none", Hypothesis("minimal", m.cells, m.read or None, "cells")
+    return NONE, Hypothesis("minimal", m.cells, m.read or None, "cells")
 
 
 class StepTester:
@@ -180,7 +181,7 @@ class StepTester:
             if is_faithful(known[name], self.rows, self.recovered):
                 tested.append(self.full.test(h, minimality=False))
         good, _ = ranked(list(tested), self.rows, self.recovered)
-        return good[0].hypothesis if good else "none"
+        return good[0].hypothesis if good else NONE
 
 
 def analyse_step(model, batch, hyp: Hypothesis, tests: dict[str, Hypothesis], named: bool,
@@ -223,7 +224,7 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
                          dtype=model.cfg.torch_dtype)
     tests = {c: as_hypothesis(model, c) for c in candidates(model) if constructions.get(c).works}
     name, hyp = final_circuit(model, batch, tests, rows, recovered)
-    named = name != "none"
+    named = name != NONE
     found = [(s, p) for s, p in RunDir(run_dir).checkpoints() if s < final.step]
     found = found[::-1][::stride][::-1]  # every stride-th, counted back from the last
     steps = []
