@@ -1,9 +1,12 @@
 """The census's report: reads a census sweep's ``sweep.jsonl`` (``invperm sweep
 analyses/grids/census.toml``, whose analysis stage recorded each run's mechanism, faithfulness and
 minimal circuit) and writes ``census.{json,md,png,svg}`` next to it, or into ``assets/`` with
-``--update-assets``. It trains and analyses nothing.
+``--update-assets``. It trains and analyses nothing. ``--from-json`` rebuilds the report from a
+``census.json`` it wrote (its per-run rows and planned counts), so the committed Markdown and
+figure can be regenerated when only the report's wording changes.
 
     python analyses/census_report.py runs/census [--update-assets]
+    python analyses/census_report.py assets/census.json --from-json --update-assets
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
                      "mechanism": record["mechanism"],
                      **{k: v for k, v in analysis.items() if k not in ("version", "name", "seed")}})
     return rows, dict(planned)
+
+
+def rows_from_json(path: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
+    """The rows and planned counts a ``census.json`` was written from."""
+    data = json.loads(path.read_text())
+    return data["runs"], {(s["model"], s["d"]): s["planned"] for s in data["summary"]}
 
 
 def _median(values) -> float | None:
@@ -348,6 +357,16 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         "Solved runs by the name the rule gives them, and how many keep that name when the cells "
         "outside the circuit are mean-ablated or resample-ablated instead of zeroed.", "",
         *table_lines(styles), "",
+        "**What each style can tell apart.** Mean and resample ablation keep the score "
+        "contribution of every cell whose query and key blocks are both the input's position blocks "
+        "(`pos.P`, `pos.Y`, `pos.S`: it does not depend on the input), so constructions that "
+        "differ only in such cells score alike under them; the rule then ranks by loss recovered "
+        "to 1e-4 and, when equal, by the fewest atoms. "
+        "The census records the name each style gives, not the scores behind it: a renaming "
+        "between `theorem3_two_block_mass` and `theorem3_two_block`, or between "
+        "`theorem3_superposed` and `theorem3_superposed_complement` (alike but for the signs the "
+        "rule's sign check reads), may be decided by that tie-break and is not read here as what "
+        "the model runs.", "",
         "## Where the ablation styles disagree", "",
         "Solved runs whose name under mean ablation (each removed cell's score contribution "
         "replaced by its mean over 1,024 reference samples) or under resample ablation (by its "
@@ -362,16 +381,21 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", help="the census sweep folder (holds sweep.jsonl)")
+    parser.add_argument("runs", help="the census sweep folder (holds sweep.jsonl), or a census.json "
+                        "with --from-json")
+    parser.add_argument("--from-json", action="store_true",
+                        help="read the rows from a census.json this script wrote")
     parser.add_argument("--update-assets", action="store_true",
                         help="write into the checkout's assets/ instead of next to the runs")
     args = parser.parse_args(argv)
     try:
-        rows, planned = census_rows(Path(args.runs))
+        rows, planned = (rows_from_json(Path(args.runs)) if args.from_json
+                         else census_rows(Path(args.runs)))
     except ValueError as err:
         print(f"census_report: error: {err}", file=sys.stderr)
         return 2
-    paths = write_census(rows, planned, ASSETS if args.update_assets else Path(args.runs))
+    here = Path(args.runs).parent if args.from_json else Path(args.runs)
+    paths = write_census(rows, planned, ASSETS if args.update_assets else here)
     print("wrote " + ", ".join(map(str, paths)))
     return 0
 

@@ -141,3 +141,10 @@ def test_agreement_groups_runs_by_their_three_names(census_report):
         == groups[2]
     assert census_report.agreement(run("none", "borderline", "none")) == groups[3]
     assert census_report.agreement(run("none", "none", "none")) == groups[3]
+
+
+def test_the_committed_census_md_is_what_census_json_makes(tmp_path, census_report):
+    """assets/census.md (its wording included) is regenerated from assets/census.json alone."""
+    rows, planned = census_report.rows_from_json(REPO / "assets" / "census.json")
+    census_report.write_census(rows, planned, tmp_path)
+    assert (tmp_path / "census.md").read_text() == (REPO / "assets" / "census.md").read_text()
