@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast test-slurm demo reproduce sweep census dynamics setup lint bench clean
+.PHONY: test test-fast test-slurm demo reproduce sweep census census-shapes dynamics setup lint bench clean
 
 setup: $(STAMP)
 
@@ -52,6 +52,13 @@ sweep: $(STAMP)
 census: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/census.toml --out runs/census
 	$(PY) analyses/census_report.py runs/census --update-assets
+
+# Beyond the note: what training learns on deeper and wider models (docs/shapes.md): the grid
+# analyses/grids/census_shapes.toml (128 runs: 2 or 3 layers of 1 or 2 heads, d = 8), then its
+# report in assets/census_shapes.{md,json,png}. Resumable like `make census`.
+census-shapes: $(STAMP)
+	$(VENV)/bin/invperm sweep analyses/grids/census_shapes.toml --out runs/census_shapes
+	$(PY) analyses/census_shapes_report.py runs/census_shapes --update-assets
 
 # Beyond the note: when each circuit forms. The census's d = 10 models with a checkpoint every 25
 # steps until solved (64 runs, one worker), then every checkpoint analysed against the final
