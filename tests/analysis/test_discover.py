@@ -122,3 +122,16 @@ def test_the_command_reads_a_directory_of_runs(tmp_path):
     empty = subprocess.run([sys.executable, "-m", "invperm_interp.cli", "discover",
                             str(tmp_path / "nothing")], capture_output=True, text=True)
     assert empty.returncode == 2 and "error" in empty.stderr and "Traceback" not in empty.stderr
+
+
+def test_nothing_to_propose_is_one_line_naming_the_grouping_not_an_empty_table():
+    from invperm_interp.analysis.discover import Discovery
+
+    found = Discovery(forms={"a": None, "b": None}, reasons={"a": "named two_block",
+                                                             "b": "no faithful minimal circuit"},
+                      proposals=())
+    text = table(found)
+    assert "| form |" not in text
+    assert text.startswith("nothing to propose: the 0 unnamed runs with a faithful minimal circuit "
+                           "hold 0 forms when grouped by every cell, template, sign and read-out")
+    assert text.endswith("models: 1 named two_block, 1 no faithful minimal circuit")
