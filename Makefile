@@ -16,8 +16,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+# The suite across the cores (pytest-xdist, one worker per core; TEST_WORKERS=0 runs it in this
+# process). worksteal: a worker that runs out takes tests from a busy one (a few take a minute).
+TEST_WORKERS ?= auto
+PARALLEL := -n $(TEST_WORKERS) --dist worksteal
+
 test: $(STAMP)
-	$(PY) -m pytest -m "not slurm"
+	$(PY) -m pytest -m "not slurm" $(PARALLEL)
 
 # invperm sweep on a real Slurm cluster; `sudo sh benchmarks/slurm_local.sh` starts a single-node
 # one (the tests skip, saying so, where none answers).
@@ -26,7 +31,7 @@ test-slurm: $(STAMP)
 
 # Everything but the tests marked slow (processes, training, the browser): a quick loop while editing.
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not slurm"
+	$(PY) -m pytest -m "not slow and not slurm" $(PARALLEL)
 
 demo: $(STAMP)
 	$(VENV)/bin/invperm demo
