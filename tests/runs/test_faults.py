@@ -145,6 +145,26 @@ def test_resume_drops_metric_lines_past_the_checkpoint_and_a_torn_line(tmp_path)
     assert checkpoint_steps(d) == [4, 8, 12]
 
 
+def test_a_finished_runs_last_record_cut_from_metrics_is_taken_back_from_its_final_weights(tmp_path):
+    """``metrics.jsonl`` cut by 20 bytes after the run finished: resuming to more steps takes the
+    step-12 record back from the final weights' metadata (it was lost for good, silently); with
+    no final weights to hold it, a warning names the evaluations lost."""
+    model_cfg, train_cfg = small(tmp_path, steps=12, checkpoint_every=4)
+    straight = run(model_cfg, train_cfg)
+    d = tmp_path / "run"
+    cut = (d / "metrics.jsonl").read_bytes()[:-20]
+    (d / "metrics.jsonl").write_bytes(cut)
+    assert [m["step"] for m in read_metrics(d)] == [0, 2, 4, 6, 8, 10]
+    resumed = resume(d, steps=14, progress=False)
+    assert strip(resumed.metrics[:7]) == strip(straight.metrics)
+    assert [m["step"] for m in read_metrics(d)] == [0, 2, 4, 6, 8, 10, 12, 14]
+    (d / "metrics.jsonl").write_bytes(cut)
+    (d / "final.safetensors").unlink()
+    RunDir(d).checkpoint(14).unlink()
+    with pytest.warns(UserWarning, match=r"metrics.jsonl lacks the evaluations at steps \[12\]"):
+        resume(d, steps=14, progress=False)
+
+
 # -- the run directory: not writable, not enough room, full mid-run ---------------------------
 def test_out_dir_under_a_file_fails_before_any_training_work(tmp_path, monkeypatch):
     """Root can write anywhere chmod forbids, but not below a regular file."""
