@@ -305,6 +305,39 @@ def test_ctrl_c_on_the_command_line_is_one_line(tmp_path, capsys):
                     f"resume with --resume {out}")
 
 
+def test_a_stop_before_the_first_step_leaves_a_run_that_resumes(tmp_path, monkeypatch):
+    """SIGTERM while the run starts (after its config, before step 1) wrote step_0 with an empty
+    Adam state that every resume refused; now nothing is checkpointed, and a resume (also of a
+    run an older version left with such a step_0) ends bit-identical to an uninterrupted run."""
+    model_cfg, train_cfg = small(tmp_path, steps=4, checkpoint_every=2)
+    straight = run(model_cfg, replace(train_cfg, out_dir=str(tmp_path / "straight")))
+    begin = trainer_mod.Trainer.begin
+
+    def begin_then_sigterm(self):
+        begin(self)
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler only sets the stop flag
+
+    with monkeypatch.context() as m:
+        m.setattr(trainer_mod.Trainer, "begin", begin_then_sigterm)
+        with pytest.raises(KeyboardInterrupt, match="training stopped at step 0"):
+            run(model_cfg, train_cfg)
+    d = tmp_path / "run"
+    assert checkpoint_steps(d) == []
+    resumed = resume(d, progress=False)
+    assert_same_weights(resumed.model, straight.model)
+    assert strip(resumed.metrics) == strip(straight.metrics)
+    # a step-0 checkpoint without optimizer state, as the stop wrote it before
+    tensors, meta = ckpt.load(RunDir(d).checkpoint(2))
+    kept = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+    for path in RunDir(d).checkpoints():
+        path[1].unlink()
+    (d / "final.safetensors").unlink()
+    RunDir(d).write_metrics(RunDir(d).read_metrics()[:1])
+    ckpt.save(RunDir(d).checkpoint(0), kept, {**meta, "step": 0, "optimizer": {}})
+    again = resume(d, progress=False)
+    assert_same_weights(again.model, straight.model)
+
+
 # -- NaN and inf ------------------------------------------------------------------------------
 def nan_batch(batch):
     X = batch.X.clone()

@@ -114,7 +114,9 @@ class Trainer:
             if diffs:
                 raise ValueError(f"cannot resume {run_dir}: the configuration differs from its "
                                  f"{run_dir.CONFIG} in {'; '.join(diffs)}")
-            found = run_dir.checkpoints()
+            # a step-0 checkpoint (an older version's stop before the first step) holds no
+            # optimizer state: the run starts again from its seed, which makes the same start
+            found = [(s, p) for s, p in run_dir.checkpoints() if s > 0]
             if not found:
                 run_dir.check_restart()
             run_dir.check_final()
@@ -228,8 +230,11 @@ class Trainer:
                 self.after_step(loss.detach(), lr, end, interrupt.requested, bar, started)
             self.flush(bar)
         if interrupt.requested and self.step < end:
-            if self.run_dir is not None and not self.run_dir.checkpoint(self.step).exists():
-                self.checkpoint()  # the signal came after this step's checkpoint was decided
+            # the signal came after this step's checkpoint was decided; before the first step
+            # there is nothing to keep (the seed makes the same start again)
+            if self.run_dir is not None and self.step > 0 \
+                    and not self.run_dir.checkpoint(self.step).exists():
+                self.checkpoint()
             raise interrupt.interrupted(f"training stopped at step {self.step}"
                                         + (f"; resume with --resume {self.dir}" if self.dir else ""))
         return self.finish(stepped=self.step > start)
