@@ -36,6 +36,7 @@ from .faithfulness import Score, Tester
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis
 from .mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS, is_faithful, minimal_circuit, ranked
 from .projection import project
+from .verdict import check_seed
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,13 @@ def analyse_step(model, batch, hyp: Hypothesis, tests: dict[str, Hypothesis], na
                         tester.effects(hyp))
 
 
+def _check_finite(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    bad = [k for k, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all())]
+    if bad:
+        raise ValueError(f"checkpoint {path} holds weights that are not finite (NaN or inf) in "
+                         f"{', '.join(bad)}; delete it to analyse the others")
+
+
 def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int = 1,
              rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
              progress: bool = False) -> Timeline:
@@ -217,8 +225,10 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
         raise ValueError(f"run must be a run directory or a Run, got {run!r}")
     if not (isinstance(stride, int) and not isinstance(stride, bool) and stride >= 1):
         raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
+    check_seed(seed)
     final = run if isinstance(run, Run) and run.dir is not None else Run.load(run_dir)
     model = final.model
+    _check_finite(dict(model.named_parameters()), RunDir(run_dir).weights_path())
     batch = sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
                          dtype=model.cfg.torch_dtype)
     tests = {c: as_hypothesis(model, c) for c in candidates(model) if constructions.get(c).works}
@@ -232,7 +242,9 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
         try:
             for step, path in tqdm(found, desc=f"timeline {run_dir.name}", unit="ckpt",
                                    disable=not progress):
-                ckpt.load_model_tensors(model, RunDir(run_dir).read_weights(step).tensors, path)
+                weights = RunDir(run_dir).read_weights(step)
+                _check_finite(weights.tensors, path)
+                ckpt.load_model_tensors(model, weights.tensors, path)
                 steps.append(analyse_step(model, batch, hyp, tests, named, step, rows, recovered))
         finally:
             model.load_state_dict(final_weights)
