@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast test-slurm demo reproduce sweep census census-shapes dynamics setup lint bench clean
+.PHONY: test test-fast test-slurm demo reproduce sweep census census-shapes dynamics scrubbing setup lint bench clean
 
 setup: $(STAMP)
 
@@ -16,8 +16,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+# The suite across the cores (pytest-xdist, one worker per core; TEST_WORKERS=0 runs it in this
+# process). worksteal: a worker that runs out takes tests from a busy one (a few take a minute).
+TEST_WORKERS ?= auto
+PARALLEL := -n $(TEST_WORKERS) --dist worksteal
+
 test: $(STAMP)
-	$(PY) -m pytest -m "not slurm"
+	$(PY) -m pytest -m "not slurm" $(PARALLEL)
 
 # invperm sweep on a real Slurm cluster; `sudo sh benchmarks/slurm_local.sh` starts a single-node
 # one (the tests skip, saying so, where none answers).
@@ -26,7 +31,7 @@ test-slurm: $(STAMP)
 
 # Everything but the tests marked slow (processes, training, the browser): a quick loop while editing.
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not slurm"
+	$(PY) -m pytest -m "not slow and not slurm" $(PARALLEL)
 
 demo: $(STAMP)
 	$(VENV)/bin/invperm demo
@@ -66,6 +71,13 @@ census-shapes: $(STAMP)
 dynamics: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/dynamics.toml --out runs/dynamics --workers 1
 	$(PY) analyses/dynamics.py runs/dynamics
+
+# Beyond the census: which test says "this circuit is the mechanism". Twelve of the census's
+# causal-scratch d = 10 runs re-trained (one worker, about 3 CPU minutes), then each claim scrubbed
+# and path-patched (about 20 CPU seconds a run): assets/scrubbing.{md,json}, docs/scrubbing.md.
+scrubbing: $(STAMP)
+	$(VENV)/bin/invperm sweep analyses/grids/scrubbing.toml --out runs/scrubbing --workers 1
+	$(PY) analyses/scrubbing.py runs/scrubbing
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses
