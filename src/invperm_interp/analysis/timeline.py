@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..maths import constructions
-from ..runs import checkpoint as ckpt
+from ..model.build import load_analysed
 from ..runs.directory import RunDir
 from ..task import Batch, sample_batch
 from ..training.run import Run
@@ -218,7 +218,7 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
     if not (isinstance(stride, int) and not isinstance(stride, bool) and stride >= 1):
         raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
     final = run if isinstance(run, Run) and run.dir is not None else Run.load(run_dir)
-    model = final.model
+    model = final.analysis_model  # a standard run: the disentangled model it maps to
     batch = sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
                          dtype=model.cfg.torch_dtype)
     tests = {c: as_hypothesis(model, c) for c in candidates(model) if constructions.get(c).works}
@@ -232,7 +232,7 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
         try:
             for step, path in tqdm(found, desc=f"timeline {run_dir.name}", unit="ckpt",
                                    disable=not progress):
-                ckpt.load_model_tensors(model, RunDir(run_dir).read_weights(step).tensors, path)
+                load_analysed(model, final.model_cfg, RunDir(run_dir).read_weights(step).tensors, path)
                 steps.append(analyse_step(model, batch, hyp, tests, named, step, rows, recovered))
         finally:
             model.load_state_dict(final_weights)
