@@ -74,11 +74,19 @@ def saved_for_backward(cfg: ModelConfig, b: int, device: str = "meta") -> list[i
 #: above it, on the meta device at the batch itself, which counts more than the CPU saves.
 CPU_COUNT_LIMIT = 256 * 2**20
 
+#: From this many bytes on, a tensor's size overflows torch's 64-bit count, even on the meta device.
+TORCH_SIZE_LIMIT = 2**63
+
 
 def training_step_bytes(cfg: ModelConfig, b: int) -> int:
     """Peak bytes of one training step on ``b`` samples beyond the weights, gradients, optimizer
     state and the batch: what autograd saves, plus the backward's gradient and one temporary of
     the largest saved tensor."""
+    e = torch.empty((), dtype=cfg.torch_dtype).element_size()
+    if max(cfg.widths) ** 2 * max(cfg.heads, default=1) * e >= TORCH_SIZE_LIMIT // max(b, 1):
+        # no machine holds such weights, and torch cannot describe the tensors to count them:
+        # a forward's activations (arithmetic) stand in for the step
+        return memory.forward_bytes(cfg, b)
     if cfg.n_params * torch.empty((), dtype=cfg.torch_dtype).element_size() <= CPU_COUNT_LIMIT:
         two, three = saved_for_backward(cfg, 2, "cpu"), saved_for_backward(cfg, 3, "cpu")
         if len(two) == len(three):

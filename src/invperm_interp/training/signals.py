@@ -4,10 +4,10 @@ send before a task's time limit) are handled alike.
 
 The first signal only sets a flag: the training loop (``train`` and ``train_many``) finishes the
 step it is in, writes a checkpoint and raises :class:`Interrupted`; resuming from that checkpoint
-ends bit-identical to an uninterrupted run. A second signal stops at once (the checkpoint before
-is kept). ``invperm`` exits with ``128 + signal`` (130 for SIGINT, 143 for SIGTERM), as shells and
-schedulers expect. A scheduler's grace period (Slurm's ``KillWait``, 30 s by default) must cover
-one training step and one checkpoint.
+ends bit-identical to an uninterrupted run on the same machine. A second signal stops at once
+(the checkpoint before is kept). ``invperm`` exits with ``128 + signal`` (130 for SIGINT, 143 for
+SIGTERM), as shells and schedulers expect. A scheduler's grace period (Slurm's ``KillWait``, 30 s
+by default) must cover one training step and one checkpoint.
 """
 
 from __future__ import annotations
