@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..runs import checkpoint as ckpt
+from ..model.build import load_analysed
 from ..runs.directory import RunDir
 from ..task import Batch, sample_batch
 from ..training.run import Run
@@ -228,7 +228,7 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
         raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
     check_seed(seed)
     final = run if isinstance(run, Run) and run.dir is not None else Run.load(run_dir)
-    model = final.model
+    model = final.analysis_model  # a standard run: the disentangled model it maps to
     _check_finite(dict(model.named_parameters()), RunDir(run_dir).weights_path())
     batch = sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
                          dtype=model.cfg.torch_dtype)
@@ -246,7 +246,7 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
                                    disable=not progress):
                 weights = RunDir(run_dir).read_weights(step)
                 _check_finite(weights.tensors, path)
-                ckpt.load_model_tensors(model, weights.tensors, path)
+                load_analysed(model, final.model_cfg, weights.tensors, path)
                 steps.append(analyse_step(model, batch, hyp, tests, named, step, rows, recovered))
         finally:
             model.load_state_dict(final_weights)

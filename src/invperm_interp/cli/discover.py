@@ -52,7 +52,7 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     if not runs:
         raise ValueError(f"{root} holds no finished run (no {RunDir.FINAL} below it)")
     keys = {d: str(d.relative_to(root)) if d != root else d.name for d in runs}
-    models = {keys[d]: Run.load(d).model for d in runs}
+    models = {keys[d]: Run.load(d).analysis_model for d in runs}
     known = {keys[d]: k for d in runs if (k := _recorded(d, args.n, args.seed)) is not None}
     if known:
         say(f"{len(known)} of {len(runs)} runs: the verdict their sweep recorded on the same "
