@@ -164,7 +164,7 @@ def _styles(row: dict) -> set[str]:
     return {row["mechanism"], row["name_mean_ablation"], row["name_resample_ablation"]}
 
 
-#: The summary columns the README quotes (``readme_table``; a test holds the README to it).
+#: The summary columns the census page quotes (``readme_table``; a test holds docs/results/census.md to it).
 README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)", "named (95% CI)",
                   "borderline", "same name on 3 batches", "flips between two names (borderline aside)",
                   "same name under mean ablation", "same name under resample ablation",
@@ -172,7 +172,7 @@ README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)",
 
 
 def readme_table(summary: list[dict]) -> str:
-    """The census summary as the README quotes it: a Markdown table of ``README_COLUMNS``."""
+    """The census summary as docs/results/census.md quotes it: a Markdown table of ``README_COLUMNS``."""
     lines = ["| " + " | ".join(README_COLUMNS) + " |", "|" + " --- |" * len(README_COLUMNS)]
     lines += ["| " + " | ".join(fmt(s[c]) for c in README_COLUMNS) + " |" for s in summary]
     return "\n".join(lines)
