@@ -26,8 +26,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from common import ASSETS, fmt  # noqa: E402
 
-from invperm_interp.analysis.mechanism import name_by_rule  # noqa: E402
+from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
+from invperm_interp.analysis.mechanism import is_minimal, name_by_rule, verdict_of  # noqa: E402
 from invperm_interp.analysis.score import read_score  # noqa: E402
+from invperm_interp.analysis.sweep_record import SweepRecord  # noqa: E402
 from invperm_interp.analysis.verdict import Z  # noqa: E402
 from invperm_interp.sweep.collect import read_sweep  # noqa: E402
 
@@ -42,19 +44,47 @@ def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
         kind = "bidirectional" if model["attention_dir"] == "bidirectional" else "scratch"
         d = model["layout"]["d"]
         planned[(kind, d)] += 1
-        analysis = record.get("analysis")
-        if record["status"] == "unfinished" or not analysis or record["mechanism"] is None:
+        if record["status"] == "unfinished" or not record.get("analysis") or record["mechanism"] is None:
             continue
-        if analysis.get("version", 1) < 2:
-            raise ValueError(f"{record['name']}: its analysis predates verdict intervals (version "
-                             f"{analysis.get('version', 1)}); rerun `invperm sweep` on the grid")
+        try:
+            analysis = SweepRecord.from_dict(record["analysis"])
+        except ValueError as err:
+            raise ValueError(f"{record['name']}: {err}") from None
         final = record["final"] or {}
         rows.append({"run": record["name"], "kind": kind, "d": d, "seed": train["seed"],
                      "step": record["step"], "steps_to_target": record["steps_to_solve"],
                      "final_mse": final.get("mse"), "rows_exact": final.get("row_acc"),
-                     "mechanism": record["mechanism"],
-                     **{k: v for k, v in analysis.items() if k not in ("version", "name", "seed")}})
+                     "mechanism": analysis.name, **run_columns(analysis)})
     return rows, dict(planned)
+
+
+def run_columns(record: SweepRecord) -> dict:
+    """A run's columns of ``census.json`` from the sweep's record: the named construction's scores,
+    the minimal circuit, every tested construction's scores and verdict, the names on more batches
+    and under the other ablation styles."""
+    mech, m = record.mechanism, record.mechanism.minimal
+    f = mech.faithfulness if mech.name not in ("none", "borderline") else None
+    rule = (mech.rows, mech.recovered, mech.z)
+    return {
+        "samples": record.samples, "batches": record.batches, "mean_ablation": "mean" in record.under,
+        "also_faithful": list(mech.also_faithful), "borderline": list(mech.borderline),
+        "circuit_mse": f and f.circuit.mse, "circuit_rows_exact": f and f.circuit.rows_exact,
+        "loss_recovered": f and f.circuit.loss_recovered, "without_mse": f and f.without.mse,
+        "minimal_named": f and is_minimal(f), "minimal_size": m.size,
+        "minimal_faithful": m.faithful, "minimal_optimal": m.optimal,
+        "minimal_candidates": m.candidates, "minimal_evaluations": m.evaluations,
+        "minimal_rows_exact": m.score.rows_exact, "minimal_loss_recovered": m.score.loss_recovered,
+        "minimal_weight_share": m.weight_share, "minimal_read": list(m.read),
+        "minimal_cells": [cell_text(c) for c in m.cells],
+        "tested": [{"name": t.hypothesis, "rows_exact": t.circuit.rows_exact,
+                    "rows_se": t.circuit.rows_se, "loss_recovered": t.circuit.loss_recovered,
+                    "recovered_se": t.circuit.recovered_se, "n": t.circuit.n,
+                    "signs_agree": t.signs_agree, "n_atoms": t.n_atoms,
+                    "verdict": verdict_of(t, *rule)} for t in mech.tested],
+        "names_by_batch": list(record.names_by_batch),
+        "name_mean_ablation": record.under.get("mean"),
+        "resample_ablation": "resample" in record.under,
+        "name_resample_ablation": record.under.get("resample")}
 
 
 def rows_from_json(path: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:

@@ -44,9 +44,11 @@ __all__ = ["FAITHFUL_RECOVERED", "FAITHFUL_ROWS", "Mechanism", "MinimalCircuit",
            "is_minimal", "mechanism", "minimal_circuit", "name_by_rule", "name_on", "test_constructions",
            "verdict_of"]
 
-#: ``Mechanism.to_dict``'s format: 2 adds the verdict's intervals, ``also_faithful``,
-#: ``borderline`` and the minimal circuit's ``optimal`` (version-1 records still read).
-VERSION = 2
+#: ``Mechanism.to_dict``'s format, in ``analysis.json`` and in a sweep's ``mechanism.json``
+#: (``analysis.sweep_record``): 2 added the verdict's intervals, ``also_faithful``, ``borderline``
+#: and the minimal circuit's ``optimal``; 3 the minimal circuit's ``candidates`` and one format for
+#: both files (versions 1 and 2 of ``analysis.json`` still read).
+VERSION = 3
 NONE, BORDERLINE_NAME = "none", "borderline"
 #: The rule's tests run on the first this many samples of the batch; a construction whose interval
 #: straddles a threshold there is measured again on all of it (clear verdicts need few samples:
@@ -115,6 +117,17 @@ class Mechanism:
 
     @classmethod
     def from_dict(cls, data: dict) -> Mechanism:
+        """The record ``to_dict`` wrote (this version or an older ``analysis.json``'s); ``ValueError``
+        in one line for a newer one or a sweep's flat record of version 2, which lacks the tested
+        constructions' cells and fits."""
+        version = data.get("version", 1)
+        if version > VERSION:
+            raise ValueError(f"a mechanism record of version {version}, newer than this package's "
+                             f"{VERSION}: update invperm-interp")
+        if "minimal" not in data:
+            raise ValueError(f"a sweep's mechanism record of version {version} (flat, without the "
+                             "tested constructions' fits): run `invperm sweep GRID` again to "
+                             "re-analyse the runs (no training)")
         f = data["faithfulness"]
         return cls(data["name"], None if f is None else Faithfulness.from_dict(f),
                    tuple(Faithfulness.from_dict(t) for t in data["tested"]),

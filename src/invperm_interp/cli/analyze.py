@@ -48,6 +48,7 @@ def run_extras(run) -> dict:
     ``mechanism.json``, written by ``invperm sweep``) for a ``RunDir``."""
     import json
 
+    from ..analysis.sweep_record import SweepRecord
     from ..analysis.timeline import Timeline
 
     found = record = None
@@ -55,9 +56,9 @@ def run_extras(run) -> dict:
         found = Timeline.from_dict(json.loads(run.timeline.read_text()))
     if run.mechanism.is_file():
         try:
-            record = json.loads(run.mechanism.read_text())
+            record = SweepRecord.read(run.mechanism)
         except ValueError:
-            record = None  # a damaged record is the sweep's to redo, not the report's to fail on
+            record = None  # a damaged or older record is the sweep's to redo, not the report's
     return {"timeline": found, "checkpoints": len(run.checkpoints()), "sweep_record": record}
 
 

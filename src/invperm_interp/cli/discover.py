@@ -8,21 +8,18 @@ import json
 
 
 def _recorded(run_dir, n: int, seed: int):
-    """The verdict a sweep recorded in the run's ``mechanism.json`` on ``n`` samples from ``seed``
-    (``analysis.discover.Known``), or None (no record, older, or measured otherwise)."""
-    from ..analysis.discover import Known
-    from ..analysis.hypothesis import parse_cell_text
+    """The mechanism a sweep recorded in the run's ``mechanism.json`` on ``n`` samples from ``seed``,
+    or None (no record, one of another version, or measured otherwise)."""
+    from ..analysis.sweep_record import SweepRecord
     from ..runs.directory import RunDir
 
     path = RunDir(run_dir).mechanism
-    if not path.is_file():
+    try:
+        record = SweepRecord.read(path) if path.is_file() else None
+    except ValueError:
         return None
-    data = json.loads(path.read_text())
-    if data.get("version", 1) < 2 or (data.get("samples"), data.get("seed")) != (n, seed):
-        return None
-    return Known(data["name"], bool(data["minimal_faithful"]),
-                 tuple(parse_cell_text(c) for c in data["minimal_cells"]),
-                 tuple(data["minimal_read"]))
+    return record.mechanism if record is not None and (record.samples, record.seed) == (n, seed) \
+        else None
 
 
 def _cmd_discover(args: argparse.Namespace) -> None:

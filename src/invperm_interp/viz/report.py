@@ -23,6 +23,7 @@ import torch
 
 from ..analysis.ablate import AblationResult
 from ..analysis.record import ModelAnalysis, atom_label
+from ..analysis.sweep_record import SweepRecord
 from ..config import TrainConfig
 from ..labels import excess_text, layer_name, name_streams
 from ..model.hooked import HookedDisentangledTransformer
@@ -228,7 +229,7 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
                 metrics: list[dict] | None = None, title: str = "invperm-interp report", *,
                 train_cfg: TrainConfig | None = None, bundle: str | None = None,
                 links: list[tuple[str, str]] | None = None, timeline=None,
-                checkpoints: int = 0, sweep_record: dict | None = None) -> str:
+                checkpoints: int = 0, sweep_record: SweepRecord | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
     parts = [_setup(model, train_cfg, metrics), headline(result),
              _results(model, result, batch, metrics, train_cfg)]
@@ -253,7 +254,7 @@ def write_report(model: HookedDisentangledTransformer, result: ModelAnalysis, ba
                  path: str | Path, metrics: list[dict] | None = None,
                  title: str = "invperm-interp report", *, train_cfg: TrainConfig | None = None,
                  bundle: str | None = None, links: list[tuple[str, str]] | None = None,
-                 timeline=None, checkpoints: int = 0, sweep_record: dict | None = None) -> Path:
+                 timeline=None, checkpoints: int = 0, sweep_record: SweepRecord | None = None) -> Path:
     """Write the report page for ``model`` (with ``result`` from ``analysis.record.analyze``).
 
     ``metrics``/``train_cfg``: the run's eval records and training configuration, when it is a
