@@ -300,6 +300,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
                    for s in summary]
         right.bar(labels, heights, bottom=bottom, label=mech, color=color.get(mech, "k"))
         bottom = [b + h for b, h in zip(bottom, heights)]
+    right.set_ylim(0, max(bottom, default=0) * 1.08 + 1)  # the tallest bar clear of the frame
     right.set_ylabel("solved runs")
     right.set_title("mechanism by the rule, per configuration", fontsize=10)
     right.tick_params(axis="x", labelrotation=45, labelsize=8)
@@ -311,6 +312,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
                        and agreement(r) == group) for s in summary]
         styles.bar(labels, heights, bottom=bottom, label=group, color=shade, width=0.6)
         bottom = [b + h for b, h in zip(bottom, heights)]
+    styles.set_ylim(0, max(bottom, default=0) * 1.08 + 1)
     styles.set_ylabel("solved runs")
     styles.set_title("the name under zero (the rule's), mean and resample ablation of the cells "
                      "outside the circuit", fontsize=10)

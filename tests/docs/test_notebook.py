@@ -34,4 +34,5 @@ def test_the_tour_runs_in_a_fresh_kernel_offline(tmp_path, monkeypatch):
     text = json.dumps([c.get("outputs", []) for c in nb.cells])
     assert "Traceback" not in text
     assert "two_block" in text  # the mechanism section names what the model runs
+    assert "image/png" in text  # the timeline figure is drawn
     assert "unpkg.com" not in text  # circuitsvis drawn from the inlined bundle
