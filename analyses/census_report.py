@@ -198,7 +198,7 @@ def _styles(row: dict) -> set[str]:
     return {row["mechanism"], row["name_mean_ablation"], row["name_resample_ablation"]}
 
 
-#: The summary columns the README quotes (``readme_table``; a test holds the README to it).
+#: The summary columns the census page quotes (``readme_table``; a test holds docs/results/census.md to it).
 README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)", "named (95% CI)",
                   "borderline", "same name on 3 batches", "flips between two names (borderline aside)",
                   "same name under mean ablation", "same name under resample ablation",
@@ -206,7 +206,7 @@ README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)",
 
 
 def readme_table(summary: list[dict]) -> str:
-    """The census summary as the README quotes it: a Markdown table of ``README_COLUMNS``."""
+    """The census summary as docs/results/census.md quotes it: a Markdown table of ``README_COLUMNS``."""
     lines = ["| " + " | ".join(README_COLUMNS) + " |", "|" + " --- |" * len(README_COLUMNS)]
     lines += ["| " + " | ".join(fmt(s[c]) for c in README_COLUMNS) + " |" for s in summary]
     return "\n".join(lines)
@@ -304,6 +304,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
                    for s in summary]
         right.bar(labels, heights, bottom=bottom, label=mech, color=color.get(mech, "k"))
         bottom = [b + h for b, h in zip(bottom, heights)]
+    right.set_ylim(0, max(bottom, default=0) * 1.08 + 1)  # the tallest bar clear of the frame
     right.set_ylabel("solved runs")
     right.set_title("mechanism by the rule, per configuration", fontsize=10)
     right.tick_params(axis="x", labelrotation=45, labelsize=8)
@@ -315,6 +316,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
                        and agreement(r) == group) for s in summary]
         styles.bar(labels, heights, bottom=bottom, label=group, color=shade, width=0.6)
         bottom = [b + h for b, h in zip(bottom, heights)]
+    styles.set_ylim(0, max(bottom, default=0) * 1.08 + 1)
     styles.set_ylabel("solved runs")
     styles.set_title("the name under zero (the rule's), mean and resample ablation of the cells "
                      "outside the circuit", fontsize=10)

@@ -30,7 +30,7 @@ from ..model.hooked import HookedDisentangledTransformer
 from .faithfulness import Faithfulness, Tester
 from .mechanism import Mechanism, mechanism, verdict_of
 from .templates import explain
-from .verdict import BORDERLINE, FAITHFUL, VERDICT_SAMPLES, evaluation_batch
+from .verdict import BORDERLINE, FAITHFUL, VERDICT_SAMPLES, check_seed, evaluation_batch
 
 #: An atom belongs to a form when its ``|β|`` is at least this share of its cell's largest.
 ATOM_SHARE = 0.25
@@ -173,6 +173,7 @@ def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VE
     optional callable wrapping the iteration (e.g. ``tqdm``)."""
     if not isinstance(min_runs, int) or min_runs < 1:
         raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
+    check_seed(seed)
     forms, reasons, batches = {}, {}, {}
     items = list(models.items())
     for key, model in (progress(items) if progress else items):
@@ -217,9 +218,17 @@ def _hypothesis(model, form: Form, name: str):
 
 
 def table(discovery: Discovery) -> str:
-    """A markdown table of the proposals, then a line per reason models were left out."""
-    lines = ["| form | runs | cells | exact from β | rows exact / loss recovered on its runs |",
-             "| --- | --- | --- | --- | --- |"]
+    """A markdown table of the proposals (or, when there are none, one line saying how the unnamed
+    circuits fell apart and by what grouping), then a line per reason models were left out."""
+    forms = [f for f in discovery.forms.values() if f is not None]
+    if not discovery.proposals:
+        lines = [f"nothing to propose: the {len(forms)} unnamed runs with a faithful minimal circuit "
+                 f"hold {len(set(forms))} forms when grouped by every cell, template, sign and "
+                 "read-out (up to the gauge), and no form is held by enough runs; a coarser grouping "
+                 "may join them"]
+    else:
+        lines = ["| form | runs | cells | exact from β | rows exact / loss recovered on its runs |",
+                 "| --- | --- | --- | --- | --- |"]
     for p in discovery.proposals:
         exact = (f"{p.exact_from:g}" if p.exact_from is not None
                  else f"not exact (best error {p.best_error:.2g})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runs.directory import RunDir
-from .grid import Grid, Job
+from .grid import MAX_RUNS, Grid, Job
 
 # CPU time of one training step, fitted on the census's runs (one thread, Adam): a fixed cost plus
 # one proportional to batch·T·(T·ΣD + ΣD²) (attention scores and projections over the widths D).
@@ -158,4 +158,6 @@ def dry_run(grid: Grid, out: Path, executor: str, workers: int) -> str:
                     if executor == "local" else ""))
     if hours > MAX_CPU_HOURS:
         lines.append(f"over {MAX_CPU_HOURS} CPU hours: the sweep needs --yes")
+    if len(grid.jobs) > MAX_RUNS:
+        lines.append(f"over {MAX_RUNS:,} runs: the sweep needs --yes")
     return "\n".join(lines)
