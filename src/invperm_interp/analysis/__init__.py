@@ -42,7 +42,7 @@ from .templates import (
     explain,
     match_templates,
 )
-from .verdict import FAITHFUL_RECOVERED, FAITHFUL_ROWS, evaluation_batch, is_faithful, judge
+from .verdict import FAITHFUL_RECOVERED, FAITHFUL_ROWS, RULE, Rule, evaluation_batch, is_faithful, judge
 
 __all__ = [
     "FAITHFUL_RECOVERED",
@@ -52,6 +52,8 @@ __all__ = [
     "Mechanism",
     "MinimalCircuit",
     "ModelAnalysis",
+    "RULE",
+    "Rule",
     "Score",
     "analyze",
     "evaluation_batch",
