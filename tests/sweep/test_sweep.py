@@ -69,7 +69,9 @@ model = { layout = "scratch", d = 3, attention_dir = "causal", readout = "S", n_
     ("sedes = 2", "sedes: unknown key"),
     ("[train]\nseed = 3", "train.seed: give seeds at the top level"),
     ("[slurm]\ngpu = 1", "slurm.gpu: unknown key"),
-    ("[[variants]]\nname = 'a'\n[[variants]]\nname = 'a'", "two jobs are both named"),
+    ("[[variants]]\nname = 'a'\nmodel = {d = 3}\n[[variants]]\nname = 'a'\nmodel = {d = 3}",
+     "two jobs are both named"),
+    ("[[variants]]\nname = 'a'\n[[variants]]\nname = 'b'", "the grid is empty"),
     ("[train\nsteps = 1", "is not TOML"),
 ])
 def test_a_malformed_grid_is_one_error_naming_the_key_before_any_job(tmp_path, text, key, capsys):
