@@ -234,5 +234,5 @@ def test_a_trained_runs_timeline_ends_with_the_mechanism_of_its_final_weights(tm
     batch = sample_batch(model_cfg.layout, 512, torch.Generator().manual_seed(0))
     assert tl.steps[-1].step == trained.step
     assert tl.steps[-1].mechanism == tl.final_mechanism
-    assert tl.final_mechanism == mechanism(Run.load(tmp_path / "run").model, batch).name
+    assert tl.final_mechanism == str(mechanism(Run.load(tmp_path / "run").model, batch).answer)
     assert len(tl.steps) > 5 and tl.steps[0].mse > 100 * tl.steps[-1].mse

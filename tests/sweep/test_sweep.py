@@ -145,6 +145,8 @@ def test_local_sweep_killed_mid_way_and_rerun_ends_the_same(tmp_path):
 def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     import importlib
 
+    from invperm_interp.analysis.verdict import Answer
+
     mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
     seen = []
 
@@ -167,14 +169,14 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
 
     def fake_name_on(model, batch, *, ablation="zero", reference=None, **kwargs):
         styles.append((ablation, len(batch), len(reference)))
-        return "theorem2"
+        return Answer("faithful", "theorem2")
 
     monkeypatch.setattr(mech_mod, "name_on", fake_name_on)
     more = text.replace("mechanism = true", "mechanism = {resample_ablation = true}")
     rows = lines(run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False))
     assert len(seen) == 4 and styles == [("resample", 4096, 4096)] * 4
     record = json.loads((out / "d2_seed0" / "mechanism.json").read_text())
-    assert record["name"] == "appendix_b" and record["under"] == {"resample": "theorem2"}
+    assert record["name"] == "appendix_b" and record["under"] == {"resample": ["faithful", "theorem2"]}
     run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False)
     assert len(styles) == 4  # now complete: nothing left to do
     # Other samples redo the whole analysis.
