@@ -214,9 +214,11 @@ def claiming_worker(grid_path: str, out: str, unit_list: list[list[int]], token:
     claims.mkdir(parents=True, exist_ok=True)
     for n, unit in enumerate(unit_list):
         try:
-            os.close(os.open(claims / f"{token}-{n}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            fd = os.open(claims / f"{token}-{n}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             continue
+        os.write(fd, str(os.getpid()).encode())  # whose unit it is, should this worker be killed
+        os.close(fd)
         train_unit(grid_path, out, unit)
 
 
