@@ -53,8 +53,8 @@ def grid_file(tmp_path, steps=1500, partition=""):
 
 
 def queue() -> list[tuple[str, str]]:
-    out = subprocess.run(["squeue", "-h", "-n", "invperm-sweep", "-o", "%i %T"], capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(["squeue", "-h", "-n", "invperm-slurm_tiny", "-o", "%i %T"],
+                         capture_output=True, text=True).stdout
     return [tuple(line.split()) for line in out.splitlines() if line.strip()]
 
 
@@ -74,13 +74,15 @@ def test_a_grid_goes_through_the_queue_survives_scancel_and_a_rerun_completes_it
             cancelled = running[0]
             subprocess.run(["scancel", cancelled], check=True)
         time.sleep(0.2)
-    _, err = proc.communicate(timeout=300)
+    said, err = proc.communicate(timeout=300)
     assert "RUNNING" in seen and cancelled is not None, (seen, err)
+    # the job id is printed (even with --quiet), the jobs named after the grid
+    assert f"started Slurm job {cancelled.split('_')[0]} (invperm-slurm_tiny, 4 tasks)" in said
     lines = err.rstrip().splitlines()
     assert "Traceback" not in err
     assert lines[-1].startswith("invperm sweep: error: 3 of 4 runs finished, 1 failed"), err
     assert lines[-1].endswith("rerun the same command to resume")
-    assert "CANCELLED" in err
+    assert "stopped by SIGTERM" in err  # the cancelled task checkpointed and said so at once
     rows = [json.loads(x) for x in (out / "sweep.jsonl").read_text().splitlines()]
     assert sorted(r["status"] for r in rows) == ["finished"] * 3 + ["unfinished"]
     job = cancelled.split("_")[0]

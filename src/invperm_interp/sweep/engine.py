@@ -118,7 +118,7 @@ def _train(grid: Grid, grid_path: Path, out: Path, todo: list[list[int]], execut
             runner = SubmititArray(grid, str(grid_path), out, todo)
         try:
             runner.start()
-            if progress:
+            if progress or executor == "slurm":  # the job id, to find or cancel it, even --quiet
                 print(f"started {runner.describe()}", flush=True)
             _watch(grid, out, names, runner, stop, progress)
         except KeyboardInterrupt:

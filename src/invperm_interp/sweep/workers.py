@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 from .grid import Grid
 from .plan import job_done
-from .tasks import STATE_DIR, failed_dir, note_failure, one_line, train_unit
+from .tasks import STATE_DIR, failed_dir, note_failure, one_line, slurm_unit, train_unit
 
 GRACE_S = 60  # how long stopped workers get to checkpoint before they are killed
 TERMINAL_WAIT_S = 5  # after Ctrl-C, how long workers (which got it from the terminal too) get alone
@@ -186,7 +186,8 @@ class SubmititArray:
         n = len(self.todo)
         try:
             with captured_stderr() as said:
-                self.jobs = executor.map_array(train_unit, [self.grid_path] * n,
+                unit = slurm_unit if self.kind == "slurm" else train_unit  # debug: a stop raises
+                self.jobs = executor.map_array(unit, [self.grid_path] * n,
                                                [str(self.out.resolve())] * n, self.todo)
         except Exception as err:  # noqa: BLE001 - sbatch errors arrive as several types
             reason = slurm_error(RuntimeError(f"{said.text}\n{err}"))
