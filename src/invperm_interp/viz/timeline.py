@@ -57,7 +57,8 @@ def plot_timeline(tl, title: str = "") -> Figure:
                      label=name)
     axes[2].axhline(0.0, color="0.6", linewidth=0.6)
     axes[2].set_ylabel("fitted β", fontsize=LABEL_PT)
-    axes[2].legend(fontsize=6, loc="upper left", ncol=2 if len(names) > 4 else 1)
+    if names:  # a minimal circuit may have no cell
+        axes[2].legend(fontsize=6, loc="upper left", ncol=2 if len(names) > 4 else 1)
     seen = set()
     for i, cell in enumerate(tl.cells):
         if cell[:4] in seen:
