@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast test-slurm demo docs reproduce sweep census census-shapes dynamics scrubbing setup lint bench clean
+.PHONY: test test-fast test-slurm demo docs reproduce sweep census census-shapes dynamics scrubbing standard setup lint bench clean
 
 setup: $(STAMP)
 
@@ -83,6 +83,12 @@ dynamics: $(STAMP)
 scrubbing: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/scrubbing.toml --out runs/scrubbing --workers 1
 	$(PY) analyses/scrubbing.py runs/scrubbing
+
+# Beyond the note: standard transformers (docs/standard.md). Causal standard models reading the P
+# rows against the floor d/4, bidirectional ones solving, each solved mechanism named through the
+# exact map (8 runs at d = 10, one process; resumable): assets/standard.{md,json,png}.
+standard: $(STAMP)
+	$(PY) analyses/standard.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses

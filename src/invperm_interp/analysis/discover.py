@@ -30,7 +30,7 @@ from ..model.hooked import HookedDisentangledTransformer
 from .faithfulness import Faithfulness, Tester
 from .mechanism import NONE, Mechanism, mechanism, verdict_of
 from .templates import explain
-from .verdict import FAITHFUL, VERDICT_SAMPLES, evaluation_batch
+from .verdict import FAITHFUL, VERDICT_SAMPLES, check_seed, evaluation_batch
 
 #: An atom belongs to a form when its ``|β|`` is at least this share of its cell's largest.
 ATOM_SHARE = 0.25
@@ -173,6 +173,7 @@ def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VE
     optional callable wrapping the iteration (e.g. ``tqdm``)."""
     if not isinstance(min_runs, int) or min_runs < 1:
         raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
+    check_seed(seed)
     forms, reasons, batches = {}, {}, {}
     items = list(models.items())
     for key, model in (progress(items) if progress else items):

@@ -66,12 +66,20 @@ def judge(score: Score, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL
     return BORDERLINE
 
 
+def check_seed(seed) -> None:
+    """A generator seed: an integer in [0, 2^63) (what ``torch.Generator.manual_seed`` takes; a grid
+    refuses negative seeds too)."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+
+
 def evaluation_batch(model: HookedDisentangledTransformer, n: int = VERDICT_SAMPLES,
                      seed: int = 0) -> Batch:
     """``n`` fresh samples of the model's layout from ``seed``, in its dtype: the batch a verdict
     is measured on."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 2:
         raise ValueError(f"n must be an integer >= 2 (a standard error needs two samples), got {n!r}")
+    check_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     return sample_batch(model.cfg.layout, n, generator=generator, dtype=model.cfg.torch_dtype)
 

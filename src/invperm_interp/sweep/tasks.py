@@ -147,7 +147,7 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
     from ..runs.checkpoint import atomic_write
     from ..training.run import Run
 
-    model = Run.load(run_dir).model
+    model = Run.load(run_dir).analysis_model  # a standard run's exact map
     batch = evaluation_batch(model, samples, seed)
     if missing is None:
         cached = _sweep_record(model, batch, samples, seed, batches)

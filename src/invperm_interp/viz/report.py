@@ -62,6 +62,27 @@ def _setup(model: HookedDisentangledTransformer, train_cfg: TrainConfig | None,
     return f'<p class="meta">{"<br>".join(parts)}</p>'
 
 
+def _through_map(result: ModelAnalysis) -> str:
+    """For a standard model: that it is read through its exact map, and each head's ``W_OV``."""
+    if result.through_map is None:
+        return ""
+    std = result.through_map["model"]
+    rows = [[f"layer {layer + 1}", h, rank, ", ".join(f"{v:.3g}" for v in values[:8])
+             + (" …" if len(values) > 8 else "")]
+            for layer, (ranks, spectra) in enumerate(zip(result.through_map["ov_rank"],
+                                                         result.through_map["ov_spectra"]))
+            for h, (rank, values) in enumerate(zip(ranks, spectra))]
+    text = (f"<p><b>A standard transformer</b> (residual width d_model {std['d_model']}, heads of "
+            f"width d_head {std['d_head']}, no LayerNorm, no MLPs), analysed exactly through its "
+            f"map to the disentangled model (<code>docs/standard.md</code>): the stream after "
+            f"layer l is h<sup>l</sup> M<sub>l</sub>, each head's scores are h A h<sup>T</sup> with "
+            f"A = M W<sub>Q</sub> W<sub>K</sub><sup>T</sup> M<sup>T</sup> / &radic;d_head. Every "
+            f"weight, cell and circuit below is of the disentangled model computing the same "
+            f"function.</p>")
+    return text + table(["layer", "head", "rank of W_OV", "singular values of W_OV = W_V W_O"],
+                        rows, caption=f"W_OV per head: rank at most d_head = {std['d_head']}.")
+
+
 def _results(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
              metrics: list[dict] | None, train_cfg: TrainConfig | None) -> str:
     """The numbers: MSE against the floor on the eval batch and on the analysis batch, accuracies."""
@@ -234,7 +255,7 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
                 links: list[tuple[str, str]] | None = None, timeline=None,
                 checkpoints: int = 0, sweep_record: SweepRecord | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
-    parts = [_setup(model, train_cfg, metrics), headline(result),
+    parts = [_setup(model, train_cfg, metrics), _through_map(result), headline(result),
              _results(model, result, batch, metrics, train_cfg)]
     if metrics:
         accuracy = plot_accuracy(metrics)
