@@ -249,3 +249,10 @@ def test_the_timeline_figure_names_cells_by_layer_in_readable_type(tmp_path):
     assert "layer 1: I at (pos.Y, pos.P)" in labels and "layer 2: I at (pos.P, L1.x)" in labels
     assert not any(t.startswith("L1 ") for t in labels)  # "L1" names a block (L1.x), not a layer
     assert min(t.get_fontsize() for legend in legends for t in legend.get_texts()) >= LABEL_PT
+
+
+def test_the_progress_bar_counts_every_row_of_the_timeline(tmp_path, capsys):
+    interpolated_run(tmp_path / "run", n_steps=4)
+    tl = timeline(tmp_path / "run", progress=True)
+    err = capsys.readouterr().err
+    assert len(tl.steps) == 4 and f"{len(tl.steps)}/{len(tl.steps)}" in err  # the final weights too
