@@ -259,3 +259,11 @@ def test_a_well_formed_sweep_jsonl_reports(tmp_path):
     (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     assert main(["sweep-report", str(tmp_path)]) == 0
     assert "d3_seed0" in (tmp_path / "sweep_report.md").read_text()
+
+
+def test_the_sweep_reports_median_of_two_is_their_mean_and_it_names_the_svg(tmp_path, capsys):
+    runs = [_record(steps_to_solve=800), _record(name="d2_seed1", steps_to_solve=1250)]
+    (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    assert main(["sweep-report", str(tmp_path)]) == 0
+    assert "| 2 of 2 | 1025 |" in (tmp_path / "sweep_report.md").read_text()  # not the upper 1250
+    assert "sweep_report.svg" in capsys.readouterr().out
