@@ -1,0 +1,200 @@
+"""Causal scrubbing of a circuit claim, cell-level path patching, and completeness under every style.
+
+A circuit claim (``analysis.hypothesis``) says which cells of the attention weights compute the
+answer. Zero, mean and resample ablation (``analysis.faithfulness.Tester``) test it by removing
+the rest: zeroing it, or putting in its place its score contribution averaged over inputs or taken
+on another input. **Causal scrubbing** (Chan et al. 2022) asks a sharper question: the rest of the
+model is fed from another input *that agrees with the sample on what the claim says matters*, and
+everything downstream is recomputed. In this model the only paths outside a circuit are score
+terms (there are no value or output matrices: a head moves the stream itself), so the rest's
+contribution ``h' R h'ᵀ`` (``R`` the gauge-fixed weights outside the circuit, ``h'`` the full
+model's stream on the partner input) is added to the circuit's scores ``h K hᵀ`` on the sample,
+and the layers after it read the scrubbed stream. That is resample ablation with a partner drawn
+from the claim's equivalence class instead of from any input.
+
+**What each claim says matters** (:data:`CLAIM_EQUIVALENCE`). Every registered construction routes
+by the permutation alone: its lookups read positions and the content of the ``P`` rows (theorem2
+and theorem3 find the ``P`` row holding ``e_i``; two_block and its scratch forms fetch each
+``Y_P`` row's ``P`` row and look it up; appendix_b copies ``Y_P`` rows then looks them up by the
+``P`` content; the complement and superposed forms do both with complements), and the target
+content ``Y`` only rides along as the values moved. So each claim's equivalence is **the same P,
+another Y** (``"P"``): a partner with the sample's ``P`` and another sample's ``Y``. Scrubbing
+then tests that the target content reaches the routing only through the circuit. It cannot see a
+cell whose contribution depends on the position or on ``P`` alone (the partner has the same
+ones): such cells are tested by zero ablation (and, for input-independent ones, by none of the
+replacement styles). A claim's *completeness* under scrubbing feeds the circuit from the opposite
+partner, **another P, the same Y** (``"Y"``): a model whose mechanism is the circuit then loses the
+answer.
+
+**Cell-level path patching** (:func:`cell_patching`) localises what a failing claim misses: with
+the rest scrubbed (or resampled), each (layer, head, query block, key block) cell outside the claim
+is restored alone (run on the sample itself), and the loss it recovers is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..maths import constructions
+from ..model.hooked import HookedDisentangledTransformer
+from ..task import Batch, make_input
+from .faithfulness import ABLATIONS, Tester, read_out
+from .hypothesis import as_hypothesis
+from .score import Score
+
+#: What a partner input keeps of its sample: ``"P"`` the permutation (another sample's ``Y``),
+#: ``"Y"`` the target (another sample's ``P``), ``"none"`` neither (plain resample ablation).
+EQUIVALENCES = {"P": "the same P, another Y", "Y": "the same Y, another P",
+                "none": "another input"}
+#: The equivalence each registered construction's claim names (module docstring): all route by P.
+CLAIM_EQUIVALENCE = {name: "P" for name in constructions.names()}
+#: The styles :func:`completeness` scores, zero, mean and resample ablation and scrubbing.
+STYLES = (*ABLATIONS, "scrub")
+#: A cell whose gauge-fixed weights outside the claim have a smaller norm is not patched.
+CELL_NORM = 1e-6
+
+
+def partner_input(batch: Batch, keep: str = "P", shift: int = 1) -> Batch:
+    """Sample ``b``'s partner: what ``keep`` names taken from sample ``b``, the rest from sample
+    ``(b + shift) mod B`` (:data:`EQUIVALENCES`). ``Y_P = P Y`` is rebuilt, so the partner is a
+    valid input of the same layout."""
+    if keep not in EQUIVALENCES:
+        raise ValueError(f"keep must be one of {tuple(EQUIVALENCES)}, got {keep!r}")
+    if not isinstance(shift, int) or isinstance(shift, bool) or shift % len(batch) == 0:
+        raise ValueError(f"shift must be an integer that is not a multiple of the batch size "
+                         f"{len(batch)} (a partner must be another sample), got {shift!r}")
+    other = lambda t: t.roll(-shift, 0)  # noqa: E731 - sample b takes sample b + shift's
+    P = batch.P if keep == "P" else other(batch.P)
+    Y = batch.Y if keep == "Y" else other(batch.Y)
+    out = make_input(batch.layout, P, P @ Y, binary=False)
+    return out.to(batch.X.device, batch.X.dtype)
+
+
+def equivalence_of(hypothesis) -> str:
+    """The equivalence a claim names: a registered construction's from :data:`CLAIM_EQUIVALENCE`,
+    ``"P"`` for any other claim (a circuit of this task's lookups routes by ``P``)."""
+    name = getattr(hypothesis, "name", hypothesis)
+    return CLAIM_EQUIVALENCE.get(name, "P") if isinstance(name, str) else "P"
+
+
+def scrub_tester(model: HookedDisentangledTransformer, batch: Batch, keep: str = "P",
+                 shift: int = 1) -> Tester:
+    """A :class:`Tester` whose removed parts are fed, sample by sample, from :func:`partner_input`:
+    its circuit-only scores are the scrubbed model's."""
+    return Tester(model, batch, "resample", reference=partner_input(batch, keep, shift))
+
+
+def scrub(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *, keep: str | None = None,
+          read=None, unit: str | None = None, shift: int = 1) -> Score:
+    """The scrubbed model's :class:`Score` on ``batch``: the claim's cells run on each sample, the
+    rest of ``A`` fed from its partner (``keep``: default the claim's :func:`equivalence_of`),
+    read-out rows outside the claim zeroed. ``hypothesis``, ``read``, ``unit``: as in
+    ``as_hypothesis``. A claim through whose cells runs every path by which what the partner
+    changes reaches the output scores as the model itself (loss recovered 1)."""
+    hyp = as_hypothesis(model, hypothesis, read, unit)
+    return scrub_tester(model, batch, keep or equivalence_of(hypothesis), shift).circuit(hyp)
+
+
+def completeness(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,
+                 read=None, unit: str | None = None, shift: int = 1) -> dict[str, Score]:
+    """The model with the claim's cells removed, scored under every style (:data:`STYLES`): zero,
+    mean (over ``batch``) and resample (sample ``b + shift``) ablation of those cells, and scrubbing
+    them, i.e. feeding them from a partner that differs on what the claim says matters (the claim
+    says ``P``: the same ``Y``, another ``P``). A complete claim leaves little of the loss
+    recovered under each."""
+    hyp = as_hypothesis(model, hypothesis, read, unit)
+    opposite = {"P": "Y", "Y": "P", "none": "none"}[equivalence_of(hypothesis)]
+    testers = {style: Tester(model, batch, style) for style in ABLATIONS}
+    if shift != 1:
+        testers["resample"] = Tester(model, batch, "resample", partner_input(batch, "none", shift))
+    testers["scrub"] = scrub_tester(model, batch, opposite, shift)
+    return {style: tester.test(hyp, minimality=False).without for style, tester in testers.items()}
+
+
+@dataclass(frozen=True)
+class CellPatch:
+    """One cell outside the claim restored: ``(layer, head, query, key)``, the norm of the
+    gauge-fixed weights it restores, and the score of the claim plus it, the rest replaced."""
+
+    layer: int
+    head: int
+    query: str
+    key: str
+    norm: float
+    score: Score
+
+    @property
+    def cell(self) -> tuple[int, int, str, str]:
+        return self.layer, self.head, self.query, self.key
+
+    def to_dict(self) -> dict:
+        return {"cell": list(self.cell), "norm": self.norm, "score": vars(self.score)}
+
+
+@dataclass(frozen=True)
+class PathPatching:
+    """What :func:`cell_patching` measures: the claim's own score with the rest replaced (``base``)
+    and, per cell outside it, that score with the cell restored (largest recovery first)."""
+
+    hypothesis: str
+    style: str
+    base: Score
+    cells: tuple[CellPatch, ...]
+
+    def gain(self, patch: CellPatch) -> float:
+        """The loss recovered that restoring ``patch``'s cell adds to the claim's."""
+        return (patch.score.loss_recovered or 0.0) - (self.base.loss_recovered or 0.0)
+
+    def to_dict(self) -> dict:
+        return {"hypothesis": self.hypothesis, "style": self.style, "base": vars(self.base),
+                "cells": [{**c.to_dict(), "gain": self.gain(c)} for c in self.cells]}
+
+
+def _tester(model, batch, style: str, keep: str, shift: int) -> Tester:
+    if style == "scrub":
+        return scrub_tester(model, batch, keep, shift)
+    if style not in ABLATIONS:
+        raise ValueError(f"style must be one of {STYLES}, got {style!r}")
+    if style == "resample" and shift != 1:
+        return Tester(model, batch, style, partner_input(batch, "none", shift))
+    return Tester(model, batch, style)
+
+
+def cell_patching(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,
+                  style: str = "scrub", keep: str | None = None, read=None, unit: str | None = None,
+                  shift: int = 1, cells: Sequence[tuple[int, int, str, str]] | None = None
+                  ) -> PathPatching:
+    """Per (layer, head, query block, key block) cell outside the claim, the claim with that cell
+    restored: its gauge-fixed weights outside the claim, in that cell only, run on the sample,
+    the rest still replaced under ``style`` (``"scrub"``, or ``"zero"``, ``"mean"``,
+    ``"resample"``). ``cells``: the cells to try (default every cell holding weights outside the
+    claim, norm above :data:`CELL_NORM`). The cell that recovers the loss is what the claim misses."""
+    hyp = as_hypothesis(model, hypothesis, read, unit)
+    tester = _tester(model, batch, style, keep or equivalence_of(hypothesis), shift)
+    proj = tester.project(hyp, betas=False)
+    rest = [f - k for f, k in zip(proj.fixed, proj.kept)]  # per layer (H, D, D), float64
+    stream, W_U = model.stream, read_out(model, hyp.read)
+    found: list[tuple[tuple[int, int, str, str], float, torch.Tensor]] = []
+    for layer, R in enumerate(rest):
+        for head in range(R.shape[0]):
+            for (query, key), view in stream.split(R[head], layer).items():
+                if cells is not None and (layer, head, query, key) not in cells:
+                    continue
+                norm = float(view.norm())
+                if norm > CELL_NORM:
+                    mask = torch.zeros_like(R)
+                    mask[head, stream.slice(query, layer), stream.slice(key, layer)] = 1.0
+                    found.append(((layer, head, query, key), norm, (layer, mask)))
+    variants, removed = [(list(proj.kept), W_U)], [rest]
+    for _, _, (layer, mask) in found:
+        kept = [k + (r * mask if i == layer else 0) for i, (k, r) in enumerate(zip(proj.kept, rest))]
+        variants.append((kept, W_U))
+        removed.append([r - (r * mask if i == layer else 0) for i, r in enumerate(rest)])
+    scores = tester.run_many(variants, removed)
+    patches = [CellPatch(*cell, norm, s) for (cell, norm, _), s in zip(found, scores[1:])]
+    patches.sort(key=lambda p: -(p.score.loss_recovered or -1e9))
+    return PathPatching(hyp.name, style, scores[0], tuple(patches))
+
