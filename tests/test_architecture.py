@@ -229,6 +229,7 @@ VERDICT_WORDS_ELSEWHERE = {
     "analysis/mechanism.py": "the record's 'borderline' key: the constructions that straddle",
     "analysis/scrub.py": "'none': the resampling equivalence of neither P nor Y, not a verdict",
     "viz/sweep.py": "matplotlib's facecolors='none'",
+    "viz/html.py": "matplotlib's svg.fonttype 'none'",
 }
 
 

@@ -237,17 +237,21 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
     found = [(s, p) for s, p in RunDir(run_dir).checkpoints() if s < final.step]
     found = found[::-1][::stride][::-1]  # every stride-th, counted back from the last
     steps = []
-    with torch.no_grad():
+    # one tick per row of the timeline: every checkpoint analysed, then the final weights
+    bar = tqdm(total=len(found) + 1, desc=f"timeline {run_dir.name}", unit="ckpt",
+               disable=not progress)
+    with torch.no_grad(), bar:
         final_weights = {k: v.clone() for k, v in model.state_dict().items()}
         try:
-            for step, path in tqdm(found, desc=f"timeline {run_dir.name}", unit="ckpt",
-                                   disable=not progress):
+            for step, path in found:
                 weights = RunDir(run_dir).read_weights(step)
                 _check_finite(weights.tensors, path)
                 load_analysed(model, final.model_cfg, weights.tensors, path)
                 steps.append(analyse_step(model, batch, hyp, tests, named, step, rule))
+                bar.update()
         finally:
             model.load_state_dict(final_weights)
         steps.append(analyse_step(model, batch, hyp, tests, named, final.step, rule))
+        bar.update()
     curve = tuple((m["step"], float(m["mse"])) for m in RunDir(run_dir).read_metrics())
     return Timeline(run_dir.name, name, hyp, 0.25 * model.cfg.d, tuple(steps), curve, n, seed)

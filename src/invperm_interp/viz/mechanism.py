@@ -121,10 +121,10 @@ def _unnamed(analysis: ModelAnalysis) -> str:
     mech, m = analysis.mechanism, analysis.mechanism.minimal
     sentences = ["<b>No registry construction explains this model.</b>"]
     if mech.tested:
-        closest = max(mech.tested, key=lambda t: (sum(_verdict(t, mech)), t.circuit.rows_exact,
-                                                  t.circuit.loss_recovered or -1.0))
+        closest = mech.tested[0]  # the rule's order, the Mechanism table's first row
         sentences.append(
-            f"The closest, {html.escape(closest.hypothesis)}, run on its own gets "
+            f"The closest (the most loss recovered, the first row of the Mechanism table), "
+            f"{html.escape(closest.hypothesis)}, run on its own gets "
             f"{closest.circuit.rows_exact:.1%} of rows exact and recovers "
             f"{_pct(closest.circuit.loss_recovered)} of the loss; it misses the rule on "
             f"{_misses(closest, mech)}.")
@@ -206,7 +206,9 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
             "cells fitted to the weights with a positive β (a cell test alone cannot tell "
             "<code>I</code> from <code>−I</code>), each judged on its 95% interval (borderline when "
             "one straddles a threshold); of those that pass, the one recovering the most loss is "
-            "named and the others listed as also faithful. <b>Model MSE without its cells</b>: the full "
+            "named and the others listed as also faithful. Rows in the rule's order: those that "
+            "pass, then the borderline, then the rest, each by the most loss recovered. "
+            "<b>Model MSE without its cells</b>: the full "
             "model with them removed (completeness: high means the model needs them).",
             attrs=' class="mechanism"'))
     if f is not None:

@@ -180,7 +180,10 @@ def _ablations(model: HookedDisentangledTransformer, result: ModelAnalysis) -> s
     before, floor = ablations[0].mse_before, ablations[0].causal_floor
     caption = (f"Each row runs the model once with one intervention, on the analysis batch. Before any "
                f"ablation the MSE is <b>{before:.4g}</b>; the causal floor is <b>{floor:.4g}</b>. An "
-               f"ablation that sends the MSE to the floor or above removed what the model needs.")
+               f"ablation that raises the MSE far above where it started removed something the model "
+               f"needs; a change of +0 or below removed nothing it needs"
+               + (f", and an MSE at the floor ({floor:.4g}) is what the best model that cannot see "
+                  f"the removed rows reaches." if floor > 0 else "."))
     rows = [[name_streams(a.name, L), _what_it_does(a, L), f"{a.mse_after:.4g}",
              f"{a.change:+.3g}"] for a in ablations]
     return "<h2>Ablations</h2>" + table(["ablation", "what it does", "MSE after", "change"], rows,
