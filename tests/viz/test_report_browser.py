@@ -17,7 +17,7 @@ from invperm_interp import sample_batch
 from invperm_interp.analysis.record import analyze
 from invperm_interp.maths import constructions
 from invperm_interp.viz.page import write_bundle
-from invperm_interp.viz.report import write_report
+from invperm_interp.viz.report import ReportContext, write_report
 
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
                 if shutil.which(b)), None)
@@ -104,10 +104,11 @@ def report_page(tmp_path_factory):
     metrics = [{"step": s, "mse": 1.0 / (s + 1), "train_mse": None, "causal_floor": 0.0,
                 "entry_acc": 0.9, "row_acc": 0.5, "sample_acc": 0.1, "attention_dir": "causal"}
                for s in (0, 10, 20)]
-    single = write_report(model, summary, batch, tmp / "single" / "report.html", metrics)
+    single = write_report(model, summary, batch, tmp / "single" / "report.html",
+                          ReportContext(metrics=metrics))
     write_bundle(tmp / "sweep")
-    shared = write_report(model, summary, batch, tmp / "sweep" / "run0" / "report.html", metrics,
-                          bundle="../circuitsvis.js")
+    shared = write_report(model, summary, batch, tmp / "sweep" / "run0" / "report.html",
+                          ReportContext(metrics=metrics, bundle="../circuitsvis.js"))
     return tmp, single, shared
 
 
