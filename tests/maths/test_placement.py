@@ -105,3 +105,10 @@ def test_a_placement_that_does_not_fit_says_why(args, match):
         Placement(*args)
     with pytest.raises(ValueError, match="placement must look like"):
         parse("two_block @ somewhere", (2, 2))
+
+
+def test_a_placement_reads_back_from_its_record():
+    placed = Placement("theorem3", (1, 2), (0, SUM), (2, 2, 2))
+    data = placed.to_dict()
+    assert data["layers"] == [2, 3] and data["heads"] == [0, None] and data["sum_of_heads"]
+    assert Placement.from_dict(data) == placed

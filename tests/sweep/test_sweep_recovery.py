@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, tiny_grid_text
+from helpers import REPO, analysed, tiny_grid_text
 
 from invperm_interp.cli import main
 from invperm_interp.sweep.engine import run_sweep, units
@@ -60,18 +60,15 @@ def test_a_failed_run_is_one_line_and_a_summary_and_a_run_never_checkpointed_res
 
 def test_a_finished_run_without_its_mechanism_is_analysed_on_rerun(tmp_path, monkeypatch):
     import importlib
-    from types import SimpleNamespace
+
+    from invperm_interp.analysis.sweep_record import SweepRecord
 
     mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
     calls = []
 
     def fake_mechanism(model, batch, **kwargs):
         calls.append(model.cfg.d)
-        minimal = SimpleNamespace(size=2, faithful=True, weight_share=0.5, read=("P",), cells=(),
-                                  optimal=True, evaluations=3,
-                                  score=SimpleNamespace(rows_exact=1.0, loss_recovered=0.9))
-        return SimpleNamespace(name="two_block", faithfulness=None, tested=(), minimal=minimal,
-                               also_faithful=(), borderline=(), rows=0.99, recovered=0.8, z=1.96)
+        return analysed("two_block").mechanism
 
     monkeypatch.setattr(mech_mod, "mechanism", fake_mechanism)
     path = grid_file(tmp_path, steps=10, extra="mechanism = true")
@@ -81,7 +78,7 @@ def test_a_finished_run_without_its_mechanism_is_analysed_on_rerun(tmp_path, mon
     assert units(load_grid(path), out) == [[1]]
     rows = records(run_sweep(path, out, executor="debug", progress=False))
     assert rows["seed1"]["mechanism"] == "two_block" and len(calls) == 3
-    assert rows["seed1"]["analysis"]["minimal_size"] == 2
+    assert SweepRecord.from_dict(rows["seed1"]["analysis"]).mechanism.minimal.size == 2
     # a record cut short (a full disk) is not done and is analysed again, not a failure
     record = out / "seed0" / "mechanism.json"
     record.write_text(record.read_text()[:40])

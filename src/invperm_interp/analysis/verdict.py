@@ -25,10 +25,10 @@ from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch, sample_batch
 from .faithfulness import Score
 
-#: A circuit-only model is faithful when at least this share of its rows is exactly right …
 FAITHFUL_ROWS = 0.99
-#: … and it recovers at least this fraction of the loss, baseline ``d/4`` (0.5 everywhere).
+"""A circuit-only model is faithful when at least this share of its rows is exactly right …"""
 FAITHFUL_RECOVERED = 0.8
+"""… and it recovers at least this fraction of the loss, baseline ``d/4`` (0.5 everywhere)."""
 #: Half-width of the confidence interval in standard errors (95%, two-sided).
 Z = 1.96
 #: Samples the verdict is measured on: the standard error of a rows-exact share near 0.99 is

@@ -9,24 +9,18 @@ import os
 
 
 def _recorded(run_dir, n: int, seed: int):
-    """The verdict a sweep recorded in the run's ``mechanism.json`` on ``n`` samples from ``seed``
-    (``analysis.discover.Known``), or None (no record, older, or measured otherwise)."""
-    from ..analysis.discover import Known
-    from ..analysis.hypothesis import parse_cell_text
+    """The mechanism a sweep recorded in the run's ``mechanism.json`` on ``n`` samples from ``seed``,
+    or None (no record, one of another version, or measured otherwise)."""
+    from ..analysis.sweep_record import SweepRecord
     from ..runs.directory import RunDir
 
     path = RunDir(run_dir).mechanism
-    if not path.is_file():
-        return None
     try:  # a damaged record is measured again, as ``report`` does
-        data = json.loads(path.read_text())
-        if data.get("version", 1) < 2 or (data.get("samples"), data.get("seed")) != (n, seed):
-            return None
-        return Known(data["name"], bool(data["minimal_faithful"]),
-                     tuple(parse_cell_text(c) for c in data["minimal_cells"]),
-                     tuple(data["minimal_read"]))
+        record = SweepRecord.read(path) if path.is_file() else None
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+    return record.mechanism if record is not None and (record.samples, record.seed) == (n, seed) \
+        else None
 
 
 def _cmd_discover(args: argparse.Namespace) -> None:
@@ -58,7 +52,7 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     if not runs:
         raise ValueError(f"{root} holds no finished run (no {RunDir.FINAL} below it)")
     keys = {d: str(d.relative_to(root)) if d != root else d.name for d in runs}
-    models = {keys[d]: Run.load(d).model for d in runs}
+    models = {keys[d]: Run.load(d).analysis_model for d in runs}
     known = {keys[d]: k for d in runs if (k := _recorded(d, args.n, args.seed)) is not None}
     if known:
         say(f"{len(known)} of {len(runs)} runs: the verdict their sweep recorded on the same "

@@ -127,6 +127,17 @@ class Placement:
             out += [(b, sign / len(placed)) for b in placed]
         return tuple(out)
 
+    def to_dict(self) -> dict:
+        """Layers 1-based as in block names; a head ``None`` is the sum of the layer's heads."""
+        return {"construction": self.construction, "text": str(self),
+                "layers": [layer + 1 for layer in self.layers], "heads": list(self.heads),
+                "sum_of_heads": self.summed, "shape": list(self.shape)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Placement:
+        return cls(data["construction"], tuple(layer - 1 for layer in data["layers"]),
+                   tuple(data["heads"]), tuple(data["shape"]))
+
     def __str__(self) -> str:
         if self.trivial:
             return self.construction

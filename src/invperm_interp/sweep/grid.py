@@ -63,6 +63,9 @@ class Job:
 
 @dataclass(frozen=True)
 class Grid:
+    """A grid file, checked and expanded (:func:`load_grid`): its name, one :class:`Job` per run,
+    the MSE a run counts as solved below, the analysis settings and the ``[slurm]`` table."""
+
     name: str
     jobs: tuple[Job, ...]
     solve_mse: float

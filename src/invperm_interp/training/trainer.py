@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from ..config import ModelConfig, TrainConfig, config_diffs, config_hash, learning_rate
 from ..maths.floors import causal_floor
-from ..model.disentangled import DisentangledTransformer, readout_forward
+from ..model.build import forward, plain_model
 from ..runs import checkpoint as ckpt
 from ..runs.directory import RunDir, RunWarning
 from ..runs.lock import RunLock
@@ -76,7 +76,7 @@ class Trainer:
             keep_freed_memory()
         self.hash = config_hash(model_cfg, cfg)
         seeds = seed_streams(cfg.seed)
-        self.model = DisentangledTransformer(model_cfg, seed=seeds["init"]).to(self.device)
+        self.model = plain_model(model_cfg, seed=seeds["init"]).to(self.device)
         self.names = {id(p): n for n, p in self.model.named_parameters()}
         self.optimizer = make_optimizer(cfg.optimizer, self.model.parameters(),
                                         learning_rate(cfg, 0))
@@ -218,7 +218,7 @@ class Trainer:
                 for group in opt.param_groups:
                     group["lr"] = lr
                 batch = sample_batch(layout, cfg.batch_size, self.generator, dtype=dtype)
-                out = readout_forward(model, batch.X)  # (B, d, d)
+                out = forward(model, batch.X)  # (B, d, d)
                 loss = mse(out, batch.Y)  # the note's loss
                 opt.zero_grad()
                 loss.backward()
