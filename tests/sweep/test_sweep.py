@@ -69,7 +69,9 @@ model = { layout = "scratch", d = 3, attention_dir = "causal", readout = "S", n_
     ("sedes = 2", "sedes: unknown key"),
     ("[train]\nseed = 3", "train.seed: give seeds at the top level"),
     ("[slurm]\ngpu = 1", "slurm.gpu: unknown key"),
-    ("[[variants]]\nname = 'a'\n[[variants]]\nname = 'a'", "two jobs are both named"),
+    ("[[variants]]\nname = 'a'\nmodel = {d = 3}\n[[variants]]\nname = 'a'\nmodel = {d = 3}",
+     "two jobs are both named"),
+    ("[[variants]]\nname = 'a'\n[[variants]]\nname = 'b'", "the grid is empty"),
     ("[train\nsteps = 1", "is not TOML"),
 ])
 def test_a_malformed_grid_is_one_error_naming_the_key_before_any_job(tmp_path, text, key, capsys):
@@ -176,6 +178,8 @@ def test_a_run_whose_local_worker_is_killed_says_so(tmp_path, capsys):
 def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     import importlib
 
+    from invperm_interp.analysis.verdict import Answer
+
     mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
     seen = []
 
@@ -198,14 +202,14 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
 
     def fake_name_on(model, batch, *, ablation="zero", reference=None, **kwargs):
         styles.append((ablation, len(batch), len(reference)))
-        return "theorem2"
+        return Answer("faithful", "theorem2")
 
     monkeypatch.setattr(mech_mod, "name_on", fake_name_on)
     more = text.replace("mechanism = true", "mechanism = {resample_ablation = true}")
     rows = lines(run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False))
     assert len(seen) == 4 and styles == [("resample", 4096, 4096)] * 4
     record = json.loads((out / "d2_seed0" / "mechanism.json").read_text())
-    assert record["name"] == "appendix_b" and record["under"] == {"resample": "theorem2"}
+    assert record["name"] == "appendix_b" and record["under"] == {"resample": ["faithful", "theorem2"]}
     run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False)
     assert len(styles) == 4  # now complete: nothing left to do
     # Other samples redo the whole analysis.
@@ -255,3 +259,11 @@ def test_a_well_formed_sweep_jsonl_reports(tmp_path):
     (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     assert main(["sweep-report", str(tmp_path)]) == 0
     assert "d3_seed0" in (tmp_path / "sweep_report.md").read_text()
+
+
+def test_the_sweep_reports_median_of_two_is_their_mean_and_it_names_the_svg(tmp_path, capsys):
+    runs = [_record(steps_to_solve=800), _record(name="d2_seed1", steps_to_solve=1250)]
+    (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    assert main(["sweep-report", str(tmp_path)]) == 0
+    assert "| 2 of 2 | 1025 |" in (tmp_path / "sweep_report.md").read_text()  # not the upper 1250
+    assert "sweep_report.svg" in capsys.readouterr().out

@@ -1,6 +1,8 @@
 """Sweep grids that say what the census says (seeds per variant or per axis value), the grids and
 arguments a sweep refuses in one line, and ``--dry-run``: nothing here trains."""
 
+import re
+
 import pytest
 from helpers import REPO
 
@@ -199,6 +201,7 @@ def test_dry_run_prints_runs_units_cpu_time_and_memory_and_writes_nothing(tmp_pa
     shown = capsys.readouterr().out
     assert "3 runs, 0 done, 3 to train" in shown
     assert "units of work: 3" in shown and "CPU time: at most about" in shown
+    assert "0.0 CPU hours" not in shown and re.search(r"about \d+ CPU seconds", shown)  # a tiny grid
     assert "memory: about" in shown and "for 2 workers" in shown
     assert not out.exists()
     assert main(["sweep", str(path), "--out", str(out), "--dry-run", "--executor", "slurm"]) == 0

@@ -177,8 +177,8 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
     return record
 
 
-def _name_under(style: str, model, batch, samples: int, reference_seed: int) -> str:
-    """The rule's name with the cells outside the circuit mean-ablated (means over
+def _name_under(style: str, model, batch, samples: int, reference_seed: int):
+    """The rule's answer with the cells outside the circuit mean-ablated (means over
     ``MEAN_REFERENCE`` reference samples) or resample-ablated (each sample's removed scores taken
     on its own reference sample, ``samples`` of them)."""
     from ..analysis.mechanism import name_on
@@ -199,8 +199,8 @@ def _sweep_record(model, batch, samples: int, seed: int, batches: int):
     from ..analysis.verdict import evaluation_batch
 
     mech = mechanism(model, batch, circuit=explain(model))
-    names = [mech.name] + [name_on(model, evaluation_batch(model, samples, seed + k))
-                           for k in range(1, batches)]
+    names = [mech.answer] + [name_on(model, evaluation_batch(model, samples, seed + k))
+                             for k in range(1, batches)]
     return SweepRecord(mech, samples, seed, tuple(names))
 
 
