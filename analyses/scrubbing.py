@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 import torch
+from census_report import share_text
 from common import asset
 
 from invperm_interp import HookedDisentangledTransformer
@@ -45,21 +45,6 @@ TOP = 3  # cells listed per run and style
 #: The content-mass guard of layer 1: the query row's content against the P and Y_P positions
 #: and against the keys' content (the census's +0.4 at (x, pos.P), -0.3 at (x, pos.Y)).
 GUARD = tuple((0, 0, "x", key, "1") for key in ("pos.P", "pos.Y", "x"))
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson 95% interval of a share ``k / n``."""
-    if n == 0:
-        return 0.0, 1.0
-    p, z2 = k / n, z * z
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def share(k: int, n: int) -> str:
-    lo, hi = wilson(k, n)
-    return f"{k} of {n} ({lo:.0%}–{hi:.0%})"
 
 
 def score_dict(s) -> dict:
@@ -161,8 +146,9 @@ def markdown(rows: list[dict]) -> str:
     for style in STYLES:
         left = sorted(r["completeness"][style]["loss_recovered"] for r in rows)
         median = (left[(n - 1) // 2] + left[n // 2]) / 2
-        lines.append(f"| {style} | {share(named(style), n)} | {share(faithful('scores', style), n)} "
-                     f"| {share(faithful('with_guard', style), n)} | {median:.3f} |")
+        counts = [share_text(k, n) for k in (named(style), faithful("scores", style),
+                                             faithful("with_guard", style))]
+        lines.append(f"| {style} | {' | '.join(counts)} | {median:.3f} |")
     names = sorted({k for r in rows for k in r["resample_plus_content"]})
     lines += ["", "Each working construction of the layout with the layer-1 (x, x) cell added (the cell "
               "path patching finds), under resample ablation:", "",
@@ -170,8 +156,8 @@ def markdown(rows: list[dict]) -> str:
               "| --- | --- | --- |"]
     for name in names:
         k = sum(r["resample_plus_content"][name]["verdict"] == "faithful" for r in rows)
-        lines.append(f"| {name} | {share(k, n)} | "
-                     f"{share(sum(name in r['scrub_faithful'] for r in rows), n)} |")
+        lines.append(f"| {name} | {share_text(k, n)} | "
+                     f"{share_text(sum(name in r['scrub_faithful'] for r in rows), n)} |")
     lines += ["", "| run | name: zero / mean / resample / scrub | faithful under scrub | claim | "
               "recovered: zero / mean / resample / scrub | + guard: zero / mean / resample / scrub "
               "| without: zero / mean / resample / scrub | missing cell (resample: gain) | "

@@ -20,11 +20,10 @@ and theorem3 find the ``P`` row holding ``e_i``; two_block and its scratch forms
 content ``Y`` only rides along as the values moved. So each claim's equivalence is **the same P,
 another Y** (``"P"``): a partner with the sample's ``P`` and another sample's ``Y``. Scrubbing
 then tests that the target content reaches the routing only through the circuit. It cannot see a
-cell whose contribution depends on the position or on ``P`` alone (the partner has the same
-ones): such cells are tested by zero ablation (and, for input-independent ones, by none of the
-replacement styles). A claim's *completeness* under scrubbing feeds the circuit from the opposite
-partner, **another P, the same Y** (``"Y"``): a model whose mechanism is the circuit then loses the
-answer.
+cell whose contribution depends on the positions or on ``P`` alone (the partner has the same
+ones): resample ablation sees the ``P``-only ones, and only zero ablation the position-only
+ones. A claim's *completeness* under scrubbing feeds the circuit from the opposite partner,
+**another P, the same Y** (``"Y"``): a model whose mechanism is the circuit then loses the answer.
 
 **Cell-level path patching** (:func:`cell_patching`) localises what a failing claim misses: with
 the rest scrubbed (or resampled), each (layer, head, query block, key block) cell outside the claim
