@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast test-slurm demo reproduce sweep census dynamics scrubbing setup lint bench clean
+.PHONY: test test-fast test-slurm demo docs reproduce sweep census census-shapes dynamics scrubbing standard setup lint bench clean
 
 setup: $(STAMP)
 
@@ -16,8 +16,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+# The suite across the cores (pytest-xdist, one worker per core; TEST_WORKERS=0 runs it in this
+# process). worksteal: a worker that runs out takes tests from a busy one (a few take a minute).
+TEST_WORKERS ?= auto
+PARALLEL := -n $(TEST_WORKERS) --dist worksteal
+
 test: $(STAMP)
-	$(PY) -m pytest -m "not slurm"
+	$(PY) -m pytest -m "not slurm" $(PARALLEL)
 
 # invperm sweep on a real Slurm cluster; `sudo sh benchmarks/slurm_local.sh` starts a single-node
 # one (the tests skip, saying so, where none answers).
@@ -26,10 +31,15 @@ test-slurm: $(STAMP)
 
 # Everything but the tests marked slow (processes, training, the browser): a quick loop while editing.
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not slurm"
+	$(PY) -m pytest -m "not slow and not slurm" $(PARALLEL)
 
 demo: $(STAMP)
 	$(VENV)/bin/invperm demo
+
+# The documentation site (mkdocs.yml; docs/, with assets/ and notebooks/ added) into site/, offline:
+# open site/index.html. Strict: a broken link or an unknown name fails it (make test builds it too).
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
 
 # The note's claims' tables and figures under assets/ (trains 8 models: about 12 minutes on 2
 # cores, most of it the paper recipe's 10,000 steps); `make census`, `make dynamics` and
@@ -53,6 +63,13 @@ census: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/census.toml --out runs/census
 	$(PY) analyses/census_report.py runs/census --update-assets
 
+# Beyond the note: what training learns on deeper and wider models (docs/shapes.md): the grid
+# analyses/grids/census_shapes.toml (128 runs: 2 or 3 layers of 1 or 2 heads, d = 8), then its
+# report in assets/census_shapes.{md,json,png}. Resumable like `make census`.
+census-shapes: $(STAMP)
+	$(VENV)/bin/invperm sweep analyses/grids/census_shapes.toml --out runs/census_shapes
+	$(PY) analyses/census_shapes_report.py runs/census_shapes --update-assets
+
 # Beyond the note: when each circuit forms. The census's d = 10 models with a checkpoint every 25
 # steps until solved (64 runs, one worker), then every checkpoint analysed against the final
 # circuit: assets/dynamics.{md,json,png,svg}. Resumable; timelines are cached per run.
@@ -67,6 +84,12 @@ scrubbing: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/scrubbing.toml --out runs/scrubbing --workers 1
 	$(PY) analyses/scrubbing.py runs/scrubbing
 
+# Beyond the note: standard transformers (docs/standard.md). Causal standard models reading the P
+# rows against the floor d/4, bidirectional ones solving, each solved mechanism named through the
+# exact map (8 runs at d = 10, one process; resumable): assets/standard.{md,json,png}.
+standard: $(STAMP)
+	$(PY) analyses/standard.py
+
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses
 
@@ -74,4 +97,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/forward.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build site src/*.egg-info .pytest_cache

@@ -1,9 +1,12 @@
 """The census's report: reads a census sweep's ``sweep.jsonl`` (``invperm sweep
 analyses/grids/census.toml``, whose analysis stage recorded each run's mechanism, faithfulness and
 minimal circuit) and writes ``census.{json,md,png,svg}`` next to it, or into ``assets/`` with
-``--update-assets``. It trains and analyses nothing.
+``--update-assets``. It trains and analyses nothing. ``--from-json`` rebuilds the report from a
+``census.json`` it wrote (its per-run rows and planned counts), so the committed Markdown and
+figure can be regenerated when only the report's wording changes.
 
     python analyses/census_report.py runs/census [--update-assets]
+    python analyses/census_report.py assets/census.json --from-json --update-assets
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from common import ASSETS, fmt  # noqa: E402
 
-from invperm_interp.analysis.mechanism import name_by_rule  # noqa: E402
+from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
+from invperm_interp.analysis.mechanism import is_minimal, name_by_rule, verdict_of  # noqa: E402
 from invperm_interp.analysis.score import read_score  # noqa: E402
+from invperm_interp.analysis.sweep_record import SweepRecord  # noqa: E402
 from invperm_interp.analysis.verdict import Z  # noqa: E402
 from invperm_interp.sweep.collect import read_sweep  # noqa: E402
 
@@ -39,19 +44,53 @@ def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
         kind = "bidirectional" if model["attention_dir"] == "bidirectional" else "scratch"
         d = model["layout"]["d"]
         planned[(kind, d)] += 1
-        analysis = record.get("analysis")
-        if record["status"] == "unfinished" or not analysis or record["mechanism"] is None:
+        if record["status"] == "unfinished" or not record.get("analysis") or record["mechanism"] is None:
             continue
-        if analysis.get("version", 1) < 2:
-            raise ValueError(f"{record['name']}: its analysis predates verdict intervals (version "
-                             f"{analysis.get('version', 1)}); rerun `invperm sweep` on the grid")
+        try:
+            analysis = SweepRecord.from_dict(record["analysis"])
+        except ValueError as err:
+            raise ValueError(f"{record['name']}: {err}") from None
         final = record["final"] or {}
         rows.append({"run": record["name"], "kind": kind, "d": d, "seed": train["seed"],
                      "step": record["step"], "steps_to_target": record["steps_to_solve"],
                      "final_mse": final.get("mse"), "rows_exact": final.get("row_acc"),
-                     "mechanism": record["mechanism"],
-                     **{k: v for k, v in analysis.items() if k not in ("version", "name", "seed")}})
+                     "mechanism": analysis.name, **run_columns(analysis)})
     return rows, dict(planned)
+
+
+def run_columns(record: SweepRecord) -> dict:
+    """A run's columns of ``census.json`` from the sweep's record: the named construction's scores,
+    the minimal circuit, every tested construction's scores and verdict, the names on more batches
+    and under the other ablation styles."""
+    mech, m = record.mechanism, record.mechanism.minimal
+    f = mech.faithfulness if mech.name not in ("none", "borderline") else None
+    rule = (mech.rows, mech.recovered, mech.z)
+    return {
+        "samples": record.samples, "batches": record.batches, "mean_ablation": "mean" in record.under,
+        "also_faithful": list(mech.also_faithful), "borderline": list(mech.borderline),
+        "circuit_mse": f and f.circuit.mse, "circuit_rows_exact": f and f.circuit.rows_exact,
+        "loss_recovered": f and f.circuit.loss_recovered, "without_mse": f and f.without.mse,
+        "minimal_named": f and is_minimal(f), "minimal_size": m.size,
+        "minimal_faithful": m.faithful, "minimal_optimal": m.optimal,
+        "minimal_candidates": m.candidates, "minimal_evaluations": m.evaluations,
+        "minimal_rows_exact": m.score.rows_exact, "minimal_loss_recovered": m.score.loss_recovered,
+        "minimal_weight_share": m.weight_share, "minimal_read": list(m.read),
+        "minimal_cells": [cell_text(c) for c in m.cells],
+        "tested": [{"name": t.hypothesis, "rows_exact": t.circuit.rows_exact,
+                    "rows_se": t.circuit.rows_se, "loss_recovered": t.circuit.loss_recovered,
+                    "recovered_se": t.circuit.recovered_se, "n": t.circuit.n,
+                    "signs_agree": t.signs_agree, "n_atoms": t.n_atoms,
+                    "verdict": verdict_of(t, *rule)} for t in mech.tested],
+        "names_by_batch": list(record.names_by_batch),
+        "name_mean_ablation": record.under.get("mean"),
+        "resample_ablation": "resample" in record.under,
+        "name_resample_ablation": record.under.get("resample")}
+
+
+def rows_from_json(path: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
+    """The rows and planned counts a ``census.json`` was written from."""
+    data = json.loads(path.read_text())
+    return data["runs"], {(s["model"], s["d"]): s["planned"] for s in data["summary"]}
 
 
 def _median(values) -> float | None:
@@ -155,7 +194,7 @@ def _styles(row: dict) -> set[str]:
     return {row["mechanism"], row["name_mean_ablation"], row["name_resample_ablation"]}
 
 
-#: The summary columns the README quotes (``readme_table``; a test holds the README to it).
+#: The summary columns the census page quotes (``readme_table``; a test holds docs/results/census.md to it).
 README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)", "named (95% CI)",
                   "borderline", "same name on 3 batches", "flips between two names (borderline aside)",
                   "same name under mean ablation", "same name under resample ablation",
@@ -163,7 +202,7 @@ README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)",
 
 
 def readme_table(summary: list[dict]) -> str:
-    """The census summary as the README quotes it: a Markdown table of ``README_COLUMNS``."""
+    """The census summary as docs/results/census.md quotes it: a Markdown table of ``README_COLUMNS``."""
     lines = ["| " + " | ".join(README_COLUMNS) + " |", "|" + " --- |" * len(README_COLUMNS)]
     lines += ["| " + " | ".join(fmt(s[c]) for c in README_COLUMNS) + " |" for s in summary]
     return "\n".join(lines)
@@ -261,6 +300,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
                    for s in summary]
         right.bar(labels, heights, bottom=bottom, label=mech, color=color.get(mech, "k"))
         bottom = [b + h for b, h in zip(bottom, heights)]
+    right.set_ylim(0, max(bottom, default=0) * 1.08 + 1)  # the tallest bar clear of the frame
     right.set_ylabel("solved runs")
     right.set_title("mechanism by the rule, per configuration", fontsize=10)
     right.tick_params(axis="x", labelrotation=45, labelsize=8)
@@ -272,6 +312,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
                        and agreement(r) == group) for s in summary]
         styles.bar(labels, heights, bottom=bottom, label=group, color=shade, width=0.6)
         bottom = [b + h for b, h in zip(bottom, heights)]
+    styles.set_ylim(0, max(bottom, default=0) * 1.08 + 1)
     styles.set_ylabel("solved runs")
     styles.set_title("the name under zero (the rule's), mean and resample ablation of the cells "
                      "outside the circuit", fontsize=10)
@@ -348,6 +389,16 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         "Solved runs by the name the rule gives them, and how many keep that name when the cells "
         "outside the circuit are mean-ablated or resample-ablated instead of zeroed.", "",
         *table_lines(styles), "",
+        "**What each style can tell apart.** Mean and resample ablation keep the score "
+        "contribution of every cell whose query and key blocks are both the input's position blocks "
+        "(`pos.P`, `pos.Y`, `pos.S`: it does not depend on the input), so constructions that "
+        "differ only in such cells score alike under them; the rule then ranks by loss recovered "
+        "to 1e-4 and, when equal, by the fewest atoms. "
+        "The census records the name each style gives, not the scores behind it: a renaming "
+        "between `theorem3_two_block_mass` and `theorem3_two_block`, or between "
+        "`theorem3_superposed` and `theorem3_superposed_complement` (alike but for the signs the "
+        "rule's sign check reads), may be decided by that tie-break and is not read here as what "
+        "the model runs.", "",
         "## Where the ablation styles disagree", "",
         "Solved runs whose name under mean ablation (each removed cell's score contribution "
         "replaced by its mean over 1,024 reference samples) or under resample ablation (by its "
@@ -362,16 +413,21 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", help="the census sweep folder (holds sweep.jsonl)")
+    parser.add_argument("runs", help="the census sweep folder (holds sweep.jsonl), or a census.json "
+                        "with --from-json")
+    parser.add_argument("--from-json", action="store_true",
+                        help="read the rows from a census.json this script wrote")
     parser.add_argument("--update-assets", action="store_true",
                         help="write into the checkout's assets/ instead of next to the runs")
     args = parser.parse_args(argv)
     try:
-        rows, planned = census_rows(Path(args.runs))
+        rows, planned = (rows_from_json(Path(args.runs)) if args.from_json
+                         else census_rows(Path(args.runs)))
     except ValueError as err:
         print(f"census_report: error: {err}", file=sys.stderr)
         return 2
-    paths = write_census(rows, planned, ASSETS if args.update_assets else Path(args.runs))
+    here = Path(args.runs).parent if args.from_json else Path(args.runs)
+    paths = write_census(rows, planned, ASSETS if args.update_assets else here)
     print("wrote " + ", ".join(map(str, paths)))
     return 0
 

@@ -17,7 +17,8 @@ circuit-only score, each cell's fitted β and the rule's name at every checkpoin
 
 Per (model, final mechanism) it writes medians, the cells' order of forming and how many seeds
 share it, and a figure of every run aligned at its drop: assets/dynamics.{json,md,png,svg}.
-Run: python analyses/dynamics.py runs/dynamics [--stride 1]
+Run: python analyses/dynamics.py runs/dynamics [--stride 1]; ``--from-json assets/dynamics.json``
+rewrites dynamics.md alone from the committed per-run rows (the figure needs the runs' curves).
 """
 
 from __future__ import annotations
@@ -151,6 +152,11 @@ def table(runs: list[dict]) -> list[dict]:
             "circuit progress 0.5: lead on drop (median)": median(r["circuit_half_lead"] for r in mine),
             "circuit lead > 0": share_text([r["circuit_half_lead"] for r in mine], lambda v: v > 0),
             "β progress 0.1: lead on leaving (median)": median(r["beta_tenth_lead"] for r in mine),
+            "β progress 0.5 at or after leaving": share_text(
+                [None if r["beta_half_lead"] is None or r["leave"] is None
+                 else r["drop"] - r["beta_half_lead"] - r["leave"] for r in mine], lambda v: v >= 0),
+            "cells' formation spread (median)": median(
+                max(formed(r)) - min(formed(r)) if formed(r) else None for r in mine),
         })
     return rows
 
@@ -192,27 +198,29 @@ def figure(runs: list[dict]):
     return fig
 
 
-def write_assets(runs: list[dict], folder: Path) -> None:
+def markdown(runs: list[dict], folder_name: str) -> str:
+    """dynamics.md from the per-run rows (:func:`summarise`'s, without their curves)."""
     rows = table(runs)
-    per_run = [{k: v for k, v in r.items() if k != "curves"} for r in runs]
-    asset("dynamics.json").write_text(json.dumps({"table": rows, "runs": per_run}, indent=1) + "\n")
     columns = list(rows[0])
     counts = Counter(r["kind"] for r in runs)
     lines = ["# Dynamics: when and in what order the learned circuits form", "",
              f"Runs: {', '.join(f'{k} {n}' for k, n in sorted(counts.items()))} of the 32 seeds per "
              "model the grid plans (runs not yet trained or analysed are not counted; d = 10, the "
              "census's recipe with a checkpoint every 25 steps until solved: "
-             f"analyses/grids/dynamics.toml, `python analyses/dynamics.py {folder.name}`). "
+             f"analyses/grids/dynamics.toml, `python analyses/dynamics.py {folder_name}`). "
              "Every run is analysed on 512 samples (seed 0) at each checkpoint against the circuit "
              "its final weights implement (`invperm timeline`): the named construction's cells, or "
              "the minimal circuit for 'none'. Steps: leave plateau = first evaluation with MSE < "
              "0.8·d/4; drop = MSE < 0.1·d/4; faithful = the final circuit alone is faithful by the "
              "rule; a cell forms when its β reaches half its final β "
-             "(the first to form: where the runs of one final mechanism part ways); progress measures "
+             "(the first to form: where the runs of one final mechanism part ways; spread: the last "
+             "cell's step minus the first's); progress measures "
              "rescaled 0 → 1 between the first checkpoint and the final weights, lead = the drop's step "
-             "minus the step the measure reaches 0.5 (0.1: against leaving the plateau). Resolution: "
+             "minus the step the measure reaches 0.5 (0.1: against leaving the plateau); whether "
+             "β progress reaches 0.5 at or after the run leaves the plateau. Resolution: "
              "evaluations every 25 steps; checkpoints every 25 steps, or every k·25 in a run with "
-             "more than 40 (at most 40 analysed per run; `resolution` per run in dynamics.json).", "",
+             "more than 40 (at most 40 analysed per run; `resolution` per run in dynamics.json), "
+             "so a lead of 25–50 steps is one or two checkpoints.", "",
              "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     fmt = lambda v: "-" if v is None else f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
     lines += ["| " + " | ".join(fmt(r[c]) for c in columns) + " |" for r in rows]
@@ -220,14 +228,24 @@ def write_assets(runs: list[dict], folder: Path) -> None:
               "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {r['run']} | {r['mechanism']} | {fmt(r['leave'])} | {fmt(r['drop'])} | "
               f"{fmt(r['faithful'])} | {fmt(r['solved'])} | {r['order']} |" for r in runs]
-    asset("dynamics.md").write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write_assets(runs: list[dict], folder: Path) -> None:
+    per_run = [{k: v for k, v in r.items() if k != "curves"} for r in runs]
+    asset("dynamics.json").write_text(json.dumps({"table": table(runs), "runs": per_run}, indent=1)
+                                      + "\n")
+    asset("dynamics.md").write_text(markdown(runs, folder.name))
     save_figures(figure(runs), asset("dynamics.png"))
     print("wrote assets/dynamics.{json,md,png,svg}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", help="the sweep folder (runs trained with dense checkpoints)")
+    parser.add_argument("folder", help="the sweep folder (runs trained with dense checkpoints), or "
+                        "a dynamics.json with --from-json")
+    parser.add_argument("--from-json", action="store_true",
+                        help="rewrite the table (dynamics.json) and dynamics.md from a dynamics.json")
     parser.add_argument("--stride", type=int, default=1, help="analyse every STRIDE-th checkpoint")
     parser.add_argument("--most", type=int, default=40,
                         help="at most this many checkpoints per run (a larger stride for long runs)")
@@ -236,6 +254,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     folder = Path(args.folder)
+    if args.from_json:
+        runs = json.loads(folder.read_text())["runs"]
+        asset("dynamics.json").write_text(json.dumps({"table": table(runs), "runs": runs}, indent=1)
+                                          + "\n")
+        asset("dynamics.md").write_text(markdown(runs, "dynamics"))
+        print("wrote assets/dynamics.{json,md}")
+        return
     done = sorted(p for p in folder.iterdir() if RunDir(p).is_finished
                   and (RunDir(p).timeline.is_file() or not args.cached))
     if not done:

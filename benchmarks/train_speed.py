@@ -1,11 +1,14 @@
 """Training speed and memory: ``train`` against a plain torch loop, 1 vs 2 threads, side by side.
 
-Each measurement runs in its own process (so its peak RSS, imports included, is its own); the
-variants alternate within every round so machine noise hits them alike. Also prints the machine's
-matmul GFLOP/s, the step's FLOP count and how close each step is to that arithmetic floor, and
-(unless --skip-converge) the wall time for the bidirectional d = 10 run to reach MSE < 1e-3.
+Also a standard 2-layer attention-only transformer (d_model 64, docs/standard.md) trained by
+``train`` beside the disentangled model, through the map (its default where that is cheaper) and
+with its direct forward in d_model. Each measurement runs in its own process (so its peak RSS,
+imports included, is its own); the variants alternate within every round so machine noise hits
+them alike. Also prints the machine's matmul GFLOP/s, the step's FLOP count and how close each
+step is to that arithmetic floor, and (unless --skip-converge) the wall time for the
+bidirectional d = 10 run to reach MSE < 1e-3.
 Usage: python benchmarks/train_speed.py [--steps 150] [--rounds 2] [--threads 1 2]
-       [--skip-speed] [--skip-converge] [--converge-threads 1]
+       [--variants ...] [--skip-speed] [--skip-converge] [--converge-threads 1]
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import resource
 import subprocess
 import sys
@@ -24,6 +28,8 @@ import torch
 # Printed as such, never divided into this run's numbers (machine load differs between the two).
 NOTE_STEPS_PER_S = (13, 18)
 D, BATCH = 10, 1024
+D_MODEL = 64
+VARIANTS = ["train", "reference", "train, default malloc", "standard", "standard, direct"]
 
 
 def peak_rss_mb() -> float:
@@ -41,6 +47,12 @@ def worker(variant: str, threads: int, steps: int) -> dict:
     cpu_mod = importlib.import_module("invperm_interp.training.cpu")
 
     cfg = ModelConfig(Layout.plain(D), attention_dir="bidirectional")
+    if variant.startswith("standard"):
+        cfg = ModelConfig(cfg.layout, attention_dir="bidirectional", arch="standard",
+                          d_model=D_MODEL)
+        if variant == "standard, direct":  # the forward in d_model instead of through the map
+            importlib.import_module("invperm_interp.model.standard").note_is_cheaper = \
+                lambda cfg: False
     if variant == "reference":  # what one would write by hand: hooked forward, Adam, fresh data
         from invperm_interp import HookedDisentangledTransformer  # train's path imports no TL
 
@@ -126,7 +138,7 @@ def converge(threads: int, steps: int) -> tuple[int | None, float | None, float]
 
 def speed(args: argparse.Namespace) -> None:
     """Steps/s and peak RSS of each variant and thread count, and the arithmetic floor."""
-    variants = ["train", "reference", "train, default malloc"]
+    variants = args.variants
     results: dict[tuple[str, int], list[dict]] = {}
     for _ in range(args.rounds):
         for threads in args.threads:
@@ -147,14 +159,22 @@ def speed(args: argparse.Namespace) -> None:
     print(f"{'variant':24s} {'threads':>7s} {'steps/s':>8s} {'vs ref':>7s} "
           f"{'floor %':>8s} {'peak RSS':>9s}")
     for t in args.threads:
-        ref = max(r["steps_per_s"] for r in results[("reference", t)])
+        ref = max((r["steps_per_s"] for r in results.get(("reference", t), [])), default=math.nan)
         for variant in variants:
             rs = results[(variant, t)]
             rate = max(r["steps_per_s"] for r in rs)
             flops = full if variant == "reference" else fast
+            if variant.startswith("standard"):
+                flops = float("nan")  # not the disentangled model's count
             floor = flops / (peak[t] * 1e9) * rate * 100  # % of the step that is arithmetic
             print(f"{variant:24s} {t:7d} {rate:8.1f} {rate / ref:6.2f}x {floor:7.0f}% "
                   f"{max(r['peak_rss_mb'] for r in rs):6.0f} MB")
+        if ("standard", t) in results and ("train", t) in results:
+            ratio = {v: max(r["steps_per_s"] for r in results[(v, t)])
+                     / max(r["steps_per_s"] for r in results[("train", t)])
+                     for v in variants if v.startswith("standard")}
+            print(f"{t} thread(s): standard (d_model {D_MODEL}) / disentangled steps/s: "
+                  + ", ".join(f"{v} {x:.2f}x" for v, x in ratio.items()))
     print(f"reference measured elsewhere, not in this run: the note's JAX code, "
           f"{NOTE_STEPS_PER_S[0]}-{NOTE_STEPS_PER_S[1]} steps/s on a quiet 2-core machine")
 
@@ -164,6 +184,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS)
     parser.add_argument("--converge-steps", type=int, default=1500)
     parser.add_argument("--converge-threads", type=int, default=1,
                         help="threads for the convergence run (1: robust on busy shared cores)")

@@ -112,3 +112,33 @@ def run_with_weights(model, As, W_U, X):
     params["unembed.W_U"] = W_U.to(model.device, model.cfg.torch_dtype)
     with torch.no_grad():
         return torch.func.functional_call(model, params, (X,), {"check_input": False})
+
+
+def scored(name="two_block", rows=1.0, rows_se=0.0, recovered=0.97, recovered_se=0.01):
+    """A construction's test: two cells, signs agreeing, its circuit-only model's scores."""
+    from invperm_interp.analysis.faithfulness import Faithfulness, Score
+
+    cells = ((0, 0, "pos.Y", "pos.P", "I"), (1, 0, "pos.P", "L1.x", "-1"))
+    return Faithfulness(name, "cells", cells, ("L2.x",), (1.0, 1.0), (1.0, 1.0), 0.5, 1.5,
+                        Score(1e-3, 1.0, 1.0, n=4096), Score(0.01, rows, recovered, rows_se,
+                                                             recovered_se, 4096),
+                        Score(2.0, 0.1, 0.0, n=4096))
+
+
+def analysed(mechanism, tests=None, names=None, mean=None, candidates=10, optimal=True,
+             resample=None, also=(), samples=4096, seed=12345):
+    """A sweep's record (``SweepRecord``) of a run the rule calls ``mechanism``: its first test the
+    named one, the names on 3 batches, under mean and resample ablation (default: the same)."""
+    from invperm_interp.analysis.faithfulness import Score
+    from invperm_interp.analysis.mechanism import Mechanism
+    from invperm_interp.analysis.minimal import MinimalCircuit
+    from invperm_interp.analysis.sweep_record import SweepRecord
+
+    tested = tuple(tests if tests is not None else [scored()])
+    minimal = MinimalCircuit(tested[0].cells, ("L2.x",), True, Score(0.01, 1.0, 0.97, n=512), 0.9,
+                             optimal, 100, candidates)
+    chosen = None if mechanism == "none" else tested[0]
+    mech = Mechanism(mechanism, chosen, tested, minimal, also_faithful=tuple(also))
+    under = {"mean": mechanism if mean is None else mean,
+             "resample": mechanism if resample is None else resample}
+    return SweepRecord(mech, samples, seed, tuple(names or [mechanism] * 3), under)

@@ -24,6 +24,11 @@ from invperm_interp.training import footprint
 from invperm_interp.training.single import train
 
 BENCH = REPO / "benchmarks" / "memory_estimate.py"
+sys.path.insert(0, str(BENCH.parent))
+try:
+    import memory_estimate
+finally:
+    sys.path.pop(0)
 
 
 def _can_reset_peak() -> bool:
@@ -35,46 +40,38 @@ def _can_reset_peak() -> bool:
         return False
 
 
+def _estimate_over_peak(job: dict, timeout: float) -> float:
+    """benchmarks/memory_estimate.py's estimate of ``job`` over its measured peak, in a fresh
+    process."""
+    proc = memory_estimate.measure(job)
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0 and out, err[-2000:]
+    got = json.loads(out)
+    return got["estimate"] / got["peak"]
+
+
 @pytest.mark.skipif(not _can_reset_peak(), reason="needs Linux /proc/self/clear_refs")
-def test_estimates_are_within_2x_of_measured_peaks():
+@pytest.mark.parametrize("name", memory_estimate.SMALL)
+def test_estimates_are_within_2x_of_measured_peaks(name):
     """Training, a construction's check and the analysis at sizes peaking at 50-300 MB, measured
-    by benchmarks/memory_estimate.py (which prints the larger sizes too)."""
-    sys.path.insert(0, str(BENCH.parent))
-    try:
-        import memory_estimate
-    finally:
-        sys.path.pop(0)
-    procs = {name: memory_estimate.measure(job) for name, job in memory_estimate.SMALL.items()}
-    ratios = {}
-    for name, proc in procs.items():
-        out, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err
-        got = json.loads(out)
-        ratios[name] = got["estimate"] / got["peak"]
-    assert all(0.5 <= r <= 2.0 for r in ratios.values()), ratios
+    by benchmarks/memory_estimate.py (which prints the larger sizes too); one job per test, so
+    that parallel workers share them out."""
+    ratio = _estimate_over_peak(memory_estimate.SMALL[name], timeout=600)
+    assert 0.5 <= ratio <= 2.0, (name, ratio)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _can_reset_peak(), reason="needs Linux /proc/self/clear_refs")
-def test_the_analysis_estimate_is_within_2x_over_depth_and_heads():
+@pytest.mark.parametrize("name", [k for k, v in memory_estimate.DEPTHS.items()
+                                  if (v["layers"], v["heads"]) != (3, 2)])
+def test_the_analysis_estimate_is_within_2x_over_depth_and_heads(name):
     """``invperm analyze``'s estimate against the measured peak of analysing briefly trained models
     of 2-3 layers and 1-2 heads (benchmarks/memory_estimate.py ``DEPTHS``), where the circuit tests'
-    gauge bases, growing as ``D³``, come to dominate the forward passes."""
-    sys.path.insert(0, str(BENCH.parent))
-    try:
-        import memory_estimate
-    finally:
-        sys.path.pop(0)
-    ratios = {}
-    # depth and heads, one at a time (their peaks add up otherwise); the benchmark's third size, 3
-    # layers of 2 heads, spends minutes in the minimal-circuit search and is left to it
-    jobs = {k: v for k, v in memory_estimate.DEPTHS.items() if (v["layers"], v["heads"]) != (3, 2)}
-    for name, job in jobs.items():
-        out, err = memory_estimate.measure(job).communicate(timeout=900)
-        assert out, err[-2000:]
-        got = json.loads(out)
-        ratios[name] = got["estimate"] / got["peak"]
-    assert all(0.5 <= r <= 2.0 for r in ratios.values()), ratios
+    gauge bases, growing as ``D³``, come to dominate the forward passes. Depth and heads vary one
+    at a time (their peaks add up otherwise); the benchmark's third size, 3 layers of 2 heads,
+    spends minutes in the minimal-circuit search and is left to it."""
+    ratio = _estimate_over_peak(memory_estimate.DEPTHS[name], timeout=900)
+    assert 0.5 <= ratio <= 2.0, (name, ratio)
 
 
 # -- the estimates' shapes -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from .architecture import ArchitectureFields
 from .task import Layout
 
 ATTENTION_DIRS = ("causal", "bidirectional")  # TransformerLens's names for masked / unmasked
@@ -29,11 +30,10 @@ class JSONConfig:
 
 
 @dataclass(frozen=True)
-class ModelConfig(JSONConfig):
-    """Everything that fixes a ``HookedDisentangledTransformer``'s shapes and maths.
-
-    Widths grow as ``D_0 = d + T`` and ``D_{l+1} = D_l (1 + H_l)`` (docs/design.md section 1).
-    """
+class ModelConfig(ArchitectureFields, JSONConfig):
+    """Everything that fixes a model's shapes and maths: the disentangled transformer's (widths
+    ``D_0 = d + T``, ``D_{l+1} = D_l (1 + H_l)``: docs/design.md section 1), or with
+    ``arch="standard"`` a standard one's (``architecture``, docs/standard.md)."""
 
     layout: Layout
     n_layers: int = 2
@@ -42,7 +42,7 @@ class ModelConfig(JSONConfig):
     readout: str = "P"  # name of the segment whose rows are read out (must have d rows)
     dtype: str = "float32"  # "float64" for exact checks of the constructions
     init: str = "normal"  # "normal": N(0, init_scale²); "zeros": the note's code
-    init_scale: float = 0.01
+    init_scale: float | None = None  # None: the architecture's (0.01 for the disentangled model)
     # Where the model's weights live, as TransformerLens's cfg.device: the model is built there and
     # keeps it current on .to(); a runtime fact, so not in the JSON and not compared.
     device: str = field(default="cpu", compare=False)
@@ -89,6 +89,7 @@ class ModelConfig(JSONConfig):
             raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         if self.init not in INITS:
             raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
+        self._resolve_architecture(heads)
         scale = self.init_scale
         number = isinstance(scale, (int, float)) and not isinstance(scale, bool)
         if not (number and 0 <= scale < float("inf")):
@@ -121,6 +122,8 @@ class ModelConfig(JSONConfig):
     @property
     def n_params(self) -> int:
         """Entries of every ``A`` ``(H_l, D_l, D_l)`` and of ``W_U`` ``(D_L, d)``."""
+        if self.arch == "standard":
+            return self._standard_params(self.d, self.T, self.heads)
         widths = self.widths
         return sum(h * w * w for h, w in zip(self.heads, widths)) + widths[-1] * self.d
 
@@ -145,11 +148,6 @@ class ModelConfig(JSONConfig):
         return self.layout.T
 
     @property
-    def attn_only(self) -> bool:
-        """Always True: the model has no MLPs."""
-        return True
-
-    @property
     def n_key_value_heads(self) -> None:
         """None: every head has its own keys and values (``hook_k`` / ``hook_v`` have ``H`` heads)."""
         return None
@@ -165,6 +163,7 @@ class ModelConfig(JSONConfig):
             "dtype": self.dtype,
             "init": self.init,
             "init_scale": self.init_scale,
+            **self._standard_dict(),
         }
 
     @classmethod

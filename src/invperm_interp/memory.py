@@ -216,8 +216,12 @@ def batch_bytes(cfg: ModelConfig, n: int) -> int:
 
 def forward_bytes(cfg: ModelConfig, b: int) -> int:
     """Peak bytes of the hooked forward on ``b`` samples without gradients, beyond the weights and
-    the input."""
+    the input (a standard model: its stream, queries, keys, values, scores and MLP; the
+    disentangled model's widths ``D_l`` otherwise)."""
     e, T, peak = _elem(cfg), cfg.T, 0
+    if cfg.arch == "standard":
+        return e * max(b * T * (2 * cfg.d_model + 3 * H * cfg.d_head + 2 * (cfg.d_mlp or 0))
+                       + 2 * b * H * T * T for H in cfg.heads)
     for H, D in zip(cfg.heads, cfg.widths):
         h, q, s = b * T * D, b * H * T * D, b * H * T * T
         peak = max(peak, h + 2 * q + 2 * s, h + 2 * q + h * (1 + H))

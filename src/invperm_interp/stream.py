@@ -62,11 +62,16 @@ _NO_QK = ("this model has no W_Q or W_K: each head's scores are h A hᵀ with on
           "A = blocks[l].attn.A[head], (D_l, D_l); the queries h A are hook_q")
 _NO_OV = ("this model has no W_V or W_O: the values are the stream h itself (hook_v) and each head's "
           "output z is concatenated onto the stream (blocks.{l}.attn.hook_z, blocks.{l}.hook_attn_out)")
+_NO_MLP = ("this model is attention-only (no MLPs, no mlp hooks): what a layer adds is "
+           "blocks.{l}.hook_attn_out")
 _ABSENT = {"W_Q": _NO_QK, "W_K": _NO_QK, "b_Q": _NO_QK, "b_K": _NO_QK, "QK": _NO_QK,
            "W_V": _NO_OV, "W_O": _NO_OV, "b_V": _NO_OV, "b_O": _NO_OV, "OV": _NO_OV,
            "hook_result": "this model has no hook_result (per-head outputs through W_O): use "
                           "blocks.{l}.attn.hook_z, (B, T, H, D_l), each head's output as it is "
-                          "concatenated onto the stream, or blocks.{l}.hook_attn_out, all heads"}
+                          "concatenated onto the stream, or blocks.{l}.hook_attn_out, all heads",
+           "hook_resid_mid": "this model has no MLPs, so no hook_resid_mid: the stream after layer "
+                             "l's attention is blocks.{l}.hook_resid_post",
+           "hook_mlp_out": _NO_MLP, "hook_mlp_in": _NO_MLP}
 
 
 def absent_name_hint(name: str) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -93,6 +94,62 @@ def test_timeline_refuses_bad_input(tmp_path):
     interpolated_run(tmp_path / "run", n_steps=3)
     with pytest.raises(ValueError, match="stride must be an integer >= 1"):
         timeline(tmp_path / "run", stride=0)
+
+
+def _checkpoint_a_directory(run):
+    path = RunDir(run).checkpoint(2)
+    path.unlink()
+    path.mkdir()
+
+
+def _checkpoint_not_finite(run):
+    path = RunDir(run).checkpoint(2)
+    tensors, meta = ckpt.load(path)
+    tensors["model.blocks.0.attn.A"][0, 0, 0] = float("nan")
+    ckpt.save(path, tensors, meta)  # a valid digest of NaN weights
+
+
+def _checkpoint_of_another_step(run):
+    RunDir(run).checkpoint(2).write_bytes(RunDir(run).checkpoint(1).read_bytes())
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_checkpoint_a_directory, r"checkpoint \S+step_2.safetensors is not a file"),
+    (_checkpoint_not_finite, r"checkpoint \S+step_2.safetensors holds weights that are not finite "
+                             r"\(NaN or inf\) in model.blocks.0.attn.A"),
+    (_checkpoint_of_another_step, r"checkpoint \S+step_2.safetensors holds step 1, not the step "
+                                  r"its name says \(2\)"),
+])
+def test_a_damaged_checkpoint_is_one_line_naming_it(tmp_path, capsys, damage, message):
+    """A checkpoint that is a directory, holds NaN weights under a valid digest, or is another
+    step's file under this step's name: one line naming it, not a wrong list of steps, a
+    traceback from lstsq, or another step's weights in this step's row."""
+    interpolated_run(tmp_path / "run", n_steps=3)
+    damage(tmp_path / "run")
+    assert main(["timeline", str(tmp_path / "run"), "--quiet", "--n", "64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.fullmatch("invperm timeline: error: " + message + ".*", err[0]), err
+    assert not (tmp_path / "run" / "timeline.json").exists()
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**63), "1180591620717411303424"])
+def test_timeline_and_discover_refuse_a_seed_outside_0_to_2_63(tmp_path, capsys, seed):
+    interpolated_run(tmp_path / "run", n_steps=2)
+    for command in ("timeline", "discover"):
+        assert main([command, str(tmp_path / "run"), "--seed", seed]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"invperm {command}: error: seed must be an integer in [0, 2^63), got {seed}"]
+
+
+@pytest.mark.parametrize("text", ["{", "[]", "{}", '{"steps": 5}', "null"])
+def test_analyze_leaves_out_a_damaged_timeline_with_a_warning_naming_it(tmp_path, capsys, text):
+    run = tmp_path / "run"
+    interpolated_run(run, n_steps=2)
+    (run / "timeline.json").write_text(text)
+    assert main(["analyze", str(run), "--n", "64"]) == 0
+    err = capsys.readouterr().err
+    assert f"{run / 'timeline.json'} is damaged" in err and "Traceback" not in err
+    assert "<h2>Over training</h2>" in (run / "report.html").read_text()
 
 
 def test_cli_timeline_writes_table_json_and_figure(tmp_path, capsys):

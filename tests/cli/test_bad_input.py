@@ -399,6 +399,8 @@ def cli_error(argv, capsys):
     (["train", "--config", "{tmp}/badtrain.json", "--out", "{tmp}/r"], "'train' must be a JSON object"),
     (["train", "--config", "{tmp}/badmodel.json", "--out", "{tmp}/r"], "readout must name a segment"),
     (["train", "--d", "2", "--out", "{tmp}/afile/run"], "out_dir .*afile/run cannot be written"),
+    (["train", "--d", "4", "--steps", "20", "--layers", "50", "--out", "{tmp}/r"],  # a traceback
+     r"this training run needs about \S+ GB .* lower d, n_layers or n_heads"),  # from the estimate
     (["train", "--n-scratch", "3", "--out", "{tmp}/r"], "--n-scratch sets the scratch rows of "
                                                          "--layout scratch"),
     (["train", "--config", "{tmp}/hugemodel.json", "--out", "{tmp}/r"], "d must be an integer >= 1, got inf"),

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from helpers import run, small
+from helpers import analysed, run, small
 
 from invperm_interp.analysis.record import ModelAnalysis
 from invperm_interp.cli.main import main
@@ -23,8 +23,8 @@ def test_report_directory_analyses_runs_in_workers_and_reuses_their_records(tmp_
         RunDir(run_dir).report.unlink()
     written = RunDir(tmp_path / "run0").analysis.stat().st_mtime_ns
     # a run a sweep analysed shows the sweep's verdict beside the page's own
-    RunDir(tmp_path / "run0").mechanism.write_text(json.dumps({"name": "two_block", "samples": 64,
-                                                               "seed": 3}))
+    record = analysed("two_block", samples=64, seed=3).to_dict()
+    RunDir(tmp_path / "run0").mechanism.write_text(json.dumps(record))
     assert main(["report", str(tmp_path), "--n", "32", "--workers", "1"]) == 0
     assert RunDir(tmp_path / "run0").analysis.stat().st_mtime_ns == written  # reused
     assert "the rule names <b>two_block</b> on 64 fresh samples (seed 3)" in \

@@ -278,5 +278,11 @@ def test_transformer_lens_names_this_model_lacks_say_what_to_use():
     _, cache = model.run_with_cache(torch.zeros(1, model.cfg.T, 3))
     with pytest.raises(KeyError, match=r"no hook_result.*hook_attn_out"):
         cache["result", 0]
+    with pytest.raises(KeyError, match=r"no MLPs, so no hook_resid_mid.*hook_resid_post"):
+        cache["resid_mid", 0]
+    with pytest.raises(KeyError, match=r"attention-only.*hook_attn_out"):
+        cache["blocks.1.hook_mlp_out"]
+    with pytest.raises(ValueError, match=r"no LayerNorm.*W_U"):
+        cache.apply_ln_to_stack(cache.accumulated_resid())
     with pytest.raises(AttributeError, match=r"has no attribute 'nope'$"):
         model.nope  # noqa: B018

@@ -5,7 +5,7 @@ import json
 import sys
 
 import pytest
-from helpers import REPO
+from helpers import REPO, analysed, scored
 
 ANALYSES = REPO / "analyses"
 
@@ -19,31 +19,12 @@ def census_report(monkeypatch):
     return census_report
 
 
-def scored(name="two_block", rows=1.0, rows_se=0.0, recovered=0.97, recovered_se=0.01):
-    return {"name": name, "rows_exact": rows, "rows_se": rows_se, "loss_recovered": recovered,
-            "recovered_se": recovered_se, "n": 4096, "signs_agree": True, "n_atoms": 2,
-            "verdict": "faithful"}
-
-
-def record(name, attention_dir, d, seed, mechanism, solved=True, tests=None, names=None,
-           mean=None, candidates=10, optimal=True, resample=None):
-    analysis = {"version": 2, "name": mechanism, "samples": 4096, "seed": 12345, "batches": 3,
-                "mean_ablation": True, "also_faithful": [], "borderline": [], "circuit_mse": 0.01,
-                "circuit_rows_exact": 1.0, "loss_recovered": 0.97, "without_mse": 2.0,
-                "minimal_named": True, "minimal_size": 2, "minimal_faithful": True,
-                "minimal_optimal": optimal, "minimal_candidates": candidates,
-                "minimal_evaluations": 100, "minimal_rows_exact": 1.0,
-                "minimal_loss_recovered": 0.97, "minimal_weight_share": 0.9, "minimal_read": ["P"],
-                "minimal_cells": [], "tested": tests if tests is not None else [scored()],
-                "names_by_batch": names or [mechanism] * 3,
-                "name_mean_ablation": mechanism if mean is None else mean,
-                "resample_ablation": True,
-                "name_resample_ablation": mechanism if resample is None else resample}
+def record(name, attention_dir, d, seed, mechanism, solved=True, **analysis):
     return {"name": name, "variant": name.rsplit("_", 1)[0], "status": "stopped", "step": 700,
             "steps_to_solve": 700 if solved else None, "solve_mse": 1e-3,
             "final": {"step": 700, "mse": 9e-4, "row_acc": 1.0}, "mechanism": mechanism,
             "model": {"layout": {"d": d}, "attention_dir": attention_dir},
-            "train": {"seed": seed}, "analysis": analysis}
+            "train": {"seed": seed}, "analysis": analysed(mechanism, **analysis).to_dict()}
 
 
 def test_the_report_is_written_next_to_the_runs_not_into_assets(tmp_path, census_report):
@@ -106,8 +87,8 @@ def test_counts_carry_borderline_stability_both_ablation_styles_and_optimality(t
 
 
 def test_name_at_is_the_librarys_rule_on_recorded_scores(census_report):
-    row = {"tested": [scored("a", recovered=0.85), scored("b", recovered=0.95),
-                      scored("c", rows=0.97, rows_se=0.001)]}
+    row = census_report.run_columns(analysed("b", tests=[
+        scored("a", recovered=0.85), scored("b", recovered=0.95), scored("c", rows=0.97, rows_se=0.001)]))
     assert census_report.name_at(row, 0.99, 0.8) == "b"  # the most loss recovered wins
     assert census_report.name_at(row, 0.99, 0.9) == "b"
     assert census_report.name_at(row, 0.99, 0.96) == "borderline"  # 0.95 ± 0.02 straddles 0.96
@@ -122,11 +103,11 @@ def test_wilson_interval_matches_its_closed_form(census_report):
     assert census_report.wilson(0, 5)[0] == 0.0 and census_report.wilson(5, 5)[1] == 1.0
 
 
-def test_the_readme_quotes_the_committed_census(census_report):
-    """The README's census table is the one census_report makes from assets/census.json."""
+def test_the_census_page_quotes_the_committed_census(census_report):
+    """The census page's table is the one census_report makes from assets/census.json."""
     summary = json.loads((REPO / "assets" / "census.json").read_text())["summary"]
-    readme = "\n".join(line.strip() for line in (REPO / "README.md").read_text().splitlines())
-    assert census_report.readme_table(summary) in readme  # indented inside a list item there
+    page = (REPO / "docs" / "results" / "census.md").read_text()
+    assert census_report.readme_table(summary) in page
 
 
 def test_agreement_groups_runs_by_their_three_names(census_report):
@@ -141,3 +122,10 @@ def test_agreement_groups_runs_by_their_three_names(census_report):
         == groups[2]
     assert census_report.agreement(run("none", "borderline", "none")) == groups[3]
     assert census_report.agreement(run("none", "none", "none")) == groups[3]
+
+
+def test_the_committed_census_md_is_what_census_json_makes(tmp_path, census_report):
+    """assets/census.md (its wording included) is regenerated from assets/census.json alone."""
+    rows, planned = census_report.rows_from_json(REPO / "assets" / "census.json")
+    census_report.write_census(rows, planned, tmp_path)
+    assert (tmp_path / "census.md").read_text() == (REPO / "assets" / "census.md").read_text()

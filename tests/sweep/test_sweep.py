@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, tiny_grid_text
+from helpers import REPO, analysed, tiny_grid_text
 
 from invperm_interp.cli import main
 from invperm_interp.sweep.engine import run_sweep, units
@@ -146,19 +146,9 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
     seen = []
 
-    from types import SimpleNamespace
-
-    class Named:
-        name = "appendix_b"
-        faithfulness, tested, also_faithful, borderline = None, (), (), ()
-        rows, recovered, z = 0.99, 0.8, 1.96
-        minimal = SimpleNamespace(size=2, faithful=True, weight_share=0.5, read=("P",), cells=(),
-                                  optimal=True, evaluations=3,
-                                  score=SimpleNamespace(rows_exact=1.0, loss_recovered=0.9))
-
     def fake_mechanism(model, batch, **kwargs):
         seen.append((model.cfg.d, batch.X.shape[0]))
-        return Named()
+        return analysed("appendix_b").mechanism
 
     monkeypatch.setattr(mech_mod, "mechanism", fake_mechanism)
     text = tiny(steps=10, head="mechanism = true")
@@ -182,8 +172,7 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     rows = lines(run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False))
     assert len(seen) == 4 and styles == [("resample", 4096, 4096)] * 4
     record = json.loads((out / "d2_seed0" / "mechanism.json").read_text())
-    assert record["name"] == "appendix_b" and record["name_resample_ablation"] == "theorem2"
-    assert record["resample_ablation"] is True and record["name_mean_ablation"] is None
+    assert record["name"] == "appendix_b" and record["under"] == {"resample": "theorem2"}
     run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False)
     assert len(styles) == 4  # now complete: nothing left to do
     # Other samples redo the whole analysis.

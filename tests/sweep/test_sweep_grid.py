@@ -76,6 +76,8 @@ def test_the_census_grid_plans_64_seeds_at_d10_and_16_elsewhere():
     ('{default = 1, "d3" = 2}', "seeds.'d3': a per-value key"),
     ('{default = 0}', "seeds.default: must be"),
     ('{default = 1, "d=2" = [1, 1]}', "seeds.'d=2': lists a seed twice"),
+    ('{}', "seeds: is an empty table: give a count"),  # "max() arg is an empty sequence" before
+    ('{start = 3, stop = 3}', "seeds: must be a count n >= 1"),
 ])
 def test_a_bad_seeds_table_is_one_error_naming_the_key(tmp_path, seeds, key, capsys):
     path = grid_file(tmp_path, f"seeds = {seeds}" + BASE)
@@ -107,11 +109,63 @@ def test_workers_below_one_are_refused_in_one_line(tmp_path, workers, capsys):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("text", ["", "# nothing but a comment\n", "seeds = 3\n"])
+def test_a_seeds_key_matches_the_value_it_writes_not_only_its_text(tmp_path):
+    """``"lr=1e-2"`` is the point ``lr = 1e-2`` (Python writes it 0.01); a bool is not a number."""
+    text = 'seeds = {default = 1, "lr=1e-2" = [5, 6]}\n[model]\nd = 2\n[train]\nlr = [1e-2, 2e-2]\n'
+    assert names(grid_file(tmp_path, text)) == ["lr0.01_seed5", "lr0.01_seed6", "lr0.02_seed0"]
+    text = ('seeds = {default = 1, "n_heads=[2, 1]" = 2}\n[model]\nd = 2\nn_layers = 2\n'
+            'n_heads = [[2, 1], [1, 1]]\n')
+    assert names(grid_file(tmp_path, text)) == ["n_heads2-1_seed0", "n_heads2-1_seed1",
+                                                 "n_heads1-1_seed0"]
+
+
+def test_dry_run_says_a_grid_over_max_runs_needs_yes(tmp_path, monkeypatch, capsys):
+    from invperm_interp.sweep import grid, plan
+
+    monkeypatch.setattr(grid, "MAX_RUNS", 3)
+    monkeypatch.setattr(plan, "MAX_RUNS", 3)
+    path = grid_file(tmp_path, "seeds = 2" + BASE)  # 4 runs
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert "over 3 runs: the sweep needs --yes" in capsys.readouterr().out
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "over 3: check it with --dry-run, then pass --yes" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seeds", ["1000000000", "{start = 0, stop = 1000000000}",
+                                   '{default = 1000000000, "d=2" = 1}'])
+def test_a_billion_seeds_are_refused_from_the_count_before_any_list_is_built(tmp_path, seeds):
+    """Under a 1 GB address-space cap above the imports, ``--yes`` still refuses the grid from
+    its count (the seed list was built first: MemoryError)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        pytest.skip("this process already runs under an address-space limit")
+    path = grid_file(tmp_path, f"seeds = {seeds}" + BASE)
+    script = ("import resource, sys\n"
+              "from invperm_interp.cli import main\n"
+              "used = next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') "
+              "if l.startswith('VmSize:'))\n"
+              "resource.setrlimit(resource.RLIMIT_AS, (used + 2**30, resource.RLIM_INFINITY))\n"
+              f"sys.exit(main(['sweep', {str(path)!r}, '--yes', '--out', {str(tmp_path / 'o')!r}]))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [
+        f"invperm sweep: error: grid {path}: seeds/axes: the grid has up to 2,000,000,000 runs, "
+        "over 200,000: split it into several grids"]
+
+
+@pytest.mark.parametrize("text", ["", "# nothing but a comment\n", "seeds = 3\n", "[model]\n",
+                                  "seeds = 2\n[train]\n", "[model]\n[train]\n",
+                                  '[[variants]]\nname = "a"\n'])
 def test_an_empty_grid_is_refused_not_one_default_run(tmp_path, text, capsys):
     path = grid_file(tmp_path, text)
     out = tmp_path / "out"
-    for extra in ([], ["--dry-run"]):
+    for extra in (["--dry-run"], []):  # a dry run first: without the check it trains
         assert main(["sweep", str(path), "--out", str(out), *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "the grid is empty" in err[0]

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, tiny_grid_text
+from helpers import REPO, analysed, tiny_grid_text
 
 from invperm_interp.cli import main
 from invperm_interp.sweep.engine import run_sweep, units
@@ -60,18 +60,15 @@ def test_a_failed_run_is_one_line_and_a_summary_and_a_run_never_checkpointed_res
 
 def test_a_finished_run_without_its_mechanism_is_analysed_on_rerun(tmp_path, monkeypatch):
     import importlib
-    from types import SimpleNamespace
+
+    from invperm_interp.analysis.sweep_record import SweepRecord
 
     mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
     calls = []
 
     def fake_mechanism(model, batch, **kwargs):
         calls.append(model.cfg.d)
-        minimal = SimpleNamespace(size=2, faithful=True, weight_share=0.5, read=("P",), cells=(),
-                                  optimal=True, evaluations=3,
-                                  score=SimpleNamespace(rows_exact=1.0, loss_recovered=0.9))
-        return SimpleNamespace(name="two_block", faithfulness=None, tested=(), minimal=minimal,
-                               also_faithful=(), borderline=(), rows=0.99, recovered=0.8, z=1.96)
+        return analysed("two_block").mechanism
 
     monkeypatch.setattr(mech_mod, "mechanism", fake_mechanism)
     path = grid_file(tmp_path, steps=10, extra="mechanism = true")
@@ -81,7 +78,7 @@ def test_a_finished_run_without_its_mechanism_is_analysed_on_rerun(tmp_path, mon
     assert units(load_grid(path), out) == [[1]]
     rows = records(run_sweep(path, out, executor="debug", progress=False))
     assert rows["seed1"]["mechanism"] == "two_block" and len(calls) == 3
-    assert rows["seed1"]["analysis"]["minimal_size"] == 2
+    assert SweepRecord.from_dict(rows["seed1"]["analysis"]).mechanism.minimal.size == 2
     # a record cut short (a full disk) is not done and is analysed again, not a failure
     record = out / "seed0" / "mechanism.json"
     record.write_text(record.read_text()[:40])
@@ -91,7 +88,8 @@ def test_a_finished_run_without_its_mechanism_is_analysed_on_rerun(tmp_path, mon
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_sweep_and_its_workers_with_a_resume_hint(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])  # SIGHUP: a closed terminal
+def test_sigterm_stops_the_sweep_and_its_workers_with_a_resume_hint(tmp_path, sig):
     from invperm_interp.runs.lock import RunLock
 
     path = grid_file(tmp_path, steps=400, every=20)
@@ -104,9 +102,9 @@ def test_sigterm_stops_the_sweep_and_its_workers_with_a_resume_hint(tmp_path):
     deadline = time.monotonic() + 300
     while not list(out.glob("*/checkpoints/*.safetensors")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)  # the sweep alone, as a scheduler or `kill` would
+    proc.send_signal(sig)  # the sweep alone, as a scheduler or `kill` would
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM
+    assert proc.returncode == 128 + sig
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].endswith("rerun the same command to resume")
     for run_dir in out.glob("seed*"):  # no worker is left holding a run
@@ -116,16 +114,25 @@ def test_sigterm_stops_the_sweep_and_its_workers_with_a_resume_hint(tmp_path):
     assert (out / "sweep.jsonl").read_text() == reference.read_text()
 
 
-def test_sigusr2_asks_training_to_stop_like_sigterm():
+@pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGHUP])
+def test_sigusr2_and_sighup_ask_training_and_the_sweep_to_stop_like_sigterm(sig):
+    from invperm_interp.sweep.engine import _StopOnSignal
     from invperm_interp.training.signals import StopRequest
 
     with StopRequest() as stop:
-        os.kill(os.getpid(), signal.SIGUSR2)
+        os.kill(os.getpid(), sig)
         deadline = time.monotonic() + 5
         while not stop.requested and time.monotonic() < deadline:
             time.sleep(0.01)
-    assert stop.requested and stop.signum == signal.SIGUSR2
-    assert stop.interrupted("x").exit_code == 128 + signal.SIGUSR2
+    assert stop.requested and stop.signum == sig
+    assert stop.interrupted("x").exit_code == 128 + sig
+    if sig == signal.SIGHUP:  # the sweep's driver (it ignores SIGUSR2, which Slurm sends tasks)
+        with _StopOnSignal() as driver:
+            os.kill(os.getpid(), sig)
+            deadline = time.monotonic() + 5
+            while driver.signum is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert driver.signum == sig
 
 
 @pytest.mark.parametrize("message, line", [

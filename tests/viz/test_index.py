@@ -4,6 +4,7 @@ import json
 import re
 
 import pytest
+from helpers import analysed
 
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.cli import main
@@ -64,7 +65,7 @@ def test_index_reads_a_sweep_jsonl(tmp_path):
     assert "diverged at step 400" in page
     assert "under mean or resample ablation" not in page  # no record of other styles: no note
     # the sweep's analysis names run0 otherwise under resample ablation: said beside its mechanism
-    records[0]["analysis"] = {"name_mean_ablation": "two_block", "name_resample_ablation": "none"}
+    records[0]["analysis"] = analysed("two_block", resample="none").to_dict()
     (tmp_path / "sweep.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     assert find_runs(tmp_path)[0].other_styles == (("resample", "none"),)
     page = write_index(tmp_path).read_text()

@@ -7,6 +7,7 @@ import re
 import pytest
 import torch
 from conftest import loads_from_network
+from helpers import analysed
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
 from invperm_interp.analysis.record import ModelAnalysis, analyze, headline
@@ -60,11 +61,9 @@ def test_report_has_every_section_in_reading_order(theorem3_page):
 
 def test_a_sweeps_verdict_is_shown_after_the_mechanism_when_the_run_has_one(theorem3):
     model, batch, summary = theorem3
-    record = {"name": "theorem3_superposed", "samples": 4096, "seed": 12345,
-              "also_faithful": ["theorem3_superposed_complement"],
-              "names_by_batch": ["theorem3_superposed", "borderline", "theorem3_superposed"],
-              "name_mean_ablation": "theorem3_superposed", "name_resample_ablation": "none",
-              "minimal_size": 9, "minimal_faithful": True, "minimal_optimal": False}
+    record = analysed("theorem3_superposed", also=["theorem3_superposed_complement"],
+                      names=["theorem3_superposed", "borderline", "theorem3_superposed"],
+                      resample="none", optimal=False)
     page = report_html(model, summary, batch, sweep_record=record)
     mechanism = _sections(page)["Mechanism"]
     said = mechanism[mechanism.index("The sweep's verdict"):]
@@ -73,7 +72,7 @@ def test_a_sweeps_verdict_is_shown_after_the_mechanism_when_the_run_has_one(theo
     assert "on 3 batches: theorem3_superposed, borderline, theorem3_superposed" in said
     assert "under mean ablation of the cells outside the circuit: theorem3_superposed" in said
     assert "under resample ablation of the cells outside the circuit: none" in said
-    assert "minimal circuit 9 cells (faithful)" in said
+    assert "minimal circuit 2 cells (faithful)" in said
     assert "The sweep's verdict" not in report_html(model, summary, batch)
 
 

@@ -28,9 +28,9 @@ import torch
 from ..maths import constructions
 from ..model.hooked import HookedDisentangledTransformer
 from .faithfulness import Faithfulness, Tester
-from .mechanism import NONE, mechanism, verdict_of
+from .mechanism import NONE, Mechanism, mechanism, verdict_of
 from .templates import explain
-from .verdict import FAITHFUL, VERDICT_SAMPLES, evaluation_batch
+from .verdict import FAITHFUL, VERDICT_SAMPLES, check_seed, evaluation_batch
 
 #: An atom belongs to a form when its ``|β|`` is at least this share of its cell's largest.
 ATOM_SHARE = 0.25
@@ -164,26 +164,16 @@ def _errors(form: Form, name: str) -> tuple[tuple[float, float], ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class Known:
-    """A verdict already measured on a model (a sweep's ``mechanism.json``): the rule's name and,
-    for ``"none"``, whether the minimal circuit is faithful, its cells and its read-out blocks."""
-
-    name: str
-    minimal_faithful: bool
-    minimal_cells: tuple[tuple[int, int, str, str, str], ...]
-    minimal_read: tuple[str, ...]
-
-
 def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VERDICT_SAMPLES,
              seed: int = 0, min_runs: int = 2, progress=None,
-             known: Mapping[str, Known] | None = None) -> Discovery:
+             known: Mapping[str, Mechanism] | None = None) -> Discovery:
     """Group the unnamed models' minimal circuits into forms and propose each form held by at least
     ``min_runs`` models (module docstring); every model is judged on ``n`` samples from ``seed``,
-    except those in ``known`` (verdicts measured so already). ``progress``: an optional callable
-    wrapping the iteration (e.g. ``tqdm``)."""
+    except those in ``known`` (mechanisms measured so already, e.g. by a sweep). ``progress``: an
+    optional callable wrapping the iteration (e.g. ``tqdm``)."""
     if not isinstance(min_runs, int) or min_runs < 1:
         raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
+    check_seed(seed)
     forms, reasons, batches = {}, {}, {}
     items = list(models.items())
     for key, model in (progress(items) if progress else items):
@@ -191,19 +181,18 @@ def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VE
             raise ValueError(f"models[{key!r}] must be a HookedDisentangledTransformer")
         batches[key] = evaluation_batch(model, n, seed)
         if known is not None and key in known:
-            verdict = known[key]
+            mech = known[key]
         else:
             mech = mechanism(model, batches[key])
-            verdict = Known(mech.name, mech.minimal.faithful, mech.minimal.cells, mech.minimal.read)
         forms[key] = None
-        if verdict.name != NONE:
-            reasons[key] = f"named {verdict.name}" if verdict.name != "borderline" else "borderline"
-        elif not verdict.minimal_faithful:
+        if mech.name != NONE:
+            reasons[key] = f"named {mech.name}" if mech.name != "borderline" else "borderline"
+        elif not mech.minimal.faithful:
             reasons[key] = "no faithful minimal circuit"
         elif model.cfg.n_layers != 2 or model.cfg.heads != (1, 1):
             reasons[key] = "not a two-layer one-head model"
         else:
-            forms[key] = form_of(model, verdict.minimal_cells, verdict.minimal_read)
+            forms[key] = form_of(model, mech.minimal.cells, mech.minimal.read)
             reasons[key] = "unnamed"
     groups: dict[Form, list[str]] = defaultdict(list)
     for key, form in forms.items():
@@ -227,9 +216,17 @@ def _hypothesis(model, form: Form, name: str):
 
 
 def table(discovery: Discovery) -> str:
-    """A markdown table of the proposals, then a line per reason models were left out."""
-    lines = ["| form | runs | cells | exact from β | rows exact / loss recovered on its runs |",
-             "| --- | --- | --- | --- | --- |"]
+    """A markdown table of the proposals (or, when there are none, one line saying how the unnamed
+    circuits fell apart and by what grouping), then a line per reason models were left out."""
+    forms = [f for f in discovery.forms.values() if f is not None]
+    if not discovery.proposals:
+        lines = [f"nothing to propose: the {len(forms)} unnamed runs with a faithful minimal circuit "
+                 f"hold {len(set(forms))} forms when grouped by every cell, template, sign and "
+                 "read-out (up to the gauge), and no form is held by enough runs; a coarser grouping "
+                 "may join them"]
+    else:
+        lines = ["| form | runs | cells | exact from β | rows exact / loss recovered on its runs |",
+                 "| --- | --- | --- | --- | --- |"]
     for p in discovery.proposals:
         exact = (f"{p.exact_from:g}" if p.exact_from is not None
                  else f"not exact (best error {p.best_error:.2g})")

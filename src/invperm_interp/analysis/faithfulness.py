@@ -35,7 +35,7 @@ from torch import Tensor
 from ..model.hooked import HookedDisentangledTransformer
 from ..model.variants import forward_many
 from ..task import Batch, mse
-from .hypothesis import AtomCell, Hypothesis, as_hypothesis
+from .hypothesis import AtomCell, Hypothesis, as_hypothesis, read_cells
 from .projection import Projection, fixed_weights, project
 from .score import Score, read_score, score
 
@@ -110,7 +110,7 @@ class Faithfulness:
 
     @classmethod
     def from_dict(cls, data: dict) -> Faithfulness:
-        return cls(data["hypothesis"], data["unit"], tuple(tuple(c) for c in data["cells"]),
+        return cls(data["hypothesis"], data["unit"], read_cells(data["cells"]),
                    None if data["read"] is None else tuple(data["read"]), tuple(data["betas"]),
                    tuple(data["template_betas"]),
                    data["weight_share"], data["baseline"], read_score(data["model"]),

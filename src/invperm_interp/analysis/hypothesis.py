@@ -9,18 +9,32 @@ against the model; ``analysis.faithfulness`` tests it by running it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..maths import constructions
 from ..maths.cells import cell_template
 from ..model.hooked import HookedDisentangledTransformer
 from .templates import Atom, Circuit
 
-#: ``(layer, head, query block, key block, label)``: label is a template with an optional sign,
-#: ``"I"``, ``"-I"``, ``"J"``, ``"1"``/``"-1"`` (all ones), ``"shift+1"`` … (``default_templates``).
-AtomCell = tuple[int, int, str, str, str]
+
+class AtomCell(NamedTuple):
+    """One template in one (query block, key block) cell of a head's ``A``; ``label`` is a template
+    with an optional sign, ``"I"``, ``"-I"``, ``"J"``, ``"1"``/``"-1"`` (all ones), ``"shift+1"`` …
+    (``default_templates``). A tuple: records store it as a JSON list."""
+
+    layer: int
+    head: int
+    query: str
+    key: str
+    label: str
+
+    @property
+    def site(self) -> tuple[int, int, str, str]:
+        """``(layer, head, query, key)``: the cell without its template."""
+        return self.layer, self.head, self.query, self.key
+
 UNITS = ("cells", "atoms")
 
 
@@ -40,6 +54,7 @@ class Hypothesis:
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
             raise ValueError(f"unit must be one of {UNITS}, got {self.unit!r}")
+        object.__setattr__(self, "cells", read_cells(self.cells))
 
     def __len__(self) -> int:
         return len(self.cells)
@@ -48,7 +63,7 @@ class Hypothesis:
         """Less cell ``index``; with ``unit="cells"``, less every entry of its (query, key) cell."""
         drop = self.cells[index]
         cells = tuple(c for i, c in enumerate(self.cells)
-                      if i != index and not (self.unit == "cells" and c[:4] == drop[:4]))
+                      if i != index and not (self.unit == "cells" and c.site == drop.site))
         return Hypothesis(f"{self.name} less {cell_text(self.cells[index])}", cells, self.read,
                           self.unit)
 
@@ -59,17 +74,9 @@ def cell_text(cell: AtomCell) -> str:
     return f"L{layer + 1}{f'h{head}' if head else ''} {label} at ({query}, {key})"
 
 
-def parse_cell_text(text: str) -> tuple[int, int, str, str, str]:
-    """The inverse of :func:`cell_text`: ``"L2h1 -I at (pos.S, L1.x)"`` → ``(1, 1, "pos.S",
-    "L1.x", "-I")``."""
-    found = _CELL_TEXT.match(text.strip())
-    if not found:
-        raise ValueError(f"not a cell as cell_text writes one ('L1 I at (pos.Y, pos.P)'): {text!r}")
-    layer, head, label, query, key = found.groups()
-    return int(layer) - 1, int(head or 0), query, key, label
-
-
-_CELL_TEXT = re.compile(r"^L(\d+)(?:h(\d+))? (.+) at \(([^,()]+), ([^,()]+)\)$")
+def read_cells(data) -> tuple[AtomCell, ...]:
+    """Cells from a record's JSON lists."""
+    return tuple(AtomCell(*c) for c in data)
 
 
 def as_hypothesis(model: HookedDisentangledTransformer, hypothesis, read=None,

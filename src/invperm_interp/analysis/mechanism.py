@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..maths import constructions
+from ..maths.placement import Placement, parse
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
-from .compare import candidates
 from .faithfulness import Faithfulness, Tester
-from .hypothesis import Hypothesis, as_hypothesis
+from .hypothesis import Hypothesis
 from .minimal import MinimalCircuit, minimal_circuit
+from .placements import candidate_placements, hypothesis, summed, untested_reason
 from .templates import Circuit
 from .verdict import (
     BORDERLINE,
@@ -44,9 +44,11 @@ __all__ = ["FAITHFUL_RECOVERED", "FAITHFUL_ROWS", "Mechanism", "MinimalCircuit",
            "is_minimal", "mechanism", "minimal_circuit", "name_by_rule", "name_on", "test_constructions",
            "verdict_of"]
 
-#: ``Mechanism.to_dict``'s format: 2 adds the verdict's intervals, ``also_faithful``,
-#: ``borderline`` and the minimal circuit's ``optimal`` (version-1 records still read).
-VERSION = 2
+#: ``Mechanism.to_dict``'s format, in ``analysis.json`` and in a sweep's ``mechanism.json``
+#: (``analysis.sweep_record``): 2 added the verdict's intervals, ``also_faithful``, ``borderline``
+#: and the minimal circuit's ``optimal``; 3 the minimal circuit's ``candidates`` and one format for
+#: both files (versions 1 and 2 of ``analysis.json`` still read).
+VERSION = 3
 NONE, BORDERLINE_NAME = "none", "borderline"
 #: The rule's tests run on the first this many samples of the batch; a construction whose interval
 #: straddles a threshold there is measured again on all of it (clear verdicts need few samples:
@@ -83,6 +85,8 @@ class Mechanism:
     also_faithful: tuple[str, ...] = ()
     borderline: tuple[str, ...] = ()
     z: float = Z
+    untested: str | None = None  # why no construction was tried (the model's shape or layout)
+    placement: Placement | None = None  # where the named construction sits, beyond 2 layers × 1 head
 
     @property
     def verdict(self) -> str:
@@ -94,7 +98,8 @@ class Mechanism:
             m = self.minimal
             found = "faithful" if m.faithful else "not faithful even with every atom's cell"
             proof = ", provably smallest" if m.optimal else ""
-            return (f"none of the registry; minimal circuit: {m.size} cells ({found}{proof}, "
+            why = f"{self.untested}; " if self.untested else ""
+            return (f"none of the registry; {why}minimal circuit: {m.size} cells ({found}{proof}, "
                     f"{score_text(m.score, self.z)})")
         f = self.faithfulness
         if self.name == BORDERLINE_NAME:
@@ -111,16 +116,30 @@ class Mechanism:
                 "recovered": self.recovered, "z": self.z, "also_faithful": list(self.also_faithful),
                 "borderline": list(self.borderline),
                 "faithfulness": None if self.faithfulness is None else self.faithfulness.to_dict(),
-                "tested": [t.to_dict() for t in self.tested], "minimal": self.minimal.to_dict()}
+                "tested": [t.to_dict() for t in self.tested], "minimal": self.minimal.to_dict(),
+                **({"untested": self.untested} if self.untested else {}),
+                **({"placement": self.placement.to_dict()} if self.placement else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> Mechanism:
+        """The record ``to_dict`` wrote (this version or an older ``analysis.json``'s); ``ValueError``
+        in one line for a newer one or a sweep's flat record of version 2, which lacks the tested
+        constructions' cells and fits."""
+        version = data.get("version", 1)
+        if version > VERSION:
+            raise ValueError(f"a mechanism record of version {version}, newer than this package's "
+                             f"{VERSION}: update invperm-interp")
+        if "minimal" not in data:
+            raise ValueError(f"a sweep's mechanism record of version {version} (flat, without the "
+                             "tested constructions' fits): run `invperm sweep GRID` again to "
+                             "re-analyse the runs (no training)")
         f = data["faithfulness"]
         return cls(data["name"], None if f is None else Faithfulness.from_dict(f),
                    tuple(Faithfulness.from_dict(t) for t in data["tested"]),
                    MinimalCircuit.from_dict(data["minimal"]), data["rows"], data["recovered"],
                    tuple(data.get("also_faithful", ())), tuple(data.get("borderline", ())),
-                   data.get("z", Z))
+                   data.get("z", Z), data.get("untested"),
+                   Placement.from_dict(data["placement"]) if data.get("placement") else None)
 
 
 def ranked(tested: list[Faithfulness], rows: float = FAITHFUL_ROWS,
@@ -131,7 +150,9 @@ def ranked(tested: list[Faithfulness], rows: float = FAITHFUL_ROWS,
     faithful, then the borderline, then the rest; within each, the most loss recovered (equal to
     1e-4, as two exact forms are, the fewest atoms)."""
     verdicts = {t.hypothesis: verdict_of(t, rows, recovered, z) for t in tested}
-    rank = lambda t: (-round(t.circuit.loss_recovered or -1e9, 4), t.n_atoms)  # noqa: E731
+    # a placement on one head before one on a sum of heads (the simpler claim), then as below
+    rank = lambda t: (summed(t.hypothesis), -round(t.circuit.loss_recovered or -1e9, 4),  # noqa: E731
+                      t.n_atoms)
     order = {FAITHFUL: 0, BORDERLINE: 1}
     tested.sort(key=lambda t: (order.get(verdicts[t.hypothesis], 2), *rank(t)))
     return ([t for t in tested if verdicts[t.hypothesis] == FAITHFUL],
@@ -151,11 +172,11 @@ def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
                        resolve=None, rows: float = FAITHFUL_ROWS,
                        recovered: float = FAITHFUL_RECOVERED, z: float = Z,
                        minimality: bool = True) -> list[Faithfulness]:
-    """Every working registry construction that fits the model, tested on ``tester``'s batch;
-    ``resolve`` (a :class:`Tester` on a larger batch, or a function making one) measures again
-    those whose interval straddles a threshold there."""
-    names = [n for n in candidates(model) if constructions.get(n).works]
-    hyps = [as_hypothesis(model, n) for n in names]
+    """Every working registry construction that fits the model, at its best-weighted placements
+    (``analysis.placements``), tested on ``tester``'s batch; ``resolve`` (a :class:`Tester` on a
+    larger batch, or a function making one) measures again those whose interval straddles a
+    threshold there."""
+    hyps = [hypothesis(model, p) for p in candidate_placements(model, tester.fixed)]
     tested = tester.test_many(hyps, minimality)
     again = [i for i, t in enumerate(tested) if verdict_of(t, rows, recovered, z) == BORDERLINE]
     if again and resolve is not None:
@@ -213,5 +234,7 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
                               recovered=recovered, starts=starts, exact=exact)
     chosen = good[0] if good else (straddle[0] if straddle else None)
     name = chosen.hypothesis if good else (BORDERLINE_NAME if straddle else NONE)
+    placed = parse(name, model.cfg.heads) if good and model.cfg.heads != (1, 1) else None
     return Mechanism(name, chosen, tuple(tested), minimal, rows, recovered,
-                     tuple(t.hypothesis for t in good[1:]), tuple(t.hypothesis for t in straddle), z)
+                     tuple(t.hypothesis for t in good[1:]), tuple(t.hypothesis for t in straddle), z,
+                     untested_reason(model.cfg), placed)

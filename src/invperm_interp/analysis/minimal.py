@@ -31,7 +31,7 @@ from math import comb
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
 from .faithfulness import Score, Tester, read_score
-from .hypothesis import AtomCell, Hypothesis
+from .hypothesis import AtomCell, Hypothesis, read_cells
 from .projection import project
 from .templates import Circuit, explain
 from .verdict import FAITHFUL_RECOVERED, FAITHFUL_ROWS, is_faithful
@@ -65,7 +65,7 @@ class MinimalCircuit:
     ``faithful`` is False when even every cell the model's atoms occupy is not: then ``cells``
     holds them all. ``weight_share``: the share of the gauge-fixed weights the cells carry.
     ``optimal``: the exact search proved no smaller set of candidate cells is faithful;
-    ``evaluations``: sets of cells it scored."""
+    ``evaluations``: sets of cells it scored; ``candidates``: the cells it chose among."""
 
     cells: tuple[AtomCell, ...]
     read: tuple[str, ...]
@@ -74,6 +74,7 @@ class MinimalCircuit:
     weight_share: float
     optimal: bool = False
     evaluations: int = 0
+    candidates: int = 0
 
     @property
     def size(self) -> int:
@@ -83,13 +84,13 @@ class MinimalCircuit:
         return {"cells": [list(c) for c in self.cells], "read": list(self.read),
                 "faithful": self.faithful, "score": vars(self.score),
                 "weight_share": self.weight_share, "size": self.size, "optimal": self.optimal,
-                "evaluations": self.evaluations}
+                "evaluations": self.evaluations, "candidates": self.candidates}
 
     @classmethod
     def from_dict(cls, data: dict) -> MinimalCircuit:
-        return cls(tuple(tuple(c) for c in data["cells"]), tuple(data["read"]), data["faithful"],
+        return cls(read_cells(data["cells"]), tuple(data["read"]), data["faithful"],
                    read_score(data["score"]), data["weight_share"], data.get("optimal", False),
-                   data.get("evaluations", 0))
+                   data.get("evaluations", 0), data.get("candidates", 0))
 
 
 def score_subsets(tester: Tester, hypotheses: Sequence[Hypothesis]) -> list[Score]:
@@ -240,9 +241,10 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
             else:  # faithful on the search samples only: no proof on the whole batch
                 optimal = False
     if not found:
-        return _result(model, _hyp(cells, reads), full, False, optimal, search.evaluations)
+        return _result(model, _hyp(cells, reads), full, False, optimal, search.evaluations,
+                       len(cells))
     chosen, read, score = min(found, key=lambda f: (len(f[0]), -(f[2].loss_recovered or 0.0)))
-    return _result(model, _hyp(chosen, read), score, True, optimal, search.evaluations)
+    return _result(model, _hyp(chosen, read), score, True, optimal, search.evaluations, len(cells))
 
 
 def proved_smallest(found: bool, exhausted: bool, below: int, bound: int) -> bool:
@@ -265,6 +267,7 @@ def _first(tester: Tester, n: int) -> Tester:
 
 
 def _result(model, hyp: Hypothesis, score: Score, faithful: bool, optimal: bool,
-            evaluations: int) -> MinimalCircuit:
+            evaluations: int, candidates: int) -> MinimalCircuit:
     share = project(model, hyp).weight_share if hyp.cells else 0.0
-    return MinimalCircuit(hyp.cells, hyp.read or (), faithful, score, share, optimal, evaluations)
+    return MinimalCircuit(hyp.cells, hyp.read or (), faithful, score, share, optimal, evaluations,
+                          candidates)

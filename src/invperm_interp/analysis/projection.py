@@ -40,24 +40,21 @@ def _template_at(model: HookedDisentangledTransformer, cell: AtomCell) -> Tensor
     return placed
 
 
-_GAUGE_BASES: dict[tuple, Tensor] = {}
+_GAUGE_FACTORS: dict[tuple, tuple[Tensor, Tensor, Tensor]] = {}
 
 
-def _gauge_basis(stream, layer: int) -> Tensor:
-    """Orthonormal basis ``(D², r)`` of the gauge directions of ``A`` in ``vec`` form: the range of
-    ``1 - (1 - Π_null) ⊗ (1 - Π_key)``, spanned by ``u eⱼᵀ`` (``u`` in the query null space, any
-    ``j``) and ``w vᵀ`` (``w`` outside it, ``v`` a key-gauge vector). Cached per stream layout."""
+def _gauge_factors(stream, layer: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``(U, W, V)``: orthonormal bases of the query null space, of its complement and of the key
+    gauge. The gauge directions of ``A`` in ``vec`` form span ``u eⱼᵀ`` (``u`` in ``U``, any ``j``)
+    and ``w vᵀ`` (``w`` in ``W``, ``v`` in ``V``): the range of ``1 - (1 - Π_null) ⊗ (1 - Π_key)``,
+    an orthonormal ``(D², r)`` basis never formed whole (at D = 270 it would take ~0.5 GB). Cached
+    per stream layout."""
     key = (stream.layout, stream.heads, layer)
-    if key not in _GAUGE_BASES:
+    if key not in _GAUGE_FACTORS:
         P_null, P_key = gauge_projectors(stream, layer)
-        U, V = basis(P_null), basis(P_key)
         W = basis(torch.eye(len(P_null), dtype=torch.float64) - P_null)
-        D = len(P_null)
-        eye = torch.eye(D, dtype=torch.float64)
-        parts = [torch.einsum("ai,bj->abij", U, eye).reshape(D * D, -1),
-                 torch.einsum("ai,bj->abij", W, V).reshape(D * D, -1)]
-        _GAUGE_BASES[key] = torch.cat(parts, dim=1)
-    return _GAUGE_BASES[key]
+        _GAUGE_FACTORS[key] = basis(P_null), W, basis(P_key)
+    return _GAUGE_FACTORS[key]
 
 
 def _fit_cells(model: HookedDisentangledTransformer, layer: int, F: Tensor,
@@ -75,13 +72,18 @@ def _fit_cells(model: HookedDisentangledTransformer, layer: int, F: Tensor,
     for _, _, query, key, _ in cells:
         mask[stream.slice(query, layer), stream.slice(key, layer)] = True
     idx = mask.reshape(-1).nonzero().squeeze(1)
-    B = _gauge_basis(stream, layer)[idx]  # (|S|, r)
+    U, W, V = _gauge_factors(stream, layer)
+    a, b = idx // D, idx % D  # the entries' query and key features
     F_S = F.reshape(-1)[idx]
-    if len(idx) < B.shape[1]:  # B (1 - BᵀB)⁺ Bᵀ = G (1 - G)⁺ with G = B Bᵀ: the smaller pinv
-        G = B @ B.T
+    r = U.shape[1] * D + W.shape[1] * V.shape[1]  # gauge directions
+    if len(idx) < r:  # B (1 - BᵀB)⁺ Bᵀ = G (1 - G)⁺ with G = B Bᵀ: the smaller pinv
+        G = (U[a] @ U[a].T) * (b[:, None] == b[None, :]) + (W[a] @ W[a].T) * (V[b] @ V[b].T)
         C = torch.eye(len(idx), dtype=F.dtype) - G
         m = F_S + G @ (torch.linalg.pinv(C, hermitian=True, rtol=1e-10) @ F_S)
-    else:
+    else:  # B: the basis's rows at the entries, ``u eⱼᵀ`` then ``w vᵀ`` as (i, j) columns
+        eye = torch.eye(D, dtype=F.dtype)
+        B = torch.cat([(U[a][:, :, None] * eye[b][:, None, :]).flatten(1),
+                       (W[a][:, :, None] * V[b][:, None, :]).flatten(1)], dim=1)
         C = torch.eye(B.shape[1], dtype=F.dtype) - B.T @ B
         m = F_S + B @ (torch.linalg.pinv(C, hermitian=True, rtol=1e-10) @ (B.T @ F_S))
     M = torch.zeros(D * D, dtype=F.dtype)

@@ -25,10 +25,10 @@ from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch, sample_batch
 from .faithfulness import Score
 
-#: A circuit-only model is faithful when at least this share of its rows is exactly right …
 FAITHFUL_ROWS = 0.99
-#: … and it recovers at least this fraction of the loss, baseline ``d/4`` (0.5 everywhere).
+"""A circuit-only model is faithful when at least this share of its rows is exactly right …"""
 FAITHFUL_RECOVERED = 0.8
+"""… and it recovers at least this fraction of the loss, baseline ``d/4`` (0.5 everywhere)."""
 #: Half-width of the confidence interval in standard errors (95%, two-sided).
 Z = 1.96
 #: Samples the verdict is measured on: the standard error of a rows-exact share near 0.99 is
@@ -66,12 +66,20 @@ def judge(score: Score, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL
     return BORDERLINE
 
 
+def check_seed(seed) -> None:
+    """A generator seed: an integer in [0, 2^63) (what ``torch.Generator.manual_seed`` takes; a grid
+    refuses negative seeds too)."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+
+
 def evaluation_batch(model: HookedDisentangledTransformer, n: int = VERDICT_SAMPLES,
                      seed: int = 0) -> Batch:
     """``n`` fresh samples of the model's layout from ``seed``, in its dtype: the batch a verdict
     is measured on."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 2:
         raise ValueError(f"n must be an integer >= 2 (a standard error needs two samples), got {n!r}")
+    check_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     return sample_batch(model.cfg.layout, n, generator=generator, dtype=model.cfg.torch_dtype)
 

@@ -81,10 +81,14 @@ def _cmd_construct(args: argparse.Namespace) -> None:
           f"MSE {check.mse:.3g}")
 
 
-_MODEL_FLAGS = ("layout", "n_scratch", "attention", "readout", "layers", "heads", "d", "dtype")
+_MODEL_FLAGS = ("layout", "n_scratch", "attention", "readout", "layers", "heads", "d", "dtype",
+                "arch", "d_model", "d_head", "layernorm", "d_mlp", "init_scale")
 _TRAIN_FLAGS = ("steps", "batch_size", "recipe", "lr", "optimizer", "schedule", "schedule_steps",
                 "seed", "device", "threads", "eval_every", "eval_size", "checkpoint_every",
                 "checkpoint_dense_every", "stop_at_mse", "stop_at_floor")
+
+
+_ARCH_FLAGS = ("arch", "d_model", "d_head", "layernorm", "d_mlp", "init_scale")
 
 
 def _cmd_train(args: argparse.Namespace) -> None:
@@ -132,7 +136,8 @@ def _cmd_train(args: argparse.Namespace) -> None:
                                     n_heads=given.get("heads", 1),
                                     attention_dir=given.get("attention", "causal"),
                                     readout=given.get("readout", DEFAULT_READOUT[kind]),
-                                    dtype=given.get("dtype", "float32"))
+                                    dtype=given.get("dtype", "float32"),
+                                    **{k: given[k] for k in _ARCH_FLAGS if k in given})
             base = {}
         base.update({k: v for k, v in given.items() if k in _TRAIN_FLAGS})
         if args.out is not None:
@@ -207,6 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--heads", type=int, help="heads per layer (default 1)")
     tr.add_argument("--d", type=int, help="task size (default 10)")
     tr.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
+    tr.add_argument("--arch", choices=["disentangled", "standard"],
+                    help="the note's disentangled model (default) or a standard transformer "
+                         "(docs/standard.md)")
+    tr.add_argument("--d-model", type=int, help="standard: residual width (default 64)")
+    tr.add_argument("--d-head", type=int, help="standard: head width (default d_model // heads)")
+    tr.add_argument("--layernorm", action="store_const", const=True,
+                    help="standard: pre-LayerNorm (default: none)")
+    tr.add_argument("--d-mlp", type=int, help="standard: an MLP of this width in every layer "
+                                              "(default: attention-only)")
+    tr.add_argument("--init-scale", type=float, help="std of the normal init (default 0.01; "
+                                                     "standard 0.1)")
     tr.add_argument("--steps", type=int, help="training steps (default 3000); with --resume: "
                                               "extend the run to this many")
     tr.add_argument("--batch-size", type=int, help="default: the recipe's (1024; fast: the batch "

@@ -41,6 +41,12 @@ class StreamCache(ActivationCache):
                 raise
             raise KeyError(f"{key!r}: {hint}") from None
 
+    def apply_ln_to_stack(self, residual_stack, *args, **kwargs):
+        """Refused: the model has no LayerNorm, so a stack is already what the unembedding reads."""
+        raise ValueError("apply_ln_to_stack: this model has no LayerNorm, so there is nothing to apply; "
+                         "a stack from accumulated_resid or decompose_resid is already what the "
+                         "unembedding reads: stack[..., rows, :] @ model.W_U")
+
     def apply_slice_to_batch_dim(self, batch_slice) -> StreamCache:
         """As TransformerLens's, but the sliced cache keeps this class's methods."""
         sliced = super().apply_slice_to_batch_dim(batch_slice)

@@ -167,12 +167,20 @@ def readout_forward(model: nn.Module, X: Float[Tensor, "batch pos d"]) -> Float[
     ``(p h) W = p (h W)`` (``d`` columns instead of ``D``). About 1.5× faster at d = 10.
     """
     mask = model.blocks[0].attn.mask if model.cfg.causal else None
-    h = torch.cat([X, model.pos.expand(X.shape[0], -1, -1)], dim=-1)  # h^0 = [X, I_T]
-    for block in model.blocks[:-1]:
-        pattern = torch.softmax(attention_scores(h, block.attn.A, mask), dim=-1)  # (B, H, T, T)
+    return weights_forward([block.attn.A for block in model.blocks], model.unembed.W_U, X,
+                           model.pos, mask, model.unembed.rows)
+
+
+def weights_forward(As: list[Tensor], W: Tensor, X: Float[Tensor, "batch pos d"], pos: Tensor,
+                    mask: Tensor | None, rows: slice) -> Float[Tensor, "batch d d"]:
+    """:func:`readout_forward` of the weights ``As[l] (H_l, D_l, D_l)`` and ``W_U (D_L, d)``, with
+    ``pos`` the ``I_T`` buffer: what a standard model's map computes (``standard.py``)."""
+    h = torch.cat([X, pos.expand(X.shape[0], -1, -1)], dim=-1)  # h^0 = [X, I_T]
+    for A in As[:-1]:
+        pattern = torch.softmax(attention_scores(h, A, mask), dim=-1)  # (B, H, T, T)
         z = (pattern @ h.unsqueeze(1)).transpose(1, 2)  # (B, T, H, D)
         h = torch.cat([h, z.flatten(start_dim=2)], dim=-1)
-    A, rows, W = model.blocks[-1].attn.A, model.unembed.rows, model.unembed.W_U
+    A = As[-1]
     B, T, D = h.shape
     H, d = A.shape[0], W.shape[1]
     pattern = torch.softmax(attention_scores(h, A, mask, rows), dim=-1)  # (B, H, R, T)

@@ -1,6 +1,7 @@
 """A sweep's result file: ``sweep.jsonl`` (one line per run, in grid order: name, variant, status,
-configs, steps to solve, final metrics without wall-clock times, mechanism and its analysis), written
-from the run directories alone, so the same runs give the same bytes however they were trained."""
+configs, steps to solve, final metrics without wall-clock times, mechanism and its analysis, the
+run's ``analysis.sweep_record.SweepRecord``), written from the run directories alone, so the same
+runs give the same bytes however they were trained."""
 
 from __future__ import annotations
 
@@ -60,16 +61,28 @@ def run_record(grid: Grid, job, run_dir: Path) -> dict:
     else:
         status, step = "unfinished", metrics[-1]["step"] if metrics else 0
     solved = next((m["step"] for m in metrics if m["mse"] < grid.solve_mse), None)
-    mech = run_dir.mechanism
-    analysis = json.loads(mech.read_text()) if mech.is_file() else None
+    analysis = _recorded(run_dir)
     return {
         "name": job.name, "variant": job.variant, "status": status, "step": step,
         "steps_to_solve": solved, "solve_mse": grid.solve_mse,
         "final": metrics[-1] if metrics else None,
-        "mechanism": analysis["name"] if analysis else None,
+        "mechanism": analysis.name if analysis else None,
         "model": job.model_cfg.to_dict(), "train": job.train_cfg.to_dict(),
-        "analysis": {k: v for k, v in analysis.items() if k != "name"} if analysis else None,
+        "analysis": analysis.to_dict() if analysis else None,
     }
+
+
+def _recorded(run_dir: RunDir):
+    """The run's ``SweepRecord``, or None without one this version reads (the sweep analyses the
+    run again)."""
+    if not run_dir.mechanism.is_file():
+        return None
+    from ..analysis.sweep_record import SweepRecord
+
+    try:
+        return SweepRecord.read(run_dir.mechanism)
+    except ValueError:
+        return None
 
 
 def collect(grid: Grid, out: Path) -> Path:

@@ -9,11 +9,10 @@ a GPU is read off the grid (``device = "cuda"`` or ``[slurm] gpus``), not off th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..runs.directory import RunDir
-from .grid import Grid, Job
+from .grid import MAX_RUNS, Grid, Job
 
 # CPU time of one training step, fitted on the census's runs (one thread, Adam): a fixed cost plus
 # one proportional to batch·T·(T·ΣD + ΣD²) (attention scores and projections over the widths D).
@@ -27,23 +26,6 @@ ANALYSIS_S = {"plain": 1.8, "scratch": 10.0}
 MAX_CPU_HOURS = 500  # a sweep estimated above this needs allow_large (--yes)
 
 
-#: ``mechanism.json``'s format; bump when the record changes, so that analyses are redone.
-ANALYSIS_VERSION = 2
-#: Settings whose names a record may add to without redoing the rest (a second ablation style).
-ABLATION_SETTINGS = {"mean_ablation": "name_mean_ablation",
-                     "resample_ablation": "name_resample_ablation"}
-
-
-def missing_ablations(record: dict, settings: dict) -> list[str] | None:
-    """The ablation settings ``settings`` asks for that ``record`` (a ``mechanism.json``) lacks,
-    or None when the record is of another version or other samples, seed or batches (redo it)."""
-    if record.get("version") != ANALYSIS_VERSION or any(
-            record.get(k) != v for k, v in settings.items() if k not in ABLATION_SETTINGS):
-        return None
-    return [k for k, key in ABLATION_SETTINGS.items()
-            if settings.get(k) and record.get(key) is None]
-
-
 def job_done(run_dir: Path, analysis: dict | None = None) -> bool:
     """Nothing left to do for this run: it diverged, or it has final weights (and, when the grid
     analyses its runs with the settings ``analysis``, a mechanism record with all they ask)."""
@@ -54,11 +36,12 @@ def job_done(run_dir: Path, analysis: dict | None = None) -> bool:
         return False
     if analysis is None:
         return True
+    from ..analysis.sweep_record import SweepRecord
+
     try:
-        record = json.loads(run.mechanism.read_text())
-    except (OSError, ValueError):
+        return run.mechanism.is_file() and SweepRecord.read(run.mechanism).lacks(analysis) == []
+    except ValueError:  # cut short, or of another version: analyse again
         return False
-    return missing_ablations(record, analysis) == []
 
 
 def uses_gpu(grid: Grid, job: Job, executor: str) -> bool:
@@ -175,4 +158,6 @@ def dry_run(grid: Grid, out: Path, executor: str, workers: int) -> str:
                     if executor == "local" else ""))
     if hours > MAX_CPU_HOURS:
         lines.append(f"over {MAX_CPU_HOURS} CPU hours: the sweep needs --yes")
+    if len(grid.jobs) > MAX_RUNS:
+        lines.append(f"over {MAX_RUNS:,} runs: the sweep needs --yes")
     return "\n".join(lines)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..runs.directory import RunDir
 from .grid import load_grid
-from .plan import ABLATION_SETTINGS, ANALYSIS_VERSION, missing_ablations, uses_gpu
+from .plan import uses_gpu
 
 STATE_DIR = ".sweep"  # in the sweep folder: claims, failures, logs, submitted Slurm jobs
 MEAN_REFERENCE = 1024  # samples a mean ablation's means are taken over (cost grows with them)
@@ -120,22 +120,25 @@ def _train_unit(grid, out_dir: Path, indices: list[int]) -> list[str]:
 
 
 def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: int = 1,
-                   mean_ablation: bool = False, resample_ablation: bool = False) -> dict | None:
-    """The finished run's mechanism by the library's rule (its verdict on ``samples`` fresh samples
-    of generator ``seed``, every tested construction's scores with standard errors so that a report
-    can recount at other thresholds), that construction's faithfulness and the minimal circuit;
-    ``batches`` > 1 also names it on the batches of seeds ``seed + 1``, …, ``mean_ablation`` and
-    ``resample_ablation`` under those ablation styles. Cached in ``run_dir/mechanism.json``: redone
-    when the version, samples, seed or batches differ; a name under an ablation style the record
-    lacks is added to it. None for an unfinished or diverged run."""
+                   mean_ablation: bool = False, resample_ablation: bool = False):
+    """The finished run's :class:`analysis.sweep_record.SweepRecord`: its mechanism by the
+    library's rule on ``samples`` fresh samples of generator ``seed`` (every tested construction's
+    scores with standard errors, so that a report can recount at other thresholds, and the minimal
+    circuit); ``batches`` > 1 also names it on the batches of seeds ``seed + 1``, …,
+    ``mean_ablation`` and ``resample_ablation`` under those ablation styles. Cached in
+    ``run_dir/mechanism.json``: redone when the version, samples, seed or batches differ; a name
+    under an ablation style the record lacks is added to it. None for an unfinished or diverged
+    run."""
+    from ..analysis.sweep_record import STYLES, SweepRecord
+
     settings = {"samples": samples, "seed": seed, "batches": batches,
                 "mean_ablation": mean_ablation, "resample_ablation": resample_ablation}
     path = RunDir(run_dir).mechanism
     try:
-        cached = json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:  # a record cut short (a full disk): analyse again
-        cached = {}
-    missing = missing_ablations(cached, settings) if isinstance(cached, dict) and cached else None
+        cached = SweepRecord.read(path) if path.is_file() else None
+    except ValueError:  # cut short (a full disk) or of another version: analyse again
+        cached = None
+    missing = cached.lacks(settings) if cached is not None else None
     if missing == []:
         return cached
     if not RunDir(run_dir).is_finished:
@@ -144,16 +147,14 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
     from ..runs.checkpoint import atomic_write
     from ..training.run import Run
 
-    model = Run.load(run_dir).model
+    model = Run.load(run_dir).analysis_model  # a standard run's exact map
     batch = evaluation_batch(model, samples, seed)
     if missing is None:
-        record = {**_mechanism_record(model, batch, samples, seed, batches), **settings}
-        missing = [k for k in ABLATION_SETTINGS if settings[k]]
-    else:
-        record = {**cached, **{k: True for k in missing}}
-    for style in missing:
-        record[ABLATION_SETTINGS[style]] = _name_under(style, model, batch, samples, seed + batches)
-    atomic_write(path, (json.dumps(record) + "\n").encode())
+        cached = _sweep_record(model, batch, samples, seed, batches)
+        missing = [s for s in STYLES if settings[f"{s}_ablation"]]
+    record = cached.with_names({s: _name_under(s, model, batch, samples, seed + batches)
+                                for s in missing})
+    atomic_write(path, (json.dumps(record.to_dict()) + "\n").encode())
     return record
 
 
@@ -164,48 +165,24 @@ def _name_under(style: str, model, batch, samples: int, reference_seed: int) -> 
     from ..analysis.mechanism import name_on
     from ..analysis.verdict import evaluation_batch
 
-    if style == "mean_ablation":
+    if style == "mean":
         reference = evaluation_batch(model, min(samples, MEAN_REFERENCE), reference_seed)
         return name_on(model, batch, ablation="mean", reference=reference)
     reference = evaluation_batch(model, samples, reference_seed + 1)
     return name_on(model, batch, ablation="resample", reference=reference)
 
 
-def _mechanism_record(model, batch, samples: int, seed: int, batches: int) -> dict:
-    """The record's verdict, tested constructions, minimal circuit and names on more batches."""
-    from ..analysis.hypothesis import cell_text
-    from ..analysis.mechanism import is_minimal, mechanism, name_on, verdict_of
-    from ..analysis.minimal import candidate_cells
+def _sweep_record(model, batch, samples: int, seed: int, batches: int):
+    """The run's mechanism on ``batch`` and its names on ``batches - 1`` more batches."""
+    from ..analysis.mechanism import mechanism, name_on
+    from ..analysis.sweep_record import SweepRecord
     from ..analysis.templates import explain
     from ..analysis.verdict import evaluation_batch
 
-    circuit = explain(model)
-    mech = mechanism(model, batch, circuit=circuit)
-    f, m = mech.faithfulness, mech.minimal
-    named = mech.name if f is not None and mech.name != "borderline" else None
-    return {
-        "name": mech.name, "version": ANALYSIS_VERSION,
-        "also_faithful": list(mech.also_faithful), "borderline": list(mech.borderline),
-        "circuit_mse": f.circuit.mse if named else None,
-        "circuit_rows_exact": f.circuit.rows_exact if named else None,
-        "loss_recovered": f.circuit.loss_recovered if named else None,
-        "without_mse": f.without.mse if named else None,
-        "minimal_named": is_minimal(f) if named else None,
-        "minimal_size": m.size, "minimal_faithful": m.faithful, "minimal_optimal": m.optimal,
-        "minimal_candidates": len(candidate_cells(circuit)), "minimal_evaluations": m.evaluations,
-        "minimal_rows_exact": m.score.rows_exact, "minimal_loss_recovered": m.score.loss_recovered,
-        "minimal_weight_share": m.weight_share, "minimal_read": list(m.read),
-        "minimal_cells": [cell_text(c) for c in m.cells],
-        "tested": [{"name": t.hypothesis, "rows_exact": t.circuit.rows_exact,
-                    "rows_se": t.circuit.rows_se, "loss_recovered": t.circuit.loss_recovered,
-                    "recovered_se": t.circuit.recovered_se, "n": t.circuit.n,
-                    "signs_agree": t.signs_agree, "n_atoms": t.n_atoms,
-                    "verdict": verdict_of(t, mech.rows, mech.recovered, mech.z)}
-                   for t in mech.tested],
-        "names_by_batch": [mech.name] + [
-            name_on(model, evaluation_batch(model, samples, seed + k)) for k in range(1, batches)],
-        **{name: None for name in ABLATION_SETTINGS.values()},
-    }
+    mech = mechanism(model, batch, circuit=explain(model))
+    names = [mech.name] + [name_on(model, evaluation_batch(model, samples, seed + k))
+                           for k in range(1, batches)]
+    return SweepRecord(mech, samples, seed, tuple(names))
 
 
 def claiming_worker(grid_path: str, out: str, unit_list: list[list[int]], token: str) -> None:

@@ -1,7 +1,7 @@
 """What one training step costs in memory, counted from the code that runs it.
 
 The tensors autograd keeps for the backward pass are counted by running one real step's forward
-(``readout_forward`` and the loss, as ``Trainer`` runs them) under
+(``model.build.forward`` and the loss, as ``Trainer`` runs them) under
 ``torch.autograd.graph.saved_tensors_hooks``: on the CPU at two and three samples, scaled to
 the batch (every saved tensor is affine in it), or, for weights too large to allocate for a count, on the
 ``meta`` device, where nothing is allocated. Whatever the forward saves is counted, so the
@@ -18,15 +18,19 @@ import torch
 
 from .. import memory
 from ..config import ModelConfig
-from ..model.disentangled import DisentangledTransformer, readout_forward
+from ..model.build import forward
+from ..model.disentangled import DisentangledTransformer
+from ..model.standard import StandardTransformer
 from ..task import mse
 
 __all__ = ["saved_for_backward", "training_estimate", "training_step_bytes"]
 
 
-def _weights(cfg: ModelConfig, device: str) -> DisentangledTransformer:
+def _weights(cfg: ModelConfig, device: str) -> DisentangledTransformer | StandardTransformer:
     """A zero model of ``cfg`` on ``device``, its tensors made there directly (a ``torch.device``
     context would import ``torch._dynamo``, which training processes keep out)."""
+    if cfg.arch == "standard":
+        return StandardTransformer(cfg, device=device)
     model = DisentangledTransformer.__new__(DisentangledTransformer)
     torch.nn.Module.__init__(model)
     model.cfg = cfg
@@ -61,7 +65,7 @@ def saved_for_backward(cfg: ModelConfig, b: int, device: str = "meta") -> list[i
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        mse(readout_forward(model, X), Y)
+        mse(forward(model, X), Y)
     return [t.numel() * t.element_size() for t in saved.values()]
 
 
@@ -70,11 +74,19 @@ def saved_for_backward(cfg: ModelConfig, b: int, device: str = "meta") -> list[i
 #: above it, on the meta device at the batch itself, which counts more than the CPU saves.
 CPU_COUNT_LIMIT = 256 * 2**20
 
+#: From this many bytes on, a tensor's size overflows torch's 64-bit count, even on the meta device.
+TORCH_SIZE_LIMIT = 2**63
+
 
 def training_step_bytes(cfg: ModelConfig, b: int) -> int:
     """Peak bytes of one training step on ``b`` samples beyond the weights, gradients, optimizer
     state and the batch: what autograd saves, plus the backward's gradient and one temporary of
     the largest saved tensor."""
+    e = torch.empty((), dtype=cfg.torch_dtype).element_size()
+    if max(cfg.widths) ** 2 * max(cfg.heads, default=1) * e >= TORCH_SIZE_LIMIT // max(b, 1):
+        # no machine holds such weights, and torch cannot describe the tensors to count them:
+        # a forward's activations (arithmetic) stand in for the step
+        return memory.forward_bytes(cfg, b)
     if cfg.n_params * torch.empty((), dtype=cfg.torch_dtype).element_size() <= CPU_COUNT_LIMIT:
         two, three = saved_for_backward(cfg, 2, "cpu"), saved_for_backward(cfg, 3, "cpu")
         if len(two) == len(three):

@@ -4,7 +4,7 @@ Every job is the run ``train`` would make of it: its own init, data and eval str
 (same files, loadable with ``from_run``, resumable by ``train`` or ``train_many``), metrics and
 early stopping. Jobs whose shapes agree (:func:`bucket_key`) can be trained as one vectorised model:
 every parameter and Adam moment gains a leading instance axis, one ``vmap`` of the training forward
-(``readout_forward``, the same function ``train`` calls) computes all losses, and each instance's
+(the same forward ``train`` calls) computes all losses, and each instance's
 model and optimizer keep views into the stacked tensors, so evaluation, checkpoints and the final
 weights are written by the very code ``train`` uses. Learning rates, schedules, lengths, seeds and
 stopping rules may differ inside a bucket; an instance that stops, finishes or diverges leaves it
@@ -54,7 +54,8 @@ def bucket_key(model_cfg: ModelConfig, train_cfg: TrainConfig) -> tuple:
     """Jobs with equal keys can share one vectorised step: same shapes, mask, read-out, dtype,
     batch size, device and update rule (init, seeds, lr, schedule, steps and stopping may differ)."""
     m, t, _ = effective_configs(model_cfg, train_cfg)
-    return (m.layout, m.heads, m.attention_dir, m.readout, m.dtype, t.batch_size,
+    return (m.layout, m.heads, m.attention_dir, m.readout, m.dtype, m.arch, m.d_model, m.d_head,
+            m.layernorm, m.d_mlp, t.batch_size,
             resolve_device(t.device).type, t.optimizer, t.recipe == "paper")
 
 
@@ -281,8 +282,8 @@ def _run_bucket(jobs, trainers: list[Trainer], interrupt: StopRequest,
             for i in live:  # re-stacking (or an interrupt) reads every instance's current state
                 trainers[i].flush(no_bar)
     if interrupt.requested and live:
-        for i in live:  # those that had not seen the request at their last step
-            if trainers[i].dir is not None:
+        for i in live:  # those that had not seen the request at their last step (none before
+            if trainers[i].dir is not None and trainers[i].step > 0:  # the first: the seed redoes it)
                 trainers[i].checkpoint()
         where = ", ".join(str(trainers[i].dir) for i in live if trainers[i].dir is not None)
         raise interrupt.interrupted(f"training stopped with {len(live)} of {len(trainers)} runs "

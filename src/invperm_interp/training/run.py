@@ -16,12 +16,15 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..config import ModelConfig, TrainConfig
+from ..model.build import plain_model
 from ..model.disentangled import DisentangledTransformer
+from ..model.standard import StandardTransformer
 from ..runs import checkpoint as ckpt
 from ..runs.directory import RunDir, RunWarning
 
 if TYPE_CHECKING:
     from ..model.hooked import HookedDisentangledTransformer
+    from ..model.standard_hooked import HookedStandardTransformer
 
 __all__ = ["Run", "resolve_device"]
 
@@ -39,12 +42,13 @@ def resolve_device(spec: str = "auto") -> torch.device:
 @dataclass
 class Run:
     """A trained model with its configurations and metrics; ``dir`` is None for a run kept in
-    memory only (``out_dir=None``). ``weights`` is the hook-free model training updated;
+    memory only (``out_dir=None``). ``weights`` is the hook-free model training updated (disentangled
+    or standard, ``model_cfg.arch``);
     ``model``, the hooked model of its weights, is built (importing TransformerLens) on first use."""
 
     model_cfg: ModelConfig
     train_cfg: TrainConfig
-    weights: DisentangledTransformer
+    weights: DisentangledTransformer | StandardTransformer
     metrics: list[dict]
     step: int
     dir: Path | None = None
@@ -54,18 +58,33 @@ class Run:
         return self.metrics[-1] if self.metrics else {}
 
     @cached_property
-    def model(self) -> HookedDisentangledTransformer:
+    def model(self) -> HookedDisentangledTransformer | HookedStandardTransformer:
         """The hooked model of ``weights`` (a copy, on the same device)."""
+        if self.model_cfg.arch == "standard":
+            from ..model.standard_hooked import HookedStandardTransformer
+
+            return HookedStandardTransformer.from_module(self.weights)
         from ..model.hooked import HookedDisentangledTransformer
 
         return HookedDisentangledTransformer.from_module(self.weights)
+
+    @cached_property
+    def analysis_model(self) -> HookedDisentangledTransformer:
+        """The disentangled model the analyses read: ``model`` itself, or for a standard run the
+        disentangled model its weights map to exactly (``model.note_map``; attention-only, no
+        LayerNorm: else a one-line ``ValueError``)."""
+        if self.model_cfg.arch != "standard":
+            return self.model
+        from ..model.build import analysis_model
+
+        return analysis_model(self.weights)
 
     @classmethod
     def load(cls, run_dir: str | Path, step: int | None = None, device: str = "cpu") -> Run:
         """A run from disk: the final weights, or checkpoint ``step``; safetensors only."""
         run = RunDir(run_dir)
         weights = run.read_weights(step)
-        model = DisentangledTransformer(weights.model_cfg, seed=0)
+        model = plain_model(weights.model_cfg, seed=0)
         ckpt.load_model_tensors(model, weights.tensors, weights.path)
         model = model.to(resolve_device(device))
         metrics = [m for m in run.read_metrics() if m["step"] <= weights.step]

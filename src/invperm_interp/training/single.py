@@ -4,9 +4,12 @@
 Every step draws a fresh batch on the training device from a seeded generator, so a run of N steps
 is a prefix of a run of 2N steps with the same seed (except a cosine schedule, whose horizon is
 ``schedule_steps``). What a run directory holds is described in ``runs.directory``. Resuming from the last
-checkpoint ends bit-identical to an uninterrupted run on the CPU with the same thread count.
+checkpoint ends bit-identical to an uninterrupted run on the same machine with the same thread count.
 The CPU kernels a run uses are deterministic without ``torch.use_deterministic_algorithms``: a run
-under that mode has the same bits (tests/test_faults.py checks it); another thread count may not.
+under that mode has the same bits (tests/runs/test_faults.py checks it); another thread count may not.
+Across CPUs a run is step-identical, not bit-identical: the same seed stops at the same step, but
+another CPU's kernels sum in another order, so the final weights and metrics differ in the last
+bits (float32 numbers are compared at 1e-4 relative, tests/README.md).
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ first eval step with MSE below the target, and the mechanism when an analysis ha
 from __future__ import annotations
 
 import html
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,14 +84,12 @@ def _mechanism(run_dir: Path) -> str | None:
     path = RunDir(run_dir).analysis
     if not path.is_file():
         return None
+    from ..analysis.record import ModelAnalysis
+
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError:
+        return ModelAnalysis.from_json(path.read_text()).mechanism.name
+    except (ValueError, KeyError, TypeError):  # a record of another version: no name to show
         return None
-    mech = data.get("mechanism")
-    if isinstance(mech, dict):
-        return mech.get("name")
-    return mech if isinstance(mech, str) else None
 
 
 def _row_from_dir(run_dir: Path) -> RunRow:
@@ -103,6 +100,17 @@ def _row_from_dir(run_dir: Path) -> RunRow:
                   int(last.get("step", 0)), last.get("mse"), last.get("causal_floor"),
                   last.get("row_acc"), _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir),
                   model.causal)
+
+
+def _under(analysis) -> dict[str, str]:
+    """The names a sweep's record (``SweepRecord``) gives under other ablation styles; none for a
+    record of another version."""
+    from ..analysis.sweep_record import SweepRecord
+
+    try:
+        return dict(SweepRecord.from_dict(analysis).under) if isinstance(analysis, dict) else {}
+    except (ValueError, KeyError, TypeError):
+        return {}
 
 
 def _row_from_record(root: Path, record: dict) -> RunRow:
@@ -118,9 +126,8 @@ def _row_from_record(root: Path, record: dict) -> RunRow:
         mechanism = mechanism.get("name")
     solve = record.get("steps_to_solve")
     status = record.get("status")
-    analysis = record.get("analysis") if isinstance(record.get("analysis"), dict) else {}
-    others = tuple((style, analysis[f"name_{style}_ablation"]) for style in ("mean", "resample")
-                   if analysis.get(f"name_{style}_ablation") not in (None, mechanism))
+    others = tuple((style, name) for style, name in _under(record.get("analysis")).items()
+                   if name != mechanism)
     return RunRow(run_dir, _group(model), model.d, int(train.get("seed", 0)),
                   int(record.get("step") or final.get("step") or 0), final.get("mse"),
                   final.get("causal_floor"), final.get("row_acc"),

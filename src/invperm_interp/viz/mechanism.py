@@ -16,6 +16,7 @@ import html
 from ..analysis.faithfulness import Faithfulness
 from ..analysis.mechanism import Mechanism, is_faithful
 from ..analysis.record import ModelAnalysis
+from ..analysis.sweep_record import SweepRecord
 from ..labels import excess_text, layer_name
 from ..maths import constructions
 from .html import table
@@ -211,7 +212,7 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
     if f is not None:
         parts.append(table(
             ["layer", "cell", "fitted β", "circuit MSE without it", "rows exact without it"],
-            [[layer_name(c[0]), f"{c[4]} at ({c[2]}, {c[3]})", f"{b:.3g}", f"{s.mse:.3g}",
+            [[layer_name(c.layer), f"{c.label} at ({c.query}, {c.key})", f"{b:.3g}", f"{s.mse:.3g}",
               f"{s.rows_exact:.1%}"] for c, b, s in zip(f.cells, f.betas, f.minimality)],
             f"Minimality of {html.escape(mech.name)}: its circuit with one cell removed at a time "
             "(a needed cell drops the rows exact far below the rule's threshold)."))
@@ -220,7 +221,7 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
         return "".join(parts)
     parts.append(table(
         ["layer", "head", "cell"],
-        [[layer_name(c[0]), c[1], f"{c[4]} at ({c[2]}, {c[3]})"] for c in m.cells],
+        [[layer_name(c.layer), c.head, f"{c.label} at ({c.query}, {c.key})"] for c in m.cells],
         (("Minimal circuit: provably the smallest set of candidate cells whose circuit-only model "
           "is faithful (every smaller set was tried)" if m.optimal else
           "Minimal circuit: the smallest set of cells found whose circuit-only model is faithful "
@@ -233,31 +234,28 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
     return "".join(parts)
 
 
-def sweep_verdict_section(record: dict | None) -> str:
+def sweep_verdict_section(record: SweepRecord | None) -> str:
     """What ``invperm sweep`` recorded for this run (its ``mechanism.json``): the rule's name on
     its own, larger batches, on more batches and under the other ablation styles; nothing without
     a record."""
-    if not record or "name" not in record:
+    if record is None:
         return ""
 
     def name(value) -> str:
         return f"<b>{html.escape(str(value))}</b>"
 
-    also = record.get("also_faithful") or []
-    lines = [f"the rule names {name(record['name'])}"
+    also = record.mechanism.also_faithful
+    lines = [f"the rule names {name(record.name)}"
              + (f" (also faithful: {html.escape(', '.join(also))})" if also else "")
-             + f" on {record.get('samples', 0):,} fresh samples (seed {record.get('seed', '?')})"]
-    batches = record.get("names_by_batch") or []
-    if len(batches) > 1:
-        lines.append(f"on {len(batches)} batches: " + ", ".join(map(name, batches)))
-    for style in ("mean", "resample"):
-        if record.get(f"name_{style}_ablation") is not None:
-            lines.append(f"under {style} ablation of the cells outside the circuit: "
-                         + name(record[f"name_{style}_ablation"]))
-    if record.get("minimal_size") is not None:
-        proof = ", provably smallest" if record.get("minimal_optimal") else ""
-        faithful = "faithful" if record.get("minimal_faithful") else "not faithful"
-        lines.append(f"minimal circuit {record['minimal_size']} cells ({faithful}{proof})")
+             + f" on {record.samples:,} fresh samples (seed {record.seed})"]
+    if record.batches > 1:
+        lines.append(f"on {record.batches} batches: " + ", ".join(map(name, record.names_by_batch)))
+    for style, other in record.under.items():
+        lines.append(f"under {style} ablation of the cells outside the circuit: " + name(other))
+    m = record.mechanism.minimal
+    proof = ", provably smallest" if m.optimal else ""
+    lines.append(f"minimal circuit {m.size} cells ({'faithful' if m.faithful else 'not faithful'}"
+                 f"{proof})")
     return ("<h3>The sweep's verdict</h3><p class='meta'>The sweep that trained this run analysed "
             "it too (<code>mechanism.json</code>): " + "; ".join(lines) + ". The tables above are "
             "this page's own analysis, on its own batch.</p>")

@@ -23,6 +23,7 @@ import torch
 
 from ..analysis.ablate import AblationResult
 from ..analysis.record import ModelAnalysis, atom_label
+from ..analysis.sweep_record import SweepRecord
 from ..config import TrainConfig
 from ..labels import excess_text, layer_name, name_streams
 from ..model.hooked import HookedDisentangledTransformer
@@ -59,6 +60,27 @@ def _setup(model: HookedDisentangledTransformer, train_cfg: TrainConfig | None,
     elif metrics:
         parts.append(f"<b>Training</b>: {metrics[-1]['step']} steps (no config.json given).")
     return f'<p class="meta">{"<br>".join(parts)}</p>'
+
+
+def _through_map(result: ModelAnalysis) -> str:
+    """For a standard model: that it is read through its exact map, and each head's ``W_OV``."""
+    if result.through_map is None:
+        return ""
+    std = result.through_map["model"]
+    rows = [[f"layer {layer + 1}", h, rank, ", ".join(f"{v:.3g}" for v in values[:8])
+             + (" …" if len(values) > 8 else "")]
+            for layer, (ranks, spectra) in enumerate(zip(result.through_map["ov_rank"],
+                                                         result.through_map["ov_spectra"]))
+            for h, (rank, values) in enumerate(zip(ranks, spectra))]
+    text = (f"<p><b>A standard transformer</b> (residual width d_model {std['d_model']}, heads of "
+            f"width d_head {std['d_head']}, no LayerNorm, no MLPs), analysed exactly through its "
+            f"map to the disentangled model (<code>docs/standard.md</code>): the stream after "
+            f"layer l is h<sup>l</sup> M<sub>l</sub>, each head's scores are h A h<sup>T</sup> with "
+            f"A = M W<sub>Q</sub> W<sub>K</sub><sup>T</sup> M<sup>T</sup> / &radic;d_head. Every "
+            f"weight, cell and circuit below is of the disentangled model computing the same "
+            f"function.</p>")
+    return text + table(["layer", "head", "rank of W_OV", "singular values of W_OV = W_V W_O"],
+                        rows, caption=f"W_OV per head: rank at most d_head = {std['d_head']}.")
 
 
 def _results(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
@@ -228,9 +250,9 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
                 metrics: list[dict] | None = None, title: str = "invperm-interp report", *,
                 train_cfg: TrainConfig | None = None, bundle: str | None = None,
                 links: list[tuple[str, str]] | None = None, timeline=None,
-                checkpoints: int = 0, sweep_record: dict | None = None) -> str:
+                checkpoints: int = 0, sweep_record: SweepRecord | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
-    parts = [_setup(model, train_cfg, metrics), headline(result),
+    parts = [_setup(model, train_cfg, metrics), _through_map(result), headline(result),
              _results(model, result, batch, metrics, train_cfg)]
     if metrics:
         accuracy = plot_accuracy(metrics)
@@ -253,7 +275,7 @@ def write_report(model: HookedDisentangledTransformer, result: ModelAnalysis, ba
                  path: str | Path, metrics: list[dict] | None = None,
                  title: str = "invperm-interp report", *, train_cfg: TrainConfig | None = None,
                  bundle: str | None = None, links: list[tuple[str, str]] | None = None,
-                 timeline=None, checkpoints: int = 0, sweep_record: dict | None = None) -> Path:
+                 timeline=None, checkpoints: int = 0, sweep_record: SweepRecord | None = None) -> Path:
     """Write the report page for ``model`` (with ``result`` from ``analysis.record.analyze``).
 
     ``metrics``/``train_cfg``: the run's eval records and training configuration, when it is a

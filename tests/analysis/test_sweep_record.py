@@ -1,0 +1,78 @@
+"""The mechanism record: one format for ``analysis.json`` and a sweep's ``mechanism.json``, read
+back into the same typed values; older ``analysis.json`` records read, a sweep's old flat record is
+refused in one line saying how to regenerate it."""
+
+import json
+
+import pytest
+from helpers import REPO, analysed, scored
+
+from invperm_interp.analysis.hypothesis import AtomCell
+from invperm_interp.analysis.mechanism import VERSION, Mechanism
+from invperm_interp.analysis.sweep_record import SweepRecord
+
+RUNS = REPO / "tests" / "data" / "reference_runs"
+NAMES = ("bidirectional_d6_seed0", "scratch_d6_seed2")
+
+SETTINGS = {"samples": 4096, "seed": 12345, "batches": 3, "mean_ablation": True,
+            "resample_ablation": False}
+
+
+def test_a_sweep_record_reads_back_equal_through_json():
+    record = analysed("two_block", tests=[scored(), scored("theorem2", rows=0.5)],
+                      names=["two_block", "borderline", "two_block"], resample="none")
+    again = SweepRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+    assert again == record
+    assert again.to_dict()["version"] == VERSION and again.batches == 3
+    cell = again.mechanism.minimal.cells[1]
+    assert isinstance(cell, AtomCell) and (cell.layer, cell.query, cell.label) == (1, "pos.P", "-1")
+    assert cell.site == (1, 0, "pos.P", "L1.x")
+    # stored as a list, not as text
+    assert record.to_dict()["minimal"]["cells"][1] == [1, 0, "pos.P", "L1.x", "-1"]
+
+
+def test_the_record_says_which_ablation_styles_a_grid_still_asks_for():
+    record = analysed("two_block")
+    assert record.lacks(SETTINGS) == []
+    only_zero = SweepRecord(record.mechanism, 4096, 12345, record.names_by_batch)
+    assert only_zero.lacks({**SETTINGS, "resample_ablation": True}) == ["mean", "resample"]
+    assert only_zero.with_names({"resample": "none"}).under == {"resample": "none"}
+    assert record.lacks({**SETTINGS, "samples": 64}) is None  # measured otherwise: redo
+    assert record.lacks({**SETTINGS, "batches": 1}) is None
+    with pytest.raises(ValueError, match="ablation styles must be among"):
+        SweepRecord(record.mechanism, 4096, 0, ("two_block",), {"zero": "two_block"})
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_analysis_json_of_version_2_still_reads(name):
+    data = json.loads((RUNS / name / "analysis.json").read_text())["mechanism"]
+    old = {**data, "version": 2, "minimal": {k: v for k, v in data["minimal"].items()
+                                             if k != "candidates"}}
+    mech, new = Mechanism.from_dict(old), Mechanism.from_dict(data)
+    assert mech.name == new.name and mech.tested == new.tested and mech.minimal.candidates == 0
+    assert mech.minimal.cells == new.minimal.cells and new.minimal.candidates > 0
+
+
+def test_a_sweeps_flat_record_of_version_2_is_refused_in_one_line(tmp_path):
+    flat = {"name": "two_block", "version": 2, "minimal_size": 2, "tested": [],
+            "minimal_cells": ["L1 I at (pos.Y, pos.P)"], "samples": 4096, "seed": 0}
+    path = tmp_path / "mechanism.json"
+    path.write_text(json.dumps(flat))
+    with pytest.raises(ValueError, match=r"invperm sweep GRID") as err:
+        SweepRecord.read(path)
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
+    newer = {**analysed("two_block").to_dict(), "version": VERSION + 1}
+    with pytest.raises(ValueError, match="newer"):
+        SweepRecord.from_dict(newer)
+
+
+def test_discover_reuses_a_sweeps_record_measured_on_the_same_samples(tmp_path):
+    from invperm_interp.cli.discover import _recorded
+    from invperm_interp.runs.directory import RunDir
+
+    record = analysed("none", samples=256, seed=0)
+    RunDir(tmp_path).mechanism.write_text(json.dumps(record.to_dict()))
+    assert _recorded(tmp_path, 256, 0) == record.mechanism
+    assert _recorded(tmp_path, 4096, 0) is None and _recorded(tmp_path, 256, 1) is None
+    RunDir(tmp_path).mechanism.write_text(json.dumps({"name": "none", "version": 2}))
+    assert _recorded(tmp_path, 256, 0) is None  # an older record: measured again
