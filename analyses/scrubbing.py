@@ -133,7 +133,7 @@ def markdown(rows: list[dict]) -> str:
         f"{n} causal-scratch d = 10 runs trained with the census's settings "
         "(analyses/grids/scrubbing.toml: Adam lr 1e-2, batch 128, stopped at MSE < 1e-3), each on the "
         "census's 4,096 evaluation samples (seed 12345); written by analyses/scrubbing.py, read in "
-        "docs/scrubbing.md. **name**: the rule's name under each style (scrub: the rest of A fed "
+        "docs/results/scrubbing.md. **name**: the rule's name under each style (scrub: the rest of A fed "
         "from a partner with the same P and another Y, `analysis.scrub`). **claim**: the "
         "zero-ablation name, or theorem3_superposed where the rule names none; **+ guard**: the "
         "claim with the three layer-1 content-query cells (x, pos.P), (x, pos.Y), (x, x) added. "
