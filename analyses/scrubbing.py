@@ -35,7 +35,8 @@ from invperm_interp.analysis.mechanism import (
     verdict_of,
 )
 from invperm_interp.analysis.scrub import STYLES, cell_patching, completeness, scrub, scrub_tester
-from invperm_interp.analysis.verdict import evaluation_batch, judge
+from invperm_interp.analysis.sweep_record import SweepRecord
+from invperm_interp.analysis.verdict import UNNAMED, evaluation_batch, judge
 from invperm_interp.maths import constructions
 
 SAMPLES, SEED = 4096, 12345  # the census's evaluation batch
@@ -57,7 +58,7 @@ def scrub_faithful(model, batch) -> tuple[str, list[str]]:
     full = scrub_tester(model, batch)
     screen = scrub_tester(model, batch.head(SCREEN_SAMPLES))
     tested = test_constructions(model, screen, resolve=full, minimality=False)
-    return name_by_rule(tested), [t.hypothesis for t in ranked(tested)[0]]
+    return str(name_by_rule(tested)), [t.hypothesis for t in ranked(tested)[0]]
 
 
 def plus_content_cell(model, batch) -> dict:
@@ -82,12 +83,11 @@ EXTRA = {"scrub_faithful": lambda model, batch: scrub_faithful(model, batch)[1],
 
 def analyse(run_dir: Path) -> dict:
     model = HookedDisentangledTransformer.from_run(str(run_dir))
-    record = json.loads((run_dir / "mechanism.json").read_text())
+    record = SweepRecord.read(run_dir / "mechanism.json")
     batch = evaluation_batch(model, SAMPLES, SEED)
     scrub_name, scrub_set = scrub_faithful(model, batch)
-    names = {"zero": record["name"], "mean": record["name_mean_ablation"],
-             "resample": record["name_resample_ablation"],
-             "scrub": scrub_name}
+    names = {"zero": str(record.answer), "mean": str(record.under["mean"]),
+             "resample": str(record.under["resample"]), "scrub": scrub_name}
     claim = names["zero"] if names["zero"] in constructions.names() else FAMILY
     hyp = as_hypothesis(model, claim)
     scores = {style: Tester(model, batch, style).circuit(hyp) for style in ("zero", "mean",
@@ -126,7 +126,7 @@ def cell_text(cell) -> str:
 
 def markdown(rows: list[dict]) -> str:
     n = len(rows)
-    named = lambda style: sum(r["names"][style] not in ("none", "borderline") for r in rows)  # noqa: E731
+    named = lambda style: sum(r["names"][style] not in UNNAMED for r in rows)  # noqa: E731
     faithful = lambda key, style: sum(r[key][style]["verdict"] == "faithful" for r in rows)  # noqa: E731
     lines = [
         "# Causal scrubbing of the scratch circuits", "",

@@ -45,9 +45,9 @@ from .hypothesis import as_hypothesis
 from .score import Score
 
 #: What a partner input keeps of its sample: ``"P"`` the permutation (another sample's ``Y``),
-#: ``"Y"`` the target (another sample's ``P``), ``"none"`` neither (plain resample ablation).
+#: ``"Y"`` the target (another sample's ``P``), ``"any"`` neither (plain resample ablation).
 EQUIVALENCES = {"P": "the same P, another Y", "Y": "the same Y, another P",
-                "none": "another input"}
+                "any": "another input"}
 #: The equivalence each registered construction's claim names (module docstring): all route by P.
 CLAIM_EQUIVALENCE = {name: "P" for name in constructions.names()}
 #: The styles :func:`completeness` scores, zero, mean and resample ablation and scrubbing.
@@ -105,10 +105,10 @@ def completeness(model: HookedDisentangledTransformer, hypothesis, batch: Batch,
     says ``P``: the same ``Y``, another ``P``). A complete claim leaves little of the loss
     recovered under each."""
     hyp = as_hypothesis(model, hypothesis, read, unit)
-    opposite = {"P": "Y", "Y": "P", "none": "none"}[equivalence_of(hypothesis)]
+    opposite = {"P": "Y", "Y": "P", "any": "any"}[equivalence_of(hypothesis)]
     testers = {style: Tester(model, batch, style) for style in ABLATIONS}
     if shift != 1:
-        testers["resample"] = Tester(model, batch, "resample", partner_input(batch, "none", shift))
+        testers["resample"] = Tester(model, batch, "resample", partner_input(batch, "any", shift))
     testers["scrub"] = scrub_tester(model, batch, opposite, shift)
     return {style: tester.test(hyp, minimality=False).without for style, tester in testers.items()}
 
@@ -158,7 +158,7 @@ def _tester(model, batch, style: str, keep: str, shift: int) -> Tester:
     if style not in ABLATIONS:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
     if style == "resample" and shift != 1:
-        return Tester(model, batch, style, partner_input(batch, "none", shift))
+        return Tester(model, batch, style, partner_input(batch, "any", shift))
     return Tester(model, batch, style)
 
 
