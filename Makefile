@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast test-slurm demo reproduce sweep census census-shapes dynamics scrubbing standard setup lint bench clean
+.PHONY: test test-fast test-slurm demo docs reproduce sweep census census-shapes dynamics scrubbing standard setup lint bench clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,11 @@ test-fast: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/invperm demo
+
+# The documentation site (mkdocs.yml; docs/, with assets/ and notebooks/ added) into site/, offline:
+# open site/index.html. Strict: a broken link or an unknown name fails it (make test builds it too).
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
 
 # The note's claims' tables and figures under assets/ (trains 8 models: about 12 minutes on 2
 # cores, most of it the paper recipe's 10,000 steps); `make census`, `make dynamics` and
@@ -92,4 +97,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/forward.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build site src/*.egg-info .pytest_cache

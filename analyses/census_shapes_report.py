@@ -28,18 +28,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 from census_report import share_text  # noqa: E402
 from common import ASSETS  # noqa: E402
 
-from invperm_interp.analysis.placements import summed  # noqa: E402
+from invperm_interp.analysis.sweep_record import STYLES, SweepRecord  # noqa: E402
+from invperm_interp.maths.placement import parse  # noqa: E402
 from invperm_interp.sweep.collect import read_sweep  # noqa: E402
-from invperm_interp.sweep.plan import ABLATION_SETTINGS  # noqa: E402
 
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "scratch": "causal [P; Y_P; S], reads S"}
 ROLES = ("alone", "copied", "split")
 
 
+def heads_of(model: dict) -> tuple[int, ...]:
+    heads = model["n_heads"]
+    return (heads,) * model["n_layers"] if isinstance(heads, int) else tuple(heads)
+
+
 def shape_of(model: dict) -> str:
     """``"3x2"``: layers × heads per layer (``"2x(2,1)"`` when the layers differ)."""
-    heads = model["n_heads"]
-    heads = [heads] * model["n_layers"] if isinstance(heads, int) else list(heads)
+    heads = heads_of(model)
     width = str(heads[0]) if len(set(heads)) == 1 else f"({','.join(map(str, heads))})"
     return f"{model['n_layers']}x{width}"
 
@@ -49,33 +53,37 @@ def construction_of(name: str) -> str:
     return name.split(" @ ", 1)[0]
 
 
-def role(analysis: dict) -> str | None:
+def role(record: SweepRecord, heads: tuple[int, ...]) -> str | None:
     """What the heads outside the named placement do (module docstring); ``None`` if none named."""
-    name = analysis["name"]
-    if name in ("none", "borderline"):
+    mech = record.mechanism
+    if mech.name is None:
         return None
-    if summed(name):
+    placed = mech.placement or parse(mech.name, heads)
+    if placed.summed:
         return "split"
-    mine = construction_of(name)
-    others = [n for n in analysis.get("also_faithful", ()) if construction_of(n) == mine]
-    return "copied" if any(not summed(n) for n in others) else "alone"
+    others = [parse(n, heads) for n in mech.also_faithful]
+    return "copied" if any(p.construction == placed.construction and not p.summed
+                           for p in others) else "alone"
 
 
 def shape_rows(folder: Path) -> list[dict]:
-    """One row per run of the sweep (unsolved and unanalysed ones included, with ``None``)."""
+    """One row per run of the sweep (unsolved and unanalysed ones with ``None``)."""
     rows = []
     for _, record in read_sweep(folder):
-        model, analysis = record["model"], record.get("analysis") or {}
+        model = record["model"]
         kind = "bidirectional" if model["attention_dir"] == "bidirectional" else "scratch"
-        named = analysis.get("name")
+        analysis = SweepRecord.from_dict(record["analysis"]) if record.get("analysis") else None
+        named = str(analysis.answer) if analysis else None
         rows.append({"run": record["name"], "kind": kind, "d": model["layout"]["d"],
                      "shape": shape_of(model), "seed": record["train"]["seed"],
                      "solved": record["steps_to_solve"] is not None,
                      "steps_to_target": record["steps_to_solve"],
                      "mechanism": named, "construction": None if named is None else construction_of(named),
-                     "role": role(analysis) if named else None,
-                     "also_faithful": analysis.get("also_faithful", []),
-                     **{style: analysis.get(key) for style, key in ABLATION_SETTINGS.items()}})
+                     "role": role(analysis, heads_of(model)) if analysis else None,
+                     "untested": analysis.mechanism.untested if analysis else None,
+                     "also_faithful": list(analysis.mechanism.also_faithful) if analysis else [],
+                     **{style: str(analysis.under[style]) if analysis and style in analysis.under
+                        else None for style in STYLES}})
     return rows
 
 
@@ -89,7 +97,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         verdicts = Counter("none" if r["mechanism"] == "none" else
                            "borderline" if r["mechanism"] == "borderline" else "named" for r in solved)
         styles = {style: Counter(construction_of(r[style]) for r in solved if r[style])
-                  for style in ABLATION_SETTINGS}
+                  for style in STYLES}
         out.append({
             "model": kind, "shape": shape, "runs": len(runs),
             "solved": sum(r["solved"] for r in runs),
@@ -99,6 +107,7 @@ def summarize(rows: list[dict]) -> list[dict]:
                       for x in ROLES},
             "zero_ablation": dict(Counter(r["construction"] for r in solved).most_common()),
             **{style: dict(c.most_common()) for style, c in styles.items()},
+            "untested": sorted({r["untested"] for r in runs if r["untested"]}),
         })
     return out
 
@@ -152,9 +161,10 @@ def write(rows: list[dict], folder: Path) -> list[Path]:
     for s in summary:
         names = "; ".join(f"{name} ×{k}" for name, k in s["names"].items()) or "-"
         lines.append(f"- {s['model']} {s['shape']}: {names}")
-        for style in ABLATION_SETTINGS:
-            lines.append(f"  - {style.replace('_', ' ')}: "
+        for style in STYLES:
+            lines.append(f"  - under {style} ablation: "
                          + ("; ".join(f"{n} ×{k}" for n, k in s[style].items()) or "-"))
+        lines += [f"  - {reason}" for reason in s["untested"]]
     paths[1].write_text("\n".join(lines) + "\n")
     plot(summary, rows, paths[2])
     return paths

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from invperm_interp import ModelConfig, sample_batch
-from invperm_interp.analysis.faithfulness import Tester
+from invperm_interp.analysis.faithfulness import Tester as _Tester
 from invperm_interp.analysis.mechanism import Mechanism, mechanism, name_on
 from invperm_interp.analysis.placements import KEEP_SINGLE, KEEP_SUM, candidate_placements, untested_reason
 from invperm_interp.maths import constructions as C
@@ -16,8 +16,13 @@ from invperm_interp.task import Layout
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]
 # At exact β a learned form written with more cells than the analytic model needs is named by what
-# it needs, as on two layers of one head (tests/analysis/test_faithfulness.py).
-NAMED_AS = {"theorem3_superposed": "theorem3", "theorem3_superposed_complement": "theorem3_complement"}
+# it needs, as on two layers of one head (tests/analysis/test_faithfulness.py): one of the
+# constructions its cells contain. Which one depends on the placement: after an idle first layer
+# (l1 > 0) the P-row lookup of theorem3_superposed is no longer faithful alone (its cells, fitted
+# in the gauge-fixed frame of a stream that holds the idle layer's prefix averages, get β 156 and
+# 101 instead of 130) and the complement lookup, also inside it, is named.
+NAMED_AS = {"theorem3_superposed": ("theorem3", "theorem3_complement"),
+            "theorem3_superposed_complement": ("theorem3_complement",)}
 # Shapes 2 × 2, 3 × 1 and 3 × 2; non-adjacent layers, head 1, and a read-out from a sum of heads
 # (the read-out reads both copies: no one head of the sum passes alone).
 PLACES = [((2, 2), (0, 1), (1, 0)), ((1, 1, 1), (0, 2), (0, 0)), ((2, 2, 2), (0, 2), (1, 1)),
@@ -33,8 +38,10 @@ def batch_for(model, n: int = 128):
 def test_a_placed_construction_is_named_at_its_placement(name, shape, layers, heads):
     placed = Placement(name, layers, heads, shape)
     model = build(placed, 4, dtype=torch.float32)
-    expected = Placement(NAMED_AS.get(name, name), layers, heads, shape)
-    assert name_on(model, batch_for(model)) == str(expected)
+    named = str(name_on(model, batch_for(model)))
+    assert named in {str(Placement(n, layers, heads, shape)) for n in NAMED_AS.get(name, (name,))}
+    if name == "theorem3_superposed" and layers[0] == 0:
+        assert named == str(Placement("theorem3", layers, heads, shape))
 
 
 def test_two_heads_that_copy_one_circuit_are_named_by_one_and_the_other_is_also_faithful():
@@ -59,9 +66,10 @@ def test_a_circuit_on_a_sum_of_heads_is_recorded_as_one():
 
 def test_a_two_layer_one_head_model_tests_each_construction_once_as_registered():
     model = C.build("theorem3", 4, dtype=torch.float32)
-    tester = Tester(model, batch_for(model, 16))
+    tester = _Tester(model, batch_for(model, 16))
     found = candidate_placements(model, tester.fixed)
-    assert [str(p) for p in found] == [n for n in WORKING]  # every working scratch one, unplaced
+    scratch = [n for n in WORKING if C.REGISTRY[n].layout == "scratch"]
+    assert [str(p) for p in found] == scratch  # each working scratch construction, unplaced
     mech = mechanism(model, batch_for(model))
     assert mech.name == "theorem3" and mech.placement is None
     assert "placement" not in mech.to_dict() and "untested" not in mech.to_dict()
@@ -69,7 +77,7 @@ def test_a_two_layer_one_head_model_tests_each_construction_once_as_registered()
 
 def test_the_placements_tested_stay_few_per_construction():
     model = build(Placement("theorem3", (0, 2), (1, 1), (2, 2, 2)), 4, dtype=torch.float32)
-    found = candidate_placements(model, Tester(model, batch_for(model, 16)).fixed)
+    found = candidate_placements(model, _Tester(model, batch_for(model, 16)).fixed)
     per = {}
     for p in found:
         per.setdefault(p.construction, []).append(p)
@@ -77,16 +85,17 @@ def test_the_placements_tested_stay_few_per_construction():
 
 
 @pytest.mark.parametrize("cfg, reason", [
-    (ModelConfig(Layout.plain(4), n_layers=1), "the model has 1 layer and every registry construction needs two"),
-    (ModelConfig(Layout.plain(4), n_layers=3, n_heads=2, readout="Y"),
+    (ModelConfig(Layout.plain(4), n_layers=1),
+     "the model has 1 layer and every registry construction needs two"),
+    (ModelConfig(Layout.plain(4), n_layers=3, n_heads=2, attention_dir="bidirectional", readout="Y"),
      "none of the registry is bidirectional on the model's layout (P, Y) reading its Y rows"),
-    (ModelConfig(Layout.plain(4), n_layers=2, attention_dir="causal"),
+    (ModelConfig(Layout.plain(4), n_layers=2, attention_dir="causal", readout="P"),
      "none of the registry is causal on the model's layout (P, Y) reading its P rows"),
 ])
 def test_a_shape_no_construction_fits_says_why_in_the_record_and_its_text(cfg, reason):
     assert reason in untested_reason(cfg)
     model = HookedDisentangledTransformer(cfg, seed=0)
     mech = mechanism(model, batch_for(model, 64))
-    assert mech.name == "none" and mech.tested == ()
+    assert mech.name is None and mech.verdict == "none" and mech.tested == ()
     assert reason in mech.untested and reason in str(mech)
     assert reason in Mechanism.from_dict(mech.to_dict()).untested

@@ -21,6 +21,7 @@ from ..model.variants import forward_many
 from ..stream import hook_name, layer_hook_names
 from ..task import Batch, mse
 from .gauge import gauge_fix
+from .placements import fitting_names
 from .templates import Circuit, explain
 
 #: β values tried when matching a construction to a model (its patterns sharpen as β grows).
@@ -203,22 +204,10 @@ def _best_name(model: HookedDisentangledTransformer, batch: Batch) -> str | None
 
 def candidates(model: HookedDisentangledTransformer) -> list[str]:
     """Registry constructions with the model's layout, attention direction, read-out and shape,
-    that can be built at its ``d`` (from ``min_d``)."""
-    cfg = model.cfg
-    if cfg.n_layers != 2 or cfg.heads != (1, 1):
-        return []
-    out = []
-    for name in constructions.names():
-        spec = constructions.REGISTRY[name]
-        if spec.attention_dir != cfg.attention_dir or spec.readout != cfg.readout or cfg.d < spec.min_d:
-            continue
-        try:
-            layout = spec.make_layout(cfg.d, cfg.layout.scratch_vector or None)
-        except ValueError:
-            continue
-        if layout == cfg.layout:
-            out.append(name)
-    return out
+    that can be built at its ``d`` (from ``min_d``). Patterns are compared layer by layer, so only
+    on two layers of one head; the mechanism rule places constructions on any shape
+    (``analysis.placements``)."""
+    return fitting_names(model.cfg) if model.cfg.heads == (1, 1) else []
 
 
 def closest_construction(model: HookedDisentangledTransformer, batch: Batch,

@@ -53,13 +53,18 @@ def run_extras(run) -> dict:
     timeline``), ``checkpoints`` (how many the run kept) and ``sweep_record`` (its
     ``mechanism.json``, written by ``invperm sweep``) for a ``RunDir``."""
     import json
+    import warnings
 
     from ..analysis.sweep_record import SweepRecord
     from ..analysis.timeline import Timeline
 
     found = record = None
     if run.timeline.is_file():
-        found = Timeline.from_dict(json.loads(run.timeline.read_text()))
+        try:
+            found = Timeline.from_dict(json.loads(run.timeline.read_text()))
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+            warnings.warn(f"{run.timeline} is damaged ({type(err).__name__}: {err}); the report "
+                          "leaves the timeline out (`invperm timeline` writes it again)", stacklevel=2)
     if run.mechanism.is_file():
         try:
             record = SweepRecord.read(run.mechanism)
@@ -79,7 +84,7 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
 
     if (args.run_dir is None) == (args.construction is None):
         raise ValueError("give a run directory or --construction NAME (one of them)")
-    _set_threads(args.threads)
+    set_threads(args.threads)
     metrics = None
     if args.construction is not None:
         model = constructions.build(args.construction, args.d, args.beta, max_memory=args.max_memory)
@@ -151,7 +156,7 @@ def _behaviour_only(run, why: str, *, n: int, seed: int) -> None:
     print(f"mechanism analysis refused: {why}")
 
 
-def _set_threads(threads: int | None) -> None:
+def set_threads(threads: int | None) -> None:
     """Torch threads for an analysis: ``threads``; default 1 on the CPU (the model is small; more
     threads only contend on shared cores), torch's own on a GPU."""
     if threads is not None and (isinstance(threads, bool) or threads < 1):
@@ -192,7 +197,7 @@ def report_run(run_dir, *, n: int, seed: int, bundle: str | None, threads: int |
     from ..training.run import Run
     from ..viz.report import write_report
 
-    _set_threads(threads)
+    set_threads(threads)
     run_dir = Path(run_dir)
     run = Run.load(run_dir)
     record = _reusable(run_dir, n)

@@ -24,6 +24,7 @@ import torch
 from ..analysis.ablate import AblationResult
 from ..analysis.record import ModelAnalysis, atom_label
 from ..analysis.sweep_record import SweepRecord
+from ..analysis.verdict import UNNAMED
 from ..config import TrainConfig
 from ..labels import excess_text, layer_name, name_streams
 from ..model.hooked import HookedDisentangledTransformer
@@ -179,7 +180,10 @@ def _ablations(model: HookedDisentangledTransformer, result: ModelAnalysis) -> s
     before, floor = ablations[0].mse_before, ablations[0].causal_floor
     caption = (f"Each row runs the model once with one intervention, on the analysis batch. Before any "
                f"ablation the MSE is <b>{before:.4g}</b>; the causal floor is <b>{floor:.4g}</b>. An "
-               f"ablation that sends the MSE to the floor or above removed what the model needs.")
+               f"ablation that raises the MSE far above where it started removed something the model "
+               f"needs; a change of +0 or below removed nothing it needs"
+               + (f", and an MSE at the floor ({floor:.4g}) is what the best model that cannot see "
+                  f"the removed rows reaches." if floor > 0 else "."))
     rows = [[name_streams(a.name, L), _what_it_does(a, L), f"{a.mse_after:.4g}",
              f"{a.change:+.3g}"] for a in ablations]
     return "<h2>Ablations</h2>" + table(["ablation", "what it does", "MSE after", "change"], rows,
@@ -231,7 +235,7 @@ def _over_training(timeline, checkpoints: int) -> str:
 
     first, since = timeline.first_faithful, timeline.faithful_since
     what = (f"{_esc(timeline.final_mechanism)}'s cells" if timeline.final_mechanism
-            not in ("none", "borderline") else "the minimal circuit")
+            not in UNNAMED else "the minimal circuit")
     when = ("never faithful at a checkpoint" if first is None else
             f"first faithful at step {first}" + ("" if since in (None, first)
                                                  else f", and from step {since} on"))
