@@ -228,6 +228,7 @@ VERDICT_WORDS_ELSEWHERE = {
     "maths/constructions.py": "RESERVED: the names register refuses (held equal to UNNAMED below)",
     "analysis/mechanism.py": "the record's 'borderline' key: the constructions that straddle",
     "viz/sweep.py": "matplotlib's facecolors='none'",
+    "viz/html.py": "matplotlib's svg.fonttype='none' (text kept as text in SVG)",
 }
 
 
