@@ -54,7 +54,7 @@ def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
         rows.append({"run": record["name"], "kind": kind, "d": d, "seed": train["seed"],
                      "step": record["step"], "steps_to_target": record["steps_to_solve"],
                      "final_mse": final.get("mse"), "rows_exact": final.get("row_acc"),
-                     "mechanism": analysis.name, **run_columns(analysis)})
+                     "mechanism": str(analysis.answer), **run_columns(analysis)})
     return rows, dict(planned)
 
 
@@ -63,7 +63,7 @@ def run_columns(record: SweepRecord) -> dict:
     the minimal circuit, every tested construction's scores and verdict, the names on more batches
     and under the other ablation styles."""
     mech, m = record.mechanism, record.mechanism.minimal
-    f = mech.faithfulness if mech.name not in ("none", "borderline") else None
+    f = mech.faithfulness if mech.name is not None else None
     rule = (mech.rows, mech.recovered, mech.z)
     return {
         "samples": record.samples, "batches": record.batches, "mean_ablation": "mean" in record.under,
@@ -81,10 +81,14 @@ def run_columns(record: SweepRecord) -> dict:
                     "recovered_se": t.circuit.recovered_se, "n": t.circuit.n,
                     "signs_agree": t.signs_agree, "n_atoms": t.n_atoms,
                     "verdict": verdict_of(t, *rule)} for t in mech.tested],
-        "names_by_batch": list(record.names_by_batch),
-        "name_mean_ablation": record.under.get("mean"),
+        "names_by_batch": [str(a) for a in record.names_by_batch],
+        "name_mean_ablation": _text(record.under.get("mean")),
         "resample_ablation": "resample" in record.under,
-        "name_resample_ablation": record.under.get("resample")}
+        "name_resample_ablation": _text(record.under.get("resample"))}
+
+
+def _text(answer) -> str | None:
+    return None if answer is None else str(answer)
 
 
 def rows_from_json(path: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
@@ -121,7 +125,7 @@ def name_at(row: dict, rows_min: float, recovered_min: float) -> str:
                               circuit=read_score({"mse": 0.0, "n": t["n"], **{k: t[k] for k in (
                                   "rows_exact", "rows_se", "loss_recovered", "recovered_se")}}))
               for t in row["tested"]]
-    return name_by_rule(tested, rows_min, recovered_min, row.get("z", Z))
+    return str(name_by_rule(tested, rows_min, recovered_min, row.get("z", Z)))
 
 
 #: The thresholds (rows exact, loss recovered) the sensitivity table recounts at.

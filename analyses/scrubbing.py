@@ -28,6 +28,7 @@ from invperm_interp.analysis.faithfulness import Tester
 from invperm_interp.analysis.hypothesis import Hypothesis, as_hypothesis
 from invperm_interp.analysis.mechanism import name_on
 from invperm_interp.analysis.scrub import STYLES, cell_patching, completeness, partner_input, scrub
+from invperm_interp.analysis.sweep_record import SweepRecord
 from invperm_interp.analysis.verdict import evaluation_batch, judge
 from invperm_interp.maths import constructions
 
@@ -62,12 +63,12 @@ def score_dict(s) -> dict:
 
 def analyse(run_dir: Path) -> dict:
     model = HookedDisentangledTransformer.from_run(str(run_dir))
-    record = json.loads((run_dir / "mechanism.json").read_text())
+    record = SweepRecord.read(run_dir / "mechanism.json")
     batch = evaluation_batch(model, SAMPLES, SEED)
-    names = {"zero": record["name"], "mean": record["name_mean_ablation"],
-             "resample": record["name_resample_ablation"],
-             "scrub": name_on(model, batch, ablation="resample",
-                              reference=partner_input(batch, "P"))}
+    names = {"zero": str(record.answer), "mean": str(record.under["mean"]),
+             "resample": str(record.under["resample"]),
+             "scrub": str(name_on(model, batch, ablation="resample",
+                                  reference=partner_input(batch, "P")))}
     claim = names["zero"] if names["zero"] in constructions.names() else FAMILY
     hyp = as_hypothesis(model, claim)
     scores = {style: Tester(model, batch, style).circuit(hyp) for style in ("zero", "mean",

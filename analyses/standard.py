@@ -64,7 +64,7 @@ def main() -> None:
             solved = next((m["step"] for m in run.metrics if m["mse"] < 1e-3), None)
             mechanism = "—"
             if solved is not None and run.model_cfg.d_mlp is None and not run.model_cfg.layernorm:
-                mechanism = write_analysis(run.dir, samples=4096)["name"]
+                mechanism = write_analysis(run.dir, samples=4096).name
             rows.append({"model": name, "seed": seed, "steps": run.step, "final_mse": last["mse"],
                          "floor": floor if run.model_cfg.causal else None,
                          "excess_over_floor": last["mse"] - floor if run.model_cfg.causal else None,

@@ -8,7 +8,12 @@ forwards of the model on the same samples, and reports its peak RSS. Times are C
 process (``time.process_time``, one torch thread): on a shared, loaded machine they move far less
 than wall time. Models: the trained runs given with ``--run`` (a bidirectional, a causal and a
 causal-scratch run), else theorem2 / theorem3 with gauge and noise added (deterministic).
+With ``--shapes``, one process times ``analyze`` at d = 10 on theorem2 and theorem3 (gauge and
+noise added) built on 2 layers × 1 head and placed on 3 layers × 2 heads (``maths.placement``,
+layers 1 and 3, head 1), alternating the two so a load change hits both, and prints the ratio and
+each one's peak RSS beside ``memory.analysis_estimate``.
 Usage: python benchmarks/analyze.py [--before /tmp/before/src] [--run DIR ...] [--repeats 3]
+       python benchmarks/analyze.py --shapes [--repeats 3]
 """
 
 from __future__ import annotations
@@ -76,6 +81,56 @@ print(json.dumps({"total": best, "parts": parts, "forwards": forwards, "peak_mib
 """
 
 
+SHAPES_WORKER = r"""
+import json, resource, sys, time
+import torch
+torch.set_num_threads(1)
+from invperm_interp import memory
+from invperm_interp.analysis.gauge import perturb
+from invperm_interp.analysis.record import analyze
+from invperm_interp.maths.placement import Placement, build
+from invperm_interp.task import sample_batch
+
+name, repeats = sys.argv[1], int(sys.argv[2])
+models = {shape: perturb(build(Placement(name, layers, heads, shape), 10, 10.0), gauge=1.0,
+                         noise=0.05, seed=0)
+          for shape, layers, heads in (((1, 1), (0, 1), (0, 0)), ((2, 2, 2), (0, 2), (1, 1)))}
+best, named = {}, {}
+for round in range(repeats + 1):  # round 0 warms up
+    for shape, model in models.items():
+        batch = sample_batch(model.cfg.layout, 512, torch.Generator().manual_seed(0),
+                             dtype=model.cfg.torch_dtype)
+        start = time.process_time()
+        named[shape] = analyze(model, batch).mechanism.name
+        took = time.process_time() - start
+        if round:
+            best[shape] = min(best.get(shape, float("inf")), took)
+estimate = {str(s): memory.analysis_estimate(m.cfg, 512).total / 2**20 for s, m in models.items()}
+print(json.dumps({"times": {str(s): t for s, t in best.items()}, "named": {str(s): n for s, n in
+                  named.items()}, "estimate_mib": estimate,
+                  "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def measure_shapes(name: str, repeats: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", SHAPES_WORKER, name, str(repeats)], env=env,
+                          check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main_shapes(repeats: int) -> None:
+    print(f"load average {os.getloadavg()[0]:.1f}; analyze at d = 10 on 512 samples, CPU seconds, "
+          f"best of {repeats}, both shapes in one process")
+    for name in DEFAULT_MODELS:
+        r = measure_shapes(name, repeats)
+        small, big = r["times"]["(1, 1)"], r["times"]["(2, 2, 2)"]
+        print(f"\n{name}: 2 x 1 {small:.3f} s ({r['named']['(1, 1)']}), 3 x 2 {big:.3f} s "
+              f"({r['named']['(2, 2, 2)']}): {big / small:.2f}x")
+        print(f"  peak RSS {r['peak_mib']:.0f} MiB (both); analysis_estimate 2 x 1 "
+              f"{r['estimate_mib']['(1, 1)']:.0f} MiB, 3 x 2 {r['estimate_mib']['(2, 2, 2)']:.0f} MiB")
+
+
 def measure(src: Path, spec: str, repeats: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", WORKER, spec, str(repeats)], env=env, check=True,
@@ -105,7 +160,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cli", action="store_true", help="also time `invperm analyze RUN` (wall, "
                         "peak RSS: the largest child so far, so the after tree runs first)")
+    parser.add_argument("--shapes", action="store_true",
+                        help="2 layers x 1 head against 3 x 2 in one process (module docstring)")
     args = parser.parse_args()
+    if args.shapes:
+        return main_shapes(args.repeats)
     specs = [f"run:{r}" for r in args.run] or list(DEFAULT_MODELS)
     trees = {"before": args.before, "after": SRC} if args.before else {"after": SRC}
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; CPU seconds, "

@@ -70,7 +70,7 @@ def test_known_verdicts_are_used_instead_of_measuring_again(monkeypatch):
         minimal = MinimalCircuit(cells, read, True, Score(0.0, 1.0, 1.0), 0.9)
         return Mechanism(name, None, (), minimal)
 
-    known = {k: recorded("none", cells, ("L2.x",)) for k in ("run0", "run1")}
+    known = {k: recorded(None, cells, ("L2.x",)) for k in ("run0", "run1")}
     known["named"] = recorded("appendix_b", (), ())
 
     def refuse(*args, **kwargs):

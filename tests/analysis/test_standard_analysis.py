@@ -60,7 +60,7 @@ def test_the_timeline_and_the_sweep_analyse_a_standard_run(standard_run):
     found = timeline(standard_run, n=128)
     assert [s.step for s in found.steps] == [10, 20, 30]
     record = write_analysis(standard_run, samples=256)
-    assert isinstance(record["name"], str)
+    assert record.samples == 256 and record.answer.verdict in ("faithful", "borderline", "none")
 
 
 @pytest.mark.parametrize("kw,words", [({"layernorm": True}, "without LayerNorm"),

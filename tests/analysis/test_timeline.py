@@ -152,6 +152,23 @@ def test_analyze_leaves_out_a_damaged_timeline_with_a_warning_naming_it(tmp_path
     assert "<h2>Over training</h2>" in (run / "report.html").read_text()
 
 
+def test_the_figure_of_a_final_circuit_without_cells_draws_without_a_warning(tmp_path):
+    """A run whose minimal circuit has no cell (one trained briefly): no legend of nothing, which
+    matplotlib warned about on the command line."""
+    import warnings
+
+    from invperm_interp.analysis.hypothesis import Hypothesis
+    from invperm_interp.viz.timeline import plot_timeline
+
+    interpolated_run(tmp_path / "run", n_steps=2)
+    tl = timeline(tmp_path / "run", n=64)
+    empty = replace(tl, final_mechanism="none", hypothesis=Hypothesis("minimal", (), None, "cells"),
+                    steps=tuple(replace(s, betas=(), effects=()) for s in tl.steps))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot_timeline(empty)
+
+
 def test_cli_timeline_writes_table_json_and_figure(tmp_path, capsys):
     interpolated_run(tmp_path / "run", n_steps=6)
     assert main(["timeline", str(tmp_path / "run"), "--quiet"]) == 0
@@ -237,7 +254,7 @@ def test_a_trained_runs_timeline_ends_with_the_mechanism_of_its_final_weights(tm
     batch = sample_batch(model_cfg.layout, 512, torch.Generator().manual_seed(0))
     assert tl.steps[-1].step == trained.step
     assert tl.steps[-1].mechanism == tl.final_mechanism
-    assert tl.final_mechanism == mechanism(Run.load(tmp_path / "run").model, batch).name
+    assert tl.final_mechanism == str(mechanism(Run.load(tmp_path / "run").model, batch).answer)
     assert len(tl.steps) > 5 and tl.steps[0].mse > 100 * tl.steps[-1].mse
 
 

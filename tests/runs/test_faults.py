@@ -365,7 +365,7 @@ def test_weights_that_overflow_are_never_checkpointed(tmp_path, monkeypatch):
     """The loss of step 2 is finite but its update leaves an inf weight: the run stops before
     evaluating or checkpointing those weights (this was written to disk as step_3 before)."""
     model_cfg, train_cfg = small(tmp_path, steps=12, eval_every=3, checkpoint_every=1)
-    forward, calls = trainer_mod.readout_forward, []
+    forward, calls = trainer_mod.forward, []
 
     def overflowing_forward(model, X):
         out = forward(model, X)
@@ -374,7 +374,7 @@ def test_weights_that_overflow_are_never_checkpointed(tmp_path, monkeypatch):
             model.blocks[0].attn.A.data[0, 0, 0] = float("inf")
         return out
 
-    monkeypatch.setattr(trainer_mod, "readout_forward", overflowing_forward)
+    monkeypatch.setattr(trainer_mod, "forward", overflowing_forward)
     with pytest.raises(ValueError, match=r"training diverged: the weights are not finite at step 3; "
                                          r"the last good checkpoint is .*step_2.safetensors"):
         run(model_cfg, train_cfg)

@@ -162,8 +162,7 @@ def test_a_billion_seeds_are_refused_from_the_count_before_any_list_is_built(tmp
 
 
 @pytest.mark.parametrize("text", ["", "# nothing but a comment\n", "seeds = 3\n", "[model]\n",
-                                  "seeds = 2\n[train]\n", "[model]\n[train]\n",
-                                  '[[variants]]\nname = "a"\n'])
+                                  "seeds = 2\n[train]\n", "[model]\n[train]\n"])
 def test_an_empty_grid_is_refused_not_one_default_run(tmp_path, text, capsys):
     path = grid_file(tmp_path, text)
     out = tmp_path / "out"

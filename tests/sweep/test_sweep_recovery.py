@@ -135,6 +135,28 @@ def test_sigusr2_and_sighup_ask_training_and_the_sweep_to_stop_like_sigterm(sig)
         assert driver.signum == sig
 
 
+def test_a_slurm_task_stopped_by_a_signal_returns_a_result_naming_the_stop(tmp_path, monkeypatch):
+    """submitit writes no result for a task that raises (the driver then waited 15 s per task and
+    said "ended without a result"): the task returns, each unfinished run noted as stopped."""
+    from invperm_interp.sweep import tasks
+    from invperm_interp.sweep.tasks import failed_dir, slurm_unit
+    from invperm_interp.training.signals import Interrupted
+
+    path = grid_file(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def stopped(*args):
+        raise Interrupted("training stopped at step 10", signal.SIGUSR2)
+
+    monkeypatch.setattr(tasks, "train_unit", stopped)
+    assert slurm_unit(str(path), str(out), [0, 1]) == ["seed0", "seed1"]
+    for name in ("seed0", "seed1"):
+        assert (failed_dir(out) / name).read_text().startswith(
+            "stopped by SIGUSR2 (the task's time limit, scancel or pre-emption) after a "
+            "checkpoint; rerun the same command to resume")
+
+
 @pytest.mark.parametrize("message, line", [
     ("sbatch: error: invalid partition specified: nope\nsbatch: error: Batch job submission "
      "failed: Invalid partition name specified",

@@ -1,14 +1,14 @@
 """What is still unnamed: the minimal circuits of runs no construction names, grouped into forms,
 each proposed as a construction and checked.
 
-For every model the rule calls ``"none"`` (``analysis.mechanism``) with a faithful minimal circuit,
-the circuit's **form** is its cells, each with the templates its atoms hold (``explain``; atoms of
-at least ``ATOM_SHARE`` of the cell's largest ``|β|``), with their signs, the read-out blocks with
-theirs, and the model's kind (attention, layout, read-out rows). The gauge is factored out: an atom
-equal to another placement modulo the gauge (a ``-1`` at (pos.P, pos.Y) is a ``+1`` at
-(pos.P, pos.P)) is written at the first of its placements in sorted order, so the same function
-gives the same form whatever gauge a run learned. The scratch rows are not relabelled: scratch row
-``i`` is read out as ``Y_i``, which fixes their order.
+For every model the rule names no construction for (verdict none, ``analysis.mechanism``) with a
+faithful minimal circuit, the circuit's **form** is its cells, each with the templates its atoms
+hold (``explain``; atoms of at least ``ATOM_SHARE`` of the cell's largest ``|β|``), with their
+signs, the read-out blocks with theirs, and the model's kind (attention, layout, read-out rows).
+The gauge is factored out: an atom equal to another placement modulo the gauge (a ``-1`` at (pos.P,
+pos.Y) is a ``+1`` at (pos.P, pos.P)) is written at the first of its placements in sorted order, so
+the same function gives the same form whatever gauge a run learned. The scratch rows are not
+relabelled: scratch row ``i`` is read out as ``Y_i``, which fixes their order.
 
 Each form held by at least ``min_runs`` runs is proposed as a construction (``ConstructionSpec``,
 every cell ``β`` times its template, one ``β``) and checked twice: **exact** when the largest error
@@ -28,9 +28,9 @@ import torch
 from ..maths import constructions
 from ..model.hooked import HookedDisentangledTransformer
 from .faithfulness import Faithfulness, Tester
-from .mechanism import NONE, Mechanism, mechanism, verdict_of
+from .mechanism import Mechanism, mechanism, verdict_of
 from .templates import explain
-from .verdict import FAITHFUL, VERDICT_SAMPLES, check_seed, evaluation_batch
+from .verdict import BORDERLINE, FAITHFUL, VERDICT_SAMPLES, check_seed, evaluation_batch
 
 #: An atom belongs to a form when its ``|β|`` is at least this share of its cell's largest.
 ATOM_SHARE = 0.25
@@ -185,8 +185,10 @@ def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VE
         else:
             mech = mechanism(model, batches[key])
         forms[key] = None
-        if mech.name != NONE:
-            reasons[key] = f"named {mech.name}" if mech.name != "borderline" else "borderline"
+        if mech.name is not None:
+            reasons[key] = f"named {mech.name}"
+        elif mech.verdict == BORDERLINE:
+            reasons[key] = BORDERLINE
         elif not mech.minimal.faithful:
             reasons[key] = "no faithful minimal circuit"
         elif model.cfg.n_layers != 2 or model.cfg.heads != (1, 1):

@@ -37,7 +37,7 @@ from .mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS, is_faithful, minimal_c
 from .placements import candidate_placements
 from .placements import hypothesis as placed
 from .projection import fixed_weights, project
-from .verdict import check_seed
+from .verdict import NONE, check_seed
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class StepAnalysis:
     step: int
     mse: float
     rows_exact: float
-    mechanism: str  # a registry construction, or "none"
+    mechanism: str  # a registry construction, or ``verdict.NONE``
     circuit: Score  # the final circuit's circuit-only model at this step
     faithful: bool  # by the rule (and, for a named construction, its templates' signs)
     betas: tuple[float, ...]
@@ -136,7 +136,7 @@ def final_circuit(model, batch, tests: dict[str, Hypothesis], rows: float = FAIT
         return f.hypothesis, Hypothesis(f.hypothesis, f.cells, f.read, f.unit)
     # what ``mechanism`` reports as its minimal circuit when no construction qualifies
     m = minimal_circuit(model, batch, tester=tester, rows=rows, recovered=recovered)
-    return "none", Hypothesis("minimal", m.cells, m.read or None, "cells")
+    return NONE, Hypothesis("minimal", m.cells, m.read or None, "cells")
 
 
 class StepTester:
@@ -182,7 +182,7 @@ class StepTester:
             if is_faithful(known[name], self.rows, self.recovered):
                 tested.append(self.full.test(h, minimality=False))
         good, _ = ranked(list(tested), self.rows, self.recovered)
-        return good[0].hypothesis if good else "none"
+        return good[0].hypothesis if good else NONE
 
 
 def analyse_step(model, batch, hyp: Hypothesis, tests: dict[str, Hypothesis], named: bool,
@@ -235,7 +235,7 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
     # the placements tested are chosen on the final weights and followed through every checkpoint
     tests = {str(p): placed(model, p) for p in candidate_placements(model, fixed_weights(model))}
     name, hyp = final_circuit(model, batch, tests, rows, recovered)
-    named = name != "none"
+    named = name != NONE
     found = [(s, p) for s, p in RunDir(run_dir).checkpoints() if s < final.step]
     found = found[::-1][::stride][::-1]  # every stride-th, counted back from the last
     steps = []

@@ -19,6 +19,8 @@ on the loss or the interval); there the interval, not one batch, decides.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from ..model.hooked import HookedDisentangledTransformer
@@ -37,6 +39,38 @@ VERDICT_SAMPLES = 4096
 
 FAITHFUL, BORDERLINE, NOT_FAITHFUL = "faithful", "borderline", "not faithful"
 VERDICTS = (FAITHFUL, BORDERLINE, NOT_FAITHFUL)
+#: The rule's verdict on a model when no construction of the registry is faithful.
+NONE = "none"
+#: The rule's verdicts on a model that name no construction (``constructions.RESERVED``).
+UNNAMED = (BORDERLINE, NONE)
+
+
+class Answer(NamedTuple):
+    """The mechanism rule's answer on one batch (``analysis.mechanism``): its verdict,
+    :data:`FAITHFUL` with the ``name`` of the construction it names, or :data:`BORDERLINE` (an
+    interval straddles a threshold) or :data:`NONE` (none is faithful) with no name. ``str``: the
+    name, else the verdict (what tables show). A tuple: records store it as a JSON list."""
+
+    verdict: str
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.name is not None else self.verdict
+
+    @classmethod
+    def read(cls, data) -> Answer:
+        """From a record's ``[verdict, name]``; ``ValueError`` for anything else."""
+        verdict, name = data
+        if (verdict == FAITHFUL) != isinstance(name, str) or verdict not in (FAITHFUL, *UNNAMED):
+            raise ValueError(f"an answer must be [{FAITHFUL!r}, name] or [verdict in {UNNAMED}, "
+                             f"null], got {data!r}")
+        return cls(verdict, name)
+
+    @classmethod
+    def of_label(cls, text: str) -> Answer:
+        """From the text a record of version 3 or older stored: a construction's name, or a verdict
+        word in :data:`UNNAMED` (which registering a construction now refuses)."""
+        return cls(text) if text in UNNAMED else cls(FAITHFUL, text)
 
 
 def is_faithful(score: Score, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED) -> bool:

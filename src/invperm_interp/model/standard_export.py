@@ -18,16 +18,16 @@ standard model's alike (``blocks.{l}.attn.hook_pattern``, ``blocks.{l}.hook_resi
 from __future__ import annotations
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor, nn
 
 from . import tokens
-from .export import MAX_TOKEN_D
+from .export import MAX_TOKEN_D, NativeRunner
 
 __all__ = ["StandardExport", "standard_to_transformer_lens"]
 
 
-class StandardExport:
+class StandardExport(NativeRunner):
     """A native TransformerLens model (``tl_model``) computing the standard model's function:
     ``forward(X (B, T, d)) → (B, R, d)``, ``embed(X) = X W_E`` (the bridge's ``inputs_embeds``)."""
 
@@ -41,24 +41,6 @@ class StandardExport:
             shape = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
             raise ValueError(f"X must be a tensor of shape (B, {T}, {d}), got {shape}")
         return X.to(self.W_E) @ self.W_E
-
-    def to_tokens(self, X: Float[Tensor, "batch pos d"]) -> Int[Tensor, "batch pos"]:
-        """``X (B, T, d)`` → token ids ``(B, T)`` into the export's token embedding."""
-        if self.layout.d > MAX_TOKEN_D:
-            raise ValueError(f"the export has token ids only for d <= {MAX_TOKEN_D}, got "
-                             f"d={self.layout.d}; feed export.embed(X) instead")
-        return tokens.to_tokens(self.layout, X)
-
-    def forward(self, X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch rows d"]:
-        """The read-out ``(B, R, d)``, equal to the standard model's output."""
-        return self.tl_model(self.embed(X))[:, self.rows]
-
-    __call__ = forward
-
-    def run_with_cache(self, X: Tensor, **kwargs):
-        """``tl_model.run_with_cache`` on ``embed(X)``: ``(read-out (B, R, d), ActivationCache)``."""
-        logits, cache = self.tl_model.run_with_cache(self.embed(X), **kwargs)
-        return logits[:, self.rows], cache
 
 
 def standard_to_transformer_lens(model: nn.Module) -> StandardExport:

@@ -112,12 +112,14 @@ def _train(grid: Grid, grid_path: Path, out: Path, todo: list[list[int]], execut
         return None
     with _StopOnSignal() as stop:
         if executor == "local":
-            runner = LocalPool(str(grid_path), out, todo, min(workers, len(todo)),
+            runner = LocalPool(grid, str(grid_path), out, todo, min(workers, len(todo)),
                                uuid.uuid4().hex[:12])
         else:
             runner = SubmititArray(grid, str(grid_path), out, todo)
         try:
             runner.start()
+            if progress or executor == "slurm":  # the job id, to find or cancel it, even --quiet
+                print(f"started {runner.describe()}", flush=True)
             _watch(grid, out, names, runner, stop, progress)
         except KeyboardInterrupt:
             stop.signum = stop.signum or signal.SIGINT
@@ -141,7 +143,7 @@ def _watch(grid: Grid, out: Path, names: list[str], runner, stop: _StopOnSignal,
                 n in failed or job_done(out / n, grid.analysis))]
             seen.update(new)
             bar.set_postfix(failed=len(failed & set(names)), left=len(names) - len(seen),
-                            refresh=False)
+                            **(runner.states() if progress else {}), refresh=False)
             bar.update(len(new))
             if not running or stop.signum is not None:
                 return

@@ -24,6 +24,7 @@ import torch
 from ..analysis.ablate import AblationResult
 from ..analysis.record import ModelAnalysis, atom_label
 from ..analysis.sweep_record import SweepRecord
+from ..analysis.verdict import UNNAMED
 from ..config import TrainConfig
 from ..labels import excess_text, layer_name, name_streams
 from ..model.hooked import HookedDisentangledTransformer
@@ -234,7 +235,7 @@ def _over_training(timeline, checkpoints: int) -> str:
 
     first, since = timeline.first_faithful, timeline.faithful_since
     what = (f"{_esc(timeline.final_mechanism)}'s cells" if timeline.final_mechanism
-            not in ("none", "borderline") else "the minimal circuit")
+            not in UNNAMED else "the minimal circuit")
     when = ("never faithful at a checkpoint" if first is None else
             f"first faithful at step {first}" + ("" if since in (None, first)
                                                  else f", and from step {since} on"))

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from ..analysis.hypothesis import cell_text  # noqa: E402
+from ..analysis.verdict import NONE  # noqa: E402
 from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
 
 
@@ -59,7 +60,8 @@ def plot_timeline(tl, title: str = "") -> Figure:
                      label=name)
     axes[2].axhline(0.0, color="0.6", linewidth=0.6)
     axes[2].set_ylabel("fitted β", fontsize=LABEL_PT)
-    axes[2].legend(fontsize=LABEL_PT, loc="upper left", ncol=2 if len(names) > 4 else 1)
+    if names:  # a minimal circuit may have no cell
+        axes[2].legend(fontsize=LABEL_PT, loc="upper left", ncol=2 if len(names) > 4 else 1)
     seen = set()
     for i, cell in enumerate(tl.cells):
         if cell[:4] in seen:
@@ -71,7 +73,7 @@ def plot_timeline(tl, title: str = "") -> Figure:
     axes[3].set_xlabel("training step", fontsize=LABEL_PT)
     for ax in axes:
         _shade_faithful(ax, tl)
-    circuit = "its minimal circuit" if tl.final_mechanism == "none" else "its cells"
+    circuit = "its minimal circuit" if tl.final_mechanism == NONE else "its cells"
     first = "never" if tl.first_faithful is None else f"from step {tl.first_faithful}"
     fig.suptitle(title or f"{tl.run}: final mechanism {tl.final_mechanism} ({circuit}); "
                           f"faithful {first}", fontsize=TITLE_PT)
