@@ -256,7 +256,14 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
                 links: list[tuple[str, str]] | None = None, timeline=None,
                 checkpoints: int = 0, sweep_record: SweepRecord | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
-    parts = [_setup(model, train_cfg, metrics), _through_map(result), headline(result),
+    head = headline(result)
+    if timeline is not None:  # the over-training result belongs in the first screen too
+        first = timeline.first_faithful
+        when = ("is never faithful at a checkpoint" if first is None
+                else f"is first faithful at step {first}")
+        head = (head.removesuffix("</div>") + f"<p>Over training (below): the final circuit alone "
+                f"{when} of {timeline.steps[-1].step}.</p></div>")
+    parts = [_setup(model, train_cfg, metrics), _through_map(result), head,
              _results(model, result, batch, metrics, train_cfg)]
     if metrics:
         accuracy = plot_accuracy(metrics)
