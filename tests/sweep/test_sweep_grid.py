@@ -217,9 +217,13 @@ def test_jobs_per_task_groups_cpu_runs_on_slurm(tmp_path):
 
 
 def test_a_slurm_time_within_the_checkpoint_signal_lead_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="slurm.time: 1 minute"):
-        load_grid(grid_file(tmp_path, "seeds = 1" + BASE + "[slurm]\ntime = 1\n"))
-    assert load_grid(grid_file(tmp_path, "seeds = 1" + BASE + "[slurm]\ntime = 2\n")).slurm["time"] == 2
+    """Slurm sends the checkpoint signal 90 s before the limit on its once-a-minute check: at
+    time = 2 tasks got it 2-30 s after they started and never finished; 4 minutes leave 90 s."""
+    for minutes, sure in ((1, 0), (2, 0), (3, 30)):
+        with pytest.raises(ValueError, match=f"slurm.time: {minutes} minute\\(s\\) leaves a task "
+                                             f"{sure} s for sure: .* give at least 4"):
+            load_grid(grid_file(tmp_path, "seeds = 1" + BASE + f"[slurm]\ntime = {minutes}\n"))
+    assert load_grid(grid_file(tmp_path, "seeds = 1" + BASE + "[slurm]\ntime = 4\n")).slurm["time"] == 4
 
 
 @pytest.mark.parametrize("value, key", [
