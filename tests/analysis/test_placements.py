@@ -99,3 +99,19 @@ def test_a_shape_no_construction_fits_says_why_in_the_record_and_its_text(cfg, r
     assert mech.name == "none" and mech.tested == ()
     assert reason in mech.untested and reason in str(mech)
     assert reason in Mechanism.from_dict(mech.to_dict()).untested
+
+
+def test_the_report_page_says_why_no_construction_was_tried_and_names_the_placement():
+    from invperm_interp.analysis.record import analyze, headline
+    from invperm_interp.viz.mechanism import headline as page_headline
+    from invperm_interp.viz.mechanism import mechanism_section
+
+    one = HookedDisentangledTransformer(ModelConfig(Layout.plain(4), n_layers=1), seed=0)
+    result = analyze(one, batch_for(one, 64))
+    reason = "the model has 1 layer and every registry construction needs two"
+    assert reason in mechanism_section(result) and reason in page_headline(result)
+    assert reason in headline(result)
+    placed = build(Placement("two_block", (0, 2), (0, 0), (1, 1, 1)), 4, dtype=torch.float32)
+    result = analyze(placed, batch_for(placed, 64))
+    assert "two_block @ L1→L3" in page_headline(result) and "layers 1 and 3" in page_headline(result)
+    assert "two_block @ L1→L3" in mechanism_section(result)
