@@ -14,7 +14,12 @@ The name is the faithful construction (signs agreeing) that recovers the most lo
 the fewest atoms); the others that pass are listed (``also_faithful``). When none passes but one
 straddles a threshold, the name is ``"borderline"`` (the candidates in ``borderline``): the batch
 cannot tell. Otherwise the name is ``"none"``, and :func:`minimal_circuit` says what the
-model does instead. ``invperm analyze``, the HTML report and ``analyses/`` all use this rule.
+model does instead.
+
+Beyond two layers of one head each construction is tested at its best-weighted placements on two
+layers' heads (``analysis.placements``; docs/shapes.md) and named with its placement
+(``"two_block @ L1h0→L3h1"``); a faithful placement on one head comes before one on a sum of heads.
+A model no construction can fit is ``"none"`` with the reason in ``Mechanism.untested``. ``invperm analyze``, the HTML report and ``analyses/`` all use this rule.
 """
 
 from __future__ import annotations
