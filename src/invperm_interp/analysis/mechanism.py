@@ -19,7 +19,8 @@ model does instead.
 Beyond two layers of one head each construction is tested at its best-weighted placements on two
 layers' heads (``analysis.placements``; docs/shapes.md) and named with its placement
 (``"two_block @ L1h0→L3h1"``); a faithful placement on one head comes before one on a sum of heads.
-A model no construction can fit is ``"none"`` with the reason in ``Mechanism.untested``. ``invperm analyze``, the HTML report and ``analyses/`` all use this rule.
+A model no construction can fit is ``"none"`` with the reason in ``Mechanism.untested``.
+``invperm analyze``, the HTML report and ``analyses/`` all use this rule.
 """
 
 from __future__ import annotations
