@@ -54,7 +54,7 @@ def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
         rows.append({"run": record["name"], "kind": kind, "d": d, "seed": train["seed"],
                      "step": record["step"], "steps_to_target": record["steps_to_solve"],
                      "final_mse": final.get("mse"), "rows_exact": final.get("row_acc"),
-                     "mechanism": analysis.name, **run_columns(analysis)})
+                     "mechanism": str(analysis.answer), **run_columns(analysis)})
     return rows, dict(planned)
 
 
@@ -63,7 +63,7 @@ def run_columns(record: SweepRecord) -> dict:
     the minimal circuit, every tested construction's scores and verdict, the names on more batches
     and under the other ablation styles."""
     mech, m = record.mechanism, record.mechanism.minimal
-    f = mech.faithfulness if mech.name not in ("none", "borderline") else None
+    f = mech.faithfulness if mech.name is not None else None
     rule = (mech.rows, mech.recovered, mech.z)
     return {
         "samples": record.samples, "batches": record.batches, "mean_ablation": "mean" in record.under,
@@ -81,10 +81,14 @@ def run_columns(record: SweepRecord) -> dict:
                     "recovered_se": t.circuit.recovered_se, "n": t.circuit.n,
                     "signs_agree": t.signs_agree, "n_atoms": t.n_atoms,
                     "verdict": verdict_of(t, *rule)} for t in mech.tested],
-        "names_by_batch": list(record.names_by_batch),
-        "name_mean_ablation": record.under.get("mean"),
+        "names_by_batch": [str(a) for a in record.names_by_batch],
+        "name_mean_ablation": _text(record.under.get("mean")),
         "resample_ablation": "resample" in record.under,
-        "name_resample_ablation": record.under.get("resample")}
+        "name_resample_ablation": _text(record.under.get("resample"))}
+
+
+def _text(answer) -> str | None:
+    return None if answer is None else str(answer)
 
 
 def rows_from_json(path: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
@@ -121,7 +125,7 @@ def name_at(row: dict, rows_min: float, recovered_min: float) -> str:
                               circuit=read_score({"mse": 0.0, "n": t["n"], **{k: t[k] for k in (
                                   "rows_exact", "rows_se", "loss_recovered", "recovered_se")}}))
               for t in row["tested"]]
-    return name_by_rule(tested, rows_min, recovered_min, row.get("z", Z))
+    return str(name_by_rule(tested, rows_min, recovered_min, row.get("z", Z)))
 
 
 #: The thresholds (rows exact, loss recovered) the sensitivity table recounts at.
@@ -194,7 +198,7 @@ def _styles(row: dict) -> set[str]:
     return {row["mechanism"], row["name_mean_ablation"], row["name_resample_ablation"]}
 
 
-#: The summary columns the README quotes (``readme_table``; a test holds the README to it).
+#: The summary columns the census page quotes (``readme_table``; a test holds docs/results/census.md to it).
 README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)", "named (95% CI)",
                   "borderline", "same name on 3 batches", "flips between two names (borderline aside)",
                   "same name under mean ablation", "same name under resample ablation",
@@ -202,7 +206,7 @@ README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)",
 
 
 def readme_table(summary: list[dict]) -> str:
-    """The census summary as the README quotes it: a Markdown table of ``README_COLUMNS``."""
+    """The census summary as docs/results/census.md quotes it: a Markdown table of ``README_COLUMNS``."""
     lines = ["| " + " | ".join(README_COLUMNS) + " |", "|" + " --- |" * len(README_COLUMNS)]
     lines += ["| " + " | ".join(fmt(s[c]) for c in README_COLUMNS) + " |" for s in summary]
     return "\n".join(lines)
@@ -300,6 +304,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
                    for s in summary]
         right.bar(labels, heights, bottom=bottom, label=mech, color=color.get(mech, "k"))
         bottom = [b + h for b, h in zip(bottom, heights)]
+    right.set_ylim(0, max(bottom, default=0) * 1.08 + 1)  # the tallest bar clear of the frame
     right.set_ylabel("solved runs")
     right.set_title("mechanism by the rule, per configuration", fontsize=10)
     right.tick_params(axis="x", labelrotation=45, labelsize=8)
@@ -311,6 +316,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
                        and agreement(r) == group) for s in summary]
         styles.bar(labels, heights, bottom=bottom, label=group, color=shade, width=0.6)
         bottom = [b + h for b, h in zip(bottom, heights)]
+    styles.set_ylim(0, max(bottom, default=0) * 1.08 + 1)
     styles.set_ylabel("solved runs")
     styles.set_title("the name under zero (the rule's), mean and resample ablation of the cells "
                      "outside the circuit", fontsize=10)

@@ -56,7 +56,7 @@ def construction_of(name: str) -> str:
 def role(record: SweepRecord, heads: tuple[int, ...]) -> str | None:
     """What the heads outside the named placement do (module docstring); ``None`` if none named."""
     mech = record.mechanism
-    if mech.name in ("none", "borderline"):
+    if mech.name is None:
         return None
     placed = mech.placement or parse(mech.name, heads)
     if placed.summed:
@@ -73,7 +73,7 @@ def shape_rows(folder: Path) -> list[dict]:
         model = record["model"]
         kind = "bidirectional" if model["attention_dir"] == "bidirectional" else "scratch"
         analysis = SweepRecord.from_dict(record["analysis"]) if record.get("analysis") else None
-        named = analysis.name if analysis else None
+        named = str(analysis.answer) if analysis else None
         rows.append({"run": record["name"], "kind": kind, "d": model["layout"]["d"],
                      "shape": shape_of(model), "seed": record["train"]["seed"],
                      "solved": record["steps_to_solve"] is not None,
@@ -82,7 +82,8 @@ def shape_rows(folder: Path) -> list[dict]:
                      "role": role(analysis, heads_of(model)) if analysis else None,
                      "untested": analysis.mechanism.untested if analysis else None,
                      "also_faithful": list(analysis.mechanism.also_faithful) if analysis else [],
-                     **{style: analysis.under.get(style) if analysis else None for style in STYLES}})
+                     **{style: str(analysis.under[style]) if analysis and style in analysis.under
+                        else None for style in STYLES}})
     return rows
 
 

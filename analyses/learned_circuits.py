@@ -63,7 +63,7 @@ def main() -> None:
             "rows_exact": final["row_acc"],
             "top_atoms": "; ".join(f"L{a.layer + 1} {a.label} at ({a.query}, {a.key})"
                                    for a in main_atoms),
-            "mechanism": mech.name,
+            "mechanism": str(mech.answer),
             "circuit_rows_exact": (mech.faithfulness.circuit if mech.faithfulness
                                    else mech.minimal.score).rows_exact,
             "minimal_circuit": mech.minimal.size,

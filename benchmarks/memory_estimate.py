@@ -36,6 +36,11 @@ DEPTHS = {  # the analysis of briefly trained models over depth and heads: each 
                                                           heads=H, n=256, steps=40)
     for d, L, H in ((8, 2, 2), (8, 3, 1), (4, 3, 2))
 }
+WIDE = {  # 3 layers of 2 heads at d = 6 (D = 270 at the last layer), trained (40 steps) and at init
+    f"analyze d=6, 3 layers, 2 heads, n=512, {'trained' if steps else 'untrained'}":
+        dict(kind="analyze_trained", d=6, layers=3, heads=2, n=512, steps=steps)
+    for steps in (40, 0)
+}
 LARGE = {
     "train d=40 causal, batch 1024": dict(kind="train", d=40, heads=1, attention="causal", B=1024,
                                           E=1024),
@@ -70,11 +75,17 @@ def probe(job: dict) -> dict:
         tiny = C.build("theorem2", 2)
         analyze(tiny, sample_batch(tiny.cfg.layout, 4, torch.Generator().manual_seed(1),
                                    dtype=torch.float64))
-    if job["kind"] == "analyze_trained":  # trained before the peak is reset: only the analysis counts
+    if job["kind"] == "analyze_trained":  # trained (or made) before the peak is reset: only the analysis counts
         cfg = ModelConfig(Layout.plain(job["d"]), n_layers=job["layers"], n_heads=job["heads"],
                           attention_dir="bidirectional")
-        model = train(cfg, TrainConfig(steps=job["steps"], batch_size=64, eval_size=64,
-                                       eval_every=job["steps"], device="cpu"), progress=False).model
+        if job["steps"]:
+            model = train(cfg, TrainConfig(steps=job["steps"], batch_size=64, eval_size=64,
+                                           eval_every=job["steps"], device="cpu"),
+                          progress=False).model
+        else:  # at initialisation
+            from invperm_interp import HookedDisentangledTransformer
+
+            model = HookedDisentangledTransformer(cfg, seed=0)
         generator = torch.Generator().manual_seed(0)
         batch = sample_batch(cfg.layout, job["n"], generator, dtype=cfg.torch_dtype)
     base = status("VmRSS:")
@@ -114,7 +125,7 @@ def main() -> None:
     if args.probe:
         print(json.dumps(probe(json.loads(args.probe))))
         return
-    jobs = {**SMALL, **DEPTHS} if args.small else {**SMALL, **DEPTHS, **LARGE}
+    jobs = {**SMALL, **DEPTHS} if args.small else {**SMALL, **DEPTHS, **WIDE, **LARGE}
     print(f"load average {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores); one job at a time")
     print(f"{'job':48s} {'estimate':>10s} {'measured':>10s} {'ratio':>6s}")
     for name, job in jobs.items():

@@ -2,16 +2,32 @@
 # A single-node Slurm cluster on this machine, for `make test-slurm` (tests/slurm/): Debian's
 # slurm-wlm (slurmctld + slurmd), munge, and slurmdbd on MariaDB so that `sacct` (which submitit
 # polls) works. One node with the machine's CPUs, one partition "debug". The daemons are started
-# by hand (no systemd needed), as root. Rerunning it restarts what is down.
+# by hand (no systemd needed), as root. Rerunning it restarts what is down. Each daemon it starts
+# is recorded (name and PID) in $STARTED; `stop` stops only those, never a munge or MariaDB the
+# machine already ran.
 #   sudo sh benchmarks/slurm_local.sh          # install (apt) if needed, configure, start
-#   sudo sh benchmarks/slurm_local.sh stop     # stop the daemons
+#   sudo sh benchmarks/slurm_local.sh stop     # stop the daemons this script started
 set -eu
 HOST=$(hostname -s)
 CPUS=${SLURM_CPUS:-$(nproc)}
 MEM=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
+STARTED=${SLURM_LOCAL_STATE:-/run/invperm-slurm-local.pids}
+
+# record NAME PIDFILE: wait for the daemon's PID file, then note "NAME PID" in $STARTED
+record() {
+    for _ in $(seq 50); do [ -s "$2" ] && break; sleep 0.2; done
+    [ -s "$2" ] && echo "$1 $(cat "$2")" >>"$STARTED"
+}
 
 if [ "${1:-}" = stop ]; then
-    for d in slurmd slurmctld slurmdbd munged mariadbd; do pkill -x "$d" 2>/dev/null || true; done
+    [ -f "$STARTED" ] || { echo "nothing recorded in $STARTED: no daemon of this script to stop"; exit 0; }
+    # the last started first; a PID now held by another program (reused) is left alone
+    tac "$STARTED" | while read -r name pid; do
+        if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
+            kill "$pid" && echo "stopped $name ($pid)"
+        fi
+    done
+    rm -f "$STARTED"
     exit 0
 fi
 
@@ -28,14 +44,16 @@ chown mysql:mysql /run/mysqld
 # munge: one key, one daemon
 [ -s /etc/munge/munge.key ] || { mungekey --create --force 2>/dev/null || create-munge-key -f; }
 chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
-pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged
+pgrep -x munged >/dev/null || { rm -f /run/munge/munged.pid; runuser -u munge -- /usr/sbin/munged && record munged /run/munge/munged.pid; }
 
 # MariaDB for slurmdbd
 if ! pgrep -x mariadbd >/dev/null; then
     [ -d /var/lib/mysql/mysql ] || mariadb-install-db --user=mysql >/dev/null
+    rm -f /run/mysqld/invperm.pid
     runuser -u mysql -- /usr/sbin/mariadbd --skip-networking=0 --bind-address=127.0.0.1 \
-        >/var/log/slurm/mariadb.log 2>&1 &
+        --pid-file=/run/mysqld/invperm.pid >/var/log/slurm/mariadb.log 2>&1 &
     for _ in $(seq 60); do mariadb -e 'select 1' >/dev/null 2>&1 && break; sleep 1; done
+    record mariadbd /run/mysqld/invperm.pid
 fi
 mariadb -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
             CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'slurm';
@@ -83,11 +101,11 @@ NodeName=$HOST CPUs=$CPUS RealMemory=$MEM State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 CONF
 
-pgrep -x slurmdbd >/dev/null || slurmdbd
+pgrep -x slurmdbd >/dev/null || { rm -f /run/slurmdbd.pid; slurmdbd && record slurmdbd /run/slurmdbd.pid; }
 for _ in $(seq 30); do sacctmgr -n list cluster >/dev/null 2>&1 && break; sleep 1; done
 sacctmgr -i add cluster local >/dev/null 2>&1 || true
-pgrep -x slurmctld >/dev/null || slurmctld
-pgrep -x slurmd >/dev/null || slurmd
+pgrep -x slurmctld >/dev/null || { rm -f /run/slurmctld.pid; slurmctld && record slurmctld /run/slurmctld.pid; }
+pgrep -x slurmd >/dev/null || { rm -f /run/slurmd.pid; slurmd && record slurmd /run/slurmd.pid; }
 for _ in $(seq 30); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep 1; done
 scontrol update nodename="$HOST" state=resume 2>/dev/null || true
 sinfo

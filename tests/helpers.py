@@ -127,18 +127,24 @@ def scored(name="two_block", rows=1.0, rows_se=0.0, recovered=0.97, recovered_se
 
 def analysed(mechanism, tests=None, names=None, mean=None, candidates=10, optimal=True,
              resample=None, also=(), samples=4096, seed=12345):
-    """A sweep's record (``SweepRecord``) of a run the rule calls ``mechanism``: its first test the
-    named one, the names on 3 batches, under mean and resample ablation (default: the same)."""
+    """A sweep's record (``SweepRecord``) of a run the rule calls ``mechanism`` (a construction, or
+    the verdict "none" or "borderline"): its first test the named (or straddling) one, the answers
+    on 3 batches, under mean and resample ablation (default: the same), written as text."""
     from invperm_interp.analysis.faithfulness import Score
     from invperm_interp.analysis.mechanism import Mechanism
     from invperm_interp.analysis.minimal import MinimalCircuit
     from invperm_interp.analysis.sweep_record import SweepRecord
+    from invperm_interp.analysis.verdict import BORDERLINE, NONE, Answer
 
     tested = tuple(tests if tests is not None else [scored()])
     minimal = MinimalCircuit(tested[0].cells, ("L2.x",), True, Score(0.01, 1.0, 0.97, n=512), 0.9,
                              optimal, 100, candidates)
-    chosen = None if mechanism == "none" else tested[0]
-    mech = Mechanism(mechanism, chosen, tested, minimal, also_faithful=tuple(also))
+    answer = Answer.of_label(mechanism)
+    chosen = None if answer.verdict == NONE else tested[0]
+    borderline = (tested[0].hypothesis,) if answer.verdict == BORDERLINE else ()
+    mech = Mechanism(answer.name, chosen, tested, minimal, also_faithful=tuple(also),
+                     borderline=borderline)
     under = {"mean": mechanism if mean is None else mean,
              "resample": mechanism if resample is None else resample}
-    return SweepRecord(mech, samples, seed, tuple(names or [mechanism] * 3), under)
+    return SweepRecord(mech, samples, seed, tuple(map(Answer.of_label, names or [mechanism] * 3)),
+                       {style: Answer.of_label(text) for style, text in under.items()})

@@ -221,3 +221,40 @@ def test_every_design_citation_points_into_the_repository():
         for cited in re.findall(r"docs/design\.md,? section (\d+)", text):
             assert int(cited) in sections, f"{path} cites docs/design.md section {cited}"
     assert "docs/design.md" in (root / "README.md").read_text()
+
+
+#: Where "none" or "borderline" may be written outside the verdict's module, and why.
+VERDICT_WORDS_ELSEWHERE = {
+    "maths/constructions.py": "RESERVED: the names register refuses (held equal to UNNAMED below)",
+    "analysis/mechanism.py": "the record's 'borderline' key: the constructions that straddle",
+    "viz/sweep.py": "matplotlib's facecolors='none'",
+}
+
+
+def _string_constants(tree: ast.AST) -> list[str]:
+    """The module's string constants, its docstrings left out."""
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_the_rules_verdict_words_are_written_in_its_module_only():
+    """A mechanism's name is a construction or None; "none" and "borderline" are verdicts, spelled
+    in ``analysis.verdict`` alone, and no construction may take either name."""
+    from invperm_interp.analysis.verdict import UNNAMED
+    from invperm_interp.maths.constructions import RESERVED
+
+    assert set(RESERVED) == set(UNNAMED)
+    found = {}
+    for path in SRC.rglob("*.py"):
+        name = path.relative_to(SRC).as_posix()
+        words = [s for s in _string_constants(ast.parse(path.read_text()))
+                 if s.lower() in ("none", "borderline")]
+        if words and name != "analysis/verdict.py":
+            found[name] = words
+    assert set(found) <= set(VERDICT_WORDS_ELSEWHERE), {
+        k: v for k, v in found.items() if k not in VERDICT_WORDS_ELSEWHERE}
+    assert set(VERDICT_WORDS_ELSEWHERE) <= set(found), "an exception no longer needed"

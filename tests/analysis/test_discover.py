@@ -7,9 +7,14 @@ import sys
 import pytest
 import torch
 
+from invperm_interp.analysis import discover as discover_module
 from invperm_interp.analysis import gauge_fix, perturb
 from invperm_interp.analysis.discover import Proposal, discover, table
+from invperm_interp.cli.main import main
+from invperm_interp.config import TrainConfig, config_hash
 from invperm_interp.maths import constructions as C
+from invperm_interp.runs import checkpoint as ckpt
+from invperm_interp.runs.directory import RunDir
 
 
 def _fixed(model):
@@ -65,7 +70,7 @@ def test_known_verdicts_are_used_instead_of_measuring_again(monkeypatch):
         minimal = MinimalCircuit(cells, read, True, Score(0.0, 1.0, 1.0), 0.9)
         return Mechanism(name, None, (), minimal)
 
-    known = {k: recorded("none", cells, ("L2.x",)) for k in ("run0", "run1")}
+    known = {k: recorded(None, cells, ("L2.x",)) for k in ("run0", "run1")}
     known["named"] = recorded("appendix_b", (), ())
 
     def refuse(*args, **kwargs):
@@ -118,7 +123,9 @@ def test_the_command_reads_a_directory_of_runs(tmp_path):
     done = subprocess.run([sys.executable, "-m", "invperm_interp.cli", "discover", str(tmp_path),
                            "--n", "64", "--threads", "1"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "| form | runs |" in done.stdout and "models: 2 " in done.stdout
+    # two tiny runs: a table of forms, or the one line saying why there is nothing to propose
+    assert done.stdout.startswith(("| form | runs |", "nothing to propose: ")), done.stdout
+    assert "models: 2 " in done.stdout
     empty = subprocess.run([sys.executable, "-m", "invperm_interp.cli", "discover",
                             str(tmp_path / "nothing")], capture_output=True, text=True)
     assert empty.returncode == 2 and "error" in empty.stderr and "Traceback" not in empty.stderr
@@ -135,3 +142,53 @@ def test_nothing_to_propose_is_one_line_naming_the_grouping_not_an_empty_table()
     assert text.startswith("nothing to propose: the 0 unnamed runs with a faithful minimal circuit "
                            "hold 0 forms when grouped by every cell, template, sign and read-out")
     assert text.endswith("models: 1 named two_block, 1 no faithful minimal circuit")
+
+
+def finished_run(run_dir, name="two_block", d=3, beta=12.0):
+    """A finished run directory whose final weights are a construction (nothing trained)."""
+    model = C.build(name, d, beta)
+    train_cfg = TrainConfig(steps=1, out_dir=str(run_dir))
+    RunDir(run_dir).write_config(model.cfg, train_cfg)
+    ckpt.save(RunDir(run_dir).final, ckpt.model_tensors(model),
+              {"step": 1, "config_hash": config_hash(model.cfg, train_cfg)})
+    return run_dir
+
+
+@pytest.mark.parametrize("record", ["{", "[]", "null", '{"version": 2, "samples": 64, "seed": 0}',
+                                    '{"version": "2", "samples": 64, "seed": 0}',
+                                    '{"version": 2, "samples": 64, "seed": 0, "name": "none", '
+                                    '"minimal_faithful": true, "minimal_cells": ["no cell"], '
+                                    '"minimal_read": []}'])
+def test_discover_measures_again_a_run_whose_mechanism_json_is_damaged(tmp_path, capsys, record):
+    """The verdict is measured again, as ``report`` does: the same table as without the record
+    (a bare JSON message, AttributeError, KeyError or TypeError tracebacks before)."""
+    run = finished_run(tmp_path / "sweep" / "run")
+    assert main(["discover", str(tmp_path / "sweep"), "--n", "64", "--quiet"]) == 0
+    clean = capsys.readouterr().out
+    RunDir(run).mechanism.write_text(record)
+    assert main(["discover", str(tmp_path / "sweep"), "--n", "64", "--quiet"]) == 0
+    assert capsys.readouterr().out == clean
+
+
+def test_discover_checks_its_arguments_and_output_before_the_analysis(tmp_path, capsys, monkeypatch):
+    """--threads 0 is refused as elsewhere; a --json into a missing folder fails before any run is
+    analysed; --quiet prints the table alone."""
+    finished_run(tmp_path / "sweep" / "run")
+
+    def analysed(*args, **kwargs):
+        raise AssertionError("the analysis ran")
+
+    with monkeypatch.context() as m:
+        m.setattr(discover_module, "discover", analysed)
+        for argv, message in ((["--threads", "0"], "--threads must be an integer >= 1, got 0"),
+                              (["--json", str(tmp_path / "missing" / "p.json")],
+                               f"--json {tmp_path / 'missing' / 'p.json'} cannot be written"),
+                              (["--json", str(tmp_path)], f"--json {tmp_path} cannot be written")):
+            assert main(["discover", str(tmp_path / "sweep"), *argv]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and err[0].startswith(f"invperm discover: error: {message}"), err
+    out = tmp_path / "p.json"
+    assert main(["discover", str(tmp_path / "sweep"), "--n", "64", "--quiet", "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and out.is_file()
+    assert captured.out.startswith("nothing to propose: ")  # the run is two_block, named

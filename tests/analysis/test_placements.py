@@ -38,7 +38,7 @@ def batch_for(model, n: int = 128):
 def test_a_placed_construction_is_named_at_its_placement(name, shape, layers, heads):
     placed = Placement(name, layers, heads, shape)
     model = build(placed, 4, dtype=torch.float32)
-    named = name_on(model, batch_for(model))
+    named = str(name_on(model, batch_for(model)))
     assert named in {str(Placement(n, layers, heads, shape)) for n in NAMED_AS.get(name, (name,))}
     if name == "theorem3_superposed" and layers[0] == 0:
         assert named == str(Placement("theorem3", layers, heads, shape))
@@ -96,7 +96,7 @@ def test_a_shape_no_construction_fits_says_why_in_the_record_and_its_text(cfg, r
     assert reason in untested_reason(cfg)
     model = HookedDisentangledTransformer(cfg, seed=0)
     mech = mechanism(model, batch_for(model, 64))
-    assert mech.name == "none" and mech.tested == ()
+    assert mech.name is None and mech.verdict == "none" and mech.tested == ()
     assert reason in mech.untested and reason in str(mech)
     assert reason in Mechanism.from_dict(mech.to_dict()).untested
 
@@ -125,7 +125,7 @@ def test_discover_groups_one_circuit_at_two_placements_into_one_form():
     models = {"wide": build(Placement("two_block", (0, 1), (1, 0), (2, 2)), 4, dtype=torch.float32),
               "deep": build(Placement("two_block", (0, 2), (0, 0), (1, 1, 1)), 4, dtype=torch.float32)}
     # as if the registry lacked two_block: the rule's record with the name taken away
-    known = {k: replace(mechanism(m, batch_for(m)), name="none") for k, m in models.items()}
+    known = {k: replace(mechanism(m, batch_for(m)), name=None) for k, m in models.items()}
     found = discover(models, n=128, known=known)
     (proposal,) = found.proposals
     assert set(proposal.runs) == {"wide", "deep"}

@@ -23,6 +23,8 @@ def test_a_sweep_record_reads_back_equal_through_json():
                       names=["two_block", "borderline", "two_block"], resample="none")
     again = SweepRecord.from_dict(json.loads(json.dumps(record.to_dict())))
     assert again == record
+    assert again.names_by_batch[1] == ("borderline", None) and again.under["resample"] == ("none", None)
+    assert json.loads(json.dumps(record.to_dict()))["under"]["resample"] == ["none", None]
     assert again.to_dict()["version"] == VERSION and again.batches == 3
     cell = again.mechanism.minimal.cells[1]
     assert isinstance(cell, AtomCell) and (cell.layer, cell.query, cell.label) == (1, "pos.P", "-1")
@@ -46,10 +48,13 @@ def test_the_record_says_which_ablation_styles_a_grid_still_asks_for():
 @pytest.mark.parametrize("name", NAMES)
 def test_an_analysis_json_of_version_2_still_reads(name):
     data = json.loads((RUNS / name / "analysis.json").read_text())["mechanism"]
-    old = {**data, "version": 2, "minimal": {k: v for k, v in data["minimal"].items()
-                                             if k != "candidates"}}
-    mech, new = Mechanism.from_dict(old), Mechanism.from_dict(data)
-    assert mech.name == new.name and mech.tested == new.tested and mech.minimal.candidates == 0
+    new = Mechanism.from_dict(data)
+    # version 2 wrote the verdict as the name when it named no construction
+    old = {**data, "version": 2, "name": str(new.answer),
+           "minimal": {k: v for k, v in data["minimal"].items() if k != "candidates"}}
+    mech = Mechanism.from_dict(old)
+    assert mech.answer == new.answer and mech.tested == new.tested and mech.minimal.candidates == 0
+    assert (new.name is None) == (name == "scratch_d6_seed2") and new.verdict in ("faithful", "none")
     assert mech.minimal.cells == new.minimal.cells and new.minimal.candidates > 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -95,6 +96,79 @@ def test_timeline_refuses_bad_input(tmp_path):
         timeline(tmp_path / "run", stride=0)
 
 
+def _checkpoint_a_directory(run):
+    path = RunDir(run).checkpoint(2)
+    path.unlink()
+    path.mkdir()
+
+
+def _checkpoint_not_finite(run):
+    path = RunDir(run).checkpoint(2)
+    tensors, meta = ckpt.load(path)
+    tensors["model.blocks.0.attn.A"][0, 0, 0] = float("nan")
+    ckpt.save(path, tensors, meta)  # a valid digest of NaN weights
+
+
+def _checkpoint_of_another_step(run):
+    RunDir(run).checkpoint(2).write_bytes(RunDir(run).checkpoint(1).read_bytes())
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_checkpoint_a_directory, r"checkpoint \S+step_2.safetensors is not a file"),
+    (_checkpoint_not_finite, r"checkpoint \S+step_2.safetensors holds weights that are not finite "
+                             r"\(NaN or inf\) in model.blocks.0.attn.A"),
+    (_checkpoint_of_another_step, r"checkpoint \S+step_2.safetensors holds step 1, not the step "
+                                  r"its name says \(2\)"),
+])
+def test_a_damaged_checkpoint_is_one_line_naming_it(tmp_path, capsys, damage, message):
+    """A checkpoint that is a directory, holds NaN weights under a valid digest, or is another
+    step's file under this step's name: one line naming it, not a wrong list of steps, a
+    traceback from lstsq, or another step's weights in this step's row."""
+    interpolated_run(tmp_path / "run", n_steps=3)
+    damage(tmp_path / "run")
+    assert main(["timeline", str(tmp_path / "run"), "--quiet", "--n", "64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.fullmatch("invperm timeline: error: " + message + ".*", err[0]), err
+    assert not (tmp_path / "run" / "timeline.json").exists()
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**63), "1180591620717411303424"])
+def test_timeline_and_discover_refuse_a_seed_outside_0_to_2_63(tmp_path, capsys, seed):
+    interpolated_run(tmp_path / "run", n_steps=2)
+    for command in ("timeline", "discover"):
+        assert main([command, str(tmp_path / "run"), "--seed", seed]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"invperm {command}: error: seed must be an integer in [0, 2^63), got {seed}"]
+
+
+@pytest.mark.parametrize("text", ["{", "[]", "{}", '{"steps": 5}', "null"])
+def test_analyze_leaves_out_a_damaged_timeline_with_a_warning_naming_it(tmp_path, capsys, text):
+    run = tmp_path / "run"
+    interpolated_run(run, n_steps=2)
+    (run / "timeline.json").write_text(text)
+    assert main(["analyze", str(run), "--n", "64"]) == 0
+    err = capsys.readouterr().err
+    assert f"{run / 'timeline.json'} is damaged" in err and "Traceback" not in err
+    assert "<h2>Over training</h2>" in (run / "report.html").read_text()
+
+
+def test_the_figure_of_a_final_circuit_without_cells_draws_without_a_warning(tmp_path):
+    """A run whose minimal circuit has no cell (one trained briefly): no legend of nothing, which
+    matplotlib warned about on the command line."""
+    import warnings
+
+    from invperm_interp.analysis.hypothesis import Hypothesis
+    from invperm_interp.viz.timeline import plot_timeline
+
+    interpolated_run(tmp_path / "run", n_steps=2)
+    tl = timeline(tmp_path / "run", n=64)
+    empty = replace(tl, final_mechanism="none", hypothesis=Hypothesis("minimal", (), None, "cells"),
+                    steps=tuple(replace(s, betas=(), effects=()) for s in tl.steps))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot_timeline(empty)
+
+
 def test_cli_timeline_writes_table_json_and_figure(tmp_path, capsys):
     interpolated_run(tmp_path / "run", n_steps=6)
     assert main(["timeline", str(tmp_path / "run"), "--quiet"]) == 0
@@ -177,5 +251,25 @@ def test_a_trained_runs_timeline_ends_with_the_mechanism_of_its_final_weights(tm
     batch = sample_batch(model_cfg.layout, 512, torch.Generator().manual_seed(0))
     assert tl.steps[-1].step == trained.step
     assert tl.steps[-1].mechanism == tl.final_mechanism
-    assert tl.final_mechanism == mechanism(Run.load(tmp_path / "run").model, batch).name
+    assert tl.final_mechanism == str(mechanism(Run.load(tmp_path / "run").model, batch).answer)
     assert len(tl.steps) > 5 and tl.steps[0].mse > 100 * tl.steps[-1].mse
+
+
+def test_the_timeline_figure_names_cells_by_layer_in_readable_type(tmp_path):
+    from invperm_interp.viz.heatmaps import LABEL_PT
+    from invperm_interp.viz.timeline import plot_timeline
+
+    interpolated_run(tmp_path / "run", "two_block", n_steps=3)
+    fig = plot_timeline(timeline(tmp_path / "run"))
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    labels = [t.get_text() for legend in legends for t in legend.get_texts()]
+    assert "layer 1: I at (pos.Y, pos.P)" in labels and "layer 2: I at (pos.P, L1.x)" in labels
+    assert not any(t.startswith("L1 ") for t in labels)  # "L1" names a block (L1.x), not a layer
+    assert min(t.get_fontsize() for legend in legends for t in legend.get_texts()) >= LABEL_PT
+
+
+def test_the_progress_bar_counts_every_row_of_the_timeline(tmp_path, capsys):
+    interpolated_run(tmp_path / "run", n_steps=4)
+    tl = timeline(tmp_path / "run", progress=True)
+    err = capsys.readouterr().err
+    assert len(tl.steps) == 4 and f"{len(tl.steps)}/{len(tl.steps)}" in err  # the final weights too

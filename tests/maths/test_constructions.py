@@ -200,15 +200,18 @@ def test_register_verifies_every_d_of_the_range_it_claims():
 
 
 @pytest.mark.parametrize("name, match", [
-    ("none", "reserved"), ("None", "reserved"), ("two block", "identifier"), ("", "identifier"),
+    ("none", "reserved"), ("None", "reserved"), ("NONE", "reserved"), ("borderline", "reserved"),
+    ("Borderline", "reserved"), ("two block", "identifier"), ("", "identifier"),
     (5, "identifier"), ("theorem2", "already registered"),
 ])
 def test_register_refuses_reserved_odd_and_taken_names(name, match):
-    """"none" is what the mechanism rule answers when no construction qualifies."""
+    """"none" and "borderline" are the mechanism rule's verdicts when it names no construction: a
+    construction of either name (in any case) is refused in one line, even one that works."""
     cells = [(0, "pos.Y", "pos.P", "I"), (1, "pos.P", "L1.x", "I")]  # two_block: it works
     before = dict(C.REGISTRY)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=match) as err:
         C.register(name, cells, beta=100.0)
+    assert "\n" not in str(err.value)
     if match == "reserved":
         with pytest.raises(ValueError, match=match):
             C.register(name, cells, beta=100.0, replace=True)

@@ -145,6 +145,26 @@ def test_resume_drops_metric_lines_past_the_checkpoint_and_a_torn_line(tmp_path)
     assert checkpoint_steps(d) == [4, 8, 12]
 
 
+def test_a_finished_runs_last_record_cut_from_metrics_is_taken_back_from_its_final_weights(tmp_path):
+    """``metrics.jsonl`` cut by 20 bytes after the run finished: resuming to more steps takes the
+    step-12 record back from the final weights' metadata (it was lost for good, silently); with
+    no final weights to hold it, a warning names the evaluations lost."""
+    model_cfg, train_cfg = small(tmp_path, steps=12, checkpoint_every=4)
+    straight = run(model_cfg, train_cfg)
+    d = tmp_path / "run"
+    cut = (d / "metrics.jsonl").read_bytes()[:-20]
+    (d / "metrics.jsonl").write_bytes(cut)
+    assert [m["step"] for m in read_metrics(d)] == [0, 2, 4, 6, 8, 10]
+    resumed = resume(d, steps=14, progress=False)
+    assert strip(resumed.metrics[:7]) == strip(straight.metrics)
+    assert [m["step"] for m in read_metrics(d)] == [0, 2, 4, 6, 8, 10, 12, 14]
+    (d / "metrics.jsonl").write_bytes(cut)
+    (d / "final.safetensors").unlink()
+    RunDir(d).checkpoint(14).unlink()
+    with pytest.warns(UserWarning, match=r"metrics.jsonl lacks the evaluations at steps \[12\]"):
+        resume(d, steps=14, progress=False)
+
+
 # -- the run directory: not writable, not enough room, full mid-run ---------------------------
 def test_out_dir_under_a_file_fails_before_any_training_work(tmp_path, monkeypatch):
     """Root can write anywhere chmod forbids, but not below a regular file."""
@@ -285,6 +305,39 @@ def test_ctrl_c_on_the_command_line_is_one_line(tmp_path, capsys):
                     f"resume with --resume {out}")
 
 
+def test_a_stop_before_the_first_step_leaves_a_run_that_resumes(tmp_path, monkeypatch):
+    """SIGTERM while the run starts (after its config, before step 1) wrote step_0 with an empty
+    Adam state that every resume refused; now nothing is checkpointed, and a resume (also of a
+    run an older version left with such a step_0) ends bit-identical to an uninterrupted run."""
+    model_cfg, train_cfg = small(tmp_path, steps=4, checkpoint_every=2)
+    straight = run(model_cfg, replace(train_cfg, out_dir=str(tmp_path / "straight")))
+    begin = trainer_mod.Trainer.begin
+
+    def begin_then_sigterm(self):
+        begin(self)
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler only sets the stop flag
+
+    with monkeypatch.context() as m:
+        m.setattr(trainer_mod.Trainer, "begin", begin_then_sigterm)
+        with pytest.raises(KeyboardInterrupt, match="training stopped at step 0"):
+            run(model_cfg, train_cfg)
+    d = tmp_path / "run"
+    assert checkpoint_steps(d) == []
+    resumed = resume(d, progress=False)
+    assert_same_weights(resumed.model, straight.model)
+    assert strip(resumed.metrics) == strip(straight.metrics)
+    # a step-0 checkpoint without optimizer state, as the stop wrote it before
+    tensors, meta = ckpt.load(RunDir(d).checkpoint(2))
+    kept = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+    for path in RunDir(d).checkpoints():
+        path[1].unlink()
+    (d / "final.safetensors").unlink()
+    RunDir(d).write_metrics(RunDir(d).read_metrics()[:1])
+    ckpt.save(RunDir(d).checkpoint(0), kept, {**meta, "step": 0, "optimizer": {}})
+    again = resume(d, progress=False)
+    assert_same_weights(again.model, straight.model)
+
+
 # -- NaN and inf ------------------------------------------------------------------------------
 def nan_batch(batch):
     X = batch.X.clone()
@@ -312,7 +365,7 @@ def test_weights_that_overflow_are_never_checkpointed(tmp_path, monkeypatch):
     """The loss of step 2 is finite but its update leaves an inf weight: the run stops before
     evaluating or checkpointing those weights (this was written to disk as step_3 before)."""
     model_cfg, train_cfg = small(tmp_path, steps=12, eval_every=3, checkpoint_every=1)
-    forward, calls = trainer_mod.readout_forward, []
+    forward, calls = trainer_mod.forward, []
 
     def overflowing_forward(model, X):
         out = forward(model, X)
@@ -321,7 +374,7 @@ def test_weights_that_overflow_are_never_checkpointed(tmp_path, monkeypatch):
             model.blocks[0].attn.A.data[0, 0, 0] = float("inf")
         return out
 
-    monkeypatch.setattr(trainer_mod, "readout_forward", overflowing_forward)
+    monkeypatch.setattr(trainer_mod, "forward", overflowing_forward)
     with pytest.raises(ValueError, match=r"training diverged: the weights are not finite at step 3; "
                                          r"the last good checkpoint is .*step_2.safetensors"):
         run(model_cfg, train_cfg)

@@ -53,8 +53,8 @@ def grid_file(tmp_path, steps=1500, partition=""):
 
 
 def queue() -> list[tuple[str, str]]:
-    out = subprocess.run(["squeue", "-h", "-n", "invperm-sweep", "-o", "%i %T"], capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(["squeue", "-h", "-n", "invperm-slurm_tiny", "-o", "%i %T"],
+                         capture_output=True, text=True).stdout
     return [tuple(line.split()) for line in out.splitlines() if line.strip()]
 
 
@@ -74,13 +74,17 @@ def test_a_grid_goes_through_the_queue_survives_scancel_and_a_rerun_completes_it
             cancelled = running[0]
             subprocess.run(["scancel", cancelled], check=True)
         time.sleep(0.2)
-    _, err = proc.communicate(timeout=300)
+    said, err = proc.communicate(timeout=300)
     assert "RUNNING" in seen and cancelled is not None, (seen, err)
+    # the job id is printed (even with --quiet), the jobs named after the grid
+    assert f"started Slurm job {cancelled.split('_')[0]} (invperm-slurm_tiny, 4 tasks)" in said
     lines = err.rstrip().splitlines()
     assert "Traceback" not in err
     assert lines[-1].startswith("invperm sweep: error: 3 of 4 runs finished, 1 failed"), err
     assert lines[-1].endswith("rerun the same command to resume")
-    assert "CANCELLED" in err
+    # a task cancelled while training checkpoints and says so; one cancelled while it starts ends
+    # without a result
+    assert "stopped by SIGTERM" in err or "CANCELLED" in err
     rows = [json.loads(x) for x in (out / "sweep.jsonl").read_text().splitlines()]
     assert sorted(r["status"] for r in rows) == ["finished"] * 3 + ["unfinished"]
     job = cancelled.split("_")[0]
@@ -122,3 +126,25 @@ def test_a_dead_controller_is_one_line(tmp_path):
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert lines[0].startswith("invperm sweep: error: cannot submit the sweep to Slurm: ")
     assert "controller" in lines[0]
+
+
+def test_a_task_cancelled_while_training_says_it_stopped_after_a_checkpoint(tmp_path):
+    """scancel once a run has checkpointed: the task returns a result (submitit wrote none for a
+    task that raised), so the sweep reports the stop as such, not as a task without a result."""
+    path = tmp_path / "grid.toml"
+    path.write_text(tiny_grid_text(name="slurm_tiny", seeds="1", d="3", steps=20000, every=50,
+                                   eval_every=50, tail="[slurm]\ntime = 10\n"))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(sweep_cmd(path, out), env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("*/checkpoints/*.safetensors")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (job, _), = queue()
+    subprocess.run(["scancel", job], check=True)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in err
+    assert err.splitlines()[0] == ("  seed0: stopped by SIGTERM (the task's time limit, scancel or "
+                                   "pre-emption) after a checkpoint; rerun the same command to "
+                                   "resume"), err
+    assert not queue()

@@ -69,7 +69,9 @@ model = { layout = "scratch", d = 3, attention_dir = "causal", readout = "S", n_
     ("sedes = 2", "sedes: unknown key"),
     ("[train]\nseed = 3", "train.seed: give seeds at the top level"),
     ("[slurm]\ngpu = 1", "slurm.gpu: unknown key"),
-    ("[[variants]]\nname = 'a'\n[[variants]]\nname = 'a'", "two jobs are both named"),
+    ("[[variants]]\nname = 'a'\nmodel = {d = 3}\n[[variants]]\nname = 'a'\nmodel = {d = 3}",
+     "two jobs are both named"),
+    ("[[variants]]\nname = 'a'\n[[variants]]\nname = 'b'", "the grid is empty"),
     ("[train\nsteps = 1", "is not TOML"),
 ])
 def test_a_malformed_grid_is_one_error_naming_the_key_before_any_job(tmp_path, text, key, capsys):
@@ -86,7 +88,8 @@ def test_a_malformed_grid_is_one_error_naming_the_key_before_any_job(tmp_path, t
 def test_slurm_parameters_come_from_the_grid(tmp_path):
     grid = load_grid(grid_file(tmp_path))
     params = executor_parameters("slurm", grid.slurm)
-    assert params == {"timeout_min": 30, "name": "invperm-sweep", "gpus_per_node": 1,
+    params = executor_parameters("slurm", grid.slurm, grid.name)  # jobs named after the grid
+    assert params == {"timeout_min": 30, "name": f"invperm-{grid.name}", "gpus_per_node": 1,
                       "cpus_per_task": 2, "slurm_partition": "gpu"}
 
 
@@ -140,8 +143,42 @@ def test_local_sweep_killed_mid_way_and_rerun_ends_the_same(tmp_path):
         assert (out / name / "final.safetensors").stat().st_mtime_ns == mtime
 
 
+@pytest.mark.slow
+def test_a_run_whose_local_worker_is_killed_says_so(tmp_path, capsys):
+    """kill -9 of a worker (as the kernel's OOM killer does): its run is reported with the signal,
+    the worker and its log, not only as "did not finish"; a rerun completes it."""
+    import threading
+
+    from invperm_interp.sweep.engine import SweepIncomplete
+
+    path = grid_file(tmp_path, tiny_grid_text(seeds="1", steps=400, every=20))
+    out = tmp_path / "out"
+    killed = []
+
+    def kill_the_worker_once_it_trains():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not killed:
+            claims = [p for p in (out / ".sweep" / "claims").glob("*") if p.read_text().strip()]
+            if claims and list(out.glob("*/checkpoints/*.safetensors")):
+                killed.append(int(claims[0].read_text()))
+                os.kill(killed[0], signal.SIGKILL)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=kill_the_worker_once_it_trains, daemon=True)
+    thread.start()
+    with pytest.raises(SweepIncomplete, match="0 of 1 runs finished"):
+        run_sweep(path, out, workers=1, progress=False)
+    thread.join()
+    err = capsys.readouterr().err
+    assert killed and (f"  seed0: its worker 0 (pid {killed[0]}) was killed by SIGKILL; see "
+                       f"{out / '.sweep' / 'logs' / 'worker-0.log'}") in err, err
+    assert run_sweep(path, out, workers=1, progress=False) == out / "sweep.jsonl"
+
+
 def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     import importlib
+
+    from invperm_interp.analysis.verdict import Answer
 
     mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
     seen = []
@@ -165,14 +202,14 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
 
     def fake_name_on(model, batch, *, ablation="zero", reference=None, **kwargs):
         styles.append((ablation, len(batch), len(reference)))
-        return "theorem2"
+        return Answer("faithful", "theorem2")
 
     monkeypatch.setattr(mech_mod, "name_on", fake_name_on)
     more = text.replace("mechanism = true", "mechanism = {resample_ablation = true}")
     rows = lines(run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False))
     assert len(seen) == 4 and styles == [("resample", 4096, 4096)] * 4
     record = json.loads((out / "d2_seed0" / "mechanism.json").read_text())
-    assert record["name"] == "appendix_b" and record["under"] == {"resample": "theorem2"}
+    assert record["name"] == "appendix_b" and record["under"] == {"resample": ["faithful", "theorem2"]}
     run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False)
     assert len(styles) == 4  # now complete: nothing left to do
     # Other samples redo the whole analysis.
@@ -222,3 +259,11 @@ def test_a_well_formed_sweep_jsonl_reports(tmp_path):
     (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     assert main(["sweep-report", str(tmp_path)]) == 0
     assert "d3_seed0" in (tmp_path / "sweep_report.md").read_text()
+
+
+def test_the_sweep_reports_median_of_two_is_their_mean_and_it_names_the_svg(tmp_path, capsys):
+    runs = [_record(steps_to_solve=800), _record(name="d2_seed1", steps_to_solve=1250)]
+    (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    assert main(["sweep-report", str(tmp_path)]) == 0
+    assert "| 2 of 2 | 1025 |" in (tmp_path / "sweep_report.md").read_text()  # not the upper 1250
+    assert "sweep_report.svg" in capsys.readouterr().out

@@ -88,7 +88,8 @@ def test_a_finished_run_without_its_mechanism_is_analysed_on_rerun(tmp_path, mon
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_sweep_and_its_workers_with_a_resume_hint(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])  # SIGHUP: a closed terminal
+def test_sigterm_stops_the_sweep_and_its_workers_with_a_resume_hint(tmp_path, sig):
     from invperm_interp.runs.lock import RunLock
 
     path = grid_file(tmp_path, steps=400, every=20)
@@ -101,9 +102,9 @@ def test_sigterm_stops_the_sweep_and_its_workers_with_a_resume_hint(tmp_path):
     deadline = time.monotonic() + 300
     while not list(out.glob("*/checkpoints/*.safetensors")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)  # the sweep alone, as a scheduler or `kill` would
+    proc.send_signal(sig)  # the sweep alone, as a scheduler or `kill` would
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM
+    assert proc.returncode == 128 + sig
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1].endswith("rerun the same command to resume")
     for run_dir in out.glob("seed*"):  # no worker is left holding a run
@@ -113,16 +114,47 @@ def test_sigterm_stops_the_sweep_and_its_workers_with_a_resume_hint(tmp_path):
     assert (out / "sweep.jsonl").read_text() == reference.read_text()
 
 
-def test_sigusr2_asks_training_to_stop_like_sigterm():
+@pytest.mark.parametrize("sig", [signal.SIGUSR2, signal.SIGHUP])
+def test_sigusr2_and_sighup_ask_training_and_the_sweep_to_stop_like_sigterm(sig):
+    from invperm_interp.sweep.engine import _StopOnSignal
     from invperm_interp.training.signals import StopRequest
 
     with StopRequest() as stop:
-        os.kill(os.getpid(), signal.SIGUSR2)
+        os.kill(os.getpid(), sig)
         deadline = time.monotonic() + 5
         while not stop.requested and time.monotonic() < deadline:
             time.sleep(0.01)
-    assert stop.requested and stop.signum == signal.SIGUSR2
-    assert stop.interrupted("x").exit_code == 128 + signal.SIGUSR2
+    assert stop.requested and stop.signum == sig
+    assert stop.interrupted("x").exit_code == 128 + sig
+    if sig == signal.SIGHUP:  # the sweep's driver (it ignores SIGUSR2, which Slurm sends tasks)
+        with _StopOnSignal() as driver:
+            os.kill(os.getpid(), sig)
+            deadline = time.monotonic() + 5
+            while driver.signum is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert driver.signum == sig
+
+
+def test_a_slurm_task_stopped_by_a_signal_returns_a_result_naming_the_stop(tmp_path, monkeypatch):
+    """submitit writes no result for a task that raises (the driver then waited 15 s per task and
+    said "ended without a result"): the task returns, each unfinished run noted as stopped."""
+    from invperm_interp.sweep import tasks
+    from invperm_interp.sweep.tasks import failed_dir, slurm_unit
+    from invperm_interp.training.signals import Interrupted
+
+    path = grid_file(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def stopped(*args):
+        raise Interrupted("training stopped at step 10", signal.SIGUSR2)
+
+    monkeypatch.setattr(tasks, "train_unit", stopped)
+    assert slurm_unit(str(path), str(out), [0, 1]) == ["seed0", "seed1"]
+    for name in ("seed0", "seed1"):
+        assert (failed_dir(out) / name).read_text().startswith(
+            "stopped by SIGUSR2 (the task's time limit, scancel or pre-emption) after a "
+            "checkpoint; rerun the same command to resume")
 
 
 @pytest.mark.parametrize("message, line", [

@@ -286,3 +286,19 @@ def test_cli_headline_writes_the_causal_mse_against_its_floor_and_names_its_batc
     assert summary.model.causal
     first = headline(replace(summary, mse=2.5039, causal_floor=2.5)).splitlines()[0]
     assert "MSE 2.5039 = floor 2.5 + 0.0039" in first and "on 64 fresh samples" in first
+
+
+def test_an_unnamed_models_closest_construction_is_the_mechanism_tables_first_row():
+    cfg = ModelConfig(Layout.plain(4), attention_dir="bidirectional", readout="P", init_scale=1.0)
+    model = HookedDisentangledTransformer(cfg, seed=0)  # random weights: no construction passes
+    batch = sample_batch(cfg.layout, 32, torch.Generator().manual_seed(0))
+    summary = analyze(model, batch, "random")
+    page = report_html(model, summary, batch)
+    mechanism = page.split("<h2>Mechanism</h2>")[1].split("<h2>")[0]
+    first_row = re.search(r"<tbody><tr><td>([^<]+)</td>", mechanism).group(1)
+    tested = summary.mechanism.tested
+    assert len(tested) >= 2 and first_row == tested[0].hypothesis
+    assert (f"The closest (the most loss recovered, the first row of the Mechanism table), "
+            f"{first_row}, run on its own") in _sections(page)["Headline"]
+    ablations = page.split("<h2>Ablations</h2>")[1].split("<h2>")[0]
+    assert "a change of +0 or below removed nothing it needs" in ablations

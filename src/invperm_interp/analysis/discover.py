@@ -1,16 +1,16 @@
 """What is still unnamed: the minimal circuits of runs no construction names, grouped into forms,
 each proposed as a construction and checked.
 
-For every model the rule calls ``"none"`` (``analysis.mechanism``) with a faithful minimal circuit
-(on a deeper or wider model: one on one head of each of two layers, written as on two layers of one
-head, so the same circuit at other placements is one form; ``maths.placement.unplace``),
-the circuit's **form** is its cells, each with the templates its atoms hold (``explain``; atoms of
-at least ``ATOM_SHARE`` of the cell's largest ``|β|``), with their signs, the read-out blocks with
-theirs, and the model's kind (attention, layout, read-out rows). The gauge is factored out: an atom
-equal to another placement modulo the gauge (a ``-1`` at (pos.P, pos.Y) is a ``+1`` at
-(pos.P, pos.P)) is written at the first of its placements in sorted order, so the same function
-gives the same form whatever gauge a run learned. The scratch rows are not relabelled: scratch row
-``i`` is read out as ``Y_i``, which fixes their order.
+For every model the rule names no construction for (verdict none, ``analysis.mechanism``) with a
+faithful minimal circuit (on a deeper or wider model: one on one head of each of two layers,
+written as on two layers of one head, so the same circuit at other placements is one form;
+``maths.placement.unplace``), the circuit's **form** is its cells, each with the templates its atoms
+hold (``explain``; atoms of at least ``ATOM_SHARE`` of the cell's largest ``|β|``), with their
+signs, the read-out blocks with theirs, and the model's kind (attention, layout, read-out rows).
+The gauge is factored out: an atom equal to another placement modulo the gauge (a ``-1`` at (pos.P,
+pos.Y) is a ``+1`` at (pos.P, pos.P)) is written at the first of its placements in sorted order, so
+the same function gives the same form whatever gauge a run learned. The scratch rows are not
+relabelled: scratch row ``i`` is read out as ``Y_i``, which fixes their order.
 
 Each form held by at least ``min_runs`` runs is proposed as a construction (``ConstructionSpec``,
 every cell ``β`` times its template, one ``β``) and checked twice: **exact** when the largest error
@@ -32,10 +32,10 @@ from ..maths.placement import Placement, unplace
 from ..maths.registry import parse_read
 from ..model.hooked import HookedDisentangledTransformer
 from .faithfulness import Faithfulness, Tester
-from .mechanism import NONE, Mechanism, mechanism, verdict_of
+from .mechanism import Mechanism, mechanism, verdict_of
 from .placements import hypothesis as placed_hypothesis
 from .templates import explain
-from .verdict import FAITHFUL, VERDICT_SAMPLES, evaluation_batch
+from .verdict import BORDERLINE, FAITHFUL, VERDICT_SAMPLES, check_seed, evaluation_batch
 
 #: An atom belongs to a form when its ``|β|`` is at least this share of its cell's largest.
 ATOM_SHARE = 0.25
@@ -178,6 +178,7 @@ def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VE
     optional callable wrapping the iteration (e.g. ``tqdm``)."""
     if not isinstance(min_runs, int) or min_runs < 1:
         raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
+    check_seed(seed)
     forms, reasons, batches, where = {}, {}, {}, {}
     items = list(models.items())
     for key, model in (progress(items) if progress else items):
@@ -189,8 +190,10 @@ def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VE
         else:
             mech = mechanism(model, batches[key])
         forms[key] = None
-        if mech.name != NONE:
-            reasons[key] = f"named {mech.name}" if mech.name != "borderline" else "borderline"
+        if mech.name is not None:
+            reasons[key] = f"named {mech.name}"
+        elif mech.verdict == BORDERLINE:
+            reasons[key] = BORDERLINE
         elif not mech.minimal.faithful:
             reasons[key] = "no faithful minimal circuit"
         elif model.cfg.heads != (1, 1):

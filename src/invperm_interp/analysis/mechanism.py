@@ -11,16 +11,15 @@ construction's templates must also fit the weights with positive β where they m
 (``Faithfulness.signs_agree``).
 
 The name is the faithful construction (signs agreeing) that recovers the most loss (to 1e-4; then
-the fewest atoms); the others that pass are listed (``also_faithful``). When none passes but one
-straddles a threshold, the name is ``"borderline"`` (the candidates in ``borderline``): the batch
-cannot tell. Otherwise the name is ``"none"``, and :func:`minimal_circuit` says what the
-model does instead.
+the fewest atoms); the others that pass are listed (``also_faithful``). When none passes, there is
+no name (``None``) and the verdict says why: borderline when one straddles a threshold (the
+candidates in ``borderline``: the batch cannot tell), else none, and :func:`minimal_circuit` says
+what the model does instead. ``invperm analyze``, the HTML report and ``analyses/`` all use this rule.
 
 Beyond two layers of one head each construction is tested at its best-weighted placements on two
 layers' heads (``analysis.placements``; docs/shapes.md) and named with its placement
 (``"two_block @ L1h0→L3h1"``); a faithful placement on one head comes before one on a sum of heads.
-A model no construction can fit is ``"none"`` with the reason in ``Mechanism.untested``.
-``invperm analyze``, the HTML report and ``analyses/`` all use this rule.
+A model no construction can fit gets no name, with the reason in ``Mechanism.untested``.
 """
 
 from __future__ import annotations
@@ -40,6 +39,9 @@ from .verdict import (
     FAITHFUL,
     FAITHFUL_RECOVERED,
     FAITHFUL_ROWS,
+    NONE,
+    NOT_FAITHFUL,
+    Answer,
     Z,
     is_faithful,
     judge,
@@ -53,9 +55,9 @@ __all__ = ["FAITHFUL_RECOVERED", "FAITHFUL_ROWS", "Mechanism", "MinimalCircuit",
 #: ``Mechanism.to_dict``'s format, in ``analysis.json`` and in a sweep's ``mechanism.json``
 #: (``analysis.sweep_record``): 2 added the verdict's intervals, ``also_faithful``, ``borderline``
 #: and the minimal circuit's ``optimal``; 3 the minimal circuit's ``candidates`` and one format for
-#: both files (versions 1 and 2 of ``analysis.json`` still read).
-VERSION = 3
-NONE, BORDERLINE_NAME = "none", "borderline"
+#: both files; 4 no name (``null``) where no construction is named, the verdict saying why
+#: (versions 1 to 3 of ``analysis.json`` still read).
+VERSION = 4
 #: The rule's tests run on the first this many samples of the batch; a construction whose interval
 #: straddles a threshold there is measured again on all of it (clear verdicts need few samples:
 #: the constructions that fail get at most 76% of rows).
@@ -71,18 +73,18 @@ def verdict_of(test: Faithfulness, rows: float = FAITHFUL_ROWS, recovered: float
                z: float = Z) -> str:
     """:func:`analysis.verdict.judge` on the circuit-only model, ``"not faithful"`` where the signs
     that matter disagree."""
-    return judge(test.circuit, rows, recovered, z) if test.signs_agree else "not faithful"
+    return judge(test.circuit, rows, recovered, z) if test.signs_agree else NOT_FAITHFUL
 
 
 @dataclass(frozen=True)
 class Mechanism:
-    """The rule's answer: ``name`` (a registry construction, ``"borderline"`` or ``"none"``), its
-    faithfulness test (for ``"borderline"``: the best straddling construction's; ``None`` for
-    ``"none"``), every fitting working construction's test (best first), the minimal circuit, the
-    other constructions that pass (``also_faithful``, best first) and those whose intervals
-    straddle a threshold (``borderline``)."""
+    """The rule's answer: ``name`` (a registry construction, or ``None`` when the verdict is
+    borderline or none), its faithfulness test (when borderline: the best straddling
+    construction's; ``None`` when none), every fitting working construction's test (best first),
+    the minimal circuit, the other constructions that pass (``also_faithful``, best first) and
+    those whose intervals straddle a threshold (``borderline``)."""
 
-    name: str
+    name: str | None
     faithfulness: Faithfulness | None
     tested: tuple[Faithfulness, ...]
     minimal: MinimalCircuit
@@ -96,8 +98,12 @@ class Mechanism:
 
     @property
     def verdict(self) -> str:
-        """``"faithful"`` (a construction is named), ``"borderline"`` or ``"not faithful"``."""
-        return {NONE: "not faithful", BORDERLINE_NAME: BORDERLINE}.get(self.name, FAITHFUL)
+        """``"faithful"`` (a construction is named), ``"borderline"`` or ``"none"``."""
+        return FAITHFUL if self.name is not None else BORDERLINE if self.borderline else NONE
+
+    @property
+    def answer(self) -> Answer:
+        return Answer(self.verdict, self.name)
 
     def __str__(self) -> str:
         if self.faithfulness is None:
@@ -108,7 +114,7 @@ class Mechanism:
             return (f"none of the registry; {why}minimal circuit: {m.size} cells ({found}{proof}, "
                     f"{score_text(m.score, self.z)})")
         f = self.faithfulness
-        if self.name == BORDERLINE_NAME:
+        if self.verdict == BORDERLINE:
             return (f"borderline: {', '.join(self.borderline)}; {f.hypothesis}'s {f.size_text} "
                     f"alone get {score_text(f.circuit, self.z)}, an interval that straddles the "
                     f"rule ({self.rows:.1%} of rows, {self.recovered:.0%} of the loss)")
@@ -140,7 +146,8 @@ class Mechanism:
                              "tested constructions' fits): run `invperm sweep GRID` again to "
                              "re-analyse the runs (no training)")
         f = data["faithfulness"]
-        return cls(data["name"], None if f is None else Faithfulness.from_dict(f),
+        name = data["name"] if version > 3 else Answer.of_label(data["name"]).name
+        return cls(name, None if f is None else Faithfulness.from_dict(f),
                    tuple(Faithfulness.from_dict(t) for t in data["tested"]),
                    MinimalCircuit.from_dict(data["minimal"]), data["rows"], data["recovered"],
                    tuple(data.get("also_faithful", ())), tuple(data.get("borderline", ())),
@@ -166,12 +173,12 @@ def ranked(tested: list[Faithfulness], rows: float = FAITHFUL_ROWS,
 
 
 def name_by_rule(tested: list, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
-                 z: float = Z) -> str:
-    """The rule's name from tested constructions (anything with ``hypothesis``, ``circuit`` (a
+                 z: float = Z) -> Answer:
+    """The rule's answer from tested constructions (anything with ``hypothesis``, ``circuit`` (a
     :class:`Score`), ``signs_agree`` and ``n_atoms``, e.g. records read back): the best faithful
-    one, else ``"borderline"`` when one straddles a threshold, else ``"none"``."""
+    one, else borderline when one straddles a threshold, else none."""
     good, straddle = ranked(list(tested), rows, recovered, z)
-    return good[0].hypothesis if good else (BORDERLINE_NAME if straddle else NONE)
+    return Answer(FAITHFUL, good[0].hypothesis) if good else Answer(BORDERLINE if straddle else NONE)
 
 
 def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
@@ -218,8 +225,8 @@ def _screen_and_whole(model: HookedDisentangledTransformer, batch: Batch, screen
 def name_on(model: HookedDisentangledTransformer, batch: Batch, *, ablation: str = "zero",
             reference: Batch | None = None, rows: float = FAITHFUL_ROWS,
             recovered: float = FAITHFUL_RECOVERED, z: float = Z,
-            screen: int = SCREEN_SAMPLES) -> str:
-    """The rule's name (a construction, ``"borderline"`` or ``"none"``) on ``batch``, without the
+            screen: int = SCREEN_SAMPLES) -> Answer:
+    """The rule's answer (a construction named, borderline or none) on ``batch``, without the
     minimal circuit: what a second evaluation batch or a second ablation style says."""
     first, full = _screen_and_whole(model, batch, screen, ablation, reference)
     tested = test_constructions(model, first, resolve=full, rows=rows, recovered=recovered, z=z,
@@ -247,7 +254,7 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
     minimal = minimal_circuit(model, first.batch, circuit=circuit, tester=first, rows=rows,
                               recovered=recovered, starts=starts, exact=exact)
     chosen = good[0] if good else (straddle[0] if straddle else None)
-    name = chosen.hypothesis if good else (BORDERLINE_NAME if straddle else NONE)
+    name = chosen.hypothesis if good else None
     placed = parse(name, model.cfg.heads) if good and model.cfg.heads != (1, 1) else None
     return Mechanism(name, chosen, tuple(tested), minimal, rows, recovered,
                      tuple(t.hypothesis for t in good[1:]), tuple(t.hypothesis for t in straddle), z,

@@ -4,7 +4,7 @@ One generic function, :func:`patch`, runs the model on the corrupted input and, 
 the axes asked for, writes the clean activation into that slice of the residual stream, then scores
 the output with ``metric``. ``hook="resid_pre"`` patches ``h^l`` going into layer ``l``,
 ``"resid_post"`` the stream ``h^{l+1}`` coming out of it. Since the stream is concatenated onward, a
-block patched at ``h^l`` stays patched in every later layer's copy of ``h^l``. The named partials
+block patched at ``h^l`` stays patched in every later layer's copy of ``h^l``. The named shorthands
 fix the axes: :func:`patch_blocks` (layer × block, all positions at once), :func:`patch_positions`
 (layer × position, whole rows) and :func:`patch_block_positions` (layer × block × position).
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 from torch import Tensor
@@ -171,9 +170,22 @@ def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Te
                            "normalized": normalize})
 
 
-patch_blocks = partial(patch, axes=("layer", "block"))
-patch_blocks.__doc__ = "Patch whole named blocks (all positions at once): ``(layer, block)``."
-patch_positions = partial(patch, axes=("layer", "pos"))
-patch_positions.__doc__ = "Patch whole stream rows, one position at a time: ``(layer, pos)``."
-patch_block_positions = partial(patch, axes=("layer", "block", "pos"))
-patch_block_positions.__doc__ = "Patch one named block at one position: ``(layer, block, pos)``."
+def patch_blocks(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Tensor,
+                 metric: Metric, **options) -> LabelledTensor:
+    """Patch whole named blocks (all positions at once): ``(layer, block)``; ``options`` as
+    :func:`patch`'s."""
+    return patch(model, clean_X, corrupted_X, metric, axes=("layer", "block"), **options)
+
+
+def patch_positions(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Tensor,
+                    metric: Metric, **options) -> LabelledTensor:
+    """Patch whole stream rows, one position at a time: ``(layer, pos)``; ``options`` as
+    :func:`patch`'s."""
+    return patch(model, clean_X, corrupted_X, metric, axes=("layer", "pos"), **options)
+
+
+def patch_block_positions(model: HookedDisentangledTransformer, clean_X: Tensor,
+                          corrupted_X: Tensor, metric: Metric, **options) -> LabelledTensor:
+    """Patch one named block at one position: ``(layer, block, pos)``; ``options`` as
+    :func:`patch`'s."""
+    return patch(model, clean_X, corrupted_X, metric, axes=("layer", "block", "pos"), **options)

@@ -20,6 +20,7 @@ from ..config import ModelConfig
 from ..labels import excess_text, name_streams
 from ..maths.floors import dependency_map
 from ..model.hooked import HookedDisentangledTransformer
+from ..model.note_map import map_summary, to_disentangled
 from ..model.variants import forward_many
 from ..task import Batch
 from .ablate import AblationResult, standard_ablations
@@ -74,7 +75,10 @@ class ModelAnalysis:
     - ``lemma1``: the dependency certificate;
     - ``accuracy``: ``entry_acc``, ``row_acc``, ``sample_acc`` (entries, rows, whole ``Y`` right
       after rounding) on the batch; ``sample_patterns``: per layer, every head's attention on
-      sample 0, ``(H, T, T)`` nested lists (what the report draws; ``None`` in older records).
+      sample 0, ``(H, T, T)`` nested lists (what the report draws; ``None`` in older records);
+    - ``through_map``: for a standard model, analysed as the disentangled model it maps to exactly
+      (``model`` is then that model's config), ``note_map.map_summary``: the standard config and
+      each head's ``W_OV`` spectrum and rank; ``None`` for a disentangled model.
     """
 
     SECTIONS = ("mechanism", "minimal_circuit", "circuit", "constructions", "ablations", "gauge",
@@ -95,6 +99,7 @@ class ModelAnalysis:
     lemma1: Lemma1
     accuracy: dict[str, float] | None = None
     sample_patterns: tuple | None = None
+    through_map: dict | None = None
     version: int = field(default=RECORD_VERSION)
 
     @property
@@ -117,6 +122,7 @@ class ModelAnalysis:
             "gauge_check": self.gauge_check, "lemma1": self.lemma1.to_dict(),
             "accuracy": self.accuracy,
             "sample_patterns": None if self.sample_patterns is None else list(self.sample_patterns),
+            **({} if self.through_map is None else {"through_map": self.through_map}),
         }
 
     @classmethod
@@ -135,7 +141,7 @@ class ModelAnalysis:
             gauge_check=data["gauge_check"], lemma1=Lemma1.from_dict(data["lemma1"]),
             accuracy=data.get("accuracy"),
             sample_patterns=None if data.get("sample_patterns") is None
-            else tuple(data["sample_patterns"]))
+            else tuple(data["sample_patterns"]), through_map=data.get("through_map"))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, allow_nan=False)
@@ -154,7 +160,13 @@ class ModelAnalysis:
 def analyze(model: HookedDisentangledTransformer, batch: Batch, source: str = "", *,
             lemma1_samples: int = 4) -> ModelAnalysis:
     """The whole analysis of ``model`` on ``batch``. The clean run, the gauge-fixed weights and the
-    atom fit are computed once and shared by every part; circuit variants run as batched forwards."""
+    atom fit are computed once and shared by every part; circuit variants run as batched forwards.
+    A standard attention-only model without LayerNorm (plain or hooked) is analysed through its
+    exact map to the disentangled model (``through_map``; docs/standard.md); with LayerNorm or MLPs
+    it is refused in one line."""
+    through_map = None
+    if isinstance(getattr(model, "cfg", None), ModelConfig) and model.cfg.arch == "standard":
+        through_map, model = map_summary(model), to_disentangled(model)
     if not isinstance(model, HookedDisentangledTransformer):
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
     _check_finite_norm(model)
@@ -173,7 +185,8 @@ def analyze(model: HookedDisentangledTransformer, batch: Batch, source: str = ""
         ablations=tuple(ablations), gauge_check=gauge_check(model, tester.batch.X, tester.fixed),
         lemma1=Lemma1(deps.causal_ok, float(norms[later].max()) if bool(later.any()) else 0.0,
                       tuple(deps.positions), tuple(tuple(r) for r in norms.tolist())),
-        accuracy=_accuracy(tester.output, tester.batch.Y), sample_patterns=_sample_patterns(model, batch))
+        accuracy=_accuracy(tester.output, tester.batch.Y), sample_patterns=_sample_patterns(model, batch),
+        through_map=through_map)
 
 
 def _accuracy(out: torch.Tensor, Y: torch.Tensor) -> dict[str, float]:
@@ -221,6 +234,8 @@ def headline(result: ModelAnalysis, min_share: float = 0.01) -> str:
         f"{result.rows_exact:.1%} (causal floor {result.causal_floor:.4g})",
         "", f"mechanism: {mech}",
     ]
+    if result.through_map is not None:
+        lines[1:1] = ["", map_text(result.through_map)]
     f = mech.faithfulness
     if f is not None:
         lines += ["  cells (fitted beta): " + "; ".join(
@@ -266,6 +281,22 @@ def headline(result: ModelAnalysis, min_share: float = 0.01) -> str:
                else f"read-out rows depend on later input rows (up to {result.lemma1.max_later:.3g})")
     lines += ["", f"Lemma 1: {verdict}"]
     return "\n".join(lines)
+
+
+def map_text(through_map: dict) -> str:
+    """One paragraph: the standard model analysed through its map, and each head's ``W_OV`` rank
+    and largest singular values."""
+    std = through_map["model"]
+    heads = "; ".join(
+        f"layer {layer + 1} head {h}: rank {rank}, singular values "
+        + ", ".join(f"{v:.3g}" for v in values[:4]) + (" …" if len(values) > 4 else "")
+        for layer, (ranks, spectra) in enumerate(zip(through_map["ov_rank"],
+                                                     through_map["ov_spectra"]))
+        for h, (rank, values) in enumerate(zip(ranks, spectra)))
+    return (f"a standard transformer (d_model {std['d_model']}, d_head {std['d_head']}), analysed "
+            f"exactly through its map to the disentangled model (docs/standard.md): every result "
+            f"below is of the disentangled model computing the same function. W_OV = W_V W_O per "
+            f"head: {heads}")
 
 
 def _pct(x: float | None) -> str:

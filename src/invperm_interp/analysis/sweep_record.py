@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .mechanism import Mechanism
+from .verdict import Answer
 
 #: The ablation styles a sweep may also name each run under (the rule's own is zero ablation);
 #: a grid asks for one with ``<style>_ablation = true``.
@@ -22,14 +23,15 @@ STYLES = ("mean", "resample")
 @dataclass(frozen=True)
 class SweepRecord:
     """A run's :class:`Mechanism` on ``samples`` samples from ``seed``; ``names_by_batch``: the
-    rule's name on each of the sweep's batches (the first is ``mechanism.name``); ``under``: the
-    name under each other ablation style measured (a :data:`STYLES` entry → name)."""
+    rule's :class:`Answer` on each of the sweep's batches (the first is ``mechanism.answer``);
+    ``under``: its answer under each other ablation style measured (a :data:`STYLES` entry →
+    answer)."""
 
     mechanism: Mechanism
     samples: int
     seed: int
-    names_by_batch: tuple[str, ...]
-    under: Mapping[str, str] = field(default_factory=dict)
+    names_by_batch: tuple[Answer, ...]
+    under: Mapping[str, Answer] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if set(self.under) - set(STYLES):
@@ -37,8 +39,8 @@ class SweepRecord:
         object.__setattr__(self, "under", {s: self.under[s] for s in STYLES if s in self.under})
 
     @property
-    def name(self) -> str:
-        return self.mechanism.name
+    def answer(self) -> Answer:
+        return self.mechanism.answer
 
     @property
     def batches(self) -> int:
@@ -53,8 +55,8 @@ class SweepRecord:
             return None
         return [s for s in STYLES if settings.get(f"{s}_ablation") and s not in self.under]
 
-    def with_names(self, names: Mapping[str, str]) -> SweepRecord:
-        """This record with the names under more ablation styles."""
+    def with_names(self, names: Mapping[str, Answer]) -> SweepRecord:
+        """This record with the answers under more ablation styles."""
         return replace(self, under={**self.under, **names})
 
     def to_dict(self) -> dict:
@@ -66,8 +68,10 @@ class SweepRecord:
     def from_dict(cls, data: dict) -> SweepRecord:
         """``ValueError`` in one line for a record this version cannot read (``Mechanism.from_dict``)."""
         mechanism = Mechanism.from_dict(data)
-        return cls(mechanism, data["samples"], data["seed"], tuple(data["names_by_batch"]),
-                   dict(data.get("under", {})))
+        answer = Answer.read if data["version"] > 3 else Answer.of_label
+        return cls(mechanism, data["samples"], data["seed"],
+                   tuple(answer(a) for a in data["names_by_batch"]),
+                   {s: answer(a) for s, a in data.get("under", {}).items()})
 
     @classmethod
     def read(cls, path: str | Path) -> SweepRecord:

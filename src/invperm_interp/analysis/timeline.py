@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..runs import checkpoint as ckpt
+from ..model.build import load_analysed
 from ..runs.directory import RunDir
 from ..task import Batch, sample_batch
 from ..training.run import Run
@@ -37,6 +37,7 @@ from .mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS, is_faithful, minimal_c
 from .placements import candidate_placements
 from .placements import hypothesis as placed
 from .projection import fixed_weights, project
+from .verdict import NONE, check_seed
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class StepAnalysis:
     step: int
     mse: float
     rows_exact: float
-    mechanism: str  # a registry construction, or "none"
+    mechanism: str  # a registry construction, or ``verdict.NONE``
     circuit: Score  # the final circuit's circuit-only model at this step
     faithful: bool  # by the rule (and, for a named construction, its templates' signs)
     betas: tuple[float, ...]
@@ -135,7 +136,7 @@ def final_circuit(model, batch, tests: dict[str, Hypothesis], rows: float = FAIT
         return f.hypothesis, Hypothesis(f.hypothesis, f.cells, f.read, f.unit)
     # what ``mechanism`` reports as its minimal circuit when no construction qualifies
     m = minimal_circuit(model, batch, tester=tester, rows=rows, recovered=recovered)
-    return "none", Hypothesis("minimal", m.cells, m.read or None, "cells")
+    return NONE, Hypothesis("minimal", m.cells, m.read or None, "cells")
 
 
 class StepTester:
@@ -181,7 +182,7 @@ class StepTester:
             if is_faithful(known[name], self.rows, self.recovered):
                 tested.append(self.full.test(h, minimality=False))
         good, _ = ranked(list(tested), self.rows, self.recovered)
-        return good[0].hypothesis if good else "none"
+        return good[0].hypothesis if good else NONE
 
 
 def analyse_step(model, batch, hyp: Hypothesis, tests: dict[str, Hypothesis], named: bool,
@@ -201,6 +202,13 @@ def analyse_step(model, batch, hyp: Hypothesis, tests: dict[str, Hypothesis], na
                         tester.effects(hyp))
 
 
+def _check_finite(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    bad = [k for k, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all())]
+    if bad:
+        raise ValueError(f"checkpoint {path} holds weights that are not finite (NaN or inf) in "
+                         f"{', '.join(bad)}; delete it to analyse the others")
+
+
 def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int = 1,
              rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
              progress: bool = False) -> Timeline:
@@ -218,26 +226,34 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
         raise ValueError(f"run must be a run directory or a Run, got {run!r}")
     if not (isinstance(stride, int) and not isinstance(stride, bool) and stride >= 1):
         raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
+    check_seed(seed)
     final = run if isinstance(run, Run) and run.dir is not None else Run.load(run_dir)
-    model = final.model
+    model = final.analysis_model  # a standard run: the disentangled model it maps to
+    _check_finite(dict(model.named_parameters()), RunDir(run_dir).weights_path())
     batch = sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
                          dtype=model.cfg.torch_dtype)
     # the placements tested are chosen on the final weights and followed through every checkpoint
     tests = {str(p): placed(model, p) for p in candidate_placements(model, fixed_weights(model))}
     name, hyp = final_circuit(model, batch, tests, rows, recovered)
-    named = name != "none"
+    named = name != NONE
     found = [(s, p) for s, p in RunDir(run_dir).checkpoints() if s < final.step]
     found = found[::-1][::stride][::-1]  # every stride-th, counted back from the last
     steps = []
-    with torch.no_grad():
+    # one tick per row of the timeline: every checkpoint analysed, then the final weights
+    bar = tqdm(total=len(found) + 1, desc=f"timeline {run_dir.name}", unit="ckpt",
+               disable=not progress)
+    with torch.no_grad(), bar:
         final_weights = {k: v.clone() for k, v in model.state_dict().items()}
         try:
-            for step, path in tqdm(found, desc=f"timeline {run_dir.name}", unit="ckpt",
-                                   disable=not progress):
-                ckpt.load_model_tensors(model, RunDir(run_dir).read_weights(step).tensors, path)
+            for step, path in found:
+                weights = RunDir(run_dir).read_weights(step)
+                _check_finite(weights.tensors, path)
+                load_analysed(model, final.model_cfg, weights.tensors, path)
                 steps.append(analyse_step(model, batch, hyp, tests, named, step, rows, recovered))
+                bar.update()
         finally:
             model.load_state_dict(final_weights)
         steps.append(analyse_step(model, batch, hyp, tests, named, final.step, rows, recovered))
+        bar.update()
     curve = tuple((m["step"], float(m["mse"])) for m in RunDir(run_dir).read_metrics())
     return Timeline(run_dir.name, name, hyp, 0.25 * model.cfg.d, tuple(steps), curve, n, seed)

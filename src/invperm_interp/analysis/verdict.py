@@ -19,16 +19,18 @@ on the loss or the interval); there the interval, not one batch, decides.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch, sample_batch
 from .faithfulness import Score
 
-#: A circuit-only model is faithful when at least this share of its rows is exactly right …
 FAITHFUL_ROWS = 0.99
-#: … and it recovers at least this fraction of the loss, baseline ``d/4`` (0.5 everywhere).
+"""A circuit-only model is faithful when at least this share of its rows is exactly right …"""
 FAITHFUL_RECOVERED = 0.8
+"""… and it recovers at least this fraction of the loss, baseline ``d/4`` (0.5 everywhere)."""
 #: Half-width of the confidence interval in standard errors (95%, two-sided).
 Z = 1.96
 #: Samples the verdict is measured on: the standard error of a rows-exact share near 0.99 is
@@ -37,6 +39,38 @@ VERDICT_SAMPLES = 4096
 
 FAITHFUL, BORDERLINE, NOT_FAITHFUL = "faithful", "borderline", "not faithful"
 VERDICTS = (FAITHFUL, BORDERLINE, NOT_FAITHFUL)
+#: The rule's verdict on a model when no construction of the registry is faithful.
+NONE = "none"
+#: The rule's verdicts on a model that name no construction (``constructions.RESERVED``).
+UNNAMED = (BORDERLINE, NONE)
+
+
+class Answer(NamedTuple):
+    """The mechanism rule's answer on one batch (``analysis.mechanism``): its verdict,
+    :data:`FAITHFUL` with the ``name`` of the construction it names, or :data:`BORDERLINE` (an
+    interval straddles a threshold) or :data:`NONE` (none is faithful) with no name. ``str``: the
+    name, else the verdict (what tables show). A tuple: records store it as a JSON list."""
+
+    verdict: str
+    name: str | None = None
+
+    def __str__(self) -> str:
+        return self.name if self.name is not None else self.verdict
+
+    @classmethod
+    def read(cls, data) -> Answer:
+        """From a record's ``[verdict, name]``; ``ValueError`` for anything else."""
+        verdict, name = data
+        if (verdict == FAITHFUL) != isinstance(name, str) or verdict not in (FAITHFUL, *UNNAMED):
+            raise ValueError(f"an answer must be [{FAITHFUL!r}, name] or [verdict in {UNNAMED}, "
+                             f"null], got {data!r}")
+        return cls(verdict, name)
+
+    @classmethod
+    def of_label(cls, text: str) -> Answer:
+        """From the text a record of version 3 or older stored: a construction's name, or a verdict
+        word in :data:`UNNAMED` (which registering a construction now refuses)."""
+        return cls(text) if text in UNNAMED else cls(FAITHFUL, text)
 
 
 def is_faithful(score: Score, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED) -> bool:
@@ -66,12 +100,20 @@ def judge(score: Score, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL
     return BORDERLINE
 
 
+def check_seed(seed) -> None:
+    """A generator seed: an integer in [0, 2^63) (what ``torch.Generator.manual_seed`` takes; a grid
+    refuses negative seeds too)."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+
+
 def evaluation_batch(model: HookedDisentangledTransformer, n: int = VERDICT_SAMPLES,
                      seed: int = 0) -> Batch:
     """``n`` fresh samples of the model's layout from ``seed``, in its dtype: the batch a verdict
     is measured on."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 2:
         raise ValueError(f"n must be an integer >= 2 (a standard error needs two samples), got {n!r}")
+    check_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     return sample_batch(model.cfg.layout, n, generator=generator, dtype=model.cfg.torch_dtype)
 

@@ -12,9 +12,10 @@ from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, describe, exampl
 def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int,
                        train_cfg=None, bundle: str | None = None, quiet: bool = False,
                        max_memory: int | None = None, links: list[tuple[str, str]] | None = None):
-    """Analyse ``model`` on ``n`` fresh samples (``analysis.analyze``), print the headline, write
-    ``analysis.json`` (the ``ModelAnalysis`` record) and ``report.html`` into ``out_dir`` (nothing
-    written when ``out_dir`` is None); returns the record. ``bundle``: the relative URL of a shared
+    """Analyse ``model`` on ``n`` fresh samples (``analysis.analyze``; a standard model through its
+    exact map to the disentangled model), print the headline, write ``analysis.json`` (the
+    ``ModelAnalysis`` record) and ``report.html`` into ``out_dir`` (nothing written when
+    ``out_dir`` is None); returns the record. ``bundle``: the relative URL of a shared
     circuitsvis bundle (default: inlined); ``links``: the report's navigation, ``(label, URL)``."""
 
     import torch
@@ -24,11 +25,16 @@ def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, see
     from ..runs.directory import RunDir
     from ..viz.report import write_report
 
+    analysed = model
+    if model.cfg.arch == "standard":
+        from ..model.note_map import to_disentangled
+
+        model = to_disentangled(model)  # what the report draws; analyze maps it again, cheaply
     cfg = model.cfg
     memory.check(memory.analysis_estimate(cfg, n), max_memory, model.device)
     generator = torch.Generator(device=model.device).manual_seed(seed)
     batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
-    result = analyze(model, batch, source)
+    result = analyze(analysed, batch, source)
     if not quiet:
         print(headline(result))
     if out_dir is not None:
@@ -47,13 +53,18 @@ def run_extras(run) -> dict:
     timeline``), ``checkpoints`` (how many the run kept) and ``sweep_record`` (its
     ``mechanism.json``, written by ``invperm sweep``) for a ``RunDir``."""
     import json
+    import warnings
 
     from ..analysis.sweep_record import SweepRecord
     from ..analysis.timeline import Timeline
 
     found = record = None
     if run.timeline.is_file():
-        found = Timeline.from_dict(json.loads(run.timeline.read_text()))
+        try:
+            found = Timeline.from_dict(json.loads(run.timeline.read_text()))
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+            warnings.warn(f"{run.timeline} is damaged ({type(err).__name__}: {err}); the report "
+                          "leaves the timeline out (`invperm timeline` writes it again)", stacklevel=2)
     if run.mechanism.is_file():
         try:
             record = SweepRecord.read(run.mechanism)
@@ -73,7 +84,7 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
 
     if (args.run_dir is None) == (args.construction is None):
         raise ValueError("give a run directory or --construction NAME (one of them)")
-    _set_threads(args.threads)
+    set_threads(args.threads)
     metrics = None
     if args.construction is not None:
         model = constructions.build(args.construction, args.d, args.beta, max_memory=args.max_memory)
@@ -90,6 +101,10 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
                              f"{run_dir} is one run")
         run = Run.load(run_dir, step=args.step)
         model, metrics = run.model, run.metrics
+        refused = _unmappable(run.model_cfg)
+        if refused is not None:
+            _behaviour_only(run, refused, n=args.n, seed=args.seed)
+            return
         source = f"run {run_dir}" + ("" if args.step is None else f" at step {args.step}")
         out_dir = args.out or run_dir
     analyse_and_report(model, source, out_dir, metrics, n=args.n, seed=args.seed,
@@ -97,7 +112,51 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
                        max_memory=args.max_memory)
 
 
-def _set_threads(threads: int | None) -> None:
+def _unmappable(cfg) -> str | None:
+    """Why a standard model's map to the disentangled model is not exact (LayerNorm, MLPs), or
+    None when it is (or the model is disentangled)."""
+    if cfg.arch != "standard":
+        return None
+    from ..model.note_map import check_mappable
+
+    try:
+        check_mappable(cfg)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _behaviour_only(run, why: str, *, n: int, seed: int) -> None:
+    """A standard run whose map is not exact: its behaviour on ``n`` fresh samples (MSE against the
+    causal floor, rows exact; the same weights under the other mask, the mask ablation) and, in one
+    line, why no mechanism is named."""
+    from dataclasses import replace
+
+    import torch
+
+    from .. import sample_batch
+    from ..labels import excess_text
+    from ..maths.floors import causal_floor
+    from ..model.standard_hooked import HookedStandardTransformer
+    from ..task import mse
+
+    model, cfg = run.model, run.model_cfg
+    flipped_dir = "bidirectional" if cfg.causal else "causal"
+    flipped = HookedStandardTransformer(replace(cfg, attention_dir=flipped_dir, device="cpu"))
+    flipped.load_state_dict(model.state_dict())
+    batch = sample_batch(cfg.layout, n, torch.Generator().manual_seed(seed), dtype=cfg.torch_dtype)
+    floor = causal_floor(cfg.layout, cfg.readout)
+    with torch.no_grad():
+        out, other = model(batch.X.to(model.device)).cpu(), flipped(batch.X)
+    rows = float((out.round() == batch.Y).all(-1).double().mean())
+    print(f"run {run.dir}: {cfg.attention_dir}, reads {cfg.readout} rows; on {n} fresh samples MSE "
+          f"{excess_text(float(mse(out, batch.Y)), floor if cfg.causal else None)}, rows exact "
+          f"{rows:.1%} (causal floor {floor:.4g}); the same weights {flipped_dir}: MSE "
+          f"{float(mse(other, batch.Y)):.4g}")
+    print(f"mechanism analysis refused: {why}")
+
+
+def set_threads(threads: int | None) -> None:
     """Torch threads for an analysis: ``threads``; default 1 on the CPU (the model is small; more
     threads only contend on shared cores), torch's own on a GPU."""
     if threads is not None and (isinstance(threads, bool) or threads < 1):
@@ -138,7 +197,7 @@ def report_run(run_dir, *, n: int, seed: int, bundle: str | None, threads: int |
     from ..training.run import Run
     from ..viz.report import write_report
 
-    _set_threads(threads)
+    set_threads(threads)
     run_dir = Path(run_dir)
     run = Run.load(run_dir)
     record = _reusable(run_dir, n)
@@ -147,10 +206,10 @@ def report_run(run_dir, *, n: int, seed: int, bundle: str | None, threads: int |
                            train_cfg=run.train_cfg, bundle=bundle, quiet=True, max_memory=max_memory,
                            links=links)
     else:
-        cfg = run.model.cfg
-        generator = torch.Generator(device=run.model.device).manual_seed(seed)
+        cfg = run.analysis_model.cfg
+        generator = torch.Generator(device=run.analysis_model.device).manual_seed(seed)
         batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
-        write_report(run.model, record, batch, RunDir(run_dir).report, run.metrics,
+        write_report(run.analysis_model, record, batch, RunDir(run_dir).report, run.metrics,
                      title=record.source, train_cfg=run.train_cfg, bundle=bundle, links=links,
                      **run_extras(RunDir(run_dir)))
     return str(run_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 
 def _recorded(run_dir, n: int, seed: int):
@@ -14,9 +15,9 @@ def _recorded(run_dir, n: int, seed: int):
     from ..runs.directory import RunDir
 
     path = RunDir(run_dir).mechanism
-    try:
+    try:  # a damaged record is measured again, as ``report`` does
         record = SweepRecord.read(path) if path.is_file() else None
-    except ValueError:
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
     return record.mechanism if record is not None and (record.samples, record.seed) == (n, seed) \
         else None
@@ -27,30 +28,38 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     snippet registering each proposal; with ``--json``, write the proposals there too."""
     from pathlib import Path
 
-    import torch
     from tqdm.auto import tqdm
 
     from ..analysis.discover import discover, table
+    from ..analysis.verdict import check_seed
     from ..runs.directory import RunDir
     from ..training.run import Run
     from ..viz.index import find_runs
+    from .analyze import set_threads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     if args.n < 2:
         raise ValueError(f"--n must be at least 2 (a standard error needs two samples), got {args.n}")
+    check_seed(args.seed)
+    if args.json:  # checked before the analysis, not after it
+        folder = Path(args.json).resolve().parent
+        if Path(args.json).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise ValueError(f"--json {args.json} cannot be written (a directory, or its folder "
+                             f"{folder} is missing or read-only)")
+    say = (lambda *a: None) if args.quiet else print
     root = Path(args.dir)
     runs = [r.dir for r in find_runs(root) if RunDir(r.dir).is_finished]
     if not runs:
         raise ValueError(f"{root} holds no finished run (no {RunDir.FINAL} below it)")
     keys = {d: str(d.relative_to(root)) if d != root else d.name for d in runs}
-    models = {keys[d]: Run.load(d).model for d in runs}
+    models = {keys[d]: Run.load(d).analysis_model for d in runs}
     known = {keys[d]: k for d in runs if (k := _recorded(d, args.n, args.seed)) is not None}
     if known:
-        print(f"{len(known)} of {len(runs)} runs: the verdict their sweep recorded on the same "
+        say(f"{len(known)} of {len(runs)} runs: the verdict their sweep recorded on the same "
               f"{args.n} samples (seed {args.seed}) is reused")
     found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs, known=known,
-                     progress=lambda items: tqdm(items, desc="discover", unit="run"))
+                     progress=lambda items: tqdm(items, desc="discover", unit="run",
+                                                 disable=args.quiet))
     print(table(found))
     for p in found.proposals:
         print(f"\n# {p.name}: {len(p.runs)} runs; "
@@ -60,7 +69,7 @@ def _cmd_discover(args: argparse.Namespace) -> None:
               + "\n" + p.form.snippet(p.name))
     if args.json:
         Path(args.json).write_text(json.dumps(found.to_dict(), indent=1) + "\n")
-        print(f"wrote {args.json}")
+        say(f"wrote {args.json}")
 
 
 def add_discover_parser(sub) -> None:
@@ -75,4 +84,5 @@ def add_discover_parser(sub) -> None:
     parser.add_argument("--min-runs", type=int, default=2, help="runs a form needs to be proposed")
     parser.add_argument("--json", help="also write the proposals to this JSON file")
     parser.add_argument("--threads", type=int, help=THREADS_HELP)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=_cmd_discover)

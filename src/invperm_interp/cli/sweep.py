@@ -30,11 +30,11 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
 
 
 def _cmd_sweep_report(args: argparse.Namespace) -> None:
-    """A sweep folder's table (sweep_report.md) and figure (sweep_report.png)."""
+    """A sweep folder's table (sweep_report.md) and figure (sweep_report.png and .svg)."""
     from ..sweep.report import write_sweep_report
 
     md, png = write_sweep_report(args.dir)
-    print(f"wrote {md} and {png}")
+    print(f"wrote {md}, {png} and {png.with_suffix('.svg')}")
 
 
 def add_sweep_parsers(sub) -> None:
@@ -56,7 +56,7 @@ def add_sweep_parsers(sub) -> None:
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
     sweep.set_defaults(func=_cmd_sweep)
 
-    about = "a sweep folder's table (sweep_report.md) and figure (sweep_report.png)"
+    about = "a sweep folder's table (sweep_report.md) and figure (sweep_report.png and .svg)"
     report = sub.add_parser("sweep-report", help=about, description=describe(about),
                             formatter_class=HelpFormatter,
                             epilog=examples("invperm sweep-report runs/sweep_d"))

@@ -29,6 +29,7 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
 
     from ..analysis.hypothesis import cell_text
     from ..analysis.timeline import timeline
+    from ..analysis.verdict import NONE
     from ..runs.checkpoint import atomic_write
     from ..runs.directory import RunDir
     from ..viz.heatmaps import save_figures
@@ -37,7 +38,7 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     run_dir = Path(args.run)
     tl = timeline(run_dir, n=args.n, seed=args.seed, stride=args.stride, progress=not args.quiet)
-    circuit = "minimal circuit" if tl.final_mechanism == "none" else "cells"
+    circuit = "minimal circuit" if tl.final_mechanism == NONE else "cells"
     print(f"{tl.run}: final mechanism {tl.final_mechanism}; its {circuit}:")
     for i, cell in enumerate(tl.cells):
         print(f"  [{i}] {cell_text(cell)}")

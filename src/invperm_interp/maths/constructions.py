@@ -187,9 +187,10 @@ def exact_error(name: str, d: int, beta: float) -> float:
 #: β values :func:`register` tries a new construction at (the smallest that works is kept).
 REGISTER_BETAS = (5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
 REGISTER_TOL = 1e-6
-#: Names :func:`register` refuses, in any case: ``"none"`` is the mechanism rule's answer when no
-#: construction qualifies (``analysis.mechanism``).
-RESERVED = ("none",)
+#: Names :func:`register` refuses, in any case: the mechanism rule's verdicts when it names no
+#: construction (``analysis.verdict.UNNAMED``, which a test holds equal), so that a table of names
+#: cannot read a construction as a verdict.
+RESERVED = ("borderline", "none")
 
 
 def _check_cells(cells, layout: str, attention_dir: str, readout: str, read: str) -> tuple[Cell, ...]:
@@ -243,8 +244,8 @@ def register(name: str, cells, *, layout: str = "plain", attention_dir: str = "b
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be an identifier-like string, got {name!r}")
     if name.lower() in RESERVED:
-        raise ValueError(f"name {name!r} is reserved (the mechanism rule's answer when no "
-                         f"construction qualifies); choose another")
+        raise ValueError(f"name {name!r} is reserved (a verdict of the mechanism rule, like "
+                         f"{' and '.join(map(repr, RESERVED))}); choose another")
     if name in REGISTRY and not replace:
         raise ValueError(f"construction {name!r} is already registered (pass replace=True)")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (min_d, max_d)) or not (

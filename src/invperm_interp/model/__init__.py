@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .hooked import HookedDisentangledTransformer
     from .note_map import to_disentangled
     from .standard import StandardTransformer
+    from .standard_export import standard_to_transformer_lens
     from .standard_hooked import HookedStandardTransformer
     from .tokens import from_tokens, row_labels, to_tokens
     from .variants import forward_many, forward_stacked
@@ -28,10 +29,10 @@ _HOMES = {"StreamCache": "cache", "DisentangledTransformer": "disentangled",
           "from_tokens": "tokens", "row_labels": "tokens", "to_tokens": "tokens",
           "forward_many": "variants", "forward_stacked": "variants",
           "StandardTransformer": "standard", "HookedStandardTransformer": "standard_hooked",
-          "to_disentangled": "note_map"}
+          "to_disentangled": "note_map", "standard_to_transformer_lens": "standard_export"}
 __getattr__, __dir__ = lazy_exports(__name__, _HOMES)
 __all__ = ["DisentangledTransformer", "HookedDisentangledTransformer", "HookedStandardTransformer",
-           "StandardTransformer", "StreamCache", "to_disentangled",
+           "StandardTransformer", "StreamCache", "standard_to_transformer_lens", "to_disentangled",
            "TransformerLensExport", "forward_many", "forward_stacked", "from_tokens",
            "readout_forward", "row_labels", "to_tokens",
            "to_transformer_lens"]

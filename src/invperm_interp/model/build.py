@@ -2,18 +2,24 @@
 trains, loads and hooks models (the trainer, ``Run``, the footprint count, the analysis).
 
 ``plain_model`` is what training updates (no TransformerLens); ``hooked_model`` the hooked model of
-its weights (imports TransformerLens, on first use); ``forward`` the loss-only forward both take.
+its weights (imports TransformerLens, on first use); ``forward`` the loss-only forward both take;
+``analysis_model`` the disentangled model the analyses read (a standard model's through its exact
+map, ``note_map``).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from ..runs import checkpoint as ckpt
 from .disentangled import DisentangledTransformer
 from .standard import StandardTransformer
 
-__all__ = ["forward", "hooked_class", "hooked_model", "plain_model"]
+__all__ = ["analysis_model", "forward", "hooked_class", "hooked_model", "load_analysed",
+           "plain_model"]
 
 
 def plain_model(cfg: ModelConfig, seed: int | None = None, *,
@@ -43,3 +49,27 @@ def hooked_class(cfg: ModelConfig) -> type:
 def hooked_model(module: nn.Module):
     """The hooked model of a plain (or hooked) model's weights, copied, on its device."""
     return hooked_class(module.cfg).from_module(module)
+
+
+def analysis_model(module: nn.Module):
+    """The ``HookedDisentangledTransformer`` the analyses read: the hooked model of a disentangled
+    model's weights, or a standard attention-only model's map (``note_map.to_disentangled``, the
+    same function); a standard model with LayerNorm or MLPs is a one-line ``ValueError`` (its map
+    is not exact)."""
+    if module.cfg.arch == "standard":
+        from .note_map import to_disentangled
+
+        return to_disentangled(module)
+    return hooked_model(module)
+
+
+def load_analysed(model: nn.Module, model_cfg: ModelConfig, tensors: dict[str, Tensor],
+                  path) -> None:
+    """Load a run's checkpoint ``tensors`` (read from ``path``) into its ``analysis_model``: a
+    standard run's through its map."""
+    if model_cfg.arch != "standard":
+        ckpt.load_model_tensors(model, tensors, path)
+        return
+    plain = plain_model(replace(model_cfg, device="cpu"), seed=0)
+    ckpt.load_model_tensors(plain, tensors, path)
+    model.load_state_dict(analysis_model(plain).state_dict())

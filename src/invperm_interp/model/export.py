@@ -82,7 +82,38 @@ _LAYER_FREE = ("embed", "pos_embed", "readout")
 _NOT_NATIVE = ("embed", "q", "attn_scores")  # their export hooks carry more, or something else
 
 
-class TransformerLensExport:
+class NativeRunner:
+    """Running an export: ``tl_model`` fed ``embed(X)`` (the subclass's), its read-out rows
+    ``rows`` kept; ``layout`` the task's."""
+
+    tl_model: object
+    layout: object
+    rows: slice
+
+    def embed(self, X: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def to_tokens(self, X: Float[Tensor, "batch pos d"]) -> Int[Tensor, "batch pos"]:
+        """``X (B, T, d)`` → token ids ``(B, T)`` into the export's ``W_E`` (:mod:`.tokens`)."""
+        if self.layout.d > MAX_TOKEN_D:
+            raise ValueError(f"the export has token ids only for d <= {MAX_TOKEN_D} (a vocabulary of "
+                             f"2^d rows), got d={self.layout.d}; feed export.embed(X) instead")
+        return tokens.to_tokens(self.layout, X)
+
+    def forward(self, X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch rows d"]:
+        """The read-out ``(B, R, d)``, equal to the source model's output."""
+        return self.tl_model(self.embed(X))[:, self.rows]
+
+    def __call__(self, X: Tensor) -> Tensor:
+        return self.forward(X)
+
+    def run_with_cache(self, X: Tensor, **kwargs):
+        """``tl_model.run_with_cache`` on ``embed(X)``: ``(read-out (B, R, d), ActivationCache)``."""
+        logits, cache = self.tl_model.run_with_cache(self.embed(X), **kwargs)
+        return logits[:, self.rows], cache
+
+
+class TransformerLensExport(NativeRunner):
     """A native TransformerLens model (``tl_model``) computing the same function as ``source``.
 
     ``forward(X (B, T, d)) → (B, R, d)`` equals ``source(X)``; ``embed(X)`` is what the bridge is fed
@@ -114,24 +145,6 @@ class TransformerLensExport:
         self._check(X)
         W_pos = self.tl_model.W_pos
         return torch.nn.functional.pad(X.to(W_pos), (0, W_pos.shape[1] - self.layout.d))
-
-    def to_tokens(self, X: Float[Tensor, "batch pos d"]) -> Int[Tensor, "batch pos"]:
-        """``X (B, T, d)`` → token ids ``(B, T)`` into the export's ``W_E`` (:mod:`.tokens`)."""
-        if self.layout.d > MAX_TOKEN_D:
-            raise ValueError(f"the export has token ids only for d <= {MAX_TOKEN_D} (a vocabulary of "
-                             f"2^d rows), got d={self.layout.d}; feed export.embed(X) instead")
-        return tokens.to_tokens(self.layout, X)
-
-    def forward(self, X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch rows d"]:
-        """The read-out ``(B, R, d)``, equal to ``source(X)``."""
-        return self.tl_model(self.embed(X))[:, self.rows]
-
-    __call__ = forward
-
-    def run_with_cache(self, X: Tensor, **kwargs):
-        """``tl_model.run_with_cache`` on ``embed(X)``: ``(read-out (B, R, d), ActivationCache)``."""
-        logits, cache = self.tl_model.run_with_cache(self.embed(X), **kwargs)
-        return logits[:, self.rows], cache
 
     # -- names --------------------------------------------------------------------------------------
     def _kinds(self) -> dict[str, tuple[str, int | None]]:

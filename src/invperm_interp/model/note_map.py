@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 
-__all__ = ["check_mappable", "disentangled_config", "note_weights", "ov_spectra",
+__all__ = ["check_mappable", "disentangled_config", "map_summary", "note_weights", "ov_spectra",
            "to_disentangled"]
 
 
@@ -107,3 +107,13 @@ def ov_spectra(model: nn.Module) -> list[list[list[float]]]:
     first, layer by layer: its rank is at most ``d_head``."""
     return [[torch.linalg.svdvals(W_V[h] @ W_O[h]).tolist() for h in range(W_V.shape[0])]
             for _, _, W_V, W_O in _layers(model)]
+
+
+def map_summary(model: nn.Module) -> dict:
+    """What an analysis through the map records of the standard model: its configuration and, per
+    layer and head, ``W_OV``'s singular values and numerical rank (values above ``1e-6`` of the
+    largest), which ``d_head`` bounds."""
+    spectra = ov_spectra(model)
+    ranks = [[sum(v > 1e-6 * max(head[0], 1e-300) for v in head) for head in layer]
+             for layer in spectra]
+    return {"model": model.cfg.to_dict(), "ov_spectra": spectra, "ov_rank": ranks}

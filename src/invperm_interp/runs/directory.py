@@ -196,6 +196,8 @@ class RunDir:
         checkpoint. Only safetensors files are ever read."""
         if step is not None:
             path = self.checkpoint(step)
+            if path.exists() and not path.is_file():
+                raise ValueError(f"checkpoint {path} is not a file")
             if not path.is_file():
                 steps = [s for s, _ in self.checkpoints()]
                 raise ValueError(f"step must be one of the run's checkpoints {steps}, got {step!r}")
@@ -220,6 +222,9 @@ class RunDir:
         tensors, meta = ckpt.load(path)
         if meta.get("config_hash") != config_hash(model_cfg, train_cfg):
             raise ValueError(f"{path} was written by another configuration than {self.config}")
+        if step is not None and meta["step"] != step:
+            raise ValueError(f"checkpoint {path} holds step {meta['step']}, not the step its name "
+                             f"says ({step}); delete it or give it its own name")
         return RunWeights(model_cfg, train_cfg, tensors, meta["step"], path, meta)
 
     # -- room and rules for a run -----------------------------------------------------------------

@@ -1,6 +1,7 @@
 """A sweep's result file: ``sweep.jsonl`` (one line per run, in grid order: name, variant, status,
-configs, steps to solve, final metrics without wall-clock times, mechanism and its analysis, the
-run's ``analysis.sweep_record.SweepRecord``), written from the run directories alone, so the same
+configs, steps to solve, final metrics without wall-clock times, mechanism (the rule's answer as
+text: a construction's name, else its verdict) and its analysis, the run's
+``analysis.sweep_record.SweepRecord``), written from the run directories alone, so the same
 runs give the same bytes however they were trained."""
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def run_record(grid: Grid, job, run_dir: Path) -> dict:
         "name": job.name, "variant": job.variant, "status": status, "step": step,
         "steps_to_solve": solved, "solve_mse": grid.solve_mse,
         "final": metrics[-1] if metrics else None,
-        "mechanism": analysis.name if analysis else None,
+        "mechanism": str(analysis.answer) if analysis else None,
         "model": job.model_cfg.to_dict(), "train": job.train_cfg.to_dict(),
         "analysis": analysis.to_dict() if analysis else None,
     }

@@ -9,8 +9,9 @@ logs under ``.submitit/``). Units of work are in ``plan``; what a worker does is
   ``cpus_per_task`` from the grid's ``[slurm]`` table.
 - ``debug``: submitit's in-process executor (the slurm code path, for tests).
 
-The sweep shows one progress step per finished run (done, failed, left, ETA). The first Ctrl-C or
-SIGTERM stops it and its workers (each checkpoints) and cancels its Slurm jobs; so does any exit.
+The sweep shows one progress step per finished run (done, failed, left, ETA). The first Ctrl-C,
+SIGTERM or SIGHUP (a closed terminal) stops it and its workers (each checkpoints) and cancels its
+Slurm jobs; so does any exit.
 A run that fails does not stop the others: the sweep ends with one line per failed run and a
 summary, with ``sweep.jsonl`` written for what finished. Rerunning the same command skips finished
 runs and recovers every interrupted state (``tasks``), so a killed sweep rerun ends with the same
@@ -33,6 +34,8 @@ from .tasks import failed_dir
 from .workers import LocalPool, SubmititArray, debug_run
 
 EXECUTORS = ("local", "slurm", "debug")
+#: what stops the sweep: Ctrl-C, ``kill`` or a scheduler, a closed terminal or ssh session
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 RESUME_HINT = "rerun the same command to resume"
 __all__ = ["EXECUTORS", "SweepIncomplete", "collect", "read_sweep", "run_sweep", "units",
            "check_workers"]
@@ -43,12 +46,12 @@ class SweepIncomplete(ValueError):
 
 
 class _StopOnSignal:
-    """While entered, the first SIGINT or SIGTERM sets ``signum`` (the sweep then stops its
+    """While entered, the first of ``STOP_SIGNALS`` sets ``signum`` (the sweep then stops its
     workers and itself); a second one stops at once."""
 
     def __enter__(self) -> _StopOnSignal:
         self.signum, self._old = None, {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             try:
                 self._old[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread: no signals
@@ -109,12 +112,14 @@ def _train(grid: Grid, grid_path: Path, out: Path, todo: list[list[int]], execut
         return None
     with _StopOnSignal() as stop:
         if executor == "local":
-            runner = LocalPool(str(grid_path), out, todo, min(workers, len(todo)),
+            runner = LocalPool(grid, str(grid_path), out, todo, min(workers, len(todo)),
                                uuid.uuid4().hex[:12])
         else:
             runner = SubmititArray(grid, str(grid_path), out, todo)
         try:
             runner.start()
+            if progress or executor == "slurm":  # the job id, to find or cancel it, even --quiet
+                print(f"started {runner.describe()}", flush=True)
             _watch(grid, out, names, runner, stop, progress)
         except KeyboardInterrupt:
             stop.signum = stop.signum or signal.SIGINT
@@ -138,7 +143,7 @@ def _watch(grid: Grid, out: Path, names: list[str], runner, stop: _StopOnSignal,
                 n in failed or job_done(out / n, grid.analysis))]
             seen.update(new)
             bar.set_postfix(failed=len(failed & set(names)), left=len(names) - len(seen),
-                            refresh=False)
+                            **(runner.states() if progress else {}), refresh=False)
             bar.update(len(new))
             if not running or stop.signum is not None:
                 return

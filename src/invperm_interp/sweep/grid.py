@@ -14,8 +14,8 @@ each finished run (its mechanism, faithfulness and minimal circuit); ``[slurm]``
 ``jobs_per_task`` and ``array_parallelism`` (tasks running at once).
 
 Every value is checked before any job starts; a malformed grid is one ``ValueError`` naming the key.
-A grid with no ``[model]`` or ``[train]`` value (top level or in a variant) is refused (it would
-train default runs), and one of more than ``MAX_RUNS`` runs needs ``allow_large`` (``invperm sweep --yes``).
+A grid with no ``[model]`` or ``[train]`` value and no ``[[variants]]`` is refused (it would train
+default runs), and one of more than ``MAX_RUNS`` runs needs ``allow_large`` (``invperm sweep --yes``).
 """
 
 from __future__ import annotations
@@ -63,6 +63,9 @@ class Job:
 
 @dataclass(frozen=True)
 class Grid:
+    """A grid file, checked and expanded (:func:`load_grid`): its name, one :class:`Job` per run,
+    the MSE a run counts as solved below, the analysis settings and the ``[slurm]`` table."""
+
     name: str
     jobs: tuple[Job, ...]
     solve_mse: float
@@ -153,8 +156,7 @@ def load_grid(path: str | Path, allow_large: bool = False) -> Grid:
             else top_seeds
         plans.append((where, label, _axes(path, data, variant, where, sections), seeds))
     settings = (_name(path, data), _solve(path, data), _analysis(path, data), _slurm(path, data))
-    tables = [data, *(variants if "variants" in data else [])]
-    if not any(t.get(s) for t in tables for s in ("model", "train")):
+    if "variants" not in data and not any(data.get(s) for s in ("model", "train")):
         raise _error(path, "model/train/variants", "the grid is empty (it would train default "
                                                    "runs); give a [model], [train] or [[variants]] value")
     total = sum(math.prod(len(v) for v in axes.values()) * seeds.most for _, _, axes, seeds in plans)

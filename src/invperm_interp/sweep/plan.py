@@ -122,6 +122,16 @@ def check_size(grid: Grid, allow_large: bool) -> None:
                          f"{MAX_CPU_HOURS}): check it with --dry-run, then pass --yes")
 
 
+def _duration(hours: float, what: str = "") -> str:
+    """``hours`` in the unit that shows it: "12.5 CPU hours", "40 CPU minutes", "9 CPU seconds"
+    (a small grid is not "0.0 CPU hours")."""
+    if hours >= 1:
+        return f"{hours:,.1f} {what}hours"
+    if hours * 60 >= 1:
+        return f"{hours * 60:,.0f} {what}minutes"
+    return f"{max(hours * 3600, 1):,.0f} {what}seconds"
+
+
 def dry_run(grid: Grid, out: Path, executor: str, workers: int) -> str:
     """What ``invperm sweep`` would do, in words: runs (done and left, per variant), units of
     work, CPU time and memory. Nothing is written."""
@@ -148,9 +158,9 @@ def dry_run(grid: Grid, out: Path, executor: str, workers: int) -> str:
                     if executor != "local" and "jobs_per_task" in grid.slurm else "") + ")")
     hours = cpu_hours(grid, left)
     parallel = workers if executor == "local" else max(1, len(todo))
-    lines.append(f"CPU time: at most about {hours:,.1f} CPU hours "
+    lines.append(f"CPU time: at most about {_duration(hours, 'CPU ')} "
                  f"({'with' if grid.mechanism else 'no'} analysis; early stopping ends runs sooner)"
-                 + (f", {hours / parallel:,.1f} h of wall time on {parallel} workers"
+                 + (f", {_duration(hours / parallel)} of wall time on {parallel} workers"
                     if executor == "local" else ""))
     peak = max((run_memory(grid.jobs[i]) for i in left), default=0)
     lines.append(f"memory: about {format_bytes(peak)} per run at most"

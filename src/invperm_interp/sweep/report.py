@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from .collect import read_sweep
@@ -70,8 +71,9 @@ def write_sweep_report(folder: str | Path) -> tuple[Path, Path]:
     lines += ["", "| group | solved | median steps to solve |", "| --- | --- | --- |"]
     for label, members in groups.items():
         steps = sorted(r["steps_to_solve"] for r in members if r["steps_to_solve"] is not None)
-        median = steps[len(steps) // 2] if steps else None
-        lines.append(f"| {label} | {len(steps)} of {len(members)} | {_fmt(median)} |")
+        median = statistics.median(steps) if steps else None  # the mean of the middle two
+        lines.append(f"| {label} | {len(steps)} of {len(members)} | "
+                     f"{'-' if median is None else f'{median:g}'} |")
     md = folder / "sweep_report.md"
     md.write_text("\n".join(lines) + "\n")
 

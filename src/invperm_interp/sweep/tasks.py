@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..runs.directory import RunDir
 from .grid import load_grid
-from .plan import uses_gpu
+from .plan import job_done, uses_gpu
 
 STATE_DIR = ".sweep"  # in the sweep folder: claims, failures, logs, submitted Slurm jobs
 MEAN_REFERENCE = 1024  # samples a mean ablation's means are taken over (cost grows with them)
@@ -92,6 +92,25 @@ def train_unit(grid_path: str, out: str, indices: list[int]) -> list[str]:
         torch.set_num_threads(threads)
 
 
+def slurm_unit(grid_path: str, out: str, indices: list[int]) -> list[str]:
+    """``train_unit`` as a Slurm task: a stop signal (the time limit's USR2, scancel's TERM) ends
+    the task with a result, each unfinished run noted as stopped and checkpointed, so the sweep
+    hears of it at once (submitit writes no result for a task that raises one)."""
+    from ..training.signals import Interrupted
+
+    try:
+        return train_unit(grid_path, out, indices)
+    except Interrupted as err:
+        grid = load_grid(grid_path, allow_large=True)
+        stopped = [grid.jobs[i].name for i in indices
+                   if not job_done(Path(out) / grid.jobs[i].name, grid.analysis)]
+        for name in stopped:
+            note_failure(Path(out), name, f"stopped by {err.signal_name} (the task's time limit, "
+                                          "scancel or pre-emption) after a checkpoint; rerun the "
+                                          "same command to resume")
+        return stopped
+
+
 def _train_unit(grid, out_dir: Path, indices: list[int]) -> list[str]:
     jobs = [grid.jobs[i] for i in indices]
     together = len(jobs) > 1 and uses_gpu(grid, jobs[0], "local")
@@ -147,7 +166,7 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
     from ..runs.checkpoint import atomic_write
     from ..training.run import Run
 
-    model = Run.load(run_dir).model
+    model = Run.load(run_dir).analysis_model  # a standard run's exact map
     batch = evaluation_batch(model, samples, seed)
     if missing is None:
         cached = _sweep_record(model, batch, samples, seed, batches)
@@ -158,8 +177,8 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
     return record
 
 
-def _name_under(style: str, model, batch, samples: int, reference_seed: int) -> str:
-    """The rule's name with the cells outside the circuit mean-ablated (means over
+def _name_under(style: str, model, batch, samples: int, reference_seed: int):
+    """The rule's answer with the cells outside the circuit mean-ablated (means over
     ``MEAN_REFERENCE`` reference samples) or resample-ablated (each sample's removed scores taken
     on its own reference sample, ``samples`` of them)."""
     from ..analysis.mechanism import name_on
@@ -180,8 +199,8 @@ def _sweep_record(model, batch, samples: int, seed: int, batches: int):
     from ..analysis.verdict import evaluation_batch
 
     mech = mechanism(model, batch, circuit=explain(model))
-    names = [mech.name] + [name_on(model, evaluation_batch(model, samples, seed + k))
-                           for k in range(1, batches)]
+    names = [mech.answer] + [name_on(model, evaluation_batch(model, samples, seed + k))
+                             for k in range(1, batches)]
     return SweepRecord(mech, samples, seed, tuple(names))
 
 
@@ -191,9 +210,11 @@ def claiming_worker(grid_path: str, out: str, unit_list: list[list[int]], token:
     claims.mkdir(parents=True, exist_ok=True)
     for n, unit in enumerate(unit_list):
         try:
-            os.close(os.open(claims / f"{token}-{n}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            fd = os.open(claims / f"{token}-{n}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             continue
+        os.write(fd, str(os.getpid()).encode())  # whose unit it is, should this worker be killed
+        os.close(fd)
         train_unit(grid_path, out, unit)
 
 

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 from .grid import Grid
 from .plan import job_done
-from .tasks import STATE_DIR, failed_dir, note_failure, one_line, train_unit
+from .tasks import STATE_DIR, failed_dir, note_failure, one_line, slurm_unit, train_unit
 
 GRACE_S = 60  # how long stopped workers get to checkpoint before they are killed
 TERMINAL_WAIT_S = 5  # after Ctrl-C, how long workers (which got it from the terminal too) get alone
@@ -29,8 +29,10 @@ class LocalPool:
     """``n`` worker processes (``python -m invperm_interp.sweep.tasks``) claiming units in turn;
     their output goes to ``.sweep/logs/worker-K.log``."""
 
-    def __init__(self, grid_path: str, out: Path, todo: list[list[int]], n: int, token: str):
-        self.grid_path, self.out, self.todo, self.n, self.token = grid_path, out, todo, n, token
+    def __init__(self, grid: Grid, grid_path: str, out: Path, todo: list[list[int]], n: int,
+                 token: str):
+        self.grid, self.grid_path, self.out, self.todo = grid, grid_path, out, todo
+        self.n, self.token = n, token
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
@@ -46,7 +48,39 @@ class LocalPool:
                                                    stdin=subprocess.DEVNULL))
 
     def running(self) -> bool:
-        return any(p.poll() is None for p in self.procs)
+        busy = any(p.poll() is None for p in self.procs)
+        if not busy:
+            self.harvest()
+        return busy
+
+    def describe(self) -> str:
+        return f"{len(self.procs)} local workers (logs in {self.out / STATE_DIR / 'logs'})"
+
+    def states(self) -> dict[str, int]:
+        return {"workers": sum(p.poll() is None for p in self.procs)}
+
+    def harvest(self) -> None:
+        """Note each unfinished run of a unit whose worker a signal killed (SIGKILL: out of memory,
+        ``kill -9``) with that reason; a worker that exits by itself has noted its own failures."""
+        claims = self.out / STATE_DIR / "claims"
+        for k, p in enumerate(self.procs):
+            if p.returncode is None or p.returncode >= 0 or getattr(p, "harvested", False):
+                continue
+            p.harvested = True
+            reason = (f"its worker {k} (pid {p.pid}) was killed by "
+                      f"{signal.Signals(-p.returncode).name}; see "
+                      f"{self.out / STATE_DIR / 'logs' / f'worker-{k}.log'}")
+            for n, unit in enumerate(self.todo):
+                claim = claims / f"{self.token}-{n}"
+                try:
+                    held = claim.read_text().strip() == str(p.pid)
+                except OSError:
+                    held = False
+                if held:
+                    for name in (self.grid.jobs[i].name for i in unit):
+                        if not job_done(self.out / name, self.grid.analysis) and not (
+                                failed_dir(self.out) / name).exists():
+                            note_failure(self.out, name, reason)
 
     def _wait(self, seconds: float) -> bool:
         deadline = time.monotonic() + seconds
@@ -70,10 +104,11 @@ class LocalPool:
                     p.wait()
 
 
-def executor_parameters(kind: str, slurm: dict) -> dict:
+def executor_parameters(kind: str, slurm: dict, name: str = "sweep") -> dict:
     """submitit parameters from a grid's ``[slurm]`` table (``time`` in minutes bounds every task;
-    default one day). The debug executor gets them too (it ignores them)."""
-    params = {"timeout_min": slurm.get("time", 60 * 24), "name": "invperm-sweep",
+    default one day); the jobs are named ``invperm-<grid name>``. The debug executor gets them too
+    (it ignores them)."""
+    params = {"timeout_min": slurm.get("time", 60 * 24), "name": f"invperm-{name}",
               "gpus_per_node": slurm.get("gpus", 0), "cpus_per_task": slurm.get("cpus_per_task", 1)}
     if "partition" in slurm:
         params["slurm_partition"] = slurm["partition"]
@@ -116,7 +151,7 @@ def captured_stderr():
             box.text = tmp.read().decode(errors="replace")
 
 
-def make_executor(kind: str, folder: Path, slurm: dict):
+def make_executor(kind: str, folder: Path, slurm: dict, name: str = "sweep"):
     """A submitit executor writing its logs under ``folder/.submitit``; a machine without Slurm is
     one ``ValueError``."""
     import submitit
@@ -125,7 +160,7 @@ def make_executor(kind: str, folder: Path, slurm: dict):
         executor = submitit.AutoExecutor(folder=folder / ".submitit", cluster=kind)
     except Exception as err:  # noqa: BLE001 - submitit raises RuntimeError and others
         raise ValueError(f"cannot use --executor {kind}: {slurm_error(err)}") from None
-    executor.update_parameters(**executor_parameters(kind, slurm))
+    executor.update_parameters(**executor_parameters(kind, slurm, name))
     return executor
 
 
@@ -147,17 +182,42 @@ class SubmititArray:
         if ids.is_file() and self.kind == "slurm":  # left by a sweep that was killed: ours alone
             subprocess.run(["scancel", *json.loads(ids.read_text())], check=False,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        executor = make_executor(self.kind, self.out, self.grid.slurm)
+        executor = make_executor(self.kind, self.out, self.grid.slurm, self.grid.name)
         n = len(self.todo)
         try:
             with captured_stderr() as said:
-                self.jobs = executor.map_array(train_unit, [self.grid_path] * n,
+                unit = slurm_unit if self.kind == "slurm" else train_unit  # debug: a stop raises
+                self.jobs = executor.map_array(unit, [self.grid_path] * n,
                                                [str(self.out.resolve())] * n, self.todo)
         except Exception as err:  # noqa: BLE001 - sbatch errors arrive as several types
             reason = slurm_error(RuntimeError(f"{said.text}\n{err}"))
             raise ValueError(f"cannot submit the sweep to Slurm: {reason}") from None
         ids.parent.mkdir(parents=True, exist_ok=True)
-        ids.write_text(json.dumps(sorted({str(j.job_id).split("_")[0] for j in self.jobs})))
+        ids.write_text(json.dumps(self.job_ids))
+
+    @property
+    def job_ids(self) -> list[str]:
+        """The Slurm job ids of the array (one, unless submitit split it)."""
+        return sorted({str(j.job_id).split("_")[0] for j in self.jobs})
+
+    def describe(self) -> str:
+        return (f"Slurm job {', '.join(self.job_ids)} (invperm-{self.grid.name}, {len(self.jobs)} "
+                "tasks)")
+
+    def states(self) -> dict[str, int]:
+        """How many tasks are queued and running (Slurm's states, as submitit last read them)."""
+        counts = {"queued": 0, "running": 0}
+        try:
+            with captured_stderr():
+                for job in self.jobs:
+                    state = str(job.state).upper()
+                    if state.startswith(("PENDING", "REQUEUED", "CONFIGURING")):
+                        counts["queued"] += 1
+                    elif state.startswith(("RUNNING", "COMPLETING")):
+                        counts["running"] += 1
+        except Exception:  # noqa: BLE001 - sacct hiccups: no counts this time
+            return {}
+        return counts
 
     def running(self) -> bool:
         try:

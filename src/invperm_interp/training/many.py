@@ -282,8 +282,8 @@ def _run_bucket(jobs, trainers: list[Trainer], interrupt: StopRequest,
             for i in live:  # re-stacking (or an interrupt) reads every instance's current state
                 trainers[i].flush(no_bar)
     if interrupt.requested and live:
-        for i in live:  # those that had not seen the request at their last step
-            if trainers[i].dir is not None:
+        for i in live:  # those that had not seen the request at their last step (none before
+            if trainers[i].dir is not None and trainers[i].step > 0:  # the first: the seed redoes it)
                 trainers[i].checkpoint()
         where = ", ".join(str(trainers[i].dir) for i in live if trainers[i].dir is not None)
         raise interrupt.interrupted(f"training stopped with {len(live)} of {len(trainers)} runs "

@@ -68,6 +68,17 @@ class Run:
 
         return HookedDisentangledTransformer.from_module(self.weights)
 
+    @cached_property
+    def analysis_model(self) -> HookedDisentangledTransformer:
+        """The disentangled model the analyses read: ``model`` itself, or for a standard run the
+        disentangled model its weights map to exactly (``model.note_map``; attention-only, no
+        LayerNorm: else a one-line ``ValueError``)."""
+        if self.model_cfg.arch != "standard":
+            return self.model
+        from ..model.build import analysis_model
+
+        return analysis_model(self.weights)
+
     @classmethod
     def load(cls, run_dir: str | Path, step: int | None = None, device: str = "cpu") -> Run:
         """A run from disk: the final weights, or checkpoint ``step``; safetensors only."""

@@ -1,13 +1,13 @@
 """Stopping a training process without losing work: SIGINT (Ctrl-C), SIGTERM (how Slurm,
-Kubernetes, systemd and ``kill`` stop or pre-empt a job) and SIGUSR2 (what submitit asks Slurm to
-send before a task's time limit) are handled alike.
+Kubernetes, systemd and ``kill`` stop or pre-empt a job), SIGHUP (a closed terminal or ssh session)
+and SIGUSR2 (what submitit asks Slurm to send before a task's time limit) are handled alike.
 
 The first signal only sets a flag: the training loop (``train`` and ``train_many``) finishes the
 step it is in, writes a checkpoint and raises :class:`Interrupted`; resuming from that checkpoint
 ends bit-identical to an uninterrupted run on the same machine. A second signal stops at once
 (the checkpoint before is kept). ``invperm`` exits with ``128 + signal`` (130 for SIGINT, 143 for
-SIGTERM), as shells and schedulers expect. A scheduler's grace period (Slurm's ``KillWait``, 30 s
-by default) must cover one training step and one checkpoint.
+SIGTERM, 129 for SIGHUP), as shells and schedulers expect. A scheduler's grace period (Slurm's
+``KillWait``, 30 s by default) must cover one training step and one checkpoint.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 import signal
 import threading
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGUSR2,) if hasattr(signal, "SIGUSR2") else ())
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + tuple(
+    getattr(signal, name) for name in ("SIGHUP", "SIGUSR2") if hasattr(signal, name))
 
 
 class Interrupted(KeyboardInterrupt):
@@ -35,7 +36,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 class StopRequest:
-    """While entered (in the main thread), SIGINT, SIGTERM and SIGUSR2 ask the loop to stop: ``requested``
+    """While entered (in the main thread), ``STOP_SIGNALS`` ask the loop to stop: ``requested``
     turns True and ``signum`` records the signal; a second signal raises :class:`Interrupted`.
     The previous handlers come back on exit."""
 

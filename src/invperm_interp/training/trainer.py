@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -20,7 +21,7 @@ from ..config import ModelConfig, TrainConfig, config_diffs, config_hash, learni
 from ..maths.floors import causal_floor
 from ..model.build import forward, plain_model
 from ..runs import checkpoint as ckpt
-from ..runs.directory import RunDir
+from ..runs.directory import RunDir, RunWarning
 from ..runs.lock import RunLock
 from ..task import mse, sample_batch
 from .cpu import keep_freed_memory
@@ -113,7 +114,9 @@ class Trainer:
             if diffs:
                 raise ValueError(f"cannot resume {run_dir}: the configuration differs from its "
                                  f"{run_dir.CONFIG} in {'; '.join(diffs)}")
-            found = run_dir.checkpoints()
+            # a step-0 checkpoint (an older version's stop before the first step) holds no
+            # optimizer state: the run starts again from its seed, which makes the same start
+            found = [(s, p) for s, p in run_dir.checkpoints() if s > 0]
             if not found:
                 run_dir.check_restart()
             run_dir.check_final()
@@ -144,9 +147,32 @@ class Trainer:
             self.generator.set_state(rng)
         except RuntimeError as err:
             raise ValueError(f"checkpoint {path}: rng.data is not a generator state: {err}") from None
-        self.metrics = [m for m in self.run_dir.read_metrics() if m["step"] <= step]
+        self.metrics = self._metrics_until(step)
         self.step, self.elapsed = step, meta["elapsed"]
         self.loss_sum, self.loss_count = meta["loss_sum"], meta["loss_count"]
+
+    def _metrics_until(self, step: int) -> list[dict]:
+        """The evaluation records up to ``step``; a record cut from the end of ``metrics.jsonl``
+        (a torn line) is taken back from the final weights' metadata where they hold it, else
+        the evaluations lost are named in a warning."""
+        metrics = [m for m in self.run_dir.read_metrics() if m["step"] <= step]
+        last = metrics[-1]["step"] if metrics else -1
+        if last == step:
+            return metrics
+        final = self.run_dir.final
+        if final.is_file():
+            try:
+                kept = ckpt.load(final)[1].get("metrics")
+            except ValueError:
+                kept = None
+            if isinstance(kept, dict) and kept.get("step") == step:
+                return metrics + [kept]
+        lost = [s for s in range(last + 1, step + 1) if s % self.cfg.eval_every == 0]
+        if lost:
+            warnings.warn(f"{self.run_dir.metrics} lacks the evaluations at steps {lost} (cut "
+                          f"short); the resumed run's metrics go on from step {last} without them",
+                          RunWarning, stacklevel=3)
+        return metrics
 
     def checkpoint(self) -> None:
         tensors = ckpt.model_tensors(self.model)
@@ -204,8 +230,11 @@ class Trainer:
                 self.after_step(loss.detach(), lr, end, interrupt.requested, bar, started)
             self.flush(bar)
         if interrupt.requested and self.step < end:
-            if self.run_dir is not None and not self.run_dir.checkpoint(self.step).exists():
-                self.checkpoint()  # the signal came after this step's checkpoint was decided
+            # the signal came after this step's checkpoint was decided; before the first step
+            # there is nothing to keep (the seed makes the same start again)
+            if self.run_dir is not None and self.step > 0 \
+                    and not self.run_dir.checkpoint(self.step).exists():
+                self.checkpoint()
             raise interrupt.interrupted(f"training stopped at step {self.step}"
                                         + (f"; resume with --resume {self.dir}" if self.dir else ""))
         return self.finish(stepped=self.step > start)

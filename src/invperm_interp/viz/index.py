@@ -87,7 +87,7 @@ def _mechanism(run_dir: Path) -> str | None:
     from ..analysis.record import ModelAnalysis
 
     try:
-        return ModelAnalysis.from_json(path.read_text()).mechanism.name
+        return str(ModelAnalysis.from_json(path.read_text()).mechanism.answer)
     except (ValueError, KeyError, TypeError):  # a record of another version: no name to show
         return None
 
@@ -102,7 +102,7 @@ def _row_from_dir(run_dir: Path) -> RunRow:
                   model.causal)
 
 
-def _under(analysis) -> dict[str, str]:
+def _under(analysis) -> dict:
     """The names a sweep's record (``SweepRecord``) gives under other ablation styles; none for a
     record of another version."""
     from ..analysis.sweep_record import SweepRecord
@@ -126,8 +126,8 @@ def _row_from_record(root: Path, record: dict) -> RunRow:
         mechanism = mechanism.get("name")
     solve = record.get("steps_to_solve")
     status = record.get("status")
-    others = tuple((style, name) for style, name in _under(record.get("analysis")).items()
-                   if name != mechanism)
+    others = tuple((style, str(answer)) for style, answer in _under(record.get("analysis")).items()
+                   if str(answer) != mechanism)
     return RunRow(run_dir, _group(model), model.d, int(train.get("seed", 0)),
                   int(record.get("step") or final.get("step") or 0), final.get("mse"),
                   final.get("causal_floor"), final.get("row_acc"),

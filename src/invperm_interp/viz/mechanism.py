@@ -45,7 +45,7 @@ def cell_name(cell) -> str:
     return f"{layer_name(layer)}{f' head {head}' if head else ''}: {label} at ({query}, {key})"
 
 
-def _description(name: str) -> str:
+def _description(name: str | None) -> str:
     spec = constructions.REGISTRY.get(name)
     return f" ({html.escape(spec.description)})" if spec is not None else ""
 
@@ -101,8 +101,8 @@ def _named(analysis: ModelAnalysis) -> str:
     else:
         worst = max((s.rows_exact for s in f.minimality), default=0.0)
         needed = f"each is needed: without any one the circuit gets at most {worst:.0%} of rows exact"
-    shown = (mech.name if mech.name != "borderline" else
-             f"borderline ({f.hypothesis}: an interval straddles the rule's thresholds)")
+    shown = (mech.name if mech.name is not None else
+             f"{mech.verdict} ({f.hypothesis}: an interval straddles the rule's thresholds)")
     also = ("" if not mech.also_faithful else " Also faithful, recovering less of the loss: "
             + ", ".join(html.escape(n) for n in mech.also_faithful) + ".")
     proof = " (provably smallest among the candidate cells)" if m.optimal else ""
@@ -127,10 +127,10 @@ def _unnamed(analysis: ModelAnalysis) -> str:
     mech, m = analysis.mechanism, analysis.mechanism.minimal
     sentences = ["<b>No registry construction explains this model.</b>"]
     if mech.tested:
-        closest = max(mech.tested, key=lambda t: (sum(_verdict(t, mech)), t.circuit.rows_exact,
-                                                  t.circuit.loss_recovered or -1.0))
+        closest = mech.tested[0]  # the rule's order, the Mechanism table's first row
         sentences.append(
-            f"The closest, {html.escape(closest.hypothesis)}, run on its own gets "
+            f"The closest (the most loss recovered, the first row of the Mechanism table), "
+            f"{html.escape(closest.hypothesis)}, run on its own gets "
             f"{closest.circuit.rows_exact:.1%} of rows exact and recovers "
             f"{_pct(closest.circuit.loss_recovered)} of the loss; it misses the rule on "
             f"{_misses(closest, mech)}.")
@@ -218,7 +218,9 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
             "cells fitted to the weights with a positive β (a cell test alone cannot tell "
             "<code>I</code> from <code>−I</code>), each judged on its 95% interval (borderline when "
             "one straddles a threshold); of those that pass, the one recovering the most loss is "
-            "named and the others listed as also faithful. <b>Model MSE without its cells</b>: the full "
+            "named and the others listed as also faithful. Rows in the rule's order: those that "
+            "pass, then the borderline, then the rest, each by the most loss recovered. "
+            "<b>Model MSE without its cells</b>: the full "
             "model with them removed (completeness: high means the model needs them).",
             attrs=' class="mechanism"'))
     if f is not None:
@@ -227,7 +229,7 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
             [[layer_name(c.layer) + (f" head {c.head}" if c.head else ""),
               f"{c.label} at ({c.query}, {c.key})", f"{b:.3g}", f"{s.mse:.3g}",
               f"{s.rows_exact:.1%}"] for c, b, s in zip(f.cells, f.betas, f.minimality)],
-            f"Minimality of {html.escape(mech.name)}: its circuit with one cell removed at a time "
+            f"Minimality of {html.escape(str(mech.answer))}: its circuit with one cell removed at a time "
             "(a needed cell drops the rows exact far below the rule's threshold)."))
     if not m.cells:
         parts.append("<p>Minimal circuit: none; the fitted atoms occupy no cell.</p>")
@@ -258,7 +260,7 @@ def sweep_verdict_section(record: SweepRecord | None) -> str:
         return f"<b>{html.escape(str(value))}</b>"
 
     also = record.mechanism.also_faithful
-    lines = [f"the rule names {name(record.name)}"
+    lines = [f"the rule names {name(record.answer)}"
              + (f" (also faithful: {html.escape(', '.join(also))})" if also else "")
              + f" on {record.samples:,} fresh samples (seed {record.seed})"]
     if record.batches > 1:

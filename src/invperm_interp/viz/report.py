@@ -24,6 +24,7 @@ import torch
 from ..analysis.ablate import AblationResult
 from ..analysis.record import ModelAnalysis, atom_label
 from ..analysis.sweep_record import SweepRecord
+from ..analysis.verdict import UNNAMED
 from ..config import TrainConfig
 from ..labels import excess_text, layer_name, name_streams
 from ..model.hooked import HookedDisentangledTransformer
@@ -60,6 +61,27 @@ def _setup(model: HookedDisentangledTransformer, train_cfg: TrainConfig | None,
     elif metrics:
         parts.append(f"<b>Training</b>: {metrics[-1]['step']} steps (no config.json given).")
     return f'<p class="meta">{"<br>".join(parts)}</p>'
+
+
+def _through_map(result: ModelAnalysis) -> str:
+    """For a standard model: that it is read through its exact map, and each head's ``W_OV``."""
+    if result.through_map is None:
+        return ""
+    std = result.through_map["model"]
+    rows = [[f"layer {layer + 1}", h, rank, ", ".join(f"{v:.3g}" for v in values[:8])
+             + (" …" if len(values) > 8 else "")]
+            for layer, (ranks, spectra) in enumerate(zip(result.through_map["ov_rank"],
+                                                         result.through_map["ov_spectra"]))
+            for h, (rank, values) in enumerate(zip(ranks, spectra))]
+    text = (f"<p><b>A standard transformer</b> (residual width d_model {std['d_model']}, heads of "
+            f"width d_head {std['d_head']}, no LayerNorm, no MLPs), analysed exactly through its "
+            f"map to the disentangled model (<code>docs/standard.md</code>): the stream after "
+            f"layer l is h<sup>l</sup> M<sub>l</sub>, each head's scores are h A h<sup>T</sup> with "
+            f"A = M W<sub>Q</sub> W<sub>K</sub><sup>T</sup> M<sup>T</sup> / &radic;d_head. Every "
+            f"weight, cell and circuit below is of the disentangled model computing the same "
+            f"function.</p>")
+    return text + table(["layer", "head", "rank of W_OV", "singular values of W_OV = W_V W_O"],
+                        rows, caption=f"W_OV per head: rank at most d_head = {std['d_head']}.")
 
 
 def _results(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
@@ -158,7 +180,10 @@ def _ablations(model: HookedDisentangledTransformer, result: ModelAnalysis) -> s
     before, floor = ablations[0].mse_before, ablations[0].causal_floor
     caption = (f"Each row runs the model once with one intervention, on the analysis batch. Before any "
                f"ablation the MSE is <b>{before:.4g}</b>; the causal floor is <b>{floor:.4g}</b>. An "
-               f"ablation that sends the MSE to the floor or above removed what the model needs.")
+               f"ablation that raises the MSE far above where it started removed something the model "
+               f"needs; a change of +0 or below removed nothing it needs"
+               + (f", and an MSE at the floor ({floor:.4g}) is what the best model that cannot see "
+                  f"the removed rows reaches." if floor > 0 else "."))
     rows = [[name_streams(a.name, L), _what_it_does(a, L), f"{a.mse_after:.4g}",
              f"{a.change:+.3g}"] for a in ablations]
     return "<h2>Ablations</h2>" + table(["ablation", "what it does", "MSE after", "change"], rows,
@@ -210,7 +235,7 @@ def _over_training(timeline, checkpoints: int) -> str:
 
     first, since = timeline.first_faithful, timeline.faithful_since
     what = (f"{_esc(timeline.final_mechanism)}'s cells" if timeline.final_mechanism
-            not in ("none", "borderline") else "the minimal circuit")
+            not in UNNAMED else "the minimal circuit")
     when = ("never faithful at a checkpoint" if first is None else
             f"first faithful at step {first}" + ("" if since in (None, first)
                                                  else f", and from step {since} on"))
@@ -231,7 +256,7 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
                 links: list[tuple[str, str]] | None = None, timeline=None,
                 checkpoints: int = 0, sweep_record: SweepRecord | None = None) -> str:
     """The report page as a string (see :func:`write_report`)."""
-    parts = [_setup(model, train_cfg, metrics), headline(result),
+    parts = [_setup(model, train_cfg, metrics), _through_map(result), headline(result),
              _results(model, result, batch, metrics, train_cfg)]
     if metrics:
         accuracy = plot_accuracy(metrics)

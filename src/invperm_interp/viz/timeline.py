@@ -3,6 +3,8 @@ each of its cells' fitted β and functional effect against the step (``analysis.
 
 from __future__ import annotations
 
+import re
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -10,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from ..analysis.hypothesis import cell_text  # noqa: E402
+from ..analysis.verdict import NONE  # noqa: E402
 from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
 
 
@@ -42,21 +45,23 @@ def plot_timeline(tl, title: str = "") -> Figure:
                label=f"baseline d/4 = {tl.baseline:g}")
     ax.set_yscale("log")
     ax.set_ylabel("MSE", fontsize=LABEL_PT)
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=LABEL_PT, loc="lower left")
     ax = axes[1]
     ax.plot(steps, [s.rows_exact for s in tl.steps], color="C0", label="model")
     ax.plot(steps, [s.circuit.rows_exact for s in tl.steps], color="C1", label="final circuit alone")
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("rows exact", fontsize=LABEL_PT)
-    ax.legend(fontsize=7, loc="upper left")
-    names = [cell_text(c) for c in tl.cells]
+    ax.legend(fontsize=LABEL_PT, loc="upper left")
+    # "layer 1: I at (pos.Y, pos.P)", as the pages name layers ("L1" would read as the block L1.x)
+    names = [re.sub(r"^L(\d+) ", r"layer \1: ", cell_text(c)) for c in tl.cells]
     colors = [f"C{i % 10}" for i in range(len(names))]
     for i, name in enumerate(names):
         axes[2].plot(steps, [s.betas[i] for s in tl.steps], color=colors[i], linewidth=1.2,
                      label=name)
     axes[2].axhline(0.0, color="0.6", linewidth=0.6)
     axes[2].set_ylabel("fitted β", fontsize=LABEL_PT)
-    axes[2].legend(fontsize=6, loc="upper left", ncol=2 if len(names) > 4 else 1)
+    if names:  # a minimal circuit may have no cell
+        axes[2].legend(fontsize=LABEL_PT, loc="upper left", ncol=2 if len(names) > 4 else 1)
     seen = set()
     for i, cell in enumerate(tl.cells):
         if cell[:4] in seen:
@@ -68,7 +73,7 @@ def plot_timeline(tl, title: str = "") -> Figure:
     axes[3].set_xlabel("training step", fontsize=LABEL_PT)
     for ax in axes:
         _shade_faithful(ax, tl)
-    circuit = "its minimal circuit" if tl.final_mechanism == "none" else "its cells"
+    circuit = "its minimal circuit" if tl.final_mechanism == NONE else "its cells"
     first = "never" if tl.first_faithful is None else f"from step {tl.first_faithful}"
     fig.suptitle(title or f"{tl.run}: final mechanism {tl.final_mechanism} ({circuit}); "
                           f"faithful {first}", fontsize=TITLE_PT)

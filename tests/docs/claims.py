@@ -1,0 +1,80 @@
+"""The numbers the documentation quotes, computed here from the committed assets (each with the
+fragment of text that quotes it), so the pages and the README cannot drift from assets/."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from helpers import REPO
+
+ASSETS = REPO / "assets"
+
+
+def load(name: str):
+    return json.loads((ASSETS / name).read_text())
+
+
+def census() -> dict[str, int]:
+    data = load("census.json")
+    solved = [r for r in data["runs"] if r["steps_to_target"] is not None]
+    out = {}
+    for kind, prefix in (("bidirectional", "BI"), ("scratch", "SC")):
+        mine = [r for r in solved if r["kind"] == kind]
+        names = Counter(r["mechanism"] for r in mine)
+        out[f"{prefix}_SOLVED"] = len(mine)
+        out[f"{prefix}_NONE"] = names["none"]
+        out[f"{prefix}_BORDER"] = names["borderline"]
+        out[f"{prefix}_NAMED"] = len(mine) - names["none"] - names["borderline"]
+        for key, name in (("TWO", "two_block"), ("APPB", "appendix_b"), ("T2", "theorem2"),
+                          ("SUP", "theorem3_superposed"), ("MASS", "theorem3_two_block_mass"),
+                          ("COMP", "theorem3_superposed_complement")):
+            out[f"{prefix}_{key}"] = names[name]
+    for key, name in (("TB", "two_block"), ("COMP", "theorem3_superposed_complement"),
+                      ("SUP", "theorem3_superposed"), ("MASS", "theorem3_two_block_mass"),
+                      ("APPB", "appendix_b")):
+        mine = [r for r in solved if r["mechanism"] == name]
+        out[f"{key}_RUNS"] = len(mine)
+        out[f"{key}_MEAN"] = sum(r["name_mean_ablation"] == name for r in mine)
+        out[f"{key}_RES"] = sum(r["name_resample_ablation"] == name for r in mine)
+    out["SUP_NOT"] = out["SUP_RUNS"] - out["SUP_RES"]
+    return out
+
+
+def fill(text: str, numbers: dict) -> str:
+    """``text`` with every placeholder of ``numbers`` replaced, longest names first."""
+    for key in sorted(numbers, key=len, reverse=True):
+        text = text.replace(key, f"{numbers[key]:g}" if isinstance(numbers[key], float)
+                            else str(numbers[key]))
+    return text
+
+
+def dynamics() -> dict[str, int | float | str]:
+    data = load("dynamics.json")
+    rows = {(t["model"], t["mechanism"]): t for t in data["table"]}
+    tb, sup = rows[("bidirectional", "two_block")], rows[("causal", "theorem3_superposed")]
+    mass = rows[("causal", "theorem3_two_block_mass")]
+    faithful = [t["faithful before drop"].split("/") for t in data["table"]]
+    after = [t["β progress 0.5 at or after leaving"].split("/") for t in data["table"]]
+    guard = ("L2 1 at (L1.x, pos.Y)", "L2 1 at (L1.x, L1.pos.P)")
+    mass_runs = [r for r in data["runs"] if r["mechanism"] == "theorem3_two_block_mass"]
+    guard_first = sum(max(r["cells_formed"][c] for c in guard)
+                      < min(v for c, v in r["cells_formed"].items() if c not in guard)
+                      for r in mass_runs)
+
+    def of(pairs):
+        return f"{sum(int(k) for k, _ in pairs)} of {sum(int(n) for _, n in pairs)}"
+
+    assert all(k == "0" for k, _ in faithful)
+    return {"FAITHFUL_RUNS": sum(int(n) for _, n in faithful), "TB_RUNS": tb["runs"],
+            "TB_LEAVE": tb["median leave plateau"], "TB_DROP": tb["median drop"],
+            "TB_FAITHFUL": tb["median faithful"],
+            "TB_SAME": tb["runs with that order"].replace("/", " of "),
+            "TB_AFTER": tb["β progress 0.5 at or after leaving"].replace("/", " of "),
+            "ALL_AFTER": of(after), "TB_LEAD": tb["β progress 0.5: lead on drop (median)"],
+            "TB_LEADS": tb["β lead > 0"].replace("/", " of "),
+            "SUP_SPREAD": sup["cells' formation spread (median)"], "SUP_RUNS": sup["runs"],
+            "MASS_SPREAD": mass["cells' formation spread (median)"], "MASS_RUNS": mass["runs"],
+            "MASS_FIRST": -mass["first cell formed - drop (median)"],
+            "MASS_GUARD": f"{guard_first} of {len(mass_runs)}",
+            "SUP_ORDER": sup["runs with that order"].replace("/", " of ")}
