@@ -77,9 +77,10 @@ dynamics: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/dynamics.toml --out runs/dynamics --workers 1
 	$(PY) analyses/dynamics.py runs/dynamics
 
-# Beyond the census: which test says "this circuit is the mechanism". Twelve of the census's
-# causal-scratch d = 10 runs re-trained (one worker, about 3 CPU minutes), then each claim scrubbed
-# and path-patched (about 20 CPU seconds a run): assets/scrubbing.{md,json}, docs/scrubbing.md.
+# Beyond the census: which test says "this circuit is the mechanism". Sixteen of the census's
+# causal-scratch d = 10 runs re-trained (one worker, about 4 CPU minutes), then each claim scrubbed
+# and path-patched (about half a CPU minute a run): assets/scrubbing.{md,json}, read in
+# docs/results/scrubbing.md.
 scrubbing: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/scrubbing.toml --out runs/scrubbing --workers 1
 	$(PY) analyses/scrubbing.py runs/scrubbing

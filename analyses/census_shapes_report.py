@@ -175,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("folder", type=Path, help="the sweep's output folder")
     parser.add_argument("--update-assets", action="store_true", help="write into assets/")
     args = parser.parse_args(argv)
+    if not (args.folder / "sweep.jsonl").is_file():
+        print(f"{args.folder} has no sweep.jsonl: run `invperm sweep "
+              f"analyses/grids/census_shapes.toml --out {args.folder}` first", file=sys.stderr)
+        return 2
     rows = shape_rows(args.folder)
     if not rows:
         print(f"no runs in {args.folder}", file=sys.stderr)

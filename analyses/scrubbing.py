@@ -10,26 +10,33 @@ scrubbed). The claim of a run the rule does not name is ``theorem3_superposed``,
 census finds in most scratch circuits. Writes assets/scrubbing.{json,md}.
 
 Run: invperm sweep analyses/grids/scrubbing.toml --out runs/scrubbing --workers 1
-     python analyses/scrubbing.py runs/scrubbing
+     python analyses/scrubbing.py runs/scrubbing   (each run's row is kept in its scrubbing.json)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 import torch
+from census_report import share_text
 from common import asset
 
 from invperm_interp import HookedDisentangledTransformer
+from invperm_interp.analysis.compare import candidates
 from invperm_interp.analysis.faithfulness import Tester
 from invperm_interp.analysis.hypothesis import Hypothesis, as_hypothesis
-from invperm_interp.analysis.mechanism import name_on
-from invperm_interp.analysis.scrub import STYLES, cell_patching, completeness, partner_input, scrub
+from invperm_interp.analysis.mechanism import (
+    SCREEN_SAMPLES,
+    name_by_rule,
+    ranked,
+    test_constructions,
+    verdict_of,
+)
+from invperm_interp.analysis.scrub import STYLES, cell_patching, completeness, scrub, scrub_tester
 from invperm_interp.analysis.sweep_record import SweepRecord
-from invperm_interp.analysis.verdict import evaluation_batch, judge
+from invperm_interp.analysis.verdict import UNNAMED, evaluation_batch, judge
 from invperm_interp.maths import constructions
 
 SAMPLES, SEED = 4096, 12345  # the census's evaluation batch
@@ -41,34 +48,46 @@ TOP = 3  # cells listed per run and style
 GUARD = tuple((0, 0, "x", key, "1") for key in ("pos.P", "pos.Y", "x"))
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson 95% interval of a share ``k / n``."""
-    if n == 0:
-        return 0.0, 1.0
-    p, z2 = k / n, z * z
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def share(k: int, n: int) -> str:
-    lo, hi = wilson(k, n)
-    return f"{k} of {n} ({lo:.0%}–{hi:.0%})"
-
-
 def score_dict(s) -> dict:
     return {"rows_exact": s.rows_exact, "loss_recovered": s.loss_recovered,
             "recovered_se": s.recovered_se, "verdict": judge(s)}
+
+
+def scrub_faithful(model, batch) -> tuple[str, list[str]]:
+    """The rule's name under scrubbing and every construction faithful under it (ties included)."""
+    full = scrub_tester(model, batch)
+    screen = scrub_tester(model, batch.head(SCREEN_SAMPLES))
+    tested = test_constructions(model, screen, resolve=full, minimality=False)
+    return str(name_by_rule(tested)), [t.hypothesis for t in ranked(tested)[0]]
+
+
+def plus_content_cell(model, batch) -> dict:
+    """Every working construction of the layout with the layer-1 (x, x) cell added, under
+    resample ablation: which claims the cell path patching finds makes faithful (by the rule's
+    verdict, signs included)."""
+    tester = Tester(model, batch, "resample")
+    out = {}
+    for name in candidates(model):
+        if constructions.get(name).works:
+            hyp = as_hypothesis(model, name)
+            plus = Hypothesis(f"{name} + (x, x)", hyp.cells + GUARD[2:], hyp.read, hyp.unit)
+            test = tester.test(plus, minimality=False)
+            out[name] = {**score_dict(test.circuit), "verdict": verdict_of(test)}
+    return out
+
+
+#: Fields added to a kept row that lacks them (a row kept before the field was measured).
+EXTRA = {"scrub_faithful": lambda model, batch: scrub_faithful(model, batch)[1],
+         "resample_plus_content": plus_content_cell}
 
 
 def analyse(run_dir: Path) -> dict:
     model = HookedDisentangledTransformer.from_run(str(run_dir))
     record = SweepRecord.read(run_dir / "mechanism.json")
     batch = evaluation_batch(model, SAMPLES, SEED)
+    scrub_name, scrub_set = scrub_faithful(model, batch)
     names = {"zero": str(record.answer), "mean": str(record.under["mean"]),
-             "resample": str(record.under["resample"]),
-             "scrub": str(name_on(model, batch, ablation="resample",
-                                  reference=partner_input(batch, "P")))}
+             "resample": str(record.under["resample"]), "scrub": scrub_name}
     claim = names["zero"] if names["zero"] in constructions.names() else FAMILY
     hyp = as_hypothesis(model, claim)
     scores = {style: Tester(model, batch, style).circuit(hyp) for style in ("zero", "mean",
@@ -91,7 +110,8 @@ def analyse(run_dir: Path) -> dict:
                                              if p.layer == 0 and p.query == "x"}}
     return {"run": run_dir.name, "seed": json.loads((run_dir / "config.json").read_text()).get(
                 "seed", run_dir.name.rsplit("seed", 1)[-1]),
-            "names": names, "claim": claim,
+            "names": names, "scrub_faithful": scrub_set, "claim": claim,
+            "resample_plus_content": plus_content_cell(model, batch),
             "scores": {k: score_dict(v) for k, v in scores.items()},
             "with_guard": {k: score_dict(v) for k, v in guarded.items()},
             "completeness": {k: score_dict(v)
@@ -106,36 +126,51 @@ def cell_text(cell) -> str:
 
 def markdown(rows: list[dict]) -> str:
     n = len(rows)
-    named = lambda style: sum(r["names"][style] not in ("none", "borderline") for r in rows)  # noqa: E731
+    named = lambda style: sum(r["names"][style] not in UNNAMED for r in rows)  # noqa: E731
+    faithful = lambda key, style: sum(r[key][style]["verdict"] == "faithful" for r in rows)  # noqa: E731
     lines = [
         "# Causal scrubbing of the scratch circuits", "",
         f"{n} causal-scratch d = 10 runs trained with the census's settings "
         "(analyses/grids/scrubbing.toml: Adam lr 1e-2, batch 128, stopped at MSE < 1e-3), each on the "
-        "census's 4,096 evaluation samples (seed 12345). **name**: the rule's name under each style "
-        "(scrub: the rest of A fed from a partner with the same P and another Y, "
-        "`analysis.scrub`). **claim**: the zero-ablation name, or theorem3_superposed where the rule "
-        "names none; its loss recovered under each style, the model without it under each style "
-        "(completeness: the loss recovered left), and the cell outside the claim whose restoring "
-        "recovers the most under resampling and under scrubbing (on 1,024 of the samples). "
-        "Counts carry Wilson 95% intervals.", "",
-        "| style | runs named | runs whose claim is faithful | median loss recovered without "
-        "the claim |", "| --- | --- | --- | --- |"]
+        "census's 4,096 evaluation samples (seed 12345); written by analyses/scrubbing.py, read in "
+        "docs/results/scrubbing.md. **name**: the rule's name under each style (scrub: the rest of A fed "
+        "from a partner with the same P and another Y, `analysis.scrub`). **claim**: the "
+        "zero-ablation name, or theorem3_superposed where the rule names none; **+ guard**: the "
+        "claim with the three layer-1 content-query cells (x, pos.P), (x, pos.Y), (x, x) added. "
+        "**without**: the loss recovered by the model with the claim removed (completeness; under "
+        "scrub the claim is fed from another P and the same Y). **missing cell**: the cell outside "
+        "the claim whose restoring alone recovers the most loss, the rest resampled or scrubbed "
+        "(1,024 of the samples). Counts carry Wilson 95% intervals.", "",
+        "| style | runs named | claim faithful | claim + guard faithful | median loss recovered "
+        "without the claim |", "| --- | --- | --- | --- | --- |"]
     for style in STYLES:
-        faithful = sum(r["scores"][style]["verdict"] == "faithful" for r in rows)
         left = sorted(r["completeness"][style]["loss_recovered"] for r in rows)
-        lines.append(f"| {style} | {share(named(style), n)} | {share(faithful, n)} | "
-                     f"{left[len(left) // 2]:.3f} |")
-    lines += ["", "| run | zero | mean | resample | scrub | claim | recovered zero / mean / "
-              "resample / scrub | without: zero / mean / resample / scrub | missing cell "
-              "(resample: gain) | missing cell (scrub: gain) |",
-              "|" + " --- |" * 10]
+        median = (left[(n - 1) // 2] + left[n // 2]) / 2
+        counts = [share_text(k, n) for k in (named(style), faithful("scores", style),
+                                             faithful("with_guard", style))]
+        lines.append(f"| {style} | {' | '.join(counts)} | {median:.3f} |")
+    names = sorted({k for r in rows for k in r["resample_plus_content"]})
+    lines += ["", "Each working construction of the layout with the layer-1 (x, x) cell added (the cell "
+              "path patching finds), under resample ablation:", "",
+              "| construction + (x, x) | faithful under resample | faithful under scrub (alone) |",
+              "| --- | --- | --- |"]
+    for name in names:
+        k = sum(r["resample_plus_content"][name]["verdict"] == "faithful" for r in rows)
+        lines.append(f"| {name} | {share_text(k, n)} | "
+                     f"{share_text(sum(name in r['scrub_faithful'] for r in rows), n)} |")
+    lines += ["", "| run | name: zero / mean / resample / scrub | faithful under scrub | claim | "
+              "recovered: zero / mean / resample / scrub | + guard: zero / mean / resample / scrub "
+              "| without: zero / mean / resample / scrub | missing cell (resample: gain) | "
+              "missing cell (scrub: gain) |", "|" + " --- |" * 9]
     for r in rows:
         rec = " / ".join(f"{r['scores'][s]['loss_recovered']:.3f}" for s in STYLES)
+        plus = " / ".join(f"{r['with_guard'][s]['loss_recovered']:.3f}" for s in STYLES)
         wo = " / ".join(f"{r['completeness'][s]['loss_recovered']:.2f}" for s in STYLES)
         miss = [(f"{cell_text(p['top'][0]['cell'])}: +{p['top'][0]['gain']:.3f}" if p["top"]
                  else "-") for p in (r["patching"]["resample"], r["patching"]["scrub"])]
-        lines.append(f"| {r['run']} | " + " | ".join(r["names"][s] for s in STYLES)
-                     + f" | {r['claim']} | {rec} | {wo} | {miss[0]} | {miss[1]} |")
+        lines.append(f"| {r['run']} | " + " / ".join(r["names"][s] for s in STYLES)
+                     + f" | {len(r['scrub_faithful'])} | {r['claim']} | {rec} | {plus} | {wo} | "
+                     f"{miss[0]} | {miss[1]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -148,7 +183,17 @@ def main() -> None:
     for run_dir in sorted(args.runs.glob("scratch_d10_seed*"),
                           key=lambda p: int(p.name.rsplit("seed", 1)[-1])):
         if (run_dir / "mechanism.json").is_file():
-            rows.append(analyse(run_dir))
+            cached = run_dir / "scrubbing.json"  # one run's row, kept so a rerun resumes
+            if not cached.is_file():
+                cached.write_text(json.dumps(analyse(run_dir), indent=2) + "\n")
+            row = json.loads(cached.read_text())
+            missing = [key for key in EXTRA if key not in row]
+            if missing:
+                model = HookedDisentangledTransformer.from_run(str(run_dir))
+                batch = evaluation_batch(model, SAMPLES, SEED)
+                row.update({key: EXTRA[key](model, batch) for key in missing})
+                cached.write_text(json.dumps(row, indent=2) + "\n")
+            rows.append(row)
             print(rows[-1]["run"], rows[-1]["names"], flush=True)
     asset("scrubbing.json").write_text(json.dumps(rows, indent=2) + "\n")
     asset("scrubbing.md").write_text(markdown(rows))

@@ -11,7 +11,7 @@ causal-scratch run), else theorem2 / theorem3 with gauge and noise added (determ
 With ``--shapes``, one process times ``analyze`` at d = 10 on theorem2 and theorem3 (gauge and
 noise added) built on 2 layers × 1 head and placed on 3 layers × 2 heads (``maths.placement``,
 layers 1 and 3, head 1), alternating the two so a load change hits both, and prints the ratio and
-each one's peak RSS beside ``memory.analysis_estimate``.
+the peak RSS beside ``memory.analysis_estimate``, and 10 forwards of each model for scale.
 Usage: python benchmarks/analyze.py [--before /tmp/before/src] [--run DIR ...] [--repeats 3]
        python benchmarks/analyze.py --shapes [--repeats 3]
 """
@@ -105,9 +105,17 @@ for round in range(repeats + 1):  # round 0 warms up
         took = time.process_time() - start
         if round:
             best[shape] = min(best.get(shape, float("inf")), took)
+forwards = {}
+for shape, model in models.items():
+    X = sample_batch(model.cfg.layout, 512, torch.Generator().manual_seed(0), dtype=model.cfg.torch_dtype).X
+    start = time.process_time()
+    with torch.no_grad():
+        for _ in range(10):
+            model(X)
+    forwards[str(shape)] = time.process_time() - start
 estimate = {str(s): memory.analysis_estimate(m.cfg, 512).total / 2**20 for s, m in models.items()}
 print(json.dumps({"times": {str(s): t for s, t in best.items()}, "named": {str(s): n for s, n in
-                  named.items()}, "estimate_mib": estimate,
+                  named.items()}, "estimate_mib": estimate, "forwards": forwards,
                   "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -127,6 +135,8 @@ def main_shapes(repeats: int) -> None:
         small, big = r["times"]["(1, 1)"], r["times"]["(2, 2, 2)"]
         print(f"\n{name}: 2 x 1 {small:.3f} s ({r['named']['(1, 1)']}), 3 x 2 {big:.3f} s "
               f"({r['named']['(2, 2, 2)']}): {big / small:.2f}x")
+        f_small, f_big = r["forwards"]["(1, 1)"], r["forwards"]["(2, 2, 2)"]
+        print(f"  10 forwards: 2 x 1 {f_small:.3f} s, 3 x 2 {f_big:.3f} s: {f_big / f_small:.1f}x")
         print(f"  peak RSS {r['peak_mib']:.0f} MiB (both); analysis_estimate 2 x 1 "
               f"{r['estimate_mib']['(1, 1)']:.0f} MiB, 3 x 2 {r['estimate_mib']['(2, 2, 2)']:.0f} MiB")
 

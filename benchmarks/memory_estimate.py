@@ -75,7 +75,7 @@ def probe(job: dict) -> dict:
         tiny = C.build("theorem2", 2)
         analyze(tiny, sample_batch(tiny.cfg.layout, 4, torch.Generator().manual_seed(1),
                                    dtype=torch.float64))
-    if job["kind"] == "analyze_trained":  # trained (or made) before the peak is reset: only the analysis counts
+    if job["kind"] == "analyze_trained":  # made (or trained) before the peak is reset
         cfg = ModelConfig(Layout.plain(job["d"]), n_layers=job["layers"], n_heads=job["heads"],
                           attention_dir="bidirectional")
         if job["steps"]:

@@ -2,6 +2,7 @@
 beside ``docs/``, not in it; this adds them to the site under the same paths, so a page links
 ``../assets/census.md`` and the strict build checks that the file exists."""
 
+import re
 from pathlib import Path
 
 from mkdocs.structure.files import File
@@ -18,3 +19,11 @@ def on_files(files, config):
                                   dest_dir=config["site_dir"],
                                   use_directory_urls=config["use_directory_urls"]))
     return files
+
+
+# Docstrings cross-reference in Sphinx's roles (":class:`Run`"); the reference shows the name only.
+ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc):(<code>)~?\.?")
+
+
+def on_post_page(output, page, config):
+    return ROLE.sub(r"\1", output) if page.file.src_uri == "api.md" else output

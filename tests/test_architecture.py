@@ -227,9 +227,8 @@ def test_every_design_citation_points_into_the_repository():
 VERDICT_WORDS_ELSEWHERE = {
     "maths/constructions.py": "RESERVED: the names register refuses (held equal to UNNAMED below)",
     "analysis/mechanism.py": "the record's 'borderline' key: the constructions that straddle",
-    "analysis/scrub.py": "'none': the resampling equivalence of neither P nor Y, not a verdict",
     "viz/sweep.py": "matplotlib's facecolors='none'",
-    "viz/html.py": "matplotlib's svg.fonttype 'none'",
+    "viz/html.py": "matplotlib's svg.fonttype='none' (text kept as text in SVG)",
 }
 
 

@@ -99,3 +99,36 @@ def test_a_shape_no_construction_fits_says_why_in_the_record_and_its_text(cfg, r
     assert mech.name is None and mech.verdict == "none" and mech.tested == ()
     assert reason in mech.untested and reason in str(mech)
     assert reason in Mechanism.from_dict(mech.to_dict()).untested
+
+
+def test_the_report_page_says_why_no_construction_was_tried_and_names_the_placement():
+    from invperm_interp.analysis.record import analyze, headline
+    from invperm_interp.viz.mechanism import headline as page_headline
+    from invperm_interp.viz.mechanism import mechanism_section
+
+    one = HookedDisentangledTransformer(ModelConfig(Layout.plain(4), n_layers=1), seed=0)
+    result = analyze(one, batch_for(one, 64))
+    reason = "the model has 1 layer and every registry construction needs two"
+    assert reason in mechanism_section(result) and reason in page_headline(result)
+    assert reason in headline(result)
+    placed = build(Placement("two_block", (0, 2), (0, 0), (1, 1, 1)), 4, dtype=torch.float32)
+    result = analyze(placed, batch_for(placed, 64))
+    assert "two_block @ L1→L3" in page_headline(result) and "layers 1 and 3" in page_headline(result)
+    assert "two_block @ L1→L3" in mechanism_section(result)
+
+
+def test_discover_groups_one_circuit_at_two_placements_into_one_form():
+    from dataclasses import replace
+
+    from invperm_interp.analysis.discover import discover
+
+    models = {"wide": build(Placement("two_block", (0, 1), (1, 0), (2, 2)), 4, dtype=torch.float32),
+              "deep": build(Placement("two_block", (0, 2), (0, 0), (1, 1, 1)), 4, dtype=torch.float32)}
+    # as if the registry lacked two_block: the rule's record with the name taken away
+    known = {k: replace(mechanism(m, batch_for(m)), name=None) for k, m in models.items()}
+    found = discover(models, n=128, known=known)
+    (proposal,) = found.proposals
+    assert set(proposal.runs) == {"wide", "deep"}
+    assert proposal.form.cells == tuple(sorted(C.REGISTRY["two_block"].cells))
+    assert proposal.form.read == "L2.x" and proposal.exact_from is not None
+    assert proposal.faithful_runs == 2

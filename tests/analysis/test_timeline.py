@@ -196,6 +196,9 @@ def test_the_report_shows_the_timeline_once_it_exists(tmp_path):
     first = next(s["step"] for s in tl["steps"] if s["faithful"])
     assert f"first faithful at step {first}" in section and "6 checkpoints" in section
     assert "data:image/svg+xml" in section
+    head = page.split("<h2>Headline</h2>", 1)[1].split("<h2>", 1)[0]  # the result, first screen
+    assert (f"Over training (below): the final circuit alone is first faithful at step {first} "
+            f"of {tl['steps'][-1]['step']}.") in head
 
 
 # -- dense checkpoints ---------------------------------------------------------------------------

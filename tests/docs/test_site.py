@@ -38,6 +38,7 @@ def test_the_site_builds_strict_offline(tmp_path):
         for name in module.__all__:  # every public name has its entry, under its package or home
             assert f"{package}.{name}" in api or any(a.endswith(f".{name}.{name}") for a in api), \
                 f"{package}.{name} is not in the API reference"
+    assert ":class:" not in (tmp_path / "site" / "api.html").read_text()  # roles shown as names
     assert "https://" not in (tmp_path / "site" / "guide" / "model.html").read_text().split(
         "<body")[0]  # nothing in the head is loaded from the network
 

@@ -112,3 +112,15 @@ def test_a_placement_reads_back_from_its_record():
     data = placed.to_dict()
     assert data["layers"] == [2, 3] and data["heads"] == [0, None] and data["sum_of_heads"]
     assert Placement.from_dict(data) == placed
+
+
+def test_a_circuit_on_two_heads_unplaces_to_the_construction_and_one_elsewhere_does_not():
+    from invperm_interp.maths.placement import unplace
+
+    placed = Placement("appendix_b", (0, 2), (1, 0), (2, 1, 2))
+    cells = tuple(c[:5] for c in placed.cells)
+    read = tuple(b for b, _ in placed.read_terms)
+    assert unplace(cells, read, placed.shape) == ((0, 2), (1, 0), C.REGISTRY["appendix_b"].cells,
+                                                   ("L2.L1.x",))
+    assert unplace(cells, ("L2.x",), placed.shape) is None  # a copy no placed head made
+    assert unplace(cells + ((1, 0, "pos.P", "x", "I"),), read, placed.shape) is None  # three heads

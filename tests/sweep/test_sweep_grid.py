@@ -162,7 +162,8 @@ def test_a_billion_seeds_are_refused_from_the_count_before_any_list_is_built(tmp
 
 
 @pytest.mark.parametrize("text", ["", "# nothing but a comment\n", "seeds = 3\n", "[model]\n",
-                                  "seeds = 2\n[train]\n", "[model]\n[train]\n"])
+                                  "seeds = 2\n[train]\n", "[model]\n[train]\n",
+                                  '[[variants]]\nname = "a"\n'])
 def test_an_empty_grid_is_refused_not_one_default_run(tmp_path, text, capsys):
     path = grid_file(tmp_path, text)
     out = tmp_path / "out"
@@ -216,9 +217,13 @@ def test_jobs_per_task_groups_cpu_runs_on_slurm(tmp_path):
 
 
 def test_a_slurm_time_within_the_checkpoint_signal_lead_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="slurm.time: 1 minute"):
-        load_grid(grid_file(tmp_path, "seeds = 1" + BASE + "[slurm]\ntime = 1\n"))
-    assert load_grid(grid_file(tmp_path, "seeds = 1" + BASE + "[slurm]\ntime = 2\n")).slurm["time"] == 2
+    """Slurm sends the checkpoint signal 90 s before the limit on its once-a-minute check: at
+    time = 2 tasks got it 2-30 s after they started and never finished; 4 minutes leave 90 s."""
+    for minutes, sure in ((1, 0), (2, 0), (3, 30)):
+        with pytest.raises(ValueError, match=f"slurm.time: {minutes} minute\\(s\\) leaves a task "
+                                             f"{sure} s for sure: .* give at least 4"):
+            load_grid(grid_file(tmp_path, "seeds = 1" + BASE + f"[slurm]\ntime = {minutes}\n"))
+    assert load_grid(grid_file(tmp_path, "seeds = 1" + BASE + "[slurm]\ntime = 4\n")).slurm["time"] == 4
 
 
 @pytest.mark.parametrize("value, key", [

@@ -1,7 +1,7 @@
 """Analyses of learned and analytic weights: the gauge, template matching, comparison, circuits
-tested by running them (faithfulness, the mechanism rule, minimal circuits), ablations, activation
-patching and the whole-model record (``analyze`` → ``ModelAnalysis``). The public surface is listed
-here explicitly."""
+tested by running them (faithfulness, the mechanism rule, minimal circuits, causal scrubbing and
+cell-level path patching), ablations, activation patching and the whole-model record (``analyze``
+→ ``ModelAnalysis``). The public surface is listed here explicitly."""
 
 from .ablate import (
     AblationResult,
@@ -34,6 +34,7 @@ from .patch import (
     patch_positions,
 )
 from .record import ModelAnalysis, analyze
+from .scrub import PathPatching, cell_patching, completeness, partner_input, scrub
 from .templates import (
     Atom,
     CellMatch,
@@ -62,6 +63,11 @@ __all__ = [
     "judge",
     "mechanism",
     "minimal_circuit",
+    "PathPatching",
+    "cell_patching",
+    "completeness",
+    "partner_input",
+    "scrub",
     "AblationResult",
     "Atom",
     "CellMatch",

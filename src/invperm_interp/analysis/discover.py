@@ -2,7 +2,9 @@
 each proposed as a construction and checked.
 
 For every model the rule names no construction for (verdict none, ``analysis.mechanism``) with a
-faithful minimal circuit, the circuit's **form** is its cells, each with the templates its atoms
+faithful minimal circuit (on a deeper or wider model: one on one head of each of two layers,
+written as on two layers of one head, so the same circuit at other placements is one form;
+``maths.placement.unplace``), the circuit's **form** is its cells, each with the templates its atoms
 hold (``explain``; atoms of at least ``ATOM_SHARE`` of the cell's largest ``|β|``), with their
 signs, the read-out blocks with theirs, and the model's kind (attention, layout, read-out rows).
 The gauge is factored out: an atom equal to another placement modulo the gauge (a ``-1`` at (pos.P,
@@ -26,9 +28,12 @@ from dataclasses import dataclass
 import torch
 
 from ..maths import constructions
+from ..maths.placement import Placement, unplace
+from ..maths.registry import parse_read
 from ..model.hooked import HookedDisentangledTransformer
 from .faithfulness import Faithfulness, Tester
 from .mechanism import Mechanism, mechanism, verdict_of
+from .placements import hypothesis as placed_hypothesis
 from .templates import explain
 from .verdict import BORDERLINE, FAITHFUL, VERDICT_SAMPLES, check_seed, evaluation_batch
 
@@ -174,7 +179,7 @@ def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VE
     if not isinstance(min_runs, int) or min_runs < 1:
         raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
     check_seed(seed)
-    forms, reasons, batches = {}, {}, {}
+    forms, reasons, batches, where = {}, {}, {}, {}
     items = list(models.items())
     for key, model in (progress(items) if progress else items):
         if not isinstance(model, HookedDisentangledTransformer):
@@ -191,8 +196,13 @@ def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VE
             reasons[key] = BORDERLINE
         elif not mech.minimal.faithful:
             reasons[key] = "no faithful minimal circuit"
-        elif model.cfg.n_layers != 2 or model.cfg.heads != (1, 1):
-            reasons[key] = "not a two-layer one-head model"
+        elif model.cfg.heads != (1, 1):
+            found = _unplaced_form(model, mech.minimal.cells, mech.minimal.read)
+            if found is None:
+                reasons[key] = "its minimal circuit is not on one head of each of two layers"
+            else:
+                forms[key], where[key] = found
+                reasons[key] = "unnamed"
         else:
             forms[key] = form_of(model, mech.minimal.cells, mech.minimal.read)
             reasons[key] = "unnamed"
@@ -205,16 +215,44 @@ def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VE
     for i, (form, keys) in enumerate([g for g in ranked if len(g[1]) >= min_runs]):
         name = f"discovered_{form.attention_dir}_{i + 1}"
         tests = tuple(Tester(models[k], batches[k]).test(
-            _hypothesis(models[k], form, name), minimality=False) for k in keys)
+            _hypothesis(models[k], form, name, where.get(k)), minimality=False) for k in keys)
         proposals.append(Proposal(name, form, tuple(keys), _errors(form, name), tests,
                                   tuple(verdict_of(t) for t in tests)))
     return Discovery(forms, reasons, tuple(proposals))
 
 
-def _hypothesis(model, form: Form, name: str):
+def _hypothesis(model, form: Form, name: str, where=None):
+    """The form as a claim about ``model``: as registered, or at the run's placement ``where``
+    (``(layers, heads)``)."""
     from .hypothesis import as_hypothesis
 
-    return as_hypothesis(model, form.spec(name))
+    if where is None:
+        return as_hypothesis(model, form.spec(name))
+    layers, heads = where
+    return placed_hypothesis(model, Placement(name, layers, heads, model.cfg.heads,
+                                              custom=form.spec(name)))
+
+
+def _unplaced_form(model: HookedDisentangledTransformer, cells, read: tuple[str, ...]):
+    """``(form, (layers, heads))``: the form of a circuit on one head of each of two layers of a
+    deeper or wider model, in a two-layer one-head model's block names (``maths.placement.unplace``),
+    so that runs holding the same circuit on other layers or heads share a form; ``None`` otherwise."""
+    heads = {}
+    for c in cells:
+        heads.setdefault(c[0], set()).add(c[1])
+    if len(heads) != 2 or any(len(h) != 1 for h in heads.values()):
+        return None
+    form = form_of(model, cells, read)
+    terms = parse_read(form.read)
+    found = unplace(tuple((c[0], next(iter(heads[c[0]])), *c[1:]) for c in form.cells),
+                    tuple(block for block, _ in terms), model.cfg.heads)
+    if found is None:
+        return None
+    layers, chosen, placed, blocks = found
+    text = " ".join(f"{'-' if sign < 0 else '+'} {b}" for b, (_, sign) in zip(blocks, terms))
+    text = text[2:] if text.startswith("+ ") else text
+    return (Form(form.attention_dir, form.layout, form.readout, tuple(sorted(set(placed))), text),
+            (layers, chosen))
 
 
 def table(discovery: Discovery) -> str:

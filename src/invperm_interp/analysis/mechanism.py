@@ -15,6 +15,11 @@ the fewest atoms); the others that pass are listed (``also_faithful``). When non
 no name (``None``) and the verdict says why: borderline when one straddles a threshold (the
 candidates in ``borderline``: the batch cannot tell), else none, and :func:`minimal_circuit` says
 what the model does instead. ``invperm analyze``, the HTML report and ``analyses/`` all use this rule.
+
+Beyond two layers of one head each construction is tested at its best-weighted placements on two
+layers' heads (``analysis.placements``; docs/shapes.md) and named with its placement
+(``"two_block @ L1h0→L3h1"``); a faithful placement on one head comes before one on a sum of heads.
+A model no construction can fit gets no name, with the reason in ``Mechanism.untested``.
 """
 
 from __future__ import annotations
@@ -179,15 +184,23 @@ def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
     """Every working registry construction that fits the model, at its best-weighted placements
     (``analysis.placements``), tested on ``tester``'s batch; ``resolve`` (a :class:`Tester` on a
     larger batch, or a function making one) measures again those whose interval straddles a
-    threshold there."""
+    threshold there. ``minimality``: the per-cell runs, for every test on two layers of one head
+    (one placement per construction); beyond, where placements multiply, only for those that pass
+    or straddle (the others' ``minimality`` is empty)."""
     hyps = [hypothesis(model, p) for p in candidate_placements(model, tester.fixed)]
-    tested = tester.test_many(hyps, minimality)
-    again = [i for i, t in enumerate(tested) if verdict_of(t, rule) == BORDERLINE]
+    every = minimality and model.cfg.heads == (1, 1)
+    tested = tester.test_many(hyps, every)
+    verdicts = [verdict_of(t, rule) for t in tested]
+    again = [i for i, v in enumerate(verdicts) if v == BORDERLINE]
     if again and resolve is not None:
         resolve = resolve() if callable(resolve) else resolve
         if resolve is not tester:
             for i, t in zip(again, resolve.test_many([hyps[i] for i in again], minimality)):
                 tested[i] = t
+    redo = [i for i, v in enumerate(verdicts) if minimality and not every and (
+        v == FAITHFUL or (v == BORDERLINE and resolve in (None, tester)))]
+    for i, t in zip(redo, tester.test_many([hyps[i] for i in redo], True)):
+        tested[i] = t
     return tested
 
 

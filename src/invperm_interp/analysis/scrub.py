@@ -20,11 +20,10 @@ and theorem3 find the ``P`` row holding ``e_i``; two_block and its scratch forms
 content ``Y`` only rides along as the values moved. So each claim's equivalence is **the same P,
 another Y** (``"P"``): a partner with the sample's ``P`` and another sample's ``Y``. Scrubbing
 then tests that the target content reaches the routing only through the circuit. It cannot see a
-cell whose contribution depends on the position or on ``P`` alone (the partner has the same
-ones): such cells are tested by zero ablation (and, for input-independent ones, by none of the
-replacement styles). A claim's *completeness* under scrubbing feeds the circuit from the opposite
-partner, **another P, the same Y** (``"Y"``): a model whose mechanism is the circuit then loses the
-answer.
+cell whose contribution depends on the positions or on ``P`` alone (the partner has the same
+ones): resample ablation sees the ``P``-only ones, and only zero ablation the position-only
+ones. A claim's *completeness* under scrubbing feeds the circuit from the opposite partner,
+**another P, the same Y** (``"Y"``): a model whose mechanism is the circuit then loses the answer.
 
 **Cell-level path patching** (:func:`cell_patching`) localises what a failing claim misses: with
 the rest scrubbed (or resampled), each (layer, head, query block, key block) cell outside the claim
@@ -46,9 +45,9 @@ from .hypothesis import as_hypothesis
 from .score import Score
 
 #: What a partner input keeps of its sample: ``"P"`` the permutation (another sample's ``Y``),
-#: ``"Y"`` the target (another sample's ``P``), ``"none"`` neither (plain resample ablation).
+#: ``"Y"`` the target (another sample's ``P``), ``"any"`` neither (plain resample ablation).
 EQUIVALENCES = {"P": "the same P, another Y", "Y": "the same Y, another P",
-                "none": "another input"}
+                "any": "another input"}
 #: The equivalence each registered construction's claim names (module docstring): all route by P.
 CLAIM_EQUIVALENCE = {name: "P" for name in constructions.names()}
 #: The styles :func:`completeness` scores, zero, mean and resample ablation and scrubbing.
@@ -106,10 +105,10 @@ def completeness(model: HookedDisentangledTransformer, hypothesis, batch: Batch,
     says ``P``: the same ``Y``, another ``P``). A complete claim leaves little of the loss
     recovered under each."""
     hyp = as_hypothesis(model, hypothesis, read, unit)
-    opposite = {"P": "Y", "Y": "P", "none": "none"}[equivalence_of(hypothesis)]
+    opposite = {"P": "Y", "Y": "P", "any": "any"}[equivalence_of(hypothesis)]
     testers = {style: Tester(model, batch, style) for style in ABLATIONS}
     if shift != 1:
-        testers["resample"] = Tester(model, batch, "resample", partner_input(batch, "none", shift))
+        testers["resample"] = Tester(model, batch, "resample", partner_input(batch, "any", shift))
     testers["scrub"] = scrub_tester(model, batch, opposite, shift)
     return {style: tester.test(hyp, minimality=False).without for style, tester in testers.items()}
 
@@ -159,7 +158,7 @@ def _tester(model, batch, style: str, keep: str, shift: int) -> Tester:
     if style not in ABLATIONS:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
     if style == "resample" and shift != 1:
-        return Tester(model, batch, style, partner_input(batch, "none", shift))
+        return Tester(model, batch, style, partner_input(batch, "any", shift))
     return Tester(model, batch, style)
 
 

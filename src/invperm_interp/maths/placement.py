@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -48,9 +48,11 @@ class Placement:
     layers: tuple[int, int]
     heads: tuple[int | None, int | None]
     shape: tuple[int, ...]
+    custom: ConstructionSpec | None = field(default=None, compare=False, repr=False)  # unregistered
 
     def __post_init__(self) -> None:
-        get(self.construction)  # a registered name
+        if self.custom is None:
+            get(self.construction)  # a registered name
         shape = tuple(self.shape)
         if len(shape) < 2 or not all(isinstance(h, int) and h >= 1 for h in shape):
             raise ValueError(f"shape must list the heads of at least 2 layers, got {self.shape!r}")
@@ -68,7 +70,7 @@ class Placement:
 
     @property
     def spec(self) -> ConstructionSpec:
-        return get(self.construction)
+        return self.custom if self.custom is not None else get(self.construction)
 
     @property
     def trivial(self) -> bool:
@@ -170,6 +172,37 @@ def parse(text: str, shape: tuple[int, ...]) -> Placement:
         layers.append(int(layer) - 1)
         heads.append(SUM if summed else int(head or 0))
     return Placement(found.group(1), tuple(layers), tuple(heads), tuple(shape))
+
+
+def unplace(cells, read: tuple[str, ...], shape: tuple[int, ...]):
+    """A circuit of a model of ``shape`` as a two-layer one-head circuit: ``cells``
+    ``(layer, head, query, key, label)`` and ``read`` blocks → ``((l1, l2), (k1, k2), cells
+    (layer 0 or 1, query, key, label), read)`` in the construction's block names, or ``None`` when
+    the circuit is not on one head of each of two layers (or reads copies made elsewhere)."""
+    units = sorted({(c[0], c[1]) for c in cells})
+    if len(units) != 2 or units[0][0] == units[1][0]:
+        return None
+    (l1, k1), (l2, k2) = units
+    names = {(l1 + 1, k1 if shape[l1] > 1 else None): 1, (l2 + 1, k2 if shape[l2] > 1 else None): 2}
+
+    def block(name: str, reader: int | None) -> str | None:
+        parts = BlockName.parse(name)
+        path = [names.get(step) for step in parts.path]
+        if None in path or (reader is not None and any(step > reader for step in path)):
+            return None
+        return str(BlockName(tuple((step, None) for step in path), parts.segment))
+
+    out = []
+    for layer, _, query, key, label in cells:
+        index = 0 if layer == l1 else 1
+        q, k = block(query, index), block(key, index)
+        if q is None or k is None:
+            return None
+        out.append((index, q, k, label))
+    placed_read = [block(b, None) for b in read]
+    if None in placed_read:
+        return None
+    return (l1, l2), (k1, k2), tuple(out), tuple(placed_read)
 
 
 def placements(construction: str, shape: tuple[int, ...]) -> list[Placement]:

@@ -10,12 +10,12 @@ tables, each with a ``name`` (a plain name: it starts the run folders' names) an
 models that differ in several fields at once). ``solve_mse`` (default 1e-3) is the MSE a run must go
 below to count as solved; ``mechanism = true`` (or a table of ``DEFAULT_ANALYSIS``'s keys) analyses
 each finished run (its mechanism, faithfulness and minimal circuit); ``[slurm]`` holds ``partition``,
-``time`` (minutes, more than the 90 s warning before the limit), ``gpus``, ``cpus_per_task``,
-``jobs_per_task`` and ``array_parallelism`` (tasks running at once).
+``time`` (minutes, at least 4: Slurm's checkpoint signal may come 150 s before the limit),
+``gpus``, ``cpus_per_task``, ``jobs_per_task`` and ``array_parallelism`` (tasks running at once).
 
 Every value is checked before any job starts; a malformed grid is one ``ValueError`` naming the key.
-A grid with no ``[model]`` or ``[train]`` value and no ``[[variants]]`` is refused (it would train
-default runs), and one of more than ``MAX_RUNS`` runs needs ``allow_large`` (``invperm sweep --yes``).
+A grid with no ``[model]`` or ``[train]`` value (top level or in a variant) is refused (it would
+train default runs), and one of more than ``MAX_RUNS`` runs needs ``allow_large`` (``invperm sweep --yes``).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ TOP_KEYS = ("name", "seeds", "model", "train", "variants", "solve_mse", "mechani
 VARIANT_KEYS = ("name", "model", "train", "seeds")
 SLURM_KEYS = ("partition", "time", "gpus", "cpus_per_task", "jobs_per_task", "array_parallelism")
 SIGNAL_LEAD_S = 90  # submitit asks Slurm for USR2 this long before a task's time limit
+SLURM_TICK_S = 60  # Slurm sends that signal on its once-a-minute check: up to this much earlier
+MIN_TASK_S = 60  # the least a task must be sure of before the signal (a run's start, a checkpoint)
 MAX_RUNS = 10_000  # a grid with more runs needs allow_large (--yes)
 HARD_MAX_RUNS = 200_000  # refused even then: split the grid
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
@@ -156,7 +158,8 @@ def load_grid(path: str | Path, allow_large: bool = False) -> Grid:
             else top_seeds
         plans.append((where, label, _axes(path, data, variant, where, sections), seeds))
     settings = (_name(path, data), _solve(path, data), _analysis(path, data), _slurm(path, data))
-    if "variants" not in data and not any(data.get(s) for s in ("model", "train")):
+    tables = [data, *(variants if "variants" in data else [])]
+    if not any(t.get(s) for t in tables for s in ("model", "train")):
         raise _error(path, "model/train/variants", "the grid is empty (it would train default "
                                                    "runs); give a [model], [train] or [[variants]] value")
     total = sum(math.prod(len(v) for v in axes.values()) * seeds.most for _, _, axes, seeds in plans)
@@ -282,10 +285,14 @@ def _slurm(path: Path, data: dict) -> dict:
             raise _error(path, f"slurm.{key}", f"bad value {value!r} (partition: a name; time: "
                                                "minutes; gpus, cpus_per_task, jobs_per_task, "
                                                "array_parallelism: integers)")
-    if "time" in slurm and slurm["time"] * 60 <= SIGNAL_LEAD_S:
-        raise _error(path, "slurm.time", f"{slurm['time']} minute(s) is not longer than the "
-                                         f"{SIGNAL_LEAD_S} s before its end at which Slurm tells a "
-                                         "task to checkpoint; give at least 2")
+    sure = slurm.get("time", 60) * 60 - SIGNAL_LEAD_S - SLURM_TICK_S
+    if sure < MIN_TASK_S:
+        least = math.ceil((MIN_TASK_S + SIGNAL_LEAD_S + SLURM_TICK_S) / 60)
+        raise _error(path, "slurm.time", f"{slurm['time']} minute(s) leaves a task {max(sure, 0)} s "
+                                         f"for sure: Slurm tells it to checkpoint {SIGNAL_LEAD_S} s "
+                                         f"before its end, on a once-a-minute check, so up to "
+                                         f"{SIGNAL_LEAD_S + SLURM_TICK_S} s before; give at least "
+                                         f"{least}")
     return slurm
 
 

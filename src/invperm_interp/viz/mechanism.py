@@ -106,7 +106,13 @@ def _named(analysis: ModelAnalysis) -> str:
     also = ("" if not mech.also_faithful else " Also faithful, recovering less of the loss: "
             + ", ".join(html.escape(n) for n in mech.also_faithful) + ".")
     proof = " (provably smallest among the candidate cells)" if m.optimal else ""
-    return (f"<b>Mechanism: {html.escape(shown)}</b>{_description(mech.name)}. Its {f.size_text} "
+    placed = mech.placement
+    where = ("" if placed is None else
+             f" It sits on layers {placed.layers[0] + 1} and {placed.layers[1] + 1}"
+             + (", one layer's circuit spread over the sum of its heads" if placed.summed else "")
+             + "; the test below removes every other layer's and head's weights.")
+    return (f"<b>Mechanism: {html.escape(shown)}</b>"
+            f"{_description(placed.construction if placed else mech.name)}.{where} Its {f.size_text} "
             f"alone, every other weight removed, get <b>{f.circuit.rows_exact:.1%}</b> of rows "
             f"exact and recover <b>{_pct(f.circuit.loss_recovered)}</b> of the loss (circuit MSE "
             f"{f.circuit.mse:.3g}, the model's {f.model.mse:.3g}; 0.5 everywhere scores "
@@ -129,7 +135,9 @@ def _unnamed(analysis: ModelAnalysis) -> str:
             f"{_pct(closest.circuit.loss_recovered)} of the loss; it misses the rule on "
             f"{_misses(closest, mech)}.")
     else:
-        sentences.append("No working construction has this layout, attention and read-out.")
+        sentences.append(html.escape(mech.untested[0].upper() + mech.untested[1:]) + "."
+                         if mech.untested else
+                         "No working construction has this layout, attention and read-out.")
     if m.faithful:
         sentences.append(
             f"The smallest faithful circuit found has <b>{m.size} cells</b> "
@@ -178,7 +186,9 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
     minimal circuit."""
     mech, f, m = analysis.mechanism, analysis.mechanism.faithfulness, analysis.mechanism.minimal
     parts = ["<h2>Mechanism</h2>"]
-    if mech.tested:
+    if not mech.tested:
+        parts.append(f"<p>{html.escape(mech.untested or 'No working construction fits this model.')}</p>")
+    else:
         mark = lambda ok: "✓" if ok else "✗"  # noqa: E731
         rows = []
         for t in mech.tested:
@@ -197,7 +207,9 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
              f"loss recovered (≥ {mech.rule.recovered:.0%})", "template signs", "circuit MSE",
              "model MSE without its cells", "rule"],
             rows,
-            "Each working construction with this layout, attention and read-out, tested by running "
+            "Each working construction with this layout, attention and read-out (beyond two layers "
+            "of one head: at its best-weighted placements on two layers' heads, docs/shapes.md), "
+            "tested by running "
             "its cells alone: the gauge-fixed <code>A</code> kept only in its cells (at the model's "
             "own fitted β) and <code>W_U</code> only on its read-out block, everything else zeroed. "
             f"<b>The rule</b> names a construction when all three conditions hold: at least "
@@ -214,7 +226,8 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
     if f is not None:
         parts.append(table(
             ["layer", "cell", "fitted β", "circuit MSE without it", "rows exact without it"],
-            [[layer_name(c.layer), f"{c.label} at ({c.query}, {c.key})", f"{b:.3g}", f"{s.mse:.3g}",
+            [[layer_name(c.layer) + (f" head {c.head}" if c.head else ""),
+              f"{c.label} at ({c.query}, {c.key})", f"{b:.3g}", f"{s.mse:.3g}",
               f"{s.rows_exact:.1%}"] for c, b, s in zip(f.cells, f.betas, f.minimality)],
             f"Minimality of {html.escape(str(mech.answer))}: its circuit with one cell removed at a time "
             "(a needed cell drops the rows exact far below the rule's threshold)."))

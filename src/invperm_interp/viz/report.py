@@ -298,8 +298,15 @@ class ReportContext:
 def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
                 context: ReportContext = ReportContext()) -> str:
     """The report page as a string (see :func:`write_report`)."""
-    metrics, train_cfg = context.metrics, context.train_cfg
-    parts = [_setup(model, train_cfg, metrics), _through_map(result), headline(result),
+    metrics, train_cfg, timeline = context.metrics, context.train_cfg, context.timeline
+    head = headline(result)
+    if timeline is not None:  # the over-training result belongs in the first screen too
+        first = timeline.first_faithful
+        when = ("is never faithful at a checkpoint" if first is None
+                else f"is first faithful at step {first}")
+        head = (head.removesuffix("</div>") + f"<p>Over training (below): the final circuit alone "
+                f"{when} of {timeline.steps[-1].step}.</p></div>")
+    parts = [_setup(model, train_cfg, metrics), _through_map(result), head,
              _results(model, result, batch, metrics, train_cfg)]
     if metrics:
         accuracy = plot_accuracy(metrics)
