@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from ..errors import ConfigError
 from .seeds import SeedError, Seeds
 
 if sys.version_info >= (3, 11):
@@ -35,6 +36,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 LAYOUT_KEYS = ("layout", "d", "n_scratch")
+LAYOUT_FIELDS = ("segments", "scratch", "specs")  # a Layout's errors the grid reports at its `layout`
 TOP_KEYS = ("name", "seeds", "model", "train", "variants", "solve_mse", "mechanism", "slurm")
 VARIANT_KEYS = ("name", "model", "train", "seeds")
 SLURM_KEYS = ("partition", "time", "gpus", "cpus_per_task", "jobs_per_task", "array_parallelism")
@@ -98,7 +100,7 @@ def _model_cfg(values: dict):
     kind, d, n_scratch = (values.pop(k, None) for k in LAYOUT_KEYS)
     kind, d = kind or "plain", 10 if d is None else d
     if n_scratch is not None and kind != "scratch":
-        raise ValueError("n_scratch needs layout = 'scratch'")
+        raise ConfigError("n_scratch", "n_scratch needs layout = 'scratch'")
     layout = Layout.named(kind, d, n_scratch)
     if kind in DEFAULT_READOUT:  # the command line's default read-out for this layout
         values.setdefault("readout", DEFAULT_READOUT[kind])
@@ -235,7 +237,7 @@ def _expand(path: Path, where: str, label: str, axes: dict, seeds: _SeedPlan, na
             try:
                 model_cfg, train_cfg = _build(chosen, seed)
             except (ValueError, TypeError) as err:
-                raise _error(path, _culprit(where, chosen, str(err)), str(err)) from None
+                raise _error(path, _culprit(where, chosen, err), str(err)) from None
             parts = [f"{k}{_label(chosen[(s, k)])}" for s, k in varying] + [f"seed{seed}"]
             name = "_".join(([label] if label else []) + parts)
             if name in names:
@@ -312,11 +314,12 @@ def _build(chosen: dict, seed: int):
     return model_cfg, TrainConfig(**{k: v for (s, k), v in chosen.items() if s == "train"}, seed=seed)
 
 
-def _culprit(where: str, chosen: dict, message: str) -> str:
-    """The grid key (and value) a config error is about: the configs' messages start with the
-    field's name ("readout must …"); layout errors belong to the layout keys."""
-    first = message.split(" ", 1)[0].strip("'\"")
+def _culprit(where: str, chosen: dict, err: Exception) -> str:
+    """The grid key (and value) a config error is about: a :class:`ConfigError`'s ``field``; the
+    layout's own fields belong to the ``layout`` key."""
+    name = getattr(err, "field", None)
+    name = "layout" if name in LAYOUT_FIELDS else name
     for (section, key), value in chosen.items():
-        if key == first or key == "layout" and first in ("segment", "scratch", "layout"):
+        if key == name:
             return f"{where}{section}.{key} = {value!r}"
     return where + (", ".join(f"{s}.{k} = {v!r}" for (s, k), v in chosen.items()) or "model/train")
