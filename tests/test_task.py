@@ -1,5 +1,7 @@
 """Layouts, sampled batches and validated user input."""
 
+from typing import get_args, get_type_hints
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -170,3 +172,21 @@ def test_a_config_error_names_its_field(build, field):
         build()
     assert caught.value.field == field
     assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize("build, field", [
+    (lambda **kw: ModelConfig(Layout.plain(3), **kw), "attention_dir"),
+    (lambda **kw: ModelConfig(Layout.plain(3), **kw), "arch"),
+    (lambda **kw: TrainConfig(**kw), "recipe"),
+])
+def test_a_choice_field_accepts_exactly_its_literal_type(build, field):
+    """The ``Literal`` a type checker sees and the run-time check agree: each choice the annotation
+    spells builds a config, anything else is refused naming the field."""
+    owner = ModelConfig if field != "recipe" else TrainConfig
+    choices = get_args(get_type_hints(owner)[field])
+    assert len(choices) >= 2 and all(isinstance(c, str) for c in choices)
+    for choice in choices:
+        assert getattr(build(**{field: choice}), field) == choice
+    with pytest.raises(ConfigError, match=f"^{field} must be one of") as caught:
+        build(**{field: choices[0].upper()})
+    assert caught.value.field == field

@@ -11,10 +11,12 @@ is what it always was.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from .errors import ConfigError, check_choice
 
-ARCHS = ("disentangled", "standard")
+Arch = Literal["disentangled", "standard"]
+ARCHS = get_args(Arch)
 STANDARD_FIELDS = ("d_model", "d_head", "layernorm", "d_mlp")
 DEFAULT_D_MODEL = 64
 # The N(0, σ²) init of a standard model's matrices (LayerNorm weights start at 1, biases at 0);
@@ -32,7 +34,7 @@ def _positive_int(name: str, value) -> None:
 class ArchitectureFields:
     """``arch`` and the standard model's shape (keyword-only fields of ``ModelConfig``)."""
 
-    arch: str = "disentangled"  # or "standard"; the four fields below are the standard model's
+    arch: Arch = "disentangled"  # or "standard"; the four fields below are the standard model's
     d_model: int | None = None  # the residual stream's width (default 64)
     d_head: int | None = None  # each head's width (default d_model // the most heads in a layer)
     layernorm: bool = False  # pre-LayerNorm before attention, MLP and read-out

@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Literal, get_args
 
 import torch
 
@@ -14,7 +15,8 @@ from .architecture import ArchitectureFields
 from .errors import ConfigError, check_choice
 from .task import Layout
 
-ATTENTION_DIRS = ("causal", "bidirectional")  # TransformerLens's names for masked / unmasked
+AttentionDir = Literal["causal", "bidirectional"]  # TransformerLens's names for masked / unmasked
+ATTENTION_DIRS = get_args(AttentionDir)
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 INITS = ("normal", "zeros")
 
@@ -39,7 +41,7 @@ class ModelConfig(ArchitectureFields, JSONConfig):
     layout: Layout
     n_layers: int = 2
     n_heads: int | tuple[int, ...] = 1  # one int for every layer, or one per layer
-    attention_dir: str = "causal"  # "causal": the note's decoder; "bidirectional": Theorem 2 (CMF)
+    attention_dir: AttentionDir = "causal"  # "causal": the note's decoder; "bidirectional": Theorem 2 (CMF)
     readout: str = "P"  # name of the segment whose rows are read out (must have d rows)
     dtype: str = "float32"  # "float64" for exact checks of the constructions
     init: str = "normal"  # "normal": N(0, init_scale²); "zeros": the note's code
@@ -175,7 +177,8 @@ class ModelConfig(ArchitectureFields, JSONConfig):
 
 
 
-RECIPES = ("adam", "paper", "fast")
+Recipe = Literal["adam", "paper", "fast"]
+RECIPES = get_args(Recipe)
 # Steps to MSE < 1e-3 hardly depend on the batch size (bidirectional d = 10, Adam lr 1e-2, 8 seeds:
 # median 900 steps at batch 64, 1,050 at 128, 925 at 256, 1,200 at 512 and 1,024), so the smallest
 # batch solves soonest in seconds (median 12.6 s at 64, 18.0 s at 128, 28.8 s at 256 on a 2-core
@@ -220,7 +223,7 @@ class TrainConfig(JSONConfig):
 
     steps: int = 3000
     batch_size: int | None = None  # None: the recipe's (1024; "fast": FAST_BATCH)
-    recipe: str = "adam"  # "adam": Adam lr 1e-2 from N(0, 0.01²), solves d=10 in ~1k steps;
+    recipe: Recipe = "adam"  # "adam": Adam lr 1e-2 from N(0, 0.01²), solves d=10 in ~1k steps;
     # "fast": the same at the batch size that solves soonest on a CPU; "paper": the note's
     lr: float | None = None  # None: the recipe's (adam 1e-2, paper 1.0)
     optimizer: str | None = None  # None: the recipe's ("adam"; "sgd" for paper)

@@ -9,6 +9,7 @@ autograd saved), the hook gets a copy.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal, get_args
 
 import torch
 from jaxtyping import Float
@@ -17,6 +18,7 @@ from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from ..config import DTYPES, ModelConfig
+from ..errors import check_choice
 from ..runs import checkpoint as ckpt
 from ..runs.directory import RunDir, RunWeights
 from ..stream import Stream, absent_name_hint
@@ -33,7 +35,8 @@ from .disentangled import (
     validated_input,
 )
 
-RETURN_TYPES = ("output", "loss", "both")
+ReturnType = Literal["output", "loss", "both"]  # what forward returns, as in TransformerLens
+RETURN_TYPES = get_args(ReturnType)
 
 
 def _missing(owner: nn.Module, name: str) -> AttributeError:
@@ -156,8 +159,8 @@ class HookedDisentangledTransformer(HookedRootModule):
         pos = self.pos.expand(X.shape[0], -1, -1)
         return torch.cat([self.hook_embed(X), self.hook_pos_embed(pos)], dim=-1)
 
-    def forward(self, input: Tensor, Y: Tensor | None = None, return_type: str = "output",
-                check_input: bool = True):
+    def forward(self, input: Tensor, Y: Tensor | None = None, return_type: ReturnType = "output",
+                check_input: bool = True) -> Tensor | tuple[Tensor, Tensor]:
         """``X (B, T, d)``, or token ids ``(B, T)`` (:mod:`.tokens`), → by ``return_type``:
         ``"output"``, the predicted ``Y`` ``(B, d, d)``; ``"loss"``, the note's loss against ``Y``
         (default: the answer the input asks for, ``Pᵀ Y_P`` read off its rows), a scalar; ``"both"``.
@@ -165,8 +168,7 @@ class HookedDisentangledTransformer(HookedRootModule):
         ``check_input=False`` skips the shape/finiteness checks (the training loop uses it on data it
         drew itself; the finiteness check synchronises a GPU).
         """
-        if return_type not in RETURN_TYPES:
-            raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
+        check_choice("return_type", return_type, RETURN_TYPES)
         X = self.check_input(input) if check_input else input
         out = self.unembed(self.residual_streams(X, check_input=False)[-1])
         if return_type == "output":

@@ -20,11 +20,12 @@ from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from ..config import ModelConfig
+from ..errors import check_choice
 from ..runs import checkpoint as ckpt
 from ..runs.directory import RunDir, RunWeights
 from ..task import answer, mse
 from . import tokens
-from .hooked import RETURN_TYPES, CopyingHookPoint
+from .hooked import RETURN_TYPES, CopyingHookPoint, ReturnType
 from .standard import StandardTransformer, validated_input
 
 # Hooks that hand their hooks a copy: a view of a parameter or of the stream, or a tensor autograd
@@ -53,13 +54,12 @@ class HookedStandardTransformer(StandardTransformer, HookedRootModule):
             self.to(cfg.device)
         self.eval()  # nothing differs in training; TransformerLens's analysis tools require eval
 
-    def forward(self, input: Tensor, Y: Tensor | None = None, return_type: str = "output",
-                check_input: bool = True):
+    def forward(self, input: Tensor, Y: Tensor | None = None, return_type: ReturnType = "output",
+                check_input: bool = True) -> Tensor | tuple[Tensor, Tensor]:
         """``X (B, T, d)`` or token ids ``(B, T)`` → by ``return_type``: ``"output"``, the predicted
         ``Y (B, d, d)``; ``"loss"``, the note's loss against ``Y`` (default: the answer the input
         asks for); ``"both"``."""
-        if return_type not in RETURN_TYPES:
-            raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
+        check_choice("return_type", return_type, RETURN_TYPES)
         X = self.check_input(input) if check_input else input
         out = self.direct(X)
         if return_type == "output":
