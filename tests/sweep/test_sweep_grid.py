@@ -255,6 +255,8 @@ def test_mechanism_settings_fill_in_the_defaults(tmp_path):
     ('[model]\nd = 3\nd_model = 8\nd_head = 2', "model.d_model = 8: d_model, d_head belong"),
     ('[model]\nd = 3\n[train]\nrecipe = "paper"\nlr = 0.5', "train.lr = 0.5: recipe='paper'"),
     ('[model]\nd = 3\n[train]\nstop_at_mse = -1.0', "train.stop_at_mse = -1.0: stop_at_mse must"),
+    # a field both configurations have is named in the section that refused it
+    ('[model]\nd = 3\ndtype = "float64"\n[train]\ndtype = "half"', "train.dtype = 'half': dtype must"),
 ])
 def test_a_bad_config_value_is_one_error_naming_its_grid_key(tmp_path, table, key):
     """The key comes from the configuration error's field, also where its message does not start
