@@ -9,7 +9,7 @@ autograd saved), the hook gets a copy.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Literal, get_args, overload
+from typing import TYPE_CHECKING, Literal, get_args, overload
 
 import torch
 from jaxtyping import Float
@@ -118,6 +118,13 @@ class TaskForward:
     """``forward`` by ``return_type``, shared by the hooked models, which define ``check_input``
     and ``predict`` (``X (B, T, d)`` → ``(B, d, d)``). Overloaded on ``return_type`` as in
     TransformerLens, so a type checker knows that ``"both"`` gives a pair."""
+
+    if TYPE_CHECKING:  # what each model defines
+        cfg: ModelConfig
+
+        def check_input(self, X: Tensor) -> Tensor: ...
+
+        def predict(self, X: Tensor) -> Tensor: ...
 
     @overload
     def forward(self, input: Tensor, Y: Tensor | None = ...,
