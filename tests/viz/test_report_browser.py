@@ -95,6 +95,24 @@ def _load(page, tmp_path, width: int = 1400) -> tuple[dict, list[str]]:
     return found, urls
 
 
+def _settled(found: dict) -> bool:
+    """Every view drew and the first paint came before the bundle ran."""
+    views = found["views"]
+    return bool(views) and all(n > 0 for n in views) and found["firstPaint"] is not None \
+        and found["bundleAt"] is not None and found["firstPaint"] < found["bundleAt"]
+
+
+def _load_settled(page, tmp_path, tries: int = 3) -> tuple[dict, list[str]]:
+    """:func:`_load`, again (at most ``tries`` times) while the page has not settled: on a loaded
+    machine (the suite runs on every core) headless Chromium's virtual time can run out before the
+    bundle's first render, or present the first paint late. A page that never draws still fails."""
+    for _ in range(tries):
+        found, urls = _load(page, tmp_path)
+        if _settled(found):
+            break
+    return found, urls
+
+
 @pytest.fixture(scope="module")
 def report_page(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
@@ -116,7 +134,7 @@ def report_page(tmp_path_factory):
 def test_report_loads_offline_without_errors_and_renders(report_page, which):
     tmp, single, shared = report_page
     page = single if which == "single" else shared
-    found, urls = _load(page, tmp)
+    found, urls = _load_settled(page, tmp)
     assert found["errors"] == []
     outside = [u for u in urls + found["resources"] if not u.startswith(("file:", "data:", "blob:"))]
     assert outside == [], f"requests left the file: {outside}"

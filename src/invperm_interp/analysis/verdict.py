@@ -121,8 +121,8 @@ class Rule:
                 f"recovered, both intervals (± {self.z:g} standard errors) clear of the thresholds")
 
 
-#: The rule at the thresholds the census chose.
 RULE = Rule()
+"""The rule at the thresholds the census chose (its default everywhere)."""
 
 
 def is_faithful(score: Score, rule: Rule = RULE) -> bool:
