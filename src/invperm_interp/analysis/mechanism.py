@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ..maths.placement import Placement, parse
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
-from .faithfulness import Faithfulness, Tester
+from .faithfulness import Ablation, Faithfulness, Tester
 from .hypothesis import Hypothesis
 from .minimal import MinimalCircuit, minimal_circuit
 from .placements import candidate_placements, hypothesis, summed, untested_reason
@@ -205,7 +205,7 @@ def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
 
 
 def _screen_and_whole(model: HookedDisentangledTransformer, batch: Batch, screen: int,
-                      ablation: str = "zero", reference: Batch | None = None,
+                      ablation: Ablation = "zero", reference: Batch | None = None,
                       whole: Tester | None = None):
     """A tester on the first ``screen`` samples, and the whole batch's (``whole`` if given; else
     a function that builds it only when a straddling verdict asks for it)."""
@@ -218,7 +218,7 @@ def _screen_and_whole(model: HookedDisentangledTransformer, batch: Batch, screen
     return Tester(model, batch.head(screen), ablation, reference), full
 
 
-def name_on(model: HookedDisentangledTransformer, batch: Batch, *, ablation: str = "zero",
+def name_on(model: HookedDisentangledTransformer, batch: Batch, *, ablation: Ablation = "zero",
             reference: Batch | None = None, rule: Rule = RULE,
             screen: int = SCREEN_SAMPLES) -> Answer:
     """The rule's answer (a construction named, borderline or none) on ``batch``, without the
