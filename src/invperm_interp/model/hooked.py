@@ -9,7 +9,7 @@ autograd saved), the hook gets a copy.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal, get_args, overload
+from typing import TYPE_CHECKING, Literal, TypeVar, get_args, overload
 
 import torch
 from jaxtyping import Float
@@ -161,7 +161,36 @@ class TaskForward:
         return loss if return_type == "loss" else (out, loss)
 
 
-class HookedDisentangledTransformer(TaskForward, HookedRootModule):
+Hooked = TypeVar("Hooked", bound="FromWeights")
+
+
+class FromWeights:
+    """The hooked models' constructors from weights: a run directory, a plain model, or weights
+    read by ``RunDir.read_weights``. Each model's ``__init__(cfg, seed)`` builds the shape."""
+
+    @classmethod
+    def from_run(cls: type[Hooked], run_dir: str, step: int | None = None) -> Hooked:
+        """The model a training run wrote to ``run_dir`` (a str or Path): its final weights, or
+        checkpoint ``step``. Read with safetensors only (nothing is unpickled)."""
+        return cls.from_weights(RunDir(run_dir).read_weights(step))
+
+    @classmethod
+    def from_module(cls: type[Hooked], module: nn.Module) -> Hooked:
+        """The hooked model of ``module``'s weights (the plain model of the same architecture, or
+        another hooked model), copied, on ``module``'s device."""
+        model = cls(replace(module.cfg, device="cpu"), seed=0)
+        model.load_state_dict(module.state_dict())
+        return model.to(next(module.parameters()).device)
+
+    @classmethod
+    def from_weights(cls: type[Hooked], weights: RunWeights) -> Hooked:
+        """The model of ``weights`` (``RunDir.read_weights``), on the CPU."""
+        model = cls(weights.model_cfg, seed=0)
+        ckpt.load_model_tensors(model, weights.tensors, weights.path)
+        return model
+
+
+class HookedDisentangledTransformer(FromWeights, TaskForward, HookedRootModule):
     """Attention-only disentangled transformer with TransformerLens hooks.
 
     ``forward(X (B, T, d)) → (B, d, d)``: the prediction of ``Y`` from the read-out rows (``X`` may
@@ -279,27 +308,6 @@ class HookedDisentangledTransformer(TaskForward, HookedRootModule):
         if (dtype, device) != (self.cfg.dtype, self.cfg.device):
             self.cfg = replace(self.cfg, dtype=dtype, device=device)
         return module
-
-    @classmethod
-    def from_run(cls, run_dir: str, step: int | None = None) -> HookedDisentangledTransformer:
-        """The model a training run wrote to ``run_dir`` (a str or Path): its final weights, or
-        checkpoint ``step``. Read with safetensors only (nothing is unpickled)."""
-        return cls.from_weights(RunDir(run_dir).read_weights(step))
-
-    @classmethod
-    def from_module(cls, module: nn.Module) -> HookedDisentangledTransformer:
-        """The hooked model of ``module``'s weights (a :class:`.disentangled.DisentangledTransformer`,
-        or another hooked model), copied, on ``module``'s device."""
-        model = cls(replace(module.cfg, device="cpu"), seed=0)
-        model.load_state_dict(module.state_dict())
-        return model.to(module.pos.device)
-
-    @classmethod
-    def from_weights(cls, weights: RunWeights) -> HookedDisentangledTransformer:
-        """The model of ``weights`` (``RunDir.read_weights``), on the CPU."""
-        model = cls(weights.model_cfg, seed=0)
-        ckpt.load_model_tensors(model, weights.tensors, weights.path)
-        return model
 
     @property
     def device(self) -> torch.device:

@@ -15,15 +15,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from ..config import ModelConfig
-from ..runs import checkpoint as ckpt
-from ..runs.directory import RunDir, RunWeights
 from . import tokens
-from .hooked import CopyingHookPoint, TaskForward
+from .hooked import CopyingHookPoint, FromWeights, TaskForward
 from .standard import StandardTransformer, validated_input
 
 # Hooks that hand their hooks a copy: a view of a parameter or of the stream, or a tensor autograd
@@ -31,7 +29,7 @@ from .standard import StandardTransformer, validated_input
 _COPYING = ("hook_pos_embed", "hook_pattern", "hook_readout")
 
 
-class HookedStandardTransformer(TaskForward, StandardTransformer, HookedRootModule):
+class HookedStandardTransformer(FromWeights, TaskForward, StandardTransformer, HookedRootModule):
     """A standard transformer with TransformerLens hooks: ``forward(X (B, T, d)) → (B, d, d)``.
 
     ``run_with_cache`` / ``run_with_hooks`` / ``hooks()`` work as on TransformerLens models; the
@@ -125,27 +123,6 @@ class HookedStandardTransformer(TaskForward, StandardTransformer, HookedRootModu
         if (dtype, str(W.device)) != (self.cfg.dtype, self.cfg.device):
             self.cfg = replace(self.cfg, dtype=dtype, device=str(W.device))
         return module
-
-    @classmethod
-    def from_module(cls, module: nn.Module) -> HookedStandardTransformer:
-        """The hooked model of ``module``'s weights (a :class:`.standard.StandardTransformer`),
-        copied, on ``module``'s device."""
-        model = cls(replace(module.cfg, device="cpu"), seed=0)
-        model.load_state_dict(module.state_dict())
-        return model.to(module.pos_embed.W_pos.device)
-
-    @classmethod
-    def from_weights(cls, weights: RunWeights) -> HookedStandardTransformer:
-        """The model of ``weights`` (``RunDir.read_weights``), on the CPU."""
-        model = cls(weights.model_cfg, seed=0)
-        ckpt.load_model_tensors(model, weights.tensors, weights.path)
-        return model
-
-    @classmethod
-    def from_run(cls, run_dir: str, step: int | None = None) -> HookedStandardTransformer:
-        """The model a standard training run wrote to ``run_dir``: its final weights, or checkpoint
-        ``step`` (safetensors only)."""
-        return cls.from_weights(RunDir(run_dir).read_weights(step))
 
     def __repr__(self) -> str:
         cfg = self.cfg
