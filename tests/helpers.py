@@ -104,6 +104,16 @@ def tiny_grid_text(*, name: str = "tiny", seeds: str = "2", d: str = "2", steps:
             f'device = "cpu"\nlr = 0.05\n{tail}')
 
 
+def analyses_script(monkeypatch, name: str):
+    """The script ``analyses/{name}.py``, imported afresh with ``analyses/`` on the path (as the
+    scripts import their neighbours)."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(REPO / "analyses"))
+    sys.modules.pop(name, None)
+    return importlib.import_module(name)
+
+
 def run_with_weights(model, As, W_U, X):
     """``model`` run on ``X`` with its ``A`` s and ``W_U`` replaced (its weights untouched), through
     its hooks: the reference the batched circuit evaluator is tested against. ``(B, d, d)``."""

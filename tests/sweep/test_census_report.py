@@ -2,21 +2,16 @@
 the runs unless asked to update the checkout's assets/."""
 
 import json
-import sys
 
 import pytest
-from helpers import REPO, analysed, scored
+from helpers import REPO, analysed, analyses_script, scored
 
 ANALYSES = REPO / "analyses"
 
 
 @pytest.fixture
 def census_report(monkeypatch):
-    monkeypatch.syspath_prepend(str(ANALYSES))
-    sys.modules.pop("census_report", None)
-    import census_report
-
-    return census_report
+    return analyses_script(monkeypatch, "census_report")
 
 
 def record(name, attention_dir, d, seed, mechanism, solved=True, **analysis):

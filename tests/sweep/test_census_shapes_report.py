@@ -2,21 +2,16 @@
 and placement) and by what the other heads do: alone, copied or split."""
 
 import json
-import sys
 
 import pytest
-from helpers import REPO, analysed
+from helpers import REPO, analysed, analyses_script
 
 ANALYSES = REPO / "analyses"
 
 
 @pytest.fixture
 def report(monkeypatch):
-    monkeypatch.syspath_prepend(str(ANALYSES))
-    sys.modules.pop("census_shapes_report", None)
-    import census_shapes_report
-
-    return census_shapes_report
+    return analyses_script(monkeypatch, "census_shapes_report")
 
 
 def record(name, layers, heads, seed, mechanism, also=(), solved=True):
