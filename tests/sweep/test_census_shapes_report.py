@@ -6,7 +6,6 @@ import json
 import pytest
 from helpers import REPO, analysed, analyses_script
 
-ANALYSES = REPO / "analyses"
 
 
 @pytest.fixture
