@@ -4,8 +4,7 @@ and placement) and by what the other heads do: alone, copied or split."""
 import json
 
 import pytest
-from helpers import REPO, analysed, analyses_script
-
+from helpers import analysed, analyses_script
 
 
 @pytest.fixture
