@@ -30,7 +30,7 @@ from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
 from invperm_interp.analysis.mechanism import is_minimal, name_by_rule, verdict_of  # noqa: E402
 from invperm_interp.analysis.score import read_score  # noqa: E402
 from invperm_interp.analysis.sweep_record import SweepRecord  # noqa: E402
-from invperm_interp.analysis.verdict import Z  # noqa: E402
+from invperm_interp.analysis.verdict import Rule, Z  # noqa: E402
 from invperm_interp.sweep.collect import read_sweep  # noqa: E402
 
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "scratch": "causal [P; Y_P; S], reads S"}
@@ -64,7 +64,7 @@ def run_columns(record: SweepRecord) -> dict:
     and under the other ablation styles."""
     mech, m = record.mechanism, record.mechanism.minimal
     f = mech.faithfulness if mech.name is not None else None
-    rule = (mech.rows, mech.recovered, mech.z)
+    rule = mech.rule
     return {
         "samples": record.samples, "batches": record.batches, "mean_ablation": "mean" in record.under,
         "also_faithful": list(mech.also_faithful), "borderline": list(mech.borderline),
@@ -80,7 +80,7 @@ def run_columns(record: SweepRecord) -> dict:
                     "rows_se": t.circuit.rows_se, "loss_recovered": t.circuit.loss_recovered,
                     "recovered_se": t.circuit.recovered_se, "n": t.circuit.n,
                     "signs_agree": t.signs_agree, "n_atoms": t.n_atoms,
-                    "verdict": verdict_of(t, *rule)} for t in mech.tested],
+                    "verdict": verdict_of(t, rule)} for t in mech.tested],
         "names_by_batch": [str(a) for a in record.names_by_batch],
         "name_mean_ablation": _text(record.under.get("mean")),
         "resample_ablation": "resample" in record.under,
@@ -125,7 +125,7 @@ def name_at(row: dict, rows_min: float, recovered_min: float) -> str:
                               circuit=read_score({"mse": 0.0, "n": t["n"], **{k: t[k] for k in (
                                   "rows_exact", "rows_se", "loss_recovered", "recovered_se")}}))
               for t in row["tested"]]
-    return str(name_by_rule(tested, rows_min, recovered_min, row.get("z", Z)))
+    return str(name_by_rule(tested, Rule(rows_min, recovered_min, row.get("z", Z))))
 
 
 #: The thresholds (rows exact, loss recovered) the sensitivity table recounts at.

@@ -53,7 +53,8 @@ batch = sample_batch(model.cfg.layout, 512, torch.Generator().manual_seed(0),
                      dtype=model.cfg.torch_dtype)
 record = analyze(model, batch, run_dir)
 def draw():
-    return report.report_html(model, record, batch, run.metrics, train_cfg=run.train_cfg)
+    return report.report_html(model, record, batch,
+                              report.ReportContext(metrics=run.metrics, train_cfg=run.train_cfg))
 draw()
 best, figures, count, size = float("inf"), 0.0, 0, 0
 for _ in range(repeats):

@@ -1,11 +1,14 @@
 """Layouts, sampled batches and validated user input."""
 
+from typing import get_args, get_type_hints
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from invperm_interp import Layout, make_input, sample_batch
+from invperm_interp import Layout, ModelConfig, TrainConfig, make_input, sample_batch
+from invperm_interp.errors import ConfigError
 
 layouts = st.one_of(
     st.integers(1, 8).map(Layout.plain),
@@ -143,3 +146,47 @@ def test_layouts_by_name_are_the_same_on_the_command_line_and_in_grids(tmp_path)
     (job,) = load_grid(grid).jobs
     assert job.model_cfg.layout == Layout.named("code", 3)
     assert job.model_cfg.readout == DEFAULT_READOUT["code"] == "pad0"  # as `invperm train --layout code`
+
+
+@pytest.mark.parametrize("build, field", [
+    (lambda: Layout.plain(0), "d"),
+    (lambda: Layout.scratch(3, 0), "n_scratch"),
+    (lambda: Layout.of(3, "P"), "segments"),
+    (lambda: Layout.scratch(3, 2, scratch=[1.0]), "scratch"),
+    (lambda: Layout.named("zigzag", 3), "layout"),
+    (lambda: ModelConfig(Layout.plain(3), n_layers=0), "n_layers"),
+    (lambda: ModelConfig(Layout.plain(3), n_heads=(1, 2, 3)), "n_heads"),
+    (lambda: ModelConfig(Layout.plain(3), attention_dir="sideways"), "attention_dir"),
+    (lambda: ModelConfig(Layout.plain(3), readout="Q"), "readout"),
+    (lambda: ModelConfig(Layout.plain(3), d_model=8), "d_model"),
+    (lambda: ModelConfig(Layout.plain(3), arch="standard", d_mlp=0), "d_mlp"),
+    (lambda: TrainConfig(eval_size=0), "eval_size"),
+    (lambda: TrainConfig(recipe="slow"), "recipe"),
+    (lambda: TrainConfig(optimizer="rmsprop"), "optimizer"),
+    (lambda: TrainConfig(recipe="paper", lr=0.5), "lr"),  # the field recipe="paper" fixes
+    (lambda: TrainConfig(stop_at_floor=-1.0), "stop_at_floor"),
+])
+def test_a_config_error_names_its_field(build, field):
+    """The field is an attribute, read without parsing the message; the error is a ValueError."""
+    with pytest.raises(ConfigError) as caught:
+        build()
+    assert caught.value.field == field
+    assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize("build, field", [
+    (lambda **kw: ModelConfig(Layout.plain(3), **kw), "attention_dir"),
+    (lambda **kw: ModelConfig(Layout.plain(3), **kw), "arch"),
+    (lambda **kw: TrainConfig(**kw), "recipe"),
+])
+def test_a_choice_field_accepts_exactly_its_literal_type(build, field):
+    """The ``Literal`` a type checker sees and the run-time check agree: each choice the annotation
+    spells builds a config, anything else is refused naming the field."""
+    owner = ModelConfig if field != "recipe" else TrainConfig
+    choices = get_args(get_type_hints(owner)[field])
+    assert len(choices) >= 2 and all(isinstance(c, str) for c in choices)
+    for choice in choices:
+        assert getattr(build(**{field: choice}), field) == choice
+    with pytest.raises(ConfigError, match=f"^{field} must be one of") as caught:
+        build(**{field: choices[0].upper()})
+    assert caught.value.field == field

@@ -11,8 +11,12 @@ is what it always was.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-ARCHS = ("disentangled", "standard")
+from .errors import ConfigError, check_choice
+
+Arch = Literal["disentangled", "standard"]
+ARCHS = get_args(Arch)
 STANDARD_FIELDS = ("d_model", "d_head", "layernorm", "d_mlp")
 DEFAULT_D_MODEL = 64
 # The N(0, σ²) init of a standard model's matrices (LayerNorm weights start at 1, biases at 0);
@@ -23,14 +27,14 @@ DISENTANGLED_INIT_SCALE = 0.01
 
 def _positive_int(name: str, value) -> None:
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        raise ConfigError(name, f"{name} must be an integer >= 1, got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ArchitectureFields:
     """``arch`` and the standard model's shape (keyword-only fields of ``ModelConfig``)."""
 
-    arch: str = "disentangled"  # or "standard"; the four fields below are the standard model's
+    arch: Arch = "disentangled"  # or "standard"; the four fields below are the standard model's
     d_model: int | None = None  # the residual stream's width (default 64)
     d_head: int | None = None  # each head's width (default d_model // the most heads in a layer)
     layernorm: bool = False  # pre-LayerNorm before attention, MLP and read-out
@@ -38,9 +42,8 @@ class ArchitectureFields:
 
     def _resolve_architecture(self, heads: tuple[int, ...]) -> None:
         """Check the fields and fill in their defaults (``init_scale`` None: the architecture's);
-        a ``ValueError`` names the field and what was expected."""
-        if self.arch not in ARCHS:
-            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+        a :class:`ConfigError` names the field and what was expected."""
+        check_choice("arch", self.arch, ARCHS)
         standard = self.arch == "standard"
         if getattr(self, "init_scale", 0) is None:
             scale = STANDARD_INIT_SCALE if standard else DISENTANGLED_INIT_SCALE
@@ -48,8 +51,8 @@ class ArchitectureFields:
         if not standard:
             extra = [f for f in STANDARD_FIELDS if getattr(self, f) not in (None, False)]
             if extra:
-                raise ValueError(f"{', '.join(extra)} belong to arch='standard', not "
-                                 f"{self.arch!r}")
+                raise ConfigError(extra[0], f"{', '.join(extra)} belong to arch='standard', not "
+                                            f"{self.arch!r}")
             return
         if self.d_model is None:
             object.__setattr__(self, "d_model", DEFAULT_D_MODEL)
@@ -58,7 +61,7 @@ class ArchitectureFields:
             object.__setattr__(self, "d_head", max(1, self.d_model // max(heads)))
         _positive_int("d_head", self.d_head)
         if not isinstance(self.layernorm, bool):
-            raise ValueError(f"layernorm must be True or False, got {self.layernorm!r}")
+            raise ConfigError("layernorm", f"layernorm must be True or False, got {self.layernorm!r}")
         if self.d_mlp is not None:
             _positive_int("d_mlp", self.d_mlp)
 

@@ -7,13 +7,16 @@ import json
 import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Literal, get_args
 
 import torch
 
 from .architecture import ArchitectureFields
+from .errors import ConfigError, check_choice
 from .task import Layout
 
-ATTENTION_DIRS = ("causal", "bidirectional")  # TransformerLens's names for masked / unmasked
+AttentionDir = Literal["causal", "bidirectional"]  # TransformerLens's names for masked / unmasked
+ATTENTION_DIRS = get_args(AttentionDir)
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 INITS = ("normal", "zeros")
 
@@ -38,7 +41,7 @@ class ModelConfig(ArchitectureFields, JSONConfig):
     layout: Layout
     n_layers: int = 2
     n_heads: int | tuple[int, ...] = 1  # one int for every layer, or one per layer
-    attention_dir: str = "causal"  # "causal": the note's decoder; "bidirectional": Theorem 2 (CMF)
+    attention_dir: AttentionDir = "causal"  # "causal": the note's decoder; "bidirectional": Theorem 2 (CMF)
     readout: str = "P"  # name of the segment whose rows are read out (must have d rows)
     dtype: str = "float32"  # "float64" for exact checks of the constructions
     init: str = "normal"  # "normal": N(0, init_scale²); "zeros": the note's code
@@ -51,49 +54,44 @@ class ModelConfig(ArchitectureFields, JSONConfig):
         try:
             object.__setattr__(self, "device", str(torch.device(self.device)))
         except (RuntimeError, TypeError):
-            raise ValueError(f"device must name a torch device ('cpu', 'cuda:0', ...), "
-                             f"got {self.device!r}") from None
+            raise ConfigError("device", f"device must name a torch device ('cpu', 'cuda:0', ...), "
+                                        f"got {self.device!r}") from None
         if not isinstance(self.layout, Layout):
-            raise ValueError(f"layout must be a Layout, got {type(self.layout).__name__}")
+            raise ConfigError("layout", f"layout must be a Layout, got {type(self.layout).__name__}")
         if not isinstance(self.n_layers, int) or isinstance(self.n_layers, bool) or self.n_layers < 1:
-            raise ValueError(f"n_layers must be an integer >= 1, got {self.n_layers!r}")
+            raise ConfigError("n_layers", f"n_layers must be an integer >= 1, got {self.n_layers!r}")
         heads = self.n_heads
         if isinstance(heads, list):
             heads = tuple(heads)
             object.__setattr__(self, "n_heads", heads)
         if isinstance(heads, tuple):
             if len(heads) != self.n_layers:
-                raise ValueError(
-                    f"n_heads must have one entry per layer ({self.n_layers}), got {list(heads)}"
+                raise ConfigError(
+                    "n_heads", f"n_heads must have one entry per layer ({self.n_layers}), got {list(heads)}"
                 )
         else:
             heads = (heads,)
         if not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in heads):
-            raise ValueError(f"n_heads must be integers >= 1, got {self.n_heads!r}")
-        if self.attention_dir not in ATTENTION_DIRS:
-            raise ValueError(
-                f"attention_dir must be one of {ATTENTION_DIRS}, got {self.attention_dir!r}"
-            )
+            raise ConfigError("n_heads", f"n_heads must be integers >= 1, got {self.n_heads!r}")
+        check_choice("attention_dir", self.attention_dir, ATTENTION_DIRS)
         seg = self.layout.segment(self.readout) if self.readout in self.layout.names else None
         if seg is None:
-            raise ValueError(
-                f"readout must name a segment of the layout {list(self.layout.names)}, "
+            raise ConfigError(
+                "readout", f"readout must name a segment of the layout {list(self.layout.names)}, "
                 f"got {self.readout!r}"
             )
         if seg.n_rows != self.layout.d:
-            raise ValueError(
-                f"readout segment {self.readout!r} must have d={self.layout.d} rows (one per row "
+            raise ConfigError(
+                "readout", f"readout segment {self.readout!r} must have d={self.layout.d} rows (one per row "
                 f"of Y), got {seg.n_rows}"
             )
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
-        if self.init not in INITS:
-            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
+        check_choice("dtype", self.dtype, DTYPES)
+        check_choice("init", self.init, INITS)
         self._resolve_architecture(heads)
         scale = self.init_scale
         number = isinstance(scale, (int, float)) and not isinstance(scale, bool)
         if not (number and 0 <= scale < float("inf")):
-            raise ValueError(f"init_scale must be finite and >= 0, got {self.init_scale!r}")
+            raise ConfigError("init_scale", f"init_scale must be finite and >= 0, got {self.init_scale!r}")
 
     # -- derived shapes -----------------------------------------------------------------------
     @property
@@ -179,7 +177,8 @@ class ModelConfig(ArchitectureFields, JSONConfig):
 
 
 
-RECIPES = ("adam", "paper", "fast")
+Recipe = Literal["adam", "paper", "fast"]
+RECIPES = get_args(Recipe)
 # Steps to MSE < 1e-3 hardly depend on the batch size (bidirectional d = 10, Adam lr 1e-2, 8 seeds:
 # median 900 steps at batch 64, 1,050 at 128, 925 at 256, 1,200 at 512 and 1,024), so the smallest
 # batch solves soonest in seconds (median 12.6 s at 64, 18.0 s at 128, 28.8 s at 256 on a 2-core
@@ -211,7 +210,7 @@ def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> No
     ok = isinstance(value, int) and not isinstance(value, bool) and value >= minimum
     if not ok or (maximum is not None and value >= maximum):
         upper = "" if maximum is None else f" and < {maximum}"
-        raise ValueError(f"{name} must be an integer >= {minimum}{upper}, got {value!r}")
+        raise ConfigError(name, f"{name} must be an integer >= {minimum}{upper}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -224,7 +223,7 @@ class TrainConfig(JSONConfig):
 
     steps: int = 3000
     batch_size: int | None = None  # None: the recipe's (1024; "fast": FAST_BATCH)
-    recipe: str = "adam"  # "adam": Adam lr 1e-2 from N(0, 0.01²), solves d=10 in ~1k steps;
+    recipe: Recipe = "adam"  # "adam": Adam lr 1e-2 from N(0, 0.01²), solves d=10 in ~1k steps;
     # "fast": the same at the batch size that solves soonest on a CPU; "paper": the note's
     lr: float | None = None  # None: the recipe's (adam 1e-2, paper 1.0)
     optimizer: str | None = None  # None: the recipe's ("adam"; "sgd" for paper)
@@ -255,28 +254,24 @@ class TrainConfig(JSONConfig):
         _check_int("steps", self.steps, 1)
         if self.batch_size is not None:
             _check_int("batch_size", self.batch_size, 1)
-        if self.recipe not in RECIPES:
-            raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
+        check_choice("recipe", self.recipe, RECIPES)
         number = isinstance(self.lr, (int, float)) and not isinstance(self.lr, bool)
         if self.lr is not None and not (number and 0 < self.lr < float("inf")):
-            raise ValueError(f"lr must be a finite number > 0 or None, got {self.lr!r}")
-        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS} or None, got {self.optimizer!r}")
-        if self.schedule is not None and self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES} or None, got {self.schedule!r}")
+            raise ConfigError("lr", f"lr must be a finite number > 0 or None, got {self.lr!r}")
+        check_choice("optimizer", self.optimizer, OPTIMIZERS, optional=True)
+        check_choice("schedule", self.schedule, SCHEDULES, optional=True)
         if self.schedule_steps is not None:
             _check_int("schedule_steps", self.schedule_steps, 1)
-        if self.init is not None and self.init not in INITS:
-            raise ValueError(f"init must be one of {INITS} or None, got {self.init!r}")
+        check_choice("init", self.init, INITS, optional=True)
         _check_int("seed", self.seed, 0, 2**62)
         device = self.device
         if not isinstance(device, str) or not (
             device in ("auto", "cpu", "cuda")
             or (device.startswith("cuda:") and device[5:].isdigit())
         ):
-            raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-        if self.dtype is not None and self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)} or None, got {self.dtype!r}")
+            raise ConfigError("device", f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', "
+                                        f"got {device!r}")
+        check_choice("dtype", self.dtype, DTYPES, optional=True)
         _check_int("eval_every", self.eval_every, 1)
         _check_int("eval_size", self.eval_size, 1)
         _check_int("checkpoint_every", self.checkpoint_every, 1)
@@ -284,24 +279,26 @@ class TrainConfig(JSONConfig):
             _check_int("checkpoint_dense_every", self.checkpoint_dense_every, 1)
         until = self.checkpoint_dense_until
         if not (isinstance(until, (int, float)) and not isinstance(until, bool) and 0 < until < math.inf):
-            raise ValueError(f"checkpoint_dense_until must be a finite number > 0, got {until!r}")
+            raise ConfigError("checkpoint_dense_until",
+                              f"checkpoint_dense_until must be a finite number > 0, got {until!r}")
         if self.out_dir is not None and not (isinstance(self.out_dir, str) and self.out_dir.strip()):
             # "" would be the current directory: never a run directory by accident
-            raise ValueError(f"out_dir must be a non-empty path string or None, got {self.out_dir!r}")
+            raise ConfigError("out_dir", f"out_dir must be a non-empty path string or None, "
+                                         f"got {self.out_dir!r}")
         if self.threads is not None:
             _check_int("threads", self.threads, 1)
         for name in ("stop_at_mse", "stop_at_floor"):
             value = getattr(self, name)
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
             if value is not None and not (number and 0 < value < float("inf")):
-                raise ValueError(f"{name} must be a finite number > 0 or None, got {value!r}")
+                raise ConfigError(name, f"{name} must be a finite number > 0 or None, got {value!r}")
         _check_int("floor_patience", self.floor_patience, 1)
         if self.recipe == "paper":
             for name in PAPER_FIXED:
                 value, given = RECIPE_DEFAULTS["paper"][name], getattr(self, name)
                 if given is not None and given != value:
-                    raise ValueError(
-                        f"recipe='paper' is the note's recipe exactly and fixes {name}={value!r}, "
+                    raise ConfigError(
+                        name, f"recipe='paper' is the note's recipe exactly and fixes {name}={value!r}, "
                         f"got {name}={given!r}; use recipe='adam' to choose it freely"
                     )
 

@@ -14,13 +14,15 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from .errors import ConfigError
+
 #: Segment kinds: the permutation, the permuted targets, scratch rows (the vector ``s``), zero rows.
 SEGMENT_KINDS = ("P", "Y", "S", "0")
 
 
 def _check_d(d) -> None:
     if not isinstance(d, int) or isinstance(d, bool) or d < 1:
-        raise ValueError(f"d must be an integer >= 1, got {d!r}")
+        raise ConfigError("d", f"d must be an integer >= 1, got {d!r}")
 
 
 #: The layouts by name (``Layout.named``) and the segment each reads out unless told otherwise:
@@ -56,35 +58,36 @@ class Layout:
     def __post_init__(self) -> None:
         _check_d(self.d)
         if not self.segments:
-            raise ValueError("segments must name at least one segment")
+            raise ConfigError("segments", "segments must name at least one segment")
         names = [s.name for s in self.segments]
         if len(set(names)) != len(names):
-            raise ValueError(f"segments must have distinct names, got {names}")
+            raise ConfigError("segments", f"segments must have distinct names, got {names}")
         for seg in self.segments:
             if seg.kind not in SEGMENT_KINDS:
-                raise ValueError(f"segment kind must be one of {SEGMENT_KINDS}, got {seg.kind!r}")
+                raise ConfigError("segments", f"segment kind must be one of {SEGMENT_KINDS}, "
+                                              f"got {seg.kind!r}")
             if not isinstance(seg.n_rows, int) or isinstance(seg.n_rows, bool) or seg.n_rows < 1:
-                raise ValueError(
-                    f"segment {seg.name!r} must have an integer n_rows >= 1, got {seg.n_rows!r}"
+                raise ConfigError(
+                    "segments", f"segment {seg.name!r} must have an integer n_rows >= 1, got {seg.n_rows!r}"
                 )
             if seg.kind in ("P", "Y") and seg.n_rows != self.d:
-                raise ValueError(
-                    f"segment {seg.name!r} of kind {seg.kind} must have d={self.d} rows, "
+                raise ConfigError(
+                    "segments", f"segment {seg.name!r} of kind {seg.kind} must have d={self.d} rows, "
                     f"got {seg.n_rows}"
                 )
         for kind in ("P", "Y"):
             if sum(s.kind == kind for s in self.segments) != 1:
-                raise ValueError(f"a layout needs exactly one {kind} segment, got {names}")
+                raise ConfigError("segments", f"a layout needs exactly one {kind} segment, got {names}")
         has_scratch = any(s.kind == "S" for s in self.segments)
         if has_scratch and len(self.scratch_vector) != self.d:
-            raise ValueError(
-                f"scratch must be a vector of length d={self.d}, "
+            raise ConfigError(
+                "scratch", f"scratch must be a vector of length d={self.d}, "
                 f"got length {len(self.scratch_vector)}"
             )
         if not has_scratch and self.scratch_vector:
-            raise ValueError("scratch was given but the layout has no S segment")
+            raise ConfigError("scratch", "scratch was given but the layout has no S segment")
         if not all(math.isfinite(v) for v in self.scratch_vector):
-            raise ValueError(f"scratch must be finite, got {self.scratch_vector}")
+            raise ConfigError("scratch", f"scratch must be finite, got {self.scratch_vector}")
 
     # -- constructors -------------------------------------------------------------------------
     @classmethod
@@ -99,7 +102,7 @@ class Layout:
         if n_scratch is None:
             n_scratch = d
         if not isinstance(n_scratch, int) or isinstance(n_scratch, bool) or n_scratch < 1:
-            raise ValueError(f"n_scratch must be an integer >= 1, got {n_scratch!r}")
+            raise ConfigError("n_scratch", f"n_scratch must be an integer >= 1, got {n_scratch!r}")
         return cls.of(d, "P", "Y", f"S:{n_scratch}", scratch=scratch)
 
     @classmethod
@@ -109,9 +112,9 @@ class Layout:
         ``[0; P; Y_P; 0]`` (segments ``pad0, P, Y, pad1``). Its usual read-out:
         ``DEFAULT_READOUT[kind]``."""
         if kind not in DEFAULT_READOUT:
-            raise ValueError(f"layout must be one of {tuple(DEFAULT_READOUT)}, got {kind!r}")
+            raise ConfigError("layout", f"layout must be one of {tuple(DEFAULT_READOUT)}, got {kind!r}")
         if n_scratch is not None and kind != "scratch":
-            raise ValueError(f"n_scratch sets the scratch rows of layout 'scratch'; layout "
+            raise ConfigError("n_scratch", f"n_scratch sets the scratch rows of layout 'scratch'; layout "
                              f"{kind!r} has none")
         if kind == "scratch":
             return cls.scratch(d, n_scratch)
@@ -129,13 +132,14 @@ class Layout:
         for spec in specs:
             kind, _, n = str(spec).partition(":")
             if kind not in SEGMENT_KINDS:
-                raise ValueError(f"segment spec must start with one of {SEGMENT_KINDS}, got {spec!r}")
+                raise ConfigError("specs", f"segment spec must start with one of {SEGMENT_KINDS}, "
+                                           f"got {spec!r}")
             try:
                 n_rows = d if n == "" else int(n)
             except ValueError:
-                raise ValueError(f"segment spec {spec!r}: n_rows must be an integer") from None
+                raise ConfigError("specs", f"segment spec {spec!r}: n_rows must be an integer") from None
             if n_rows < 1:
-                raise ValueError(f"segment spec {spec!r}: n_rows must be >= 1, got {n_rows}")
+                raise ConfigError("specs", f"segment spec {spec!r}: n_rows must be >= 1, got {n_rows}")
             parsed.append((kind, n_rows))
         counts = {k: sum(p[0] == k for p in parsed) for k in SEGMENT_KINDS}
         seen = dict.fromkeys(SEGMENT_KINDS, 0)
@@ -152,7 +156,8 @@ class Layout:
         try:
             vector = tuple(float(v) for v in (scratch if scratch is not None else ()))
         except (TypeError, ValueError):  # complex, strings, a bare number: name the argument
-            raise ValueError(f"scratch must be a vector of d={d} real numbers, got {scratch!r}") from None
+            raise ConfigError("scratch", f"scratch must be a vector of d={d} real numbers, "
+                                         f"got {scratch!r}") from None
         return cls(d, tuple(segments), vector)
 
     # -- geometry -----------------------------------------------------------------------------

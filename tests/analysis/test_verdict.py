@@ -15,7 +15,7 @@ from invperm_interp.analysis.hypothesis import Hypothesis
 from invperm_interp.analysis.mechanism import Mechanism, name_on
 from invperm_interp.analysis.minimal import candidate_cells, read_candidates
 from invperm_interp.analysis.templates import explain
-from invperm_interp.analysis.verdict import is_faithful
+from invperm_interp.analysis.verdict import Rule, is_faithful
 from invperm_interp.maths import constructions as C
 
 
@@ -78,7 +78,7 @@ def test_a_straddling_interval_is_borderline_not_a_flip():
     f = faithfulness(model, "two_block", batch, minimality=False)
     assert f.circuit.recovered_se > 0
     # the rule's loss threshold exactly at the measured value: the interval straddles it
-    mech = mechanism(model, batch, rows=0.0, recovered=f.circuit.loss_recovered, exact=False)
+    mech = mechanism(model, batch, rule=Rule(0.0, f.circuit.loss_recovered), exact=False)
     assert mech.name is None and "two_block" in mech.borderline  # no name: the verdict says why
     assert mech.verdict == "borderline" and mech.faithfulness.hypothesis in mech.borderline
     assert mech.answer == ("borderline", None) and str(mech.answer) == "borderline"
@@ -213,7 +213,7 @@ def test_clear_verdicts_use_the_screen_and_straddling_ones_the_whole_batch():
     batch = batch_for(model, 1536)
     first = faithfulness(model, "two_block", batch.head(512), minimality=False)
     # at the threshold measured on the first 512 samples, two_block straddles there: measured again
-    mech = mechanism(model, batch, rows=0.0, recovered=first.circuit.loss_recovered, exact=False)
+    mech = mechanism(model, batch, rule=Rule(0.0, first.circuit.loss_recovered), exact=False)
     by_name = {t.hypothesis: t for t in mech.tested}
     assert by_name["two_block"].circuit.n == 1536
     whole = faithfulness(model, "two_block", batch, minimality=False)
@@ -253,3 +253,18 @@ def test_the_search_claims_a_proof_only_when_every_smaller_size_was_tried(found,
     from invperm_interp.analysis.minimal import proved_smallest
 
     assert proved_smallest(found, exhausted, below, bound) is proved
+
+
+def test_a_rule_is_one_value_with_its_judgement_and_its_words():
+    """The thresholds travel as one ``Rule``: its judgement is the interval test written out here
+    (estimate ± z·se against each threshold), and a bad threshold is one error naming it."""
+    rule = Rule(0.9, 0.5, z=2.0)
+    assert rule.judge(Score(0.1, 0.95, 0.7, 0.01, 0.05, 100)) == "faithful"  # 0.93 > 0.9, 0.6 > 0.5
+    assert rule.judge(Score(0.1, 0.95, 0.7, 0.03, 0.05, 100)) == "borderline"  # 0.89 < 0.9 < 1.01
+    assert rule.judge(Score(0.1, 0.85, 0.7, 0.01, 0.05, 100)) == "not faithful"  # 0.87 < 0.9
+    assert rule.is_faithful(Score(0.1, 0.9, 0.5)) and not rule.is_faithful(Score(0.1, 0.9, None))
+    assert "90% of rows exact and 50% of the loss recovered" in str(rule)
+    with pytest.raises(ValueError, match="rows must be in"):
+        Rule(rows=1.5)
+    with pytest.raises(ValueError, match="z must be a number"):
+        Rule(z="2")

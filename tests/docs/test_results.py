@@ -80,6 +80,24 @@ def test_the_readme_numbers_come_from_the_assets():
     assert fill("SC_NAMED of their SC_SOLVED solved runs run one of three registered", numbers) in readme
 
 
+def test_the_readme_beyond_the_note_numbers_come_from_the_assets():
+    readme = text("README.md")
+    rows = load("standard.json")
+    causal = [r for r in rows if r["model"].startswith("causal")]
+    bidirectional = [r for r in rows if r["model"].startswith("bidirectional")]
+    solved = [r for r in bidirectional if r["solved_at"] is not None]
+    assert {r["floor"] for r in causal} == {2.5} and all(r["stopped"] == "causal_floor" for r in causal)
+    top = max(r["excess_over_floor"] for r in causal)
+    assert (f"all {len(causal)} causal runs sit on the floor 2.5 (at most +{top:.2g} above it) and "
+            f"{len(solved)} of {len(bidirectional)} bidirectional runs solve") in readme
+    page = (REPO / "assets" / "scrubbing.md").read_text()
+    (resample,) = [line for line in page.splitlines() if line.startswith("| resample |")]
+    _, _, _, alone, guarded, _ = [c.strip() for c in resample.split("|")[:6]]
+    alone, guarded = alone.split(" (")[0], guarded.split(" (")[0]
+    assert (f"claim alone is faithful under resample ablation in {alone}; with the layer-1 cells that "
+            f"path patching finds, in {guarded}") in readme
+
+
 def test_the_notes_page_numbers_come_from_the_assets():
     page = text("docs/results/note.md")
     printed = construction("theorem2_as_printed")

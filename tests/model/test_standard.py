@@ -161,3 +161,18 @@ def test_bad_architecture_fields_are_refused_by_name(kw, words):
         ModelConfig(Layout.plain(3), **kw)
     with pytest.raises(ValueError, match="cfg.arch must be 'standard'"):
         StandardTransformer(ModelConfig(Layout.plain(3)))
+
+
+def test_the_hooked_standard_model_returns_by_return_type_the_note_loss():
+    cfg = ModelConfig(Layout.plain(3), arch="standard", n_heads=2, d_model=6, d_head=2,
+                      dtype="float64", init_scale=0.7)
+    hooked = HookedStandardTransformer(cfg, seed=2).requires_grad_(False)
+    batch = sample_batch(cfg.layout, 4, torch.Generator().manual_seed(0), dtype=torch.float64)
+    out = hooked(batch.X).detach().numpy()
+    expected = ((out - batch.Y.numpy()) ** 2).sum(-1).mean()  # squared error over columns, averaged
+    assert float(hooked(batch.X, return_type="loss")) == pytest.approx(expected, rel=1e-12)
+    both_out, both_loss = hooked(batch.X, None, "both")
+    np.testing.assert_array_equal(both_out.detach().numpy(), out)
+    assert float(both_loss) == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(ValueError, match=r"^return_type must be one of \('output', 'loss', 'both'\)"):
+        hooked(batch.X, return_type="logits")

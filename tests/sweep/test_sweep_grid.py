@@ -244,3 +244,22 @@ def test_mechanism_settings_fill_in_the_defaults(tmp_path):
     path = grid_file(tmp_path, 'name = "g"\nseeds = 1\nmechanism = {batches = 3}\n[model]\nd = 3\n')
     assert load_grid(path).analysis == {"samples": 4096, "seed": 0, "batches": 3,
                                         "mean_ablation": False, "resample_ablation": False}
+
+
+@pytest.mark.parametrize("table, key", [
+    ('[model]\nd = 3\nn_layers = [2, 0]', "model.n_layers = 0: n_layers must"),
+    ('[model]\nd = 0', "model.d = 0: d must"),
+    ('[model]\nd = 3\nn_scratch = 2', "model.n_scratch = 2: n_scratch needs"),
+    ('[model]\nd = 3\nlayout = "zigzag"', "model.layout = 'zigzag': layout must"),
+    # messages that do not start with the key: 'd_model, d_head belong …', "recipe='paper' …"
+    ('[model]\nd = 3\nd_model = 8\nd_head = 2', "model.d_model = 8: d_model, d_head belong"),
+    ('[model]\nd = 3\n[train]\nrecipe = "paper"\nlr = 0.5', "train.lr = 0.5: recipe='paper'"),
+    ('[model]\nd = 3\n[train]\nstop_at_mse = -1.0', "train.stop_at_mse = -1.0: stop_at_mse must"),
+    # a field both configurations have is named in the section that refused it
+    ('[model]\nd = 3\ndtype = "float64"\n[train]\ndtype = "half"', "train.dtype = 'half': dtype must"),
+])
+def test_a_bad_config_value_is_one_error_naming_its_grid_key(tmp_path, table, key):
+    """The key comes from the configuration error's field, also where its message does not start
+    with it."""
+    with pytest.raises(ValueError, match=re.escape(f"grid {tmp_path / 'grid.toml'}: {key}")):
+        load_grid(grid_file(tmp_path, table))

@@ -17,7 +17,7 @@ from invperm_interp.labels import excess_text
 from invperm_interp.maths import constructions
 from invperm_interp.viz.heatmaps import head_figure, plot_dependency, plot_patching, unembed_figure
 from invperm_interp.viz.page import BUNDLE, write_bundle
-from invperm_interp.viz.report import report_html
+from invperm_interp.viz.report import ReportContext, report_html
 from invperm_interp.viz.training import plot_accuracy, plot_training
 
 
@@ -37,8 +37,9 @@ def theorem3():
 @pytest.fixture(scope="module")
 def theorem3_page(theorem3):
     model, batch, summary = theorem3
-    return report_html(model, summary, batch, _metrics(0.0, 1e-4, "causal"), "construction theorem3",
-                       train_cfg=TrainConfig(steps=200, seed=7, batch_size=256, eval_size=512))
+    context = ReportContext("construction theorem3", _metrics(0.0, 1e-4, "causal"),
+                            TrainConfig(steps=200, seed=7, batch_size=256, eval_size=512))
+    return report_html(model, summary, batch, context)
 
 
 def _sections(page: str) -> dict[str, str]:
@@ -64,7 +65,7 @@ def test_a_sweeps_verdict_is_shown_after_the_mechanism_when_the_run_has_one(theo
     record = analysed("theorem3_superposed", also=["theorem3_superposed_complement"],
                       names=["theorem3_superposed", "borderline", "theorem3_superposed"],
                       resample="none", optimal=False)
-    page = report_html(model, summary, batch, sweep_record=record)
+    page = report_html(model, summary, batch, ReportContext(sweep_record=record))
     mechanism = _sections(page)["Mechanism"]
     said = mechanism[mechanism.index("The sweep's verdict"):]
     assert "the rule names theorem3_superposed (also faithful: theorem3_superposed_complement) " \
@@ -106,7 +107,7 @@ def test_run_details_are_said_once(theorem3_page):
 
 def test_results_show_excess_over_floor_and_accuracies(theorem3):
     model, batch, summary = theorem3
-    page = report_html(model, summary, batch, _metrics(2.5, 2.5025, "causal"))
+    page = report_html(model, summary, batch, ReportContext(metrics=_metrics(2.5, 2.5025, "causal")))
     results = _sections(page)["Results"]
     assert "2.5025 = floor 2.5 + 0.0025" in results  # the run's last eval, with enough digits
     assert excess_text(2.49, 2.5) == "2.49 = floor 2.5 − 0.01"
@@ -182,8 +183,8 @@ def test_each_layer_is_named_the_same_way_in_every_section(theorem3, theorem3_pa
 def test_a_shared_bundle_replaces_the_inline_copy(theorem3, tmp_path):
     model, batch, summary = theorem3
     inline = report_html(model, summary, batch)
-    shared = report_html(model, summary, batch, bundle="../circuitsvis.js",
-                         links=[("↑ all runs", "../index.html")])
+    shared = report_html(model, summary, batch, ReportContext(
+        bundle="../circuitsvis.js", links=(("↑ all runs", "../index.html"),)))
     assert '<nav><a href="../index.html">↑ all runs</a></nav>' in shared
     assert '"../circuitsvis.js"' in shared and "var CircuitsVis" not in shared
     assert len(inline) - len(shared) > 0.9 * BUNDLE.stat().st_size
@@ -235,7 +236,7 @@ def test_no_placeholder_text_when_nothing_is_fitted(theorem3):
     model, batch, summary = theorem3
     mech = summary.mechanism
     empty = MinimalCircuit((), (), False, mech.minimal.score, 0.0)
-    nothing = replace(summary, mechanism=replace(mech, name="none", faithfulness=None, minimal=empty),
+    nothing = replace(summary, mechanism=replace(mech, name=None, faithfulness=None, minimal=empty),
                       circuit=Circuit((), (1.0, 1.0)))
     head = headline(nothing)
     assert "all 0 cells" not in head and "100%–100%" not in head and "table below" not in head
@@ -266,7 +267,7 @@ def test_mechanism_table_shows_every_condition_of_the_rule(theorem3):
                                                      .split("</tbody>")[0]))}
     assert rows["theorem3"][4] == "all β &gt; 0 ✓" and rows["theorem3"][-1] == "named"
     assert rows["theorem3_flipped"][4].endswith("β ≤ 0 ✗") and rows["theorem3_flipped"][-1] == "fails"
-    none = replace(summary, mechanism=replace(mech, name="none", faithfulness=None, tested=(flipped,)))
+    none = replace(summary, mechanism=replace(mech, name=None, faithfulness=None, tested=(flipped,)))
     assert "templates fitted with β ≤ 0" in headline(none)  # the headline says which condition fails
 
 

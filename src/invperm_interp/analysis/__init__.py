@@ -43,7 +43,7 @@ from .templates import (
     explain,
     match_templates,
 )
-from .verdict import FAITHFUL_RECOVERED, FAITHFUL_ROWS, evaluation_batch, is_faithful, judge
+from .verdict import FAITHFUL_RECOVERED, FAITHFUL_ROWS, RULE, Rule, evaluation_batch, is_faithful, judge
 
 __all__ = [
     "FAITHFUL_RECOVERED",
@@ -53,6 +53,8 @@ __all__ = [
     "Mechanism",
     "MinimalCircuit",
     "ModelAnalysis",
+    "RULE",
+    "Rule",
     "Score",
     "analyze",
     "evaluation_batch",

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import AttentionDir
 from ..maths import constructions
 from ..maths.placement import Placement, unplace
 from ..maths.registry import parse_read
@@ -50,7 +51,7 @@ DISCOVER_DS = (3, 5, 10)
 class Form:
     """A circuit up to the gauge: the model's kind, its cells and what ``W_U`` reads."""
 
-    attention_dir: str
+    attention_dir: AttentionDir
     layout: str  # "plain" or "scratch"
     readout: str
     cells: tuple[Cell, ...]  # sorted

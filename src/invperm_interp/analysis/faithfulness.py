@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
+from ..errors import check_choice
 from ..model.hooked import HookedDisentangledTransformer
 from ..model.variants import forward_many
 from ..task import Batch, mse
@@ -118,7 +120,8 @@ class Faithfulness:
                    tuple(read_score(s) for s in data["minimality"]))
 
 
-ABLATIONS = ("zero", "mean", "resample")
+Ablation = Literal["zero", "mean", "resample"]  # how a removed part is removed (Tester)
+ABLATIONS = get_args(Ablation)
 
 
 class Tester:
@@ -133,14 +136,13 @@ class Tester:
     input, sample ``b`` taking the ``reference`` batch's sample ``b`` (by default the batch's own
     next sample, ``b + 1``). Removed read-out rows are zeroed either way."""
 
-    def __init__(self, model: HookedDisentangledTransformer, batch: Batch, ablation: str = "zero",
+    def __init__(self, model: HookedDisentangledTransformer, batch: Batch, ablation: Ablation = "zero",
                  reference: Batch | None = None):
         if not isinstance(batch, Batch):
             raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
         if batch.layout != model.cfg.layout:
             raise ValueError(f"batch layout {batch.layout} differs from the model's {model.cfg.layout}")
-        if ablation not in ABLATIONS:
-            raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
+        check_choice("ablation", ablation, ABLATIONS)
         self.model, self.ablation, self.reference = model, ablation, reference
         self.batch = batch.to(model.device, model.cfg.torch_dtype)
         self.baseline = 0.25 * model.cfg.d
@@ -254,7 +256,7 @@ def evaluate_many(model: HookedDisentangledTransformer, hypotheses: Sequence, ba
 
 def faithfulness(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,
                  read=None, unit: str | None = None, minimality: bool = True,
-                 ablation: str = "zero", reference: Batch | None = None) -> Faithfulness:
+                 ablation: Ablation = "zero", reference: Batch | None = None) -> Faithfulness:
     """Run the hypothesis's circuit on its own, the model without it, and the circuit less each atom.
 
     ``hypothesis``, ``read`` and ``unit`` as in :func:`as_hypothesis`; ``batch``: the inputs scored (a few

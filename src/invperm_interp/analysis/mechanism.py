@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ..maths.placement import Placement, parse
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
-from .faithfulness import Faithfulness, Tester
+from .faithfulness import Ablation, Faithfulness, Tester
 from .hypothesis import Hypothesis
 from .minimal import MinimalCircuit, minimal_circuit
 from .placements import candidate_placements, hypothesis, summed, untested_reason
@@ -41,10 +41,10 @@ from .verdict import (
     FAITHFUL_ROWS,
     NONE,
     NOT_FAITHFUL,
+    RULE,
     Answer,
-    Z,
+    Rule,
     is_faithful,
-    judge,
     score_text,
 )
 
@@ -64,16 +64,15 @@ VERSION = 4
 SCREEN_SAMPLES = 512
 
 
-def is_minimal(result: Faithfulness) -> bool:
+def is_minimal(result: Faithfulness, rule: Rule = RULE) -> bool:
     """Faithful, and no longer faithful with any one of its cells removed."""
-    return is_faithful(result.circuit) and all(not is_faithful(s) for s in result.minimality)
+    return rule.is_faithful(result.circuit) and not any(map(rule.is_faithful, result.minimality))
 
 
-def verdict_of(test: Faithfulness, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
-               z: float = Z) -> str:
-    """:func:`analysis.verdict.judge` on the circuit-only model, ``"not faithful"`` where the signs
-    that matter disagree."""
-    return judge(test.circuit, rows, recovered, z) if test.signs_agree else NOT_FAITHFUL
+def verdict_of(test: Faithfulness, rule: Rule = RULE) -> str:
+    """:meth:`Rule.judge` on the circuit-only model, ``"not faithful"`` where the signs that matter
+    disagree."""
+    return rule.judge(test.circuit) if test.signs_agree else NOT_FAITHFUL
 
 
 @dataclass(frozen=True)
@@ -88,11 +87,9 @@ class Mechanism:
     faithfulness: Faithfulness | None
     tested: tuple[Faithfulness, ...]
     minimal: MinimalCircuit
-    rows: float = FAITHFUL_ROWS
-    recovered: float = FAITHFUL_RECOVERED
+    rule: Rule = RULE
     also_faithful: tuple[str, ...] = ()
     borderline: tuple[str, ...] = ()
-    z: float = Z
     untested: str | None = None  # why no construction was tried (the model's shape or layout)
     placement: Placement | None = None  # where the named construction sits, beyond 2 layers × 1 head
 
@@ -112,20 +109,21 @@ class Mechanism:
             proof = ", provably smallest" if m.optimal else ""
             why = f"{self.untested}; " if self.untested else ""
             return (f"none of the registry; {why}minimal circuit: {m.size} cells ({found}{proof}, "
-                    f"{score_text(m.score, self.z)})")
+                    f"{score_text(m.score, self.rule.z)})")
         f = self.faithfulness
         if self.verdict == BORDERLINE:
             return (f"borderline: {', '.join(self.borderline)}; {f.hypothesis}'s {f.size_text} "
-                    f"alone get {score_text(f.circuit, self.z)}, an interval that straddles the "
-                    f"rule ({self.rows:.1%} of rows, {self.recovered:.0%} of the loss)")
+                    f"alone get {score_text(f.circuit, self.rule.z)}, an interval that straddles "
+                    f"the rule ({self.rule.rows:.1%} of rows, {self.rule.recovered:.0%} of the loss)")
         also = f"; also faithful: {', '.join(self.also_faithful)}" if self.also_faithful else ""
-        return (f"{self.name}: its {f.size_text} alone get {score_text(f.circuit, self.z)} (MSE "
+        return (f"{self.name}: its {f.size_text} alone get {score_text(f.circuit, self.rule.z)} (MSE "
                 f"{f.circuit.mse:.3g} vs the model's {f.model.mse:.3g}, baseline {f.baseline:g}); "
                 f"without them: MSE {f.without.mse:.3g}{also}")
 
     def to_dict(self) -> dict:
-        return {"version": VERSION, "name": self.name, "rows": self.rows,
-                "recovered": self.recovered, "z": self.z, "also_faithful": list(self.also_faithful),
+        return {"version": VERSION, "name": self.name, "rows": self.rule.rows,
+                "recovered": self.rule.recovered, "z": self.rule.z,
+                "also_faithful": list(self.also_faithful),
                 "borderline": list(self.borderline),
                 "faithfulness": None if self.faithfulness is None else self.faithfulness.to_dict(),
                 "tested": [t.to_dict() for t in self.tested], "minimal": self.minimal.to_dict(),
@@ -149,20 +147,20 @@ class Mechanism:
         name = data["name"] if version > 3 else Answer.of_label(data["name"]).name
         return cls(name, None if f is None else Faithfulness.from_dict(f),
                    tuple(Faithfulness.from_dict(t) for t in data["tested"]),
-                   MinimalCircuit.from_dict(data["minimal"]), data["rows"], data["recovered"],
+                   MinimalCircuit.from_dict(data["minimal"]),
+                   Rule(data["rows"], data["recovered"], data.get("z", RULE.z)),
                    tuple(data.get("also_faithful", ())), tuple(data.get("borderline", ())),
-                   data.get("z", Z), data.get("untested"),
+                   data.get("untested"),
                    Placement.from_dict(data["placement"]) if data.get("placement") else None)
 
 
-def ranked(tested: list[Faithfulness], rows: float = FAITHFUL_ROWS,
-           recovered: float = FAITHFUL_RECOVERED, z: float = Z
+def ranked(tested: list[Faithfulness], rule: Rule = RULE
            ) -> tuple[list[Faithfulness], list[Faithfulness]]:
     """The rule's two lists, best first: the tested constructions judged faithful and those whose
     interval straddles a threshold (borderline). ``tested`` is sorted in place the same way: the
     faithful, then the borderline, then the rest; within each, the most loss recovered (equal to
     1e-4, as two exact forms are, the fewest atoms)."""
-    verdicts = {t.hypothesis: verdict_of(t, rows, recovered, z) for t in tested}
+    verdicts = {t.hypothesis: verdict_of(t, rule) for t in tested}
     # a placement on one head before one on a sum of heads (the simpler claim), then as below
     rank = lambda t: (summed(t.hypothesis), -round(t.circuit.loss_recovered or -1e9, 4),  # noqa: E731
                       t.n_atoms)
@@ -172,18 +170,16 @@ def ranked(tested: list[Faithfulness], rows: float = FAITHFUL_ROWS,
             [t for t in tested if verdicts[t.hypothesis] == BORDERLINE])
 
 
-def name_by_rule(tested: list, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
-                 z: float = Z) -> Answer:
+def name_by_rule(tested: list, rule: Rule = RULE) -> Answer:
     """The rule's answer from tested constructions (anything with ``hypothesis``, ``circuit`` (a
     :class:`Score`), ``signs_agree`` and ``n_atoms``, e.g. records read back): the best faithful
     one, else borderline when one straddles a threshold, else none."""
-    good, straddle = ranked(list(tested), rows, recovered, z)
+    good, straddle = ranked(list(tested), rule)
     return Answer(FAITHFUL, good[0].hypothesis) if good else Answer(BORDERLINE if straddle else NONE)
 
 
 def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
-                       resolve=None, rows: float = FAITHFUL_ROWS,
-                       recovered: float = FAITHFUL_RECOVERED, z: float = Z,
+                       resolve=None, rule: Rule = RULE,
                        minimality: bool = True) -> list[Faithfulness]:
     """Every working registry construction that fits the model, at its best-weighted placements
     (``analysis.placements``), tested on ``tester``'s batch; ``resolve`` (a :class:`Tester` on a
@@ -194,7 +190,7 @@ def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
     hyps = [hypothesis(model, p) for p in candidate_placements(model, tester.fixed)]
     every = minimality and model.cfg.heads == (1, 1)
     tested = tester.test_many(hyps, every)
-    verdicts = [verdict_of(t, rows, recovered, z) for t in tested]
+    verdicts = [verdict_of(t, rule) for t in tested]
     again = [i for i, v in enumerate(verdicts) if v == BORDERLINE]
     if again and resolve is not None:
         resolve = resolve() if callable(resolve) else resolve
@@ -209,7 +205,7 @@ def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
 
 
 def _screen_and_whole(model: HookedDisentangledTransformer, batch: Batch, screen: int,
-                      ablation: str = "zero", reference: Batch | None = None,
+                      ablation: Ablation = "zero", reference: Batch | None = None,
                       whole: Tester | None = None):
     """A tester on the first ``screen`` samples, and the whole batch's (``whole`` if given; else
     a function that builds it only when a straddling verdict asks for it)."""
@@ -222,21 +218,18 @@ def _screen_and_whole(model: HookedDisentangledTransformer, batch: Batch, screen
     return Tester(model, batch.head(screen), ablation, reference), full
 
 
-def name_on(model: HookedDisentangledTransformer, batch: Batch, *, ablation: str = "zero",
-            reference: Batch | None = None, rows: float = FAITHFUL_ROWS,
-            recovered: float = FAITHFUL_RECOVERED, z: float = Z,
+def name_on(model: HookedDisentangledTransformer, batch: Batch, *, ablation: Ablation = "zero",
+            reference: Batch | None = None, rule: Rule = RULE,
             screen: int = SCREEN_SAMPLES) -> Answer:
     """The rule's answer (a construction named, borderline or none) on ``batch``, without the
     minimal circuit: what a second evaluation batch or a second ablation style says."""
     first, full = _screen_and_whole(model, batch, screen, ablation, reference)
-    tested = test_constructions(model, first, resolve=full, rows=rows, recovered=recovered, z=z,
-                                minimality=False)
-    return name_by_rule(tested, rows, recovered, z)
+    tested = test_constructions(model, first, resolve=full, rule=rule, minimality=False)
+    return name_by_rule(tested, rule)
 
 
 def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Circuit | None = None,
-              tester: Tester | None = None, rows: float = FAITHFUL_ROWS,
-              recovered: float = FAITHFUL_RECOVERED, z: float = Z, exact: bool = True,
+              tester: Tester | None = None, rule: Rule = RULE, exact: bool = True,
               screen: int = SCREEN_SAMPLES) -> Mechanism:
     """Name the model's mechanism by the one rule (module docstring) on ``batch`` (for a verdict
     that resolves the thresholds, ``analysis.verdict.evaluation_batch``: 4,096 samples). The
@@ -247,15 +240,15 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
     if not isinstance(model, HookedDisentangledTransformer):
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
     first, resolve = _screen_and_whole(model, batch, screen, whole=tester)
-    tested = test_constructions(model, first, resolve=resolve, rows=rows, recovered=recovered, z=z)
-    good, straddle = ranked(tested, rows, recovered, z)
-    passing = [t for t in tested if t.signs_agree and is_faithful(t.circuit, rows, recovered)]
+    tested = test_constructions(model, first, resolve=resolve, rule=rule)
+    good, straddle = ranked(tested, rule)
+    passing = [t for t in tested if t.signs_agree and rule.is_faithful(t.circuit)]
     starts = [Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in passing]
-    minimal = minimal_circuit(model, first.batch, circuit=circuit, tester=first, rows=rows,
-                              recovered=recovered, starts=starts, exact=exact)
+    minimal = minimal_circuit(model, first.batch, circuit=circuit, tester=first, rule=rule,
+                              starts=starts, exact=exact)
     chosen = good[0] if good else (straddle[0] if straddle else None)
     name = chosen.hypothesis if good else None
     placed = parse(name, model.cfg.heads) if good and model.cfg.heads != (1, 1) else None
-    return Mechanism(name, chosen, tuple(tested), minimal, rows, recovered,
-                     tuple(t.hypothesis for t in good[1:]), tuple(t.hypothesis for t in straddle), z,
+    return Mechanism(name, chosen, tuple(tested), minimal, rule,
+                     tuple(t.hypothesis for t in good[1:]), tuple(t.hypothesis for t in straddle),
                      untested_reason(model.cfg), placed)

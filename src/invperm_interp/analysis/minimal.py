@@ -34,7 +34,7 @@ from .faithfulness import Score, Tester, read_score
 from .hypothesis import AtomCell, Hypothesis, read_cells
 from .projection import project
 from .templates import Circuit, explain
-from .verdict import FAITHFUL_RECOVERED, FAITHFUL_ROWS, is_faithful
+from .verdict import RULE, Rule
 
 #: ``W_U`` blocks holding at least this share of ``||W_U||²`` are candidates of a minimal circuit.
 READ_SHARE = 0.01
@@ -124,21 +124,21 @@ def _hyp(cells, read) -> Hypothesis:
 class _Search:
     """The state the searches share: the tester, the rule and a count of sets scored."""
 
-    def __init__(self, tester: Tester, reads: list[str], rows: float, recovered: float):
+    def __init__(self, tester: Tester, reads: list[str], rule: Rule):
         self.tester, self.reads, self.evaluations = tester, reads, 0
-        self.rows, self.recovered = rows, recovered
+        self.rule = rule
 
     def scores(self, sets: Sequence[tuple[Sequence[AtomCell], Sequence[str]]]) -> list[Score]:
         self.evaluations += len(sets)
         return score_subsets(self.tester, [_hyp(c, r) for c, r in sets])
 
     def ok(self, s: Score) -> bool:
-        return is_faithful(s, self.rows, self.recovered)
+        return self.rule.is_faithful(s)
 
     def plausible(self, s: Score) -> bool:
         """Not ruled out: neither interval of ``SCREEN_Z`` standard errors lies below its threshold."""
-        return (s.rows_exact + SCREEN_Z * s.rows_se >= self.rows and s.loss_recovered is not None
-                and s.loss_recovered + SCREEN_Z * (s.recovered_se or 0.0) >= self.recovered)
+        return (s.rows_exact + SCREEN_Z * s.rows_se >= self.rule.rows and s.loss_recovered is not None
+                and s.loss_recovered + SCREEN_Z * (s.recovered_se or 0.0) >= self.rule.recovered)
 
     def effects(self, cells: list[AtomCell], full: Score) -> dict[AtomCell, float]:
         """MSE rise when each cell alone leaves the circuit of all of them."""
@@ -192,7 +192,7 @@ class _Search:
 
 def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
                     circuit: Circuit | None = None, tester: Tester | None = None,
-                    rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
+                    rule: Rule = RULE,
                     starts: Sequence[Hypothesis] = (), exact: bool = True,
                     max_cells: int = MAX_EXACT_CELLS,
                     max_evaluations: int = MAX_EVALUATIONS) -> MinimalCircuit:
@@ -202,7 +202,7 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
     tester = tester or Tester(model, batch)
     circuit = circuit if circuit is not None else explain(model)
     cells, reads = candidate_cells(circuit), read_candidates(model)
-    search = _Search(tester, reads, rows, recovered)
+    search = _Search(tester, reads, rule)
     (full,) = search.scores([(cells, reads)])
     effect = search.effects(cells, full) if cells else {}
     found = []
@@ -224,8 +224,8 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
         options = [list(reads), strongest, *(list(f[1]) for f in found),
                    *(list(s.read) for s in starts if s.read is not None)]
         options = [list(o) for o in dict.fromkeys(tuple(o) for o in options if o)]
-        confirm = _Search(_first(tester, SEARCH_SAMPLES), reads, rows, recovered)
-        screen = _Search(_first(confirm.tester, SCREEN_SAMPLES), reads, rows, recovered)
+        confirm = _Search(_first(tester, SEARCH_SAMPLES), reads, rule)
+        screen = _Search(_first(confirm.tester, SCREEN_SAMPLES), reads, rule)
         ranked = sorted(cells, key=lambda c: -effect[c])
         total = sum(comb(len(ranked), k) for k in range(1, bound)) * len(options)
         # a proof out of reach: only look for a much smaller circuit than the greedy one

@@ -252,7 +252,7 @@ def headline(result: ModelAnalysis, min_share: float = 0.01) -> str:
               f"loss recovered {_pct(m.score.loss_recovered)}, {m.weight_share:.0%} of the weights)"]
     lines += [f"  {cell_text(c)}" for c in m.cells]
     lines += ["", "constructions tested by running their cells alone (rule: rows exact >= "
-              f"{mech.rows:.0%} and loss recovered >= {mech.recovered:.0%})"]
+              f"{mech.rule.rows:.0%} and loss recovered >= {mech.rule.recovered:.0%})"]
     for t in mech.tested:
         lines.append(f"  {t.hypothesis:22s} rows exact {t.circuit.rows_exact:6.1%}  loss recovered "
                      f"{_pct(t.circuit.loss_recovered):>6s}  MSE {t.circuit.mse:.3g}")

@@ -34,13 +34,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 
+from ..errors import check_choice
 from ..maths import constructions
 from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch, make_input
-from .faithfulness import ABLATIONS, Tester, read_out
+from .faithfulness import ABLATIONS, Ablation, Tester, read_out
 from .hypothesis import as_hypothesis
 from .score import Score
 
@@ -51,7 +53,8 @@ EQUIVALENCES = {"P": "the same P, another Y", "Y": "the same Y, another P",
 #: The equivalence each registered construction's claim names (module docstring): all route by P.
 CLAIM_EQUIVALENCE = {name: "P" for name in constructions.names()}
 #: The styles :func:`completeness` scores, zero, mean and resample ablation and scrubbing.
-STYLES = (*ABLATIONS, "scrub")
+Style = Literal[Ablation, "scrub"]
+STYLES = get_args(Style)
 #: A cell whose gauge-fixed weights outside the claim have a smaller norm is not patched.
 CELL_NORM = 1e-6
 
@@ -139,7 +142,7 @@ class PathPatching:
     and, per cell outside it, that score with the cell restored (largest recovery first)."""
 
     hypothesis: str
-    style: str
+    style: Style
     base: Score
     cells: tuple[CellPatch, ...]
 
@@ -152,18 +155,17 @@ class PathPatching:
                 "cells": [{**c.to_dict(), "gain": self.gain(c)} for c in self.cells]}
 
 
-def _tester(model, batch, style: str, keep: str, shift: int) -> Tester:
+def _tester(model, batch, style: Style, keep: str, shift: int) -> Tester:
+    check_choice("style", style, STYLES)
     if style == "scrub":
         return scrub_tester(model, batch, keep, shift)
-    if style not in ABLATIONS:
-        raise ValueError(f"style must be one of {STYLES}, got {style!r}")
     if style == "resample" and shift != 1:
         return Tester(model, batch, style, partner_input(batch, "any", shift))
     return Tester(model, batch, style)
 
 
 def cell_patching(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,
-                  style: str = "scrub", keep: str | None = None, read=None, unit: str | None = None,
+                  style: Style = "scrub", keep: str | None = None, read=None, unit: str | None = None,
                   shift: int = 1, cells: Sequence[tuple[int, int, str, str]] | None = None
                   ) -> PathPatching:
     """Per (layer, head, query block, key block) cell outside the claim, the claim with that cell

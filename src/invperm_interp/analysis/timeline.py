@@ -33,11 +33,11 @@ from ..task import Batch, sample_batch
 from ..training.run import Run
 from .faithfulness import Score, Tester
 from .hypothesis import AtomCell, Hypothesis
-from .mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS, is_faithful, minimal_circuit, ranked
+from .mechanism import minimal_circuit, ranked
 from .placements import candidate_placements
 from .placements import hypothesis as placed
 from .projection import fixed_weights, project
-from .verdict import NONE, check_seed
+from .verdict import NONE, RULE, Rule, check_seed
 
 
 @dataclass(frozen=True)
@@ -124,18 +124,18 @@ class Timeline:
                    tuple((int(a), float(b)) for a, b in data["curve"]), data["n"], data["seed"])
 
 
-def final_circuit(model, batch, tests: dict[str, Hypothesis], rows: float = FAITHFUL_ROWS,
-                  recovered: float = FAITHFUL_RECOVERED) -> tuple[str, Hypothesis]:
+def final_circuit(model, batch, tests: dict[str, Hypothesis],
+                  rule: Rule = RULE) -> tuple[str, Hypothesis]:
     """The mechanism's name on ``model`` and its circuit: the named construction's hypothesis, else
     the minimal circuit's cells (``unit="cells"``). The name does not depend on the minimal
     circuit, so the search for it runs only when no construction qualifies."""
     tester = Tester(model, batch)
-    good, _ = ranked([tester.test(h, minimality=False) for h in tests.values()], rows, recovered)
+    good, _ = ranked([tester.test(h, minimality=False) for h in tests.values()], rule)
     if good:
         f = good[0]
         return f.hypothesis, Hypothesis(f.hypothesis, f.cells, f.read, f.unit)
     # what ``mechanism`` reports as its minimal circuit when no construction qualifies
-    m = minimal_circuit(model, batch, tester=tester, rows=rows, recovered=recovered)
+    m = minimal_circuit(model, batch, tester=tester, rule=rule)
     return NONE, Hypothesis("minimal", m.cells, m.read or None, "cells")
 
 
@@ -145,12 +145,12 @@ class StepTester:
     wrong rows there than the rule allows on the whole batch cannot be faithful, so its full run is
     skipped."""
 
-    def __init__(self, model, batch: Batch, rows: float, recovered: float):
+    def __init__(self, model, batch: Batch, rule: Rule):
         self.full = Tester(model, batch)
         self.sub = Tester(model, batch.head(max(1, len(batch) // 4)))
         self.gate = Tester(model, batch.head(max(1, len(batch) // 16)))
-        self.model, self.rows, self.recovered = model, rows, recovered
-        self.allowed = (1 - rows) * len(batch) * model.cfg.d  # wrong rows the rule tolerates
+        self.model, self.rule = model, rule
+        self.allowed = (1 - rule.rows) * len(batch) * model.cfg.d  # wrong rows the rule tolerates
 
     def may_be_faithful(self, hyp: Hypothesis, proj) -> bool:
         gate = self.gate.circuit(hyp, proj)
@@ -179,21 +179,20 @@ class StepTester:
                 if not self.may_be_faithful(h, proj):
                     continue
                 known[name] = self.full.circuit(h, proj)
-            if is_faithful(known[name], self.rows, self.recovered):
+            if self.rule.is_faithful(known[name]):
                 tested.append(self.full.test(h, minimality=False))
-        good, _ = ranked(list(tested), self.rows, self.recovered)
+        good, _ = ranked(list(tested), self.rule)
         return good[0].hypothesis if good else NONE
 
 
 def analyse_step(model, batch, hyp: Hypothesis, tests: dict[str, Hypothesis], named: bool,
-                 step: int, rows: float = FAITHFUL_ROWS,
-                 recovered: float = FAITHFUL_RECOVERED) -> StepAnalysis:
+                 step: int, rule: Rule = RULE) -> StepAnalysis:
     """One checkpoint's :class:`StepAnalysis` (``model`` holds its weights); ``tests``: the fitting
     working constructions' hypotheses, by name; ``named``: ``hyp`` is one of them."""
-    tester = StepTester(model, batch, rows, recovered)
+    tester = StepTester(model, batch, rule)
     proj = project(model, hyp)
     circuit = tester.full.circuit(hyp, proj)
-    faithful = is_faithful(circuit, rows, recovered)
+    faithful = rule.is_faithful(circuit)
     if faithful and named:  # a construction's templates must also point the right way
         faithful = tester.full.test(hyp, minimality=False).signs_agree
     name = tester.named(tests, {hyp.name: circuit} if named else {})
@@ -210,8 +209,7 @@ def _check_finite(tensors: dict[str, torch.Tensor], path: Path) -> None:
 
 
 def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int = 1,
-             rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
-             progress: bool = False) -> Timeline:
+             rule: Rule = RULE, progress: bool = False) -> Timeline:
     """Analyse every ``stride``-th checkpoint of a run (and its final weights) on ``n`` samples
     drawn with ``seed`` (the batch ``invperm sweep`` names mechanisms on), against the circuit of
     the final weights. ``run``: a run directory or a :class:`Run` loaded from one."""
@@ -234,7 +232,7 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
                          dtype=model.cfg.torch_dtype)
     # the placements tested are chosen on the final weights and followed through every checkpoint
     tests = {str(p): placed(model, p) for p in candidate_placements(model, fixed_weights(model))}
-    name, hyp = final_circuit(model, batch, tests, rows, recovered)
+    name, hyp = final_circuit(model, batch, tests, rule)
     named = name != NONE
     found = [(s, p) for s, p in RunDir(run_dir).checkpoints() if s < final.step]
     found = found[::-1][::stride][::-1]  # every stride-th, counted back from the last
@@ -249,11 +247,11 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
                 weights = RunDir(run_dir).read_weights(step)
                 _check_finite(weights.tensors, path)
                 load_analysed(model, final.model_cfg, weights.tensors, path)
-                steps.append(analyse_step(model, batch, hyp, tests, named, step, rows, recovered))
+                steps.append(analyse_step(model, batch, hyp, tests, named, step, rule))
                 bar.update()
         finally:
             model.load_state_dict(final_weights)
-        steps.append(analyse_step(model, batch, hyp, tests, named, final.step, rows, recovered))
+        steps.append(analyse_step(model, batch, hyp, tests, named, final.step, rule))
         bar.update()
     curve = tuple((m["step"], float(m["mse"])) for m in RunDir(run_dir).read_metrics())
     return Timeline(run_dir.name, name, hyp, 0.25 * model.cfg.d, tuple(steps), curve, n, seed)

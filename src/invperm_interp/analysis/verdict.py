@@ -19,6 +19,7 @@ on the loss or the interval); there the interval, not one batch, decides.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -73,12 +74,6 @@ class Answer(NamedTuple):
         return cls(text) if text in UNNAMED else cls(FAITHFUL, text)
 
 
-def is_faithful(score: Score, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED) -> bool:
-    """The rule on the point estimates of a circuit-only model's :class:`Score`."""
-    return (score.rows_exact >= rows and score.loss_recovered is not None
-            and score.loss_recovered >= recovered)
-
-
 def interval(estimate: float | None, se: float | None, z: float = Z) -> tuple[float, float] | None:
     """``(estimate - z·se, estimate + z·se)``; ``se`` ``None`` counts as 0; ``None`` for no estimate."""
     if estimate is None:
@@ -87,17 +82,57 @@ def interval(estimate: float | None, se: float | None, z: float = Z) -> tuple[fl
     return estimate - half, estimate + half
 
 
-def judge(score: Score, rows: float = FAITHFUL_ROWS, recovered: float = FAITHFUL_RECOVERED,
-          z: float = Z) -> str:
-    """``"faithful"``, ``"borderline"`` or ``"not faithful"``: the thresholds against the
-    confidence intervals of rows exact and loss recovered (``z`` standard errors either side)."""
-    r = interval(score.rows_exact, score.rows_se, z)
-    f = interval(score.loss_recovered, score.recovered_se, z)
-    if f is None or r[1] < rows or f[1] < recovered:
-        return NOT_FAITHFUL
-    if r[0] >= rows and f[0] >= recovered:
-        return FAITHFUL
-    return BORDERLINE
+@dataclass(frozen=True)
+class Rule:
+    """The rule's thresholds, as one value: a circuit-only model is faithful when at least ``rows``
+    of its rows are exactly right and it recovers at least ``recovered`` of the loss, judged on
+    intervals ``z`` standard errors either side (module docstring). ``str``: the rule in words."""
+
+    rows: float = FAITHFUL_ROWS
+    recovered: float = FAITHFUL_RECOVERED
+    z: float = Z
+
+    def __post_init__(self) -> None:
+        for name, value in (("rows", self.rows), ("recovered", self.recovered), ("z", self.z)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                raise ValueError(f"rule: {name} must be a number, got {value!r}")
+        if not 0.0 <= self.rows <= 1.0 or self.z < 0:
+            raise ValueError(f"rule: rows must be in [0, 1] and z >= 0, got rows={self.rows!r}, "
+                             f"z={self.z!r}")
+
+    def is_faithful(self, score: Score) -> bool:
+        """The rule on the point estimates of a circuit-only model's :class:`Score`."""
+        return (score.rows_exact >= self.rows and score.loss_recovered is not None
+                and score.loss_recovered >= self.recovered)
+
+    def judge(self, score: Score) -> str:
+        """``"faithful"``, ``"borderline"`` or ``"not faithful"``: the thresholds against the
+        confidence intervals of rows exact and loss recovered (``z`` standard errors either side)."""
+        r = interval(score.rows_exact, score.rows_se, self.z)
+        f = interval(score.loss_recovered, score.recovered_se, self.z)
+        if f is None or r[1] < self.rows or f[1] < self.recovered:
+            return NOT_FAITHFUL
+        if r[0] >= self.rows and f[0] >= self.recovered:
+            return FAITHFUL
+        return BORDERLINE
+
+    def __str__(self) -> str:
+        return (f"at least {self.rows:.0%} of rows exact and {self.recovered:.0%} of the loss "
+                f"recovered, both intervals (± {self.z:g} standard errors) clear of the thresholds")
+
+
+RULE = Rule()
+"""The rule at the thresholds the census chose (its default everywhere)."""
+
+
+def is_faithful(score: Score, rule: Rule = RULE) -> bool:
+    """:meth:`Rule.is_faithful`."""
+    return rule.is_faithful(score)
+
+
+def judge(score: Score, rule: Rule = RULE) -> str:
+    """:meth:`Rule.judge`."""
+    return rule.judge(score)
 
 
 def check_seed(seed) -> None:

@@ -9,14 +9,13 @@ import argparse
 from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, describe, examples, size
 
 
-def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, seed: int,
-                       train_cfg=None, bundle: str | None = None, quiet: bool = False,
-                       max_memory: int | None = None, links: list[tuple[str, str]] | None = None):
+def analyse_and_report(model, out_dir, context, *, n: int, seed: int, quiet: bool = False,
+                       max_memory: int | None = None):
     """Analyse ``model`` on ``n`` fresh samples (``analysis.analyze``; a standard model through its
     exact map to the disentangled model), print the headline, write ``analysis.json`` (the
-    ``ModelAnalysis`` record) and ``report.html`` into ``out_dir`` (nothing written when
-    ``out_dir`` is None); returns the record. ``bundle``: the relative URL of a shared
-    circuitsvis bundle (default: inlined); ``links``: the report's navigation, ``(label, URL)``."""
+    ``ModelAnalysis`` record, its source ``context.title``) and ``report.html`` into ``out_dir``
+    (nothing written when ``out_dir`` is None); returns the record. ``context``: the report's
+    ``viz.report.ReportContext`` (what ``out_dir`` holds is added to it)."""
 
     import torch
 
@@ -34,43 +33,17 @@ def analyse_and_report(model, source: str, out_dir, metrics=None, *, n: int, see
     memory.check(memory.analysis_estimate(cfg, n), max_memory, model.device)
     generator = torch.Generator(device=model.device).manual_seed(seed)
     batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
-    result = analyze(analysed, batch, source)
+    result = analyze(analysed, batch, context.title)
     if not quiet:
         print(headline(result))
     if out_dir is not None:
         out = RunDir(out_dir)
         out.path.mkdir(parents=True, exist_ok=True)
         out.analysis.write_text(result.to_json())
-        write_report(model, result, batch, out.report, metrics, title=source,
-                     train_cfg=train_cfg, bundle=bundle, links=links, **run_extras(out))
+        write_report(model, result, batch, out.report, context.with_run(out))
         if not quiet:
             print(f"\nwrote {out.analysis} and {out.report}")
     return result
-
-
-def run_extras(run) -> dict:
-    """``write_report``'s ``timeline`` (from the run's ``timeline.json``, written by ``invperm
-    timeline``), ``checkpoints`` (how many the run kept) and ``sweep_record`` (its
-    ``mechanism.json``, written by ``invperm sweep``) for a ``RunDir``."""
-    import json
-    import warnings
-
-    from ..analysis.sweep_record import SweepRecord
-    from ..analysis.timeline import Timeline
-
-    found = record = None
-    if run.timeline.is_file():
-        try:
-            found = Timeline.from_dict(json.loads(run.timeline.read_text()))
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
-            warnings.warn(f"{run.timeline} is damaged ({type(err).__name__}: {err}); the report "
-                          "leaves the timeline out (`invperm timeline` writes it again)", stacklevel=2)
-    if run.mechanism.is_file():
-        try:
-            record = SweepRecord.read(run.mechanism)
-        except ValueError:
-            record = None  # a damaged or older record is the sweep's to redo, not the report's
-    return {"timeline": found, "checkpoints": len(run.checkpoints()), "sweep_record": record}
 
 
 def _cmd_analyze(args: argparse.Namespace) -> None:
@@ -81,6 +54,7 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
     from ..maths import constructions
     from ..runs.directory import RunDir
     from ..training.run import Run
+    from ..viz.report import ReportContext
 
     if (args.run_dir is None) == (args.construction is None):
         raise ValueError("give a run directory or --construction NAME (one of them)")
@@ -107,8 +81,9 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
             return
         source = f"run {run_dir}" + ("" if args.step is None else f" at step {args.step}")
         out_dir = args.out or run_dir
-    analyse_and_report(model, source, out_dir, metrics, n=args.n, seed=args.seed,
-                       train_cfg=None if args.construction is not None else run.train_cfg,
+    context = ReportContext(source, metrics,
+                            None if args.construction is not None else run.train_cfg)
+    analyse_and_report(model, out_dir, context, n=args.n, seed=args.seed,
                        max_memory=args.max_memory)
 
 
@@ -188,6 +163,7 @@ def report_run(run_dir, *, n: int, seed: int, bundle: str | None, threads: int |
                max_memory: int | None, links: list[tuple[str, str]] | None = None) -> str:
     """One run's report (a worker's job in ``invperm report DIR``): its ``analysis.json`` is
     reused when :func:`_reusable`, else the run is analysed and the record written once."""
+    from dataclasses import replace
     from pathlib import Path
 
     import torch
@@ -195,23 +171,23 @@ def report_run(run_dir, *, n: int, seed: int, bundle: str | None, threads: int |
     from .. import sample_batch
     from ..runs.directory import RunDir
     from ..training.run import Run
-    from ..viz.report import write_report
+    from ..viz.report import ReportContext, write_report
 
     set_threads(threads)
     run_dir = Path(run_dir)
     run = Run.load(run_dir)
     record = _reusable(run_dir, n)
+    context = ReportContext(f"run {run_dir}", run.metrics, run.train_cfg, bundle=bundle,
+                            links=tuple(links or ()))
     if record is None:
-        analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=n, seed=seed,
-                           train_cfg=run.train_cfg, bundle=bundle, quiet=True, max_memory=max_memory,
-                           links=links)
+        analyse_and_report(run.model, run_dir, context, n=n, seed=seed, quiet=True,
+                           max_memory=max_memory)
     else:
         cfg = run.analysis_model.cfg
         generator = torch.Generator(device=run.analysis_model.device).manual_seed(seed)
         batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
-        write_report(run.analysis_model, record, batch, RunDir(run_dir).report, run.metrics,
-                     title=record.source, train_cfg=run.train_cfg, bundle=bundle, links=links,
-                     **run_extras(RunDir(run_dir)))
+        write_report(run.analysis_model, record, batch, RunDir(run_dir).report,
+                     replace(context, title=record.source).with_run(RunDir(run_dir)))
     return str(run_dir)
 
 

@@ -26,6 +26,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     from ..training.single import train_or_reuse
     from ..viz.index import find_runs, report_links, write_index
     from ..viz.page import write_bundle
+    from ..viz.report import ReportContext
 
     out = Path(args.out)
     runs = {}
@@ -42,10 +43,10 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     for attention, run in runs.items():  # both trained, so each report links to its twin
         run_dir = out / attention
         print(f"\n== analysing the {attention} model")
-        analyse_and_report(run.model, f"run {run_dir}", run_dir, run.metrics, n=512, seed=0,
-                           train_cfg=run.train_cfg, max_memory=args.max_memory,
-                           bundle="../circuitsvis.js",
-                           links=report_links(out, list(rows.values()), rows[run_dir]))
+        context = ReportContext(f"run {run_dir}", run.metrics, run.train_cfg,
+                                bundle="../circuitsvis.js",
+                                links=tuple(report_links(out, list(rows.values()), rows[run_dir])))
+        analyse_and_report(run.model, run_dir, context, n=512, seed=0, max_memory=args.max_memory)
     bi, ca = runs["bidirectional"].final_metrics, runs["causal"].final_metrics
     print(f"\n== the note's claim, on each run's fixed eval batch at its last step: the "
           f"bidirectional model learns (MSE {bi['mse']:.3g}, rows exact {bi['row_acc']:.1%}); the "

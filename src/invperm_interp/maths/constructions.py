@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import memory
-from ..config import ModelConfig
+from ..config import ATTENTION_DIRS, AttentionDir, ModelConfig
 from ..model.hooked import HookedDisentangledTransformer
 from ..stream import Stream
 from ..task import Batch, Layout, make_input, mse, sample_batch
@@ -193,12 +193,14 @@ REGISTER_TOL = 1e-6
 RESERVED = ("borderline", "none")
 
 
-def _check_cells(cells, layout: str, attention_dir: str, readout: str, read: str) -> tuple[Cell, ...]:
+def _check_cells(cells, layout: str, attention_dir: AttentionDir, readout: str,
+                 read: str) -> tuple[Cell, ...]:
     """Cells in the vocabulary, on blocks of a 2-layer one-head stream of this layout."""
     if layout not in ("plain", "scratch"):
         raise ValueError(f"layout must be 'plain' ([P; Y_P]) or 'scratch' ([P; Y_P; S]), got {layout!r}")
-    if attention_dir not in ("causal", "bidirectional"):
-        raise ValueError(f"attention_dir must be 'causal' or 'bidirectional', got {attention_dir!r}")
+    if attention_dir not in ATTENTION_DIRS:
+        raise ValueError(f"attention_dir must be {' or '.join(map(repr, ATTENTION_DIRS))}, "
+                         f"got {attention_dir!r}")
     probe = Layout.scratch(3) if layout == "scratch" else Layout.plain(3)
     if readout not in probe.names:
         raise ValueError(f"readout must be a segment of the {layout} layout {probe.names}, got {readout!r}")
@@ -225,10 +227,10 @@ def _check_cells(cells, layout: str, attention_dir: str, readout: str, read: str
     return tuple(out)
 
 
-def register(name: str, cells, *, layout: str = "plain", attention_dir: str = "bidirectional",
-             readout: str | None = None, read: str = "L2.x", description: str = "",
-             beta: float | None = None, min_d: int = 1, max_d: int = 16,
-             replace: bool = False) -> ConstructionSpec:
+def register(name: str, cells, *, layout: str = "plain",
+             attention_dir: AttentionDir = "bidirectional", readout: str | None = None,
+             read: str = "L2.x", description: str = "", beta: float | None = None,
+             min_d: int = 1, max_d: int = 16, replace: bool = False) -> ConstructionSpec:
     """Add a working construction to the registry, after checking that it solves the task.
 
     ``cells``: ``(layer, query block, key block, template)`` in the vocabulary above (layer 0 or 1

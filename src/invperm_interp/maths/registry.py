@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..config import AttentionDir
 from ..task import Layout
 
 Cell = tuple[int, str, str, str]  # (layer, query block, key block, template)
@@ -35,7 +36,7 @@ class ConstructionSpec:
 
     name: str
     description: str
-    attention_dir: str  # "causal" or "bidirectional"
+    attention_dir: AttentionDir
     layout: str  # "plain": [P; Y_P]; "scratch": [P; Y_P; S] with d scratch rows
     readout: str  # segment whose rows are read out
     read_block: str  # block(s) of the final stream that W_U copies: "L2.x" or "L2.x - L1.x"

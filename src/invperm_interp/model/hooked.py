@@ -9,6 +9,7 @@ autograd saved), the hook gets a copy.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING, Literal, get_args, overload
 
 import torch
 from jaxtyping import Float
@@ -17,6 +18,7 @@ from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from ..config import DTYPES, ModelConfig
+from ..errors import check_choice
 from ..runs import checkpoint as ckpt
 from ..runs.directory import RunDir, RunWeights
 from ..stream import Stream, absent_name_hint
@@ -33,7 +35,8 @@ from .disentangled import (
     validated_input,
 )
 
-RETURN_TYPES = ("output", "loss", "both")
+ReturnType = Literal["output", "loss", "both"]  # what forward returns, as in TransformerLens
+RETURN_TYPES = get_args(ReturnType)
 
 
 def _missing(owner: nn.Module, name: str) -> AttributeError:
@@ -111,7 +114,54 @@ class Unembed(UnembedWeights):
         return self.hook_readout(h[:, self.rows]) @ self.W_U
 
 
-class HookedDisentangledTransformer(HookedRootModule):
+class TaskForward:
+    """``forward`` by ``return_type``, shared by the hooked models, which define ``check_input``
+    and ``predict`` (``X (B, T, d)`` → ``(B, d, d)``). Overloaded on ``return_type`` as in
+    TransformerLens, so a type checker knows that ``"both"`` gives a pair."""
+
+    if TYPE_CHECKING:  # what each model defines
+        cfg: ModelConfig
+
+        def check_input(self, X: Tensor) -> Tensor: ...
+
+        def predict(self, X: Tensor) -> Tensor: ...
+
+    @overload
+    def forward(self, input: Tensor, Y: Tensor | None = ...,
+                return_type: Literal["output", "loss"] = ..., check_input: bool = ...) -> Tensor: ...
+
+    @overload
+    def forward(self, input: Tensor, Y: Tensor | None, return_type: Literal["both"],
+                check_input: bool = ...) -> tuple[Tensor, Tensor]: ...
+
+    @overload
+    def forward(self, input: Tensor, Y: Tensor | None = ..., *, return_type: Literal["both"],
+                check_input: bool = ...) -> tuple[Tensor, Tensor]: ...
+
+    def forward(self, input: Tensor, Y: Tensor | None = None, return_type: ReturnType = "output",
+                check_input: bool = True) -> Tensor | tuple[Tensor, Tensor]:
+        """``X (B, T, d)``, or token ids ``(B, T)`` (:mod:`.tokens`), → by ``return_type``:
+        ``"output"``, the predicted ``Y`` ``(B, d, d)``; ``"loss"``, the note's loss against ``Y``
+        (default: the answer the input asks for, ``Pᵀ Y_P`` read off its rows), a scalar; ``"both"``.
+
+        ``check_input=False`` skips the shape/finiteness checks (the training loop uses it on data it
+        drew itself; the finiteness check synchronises a GPU).
+        """
+        check_choice("return_type", return_type, RETURN_TYPES)
+        X = self.check_input(input) if check_input else input
+        out = self.predict(X)
+        if return_type == "output":
+            return out
+        if Y is None:
+            Y = answer(self.cfg.layout, X)
+        elif not isinstance(Y, Tensor) or Y.shape != out.shape:
+            shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
+            raise ValueError(f"Y must be a tensor of shape {tuple(out.shape)}, got {shape}")
+        loss = mse(out, Y)
+        return loss if return_type == "loss" else (out, loss)
+
+
+class HookedDisentangledTransformer(TaskForward, HookedRootModule):
     """Attention-only disentangled transformer with TransformerLens hooks.
 
     ``forward(X (B, T, d)) → (B, d, d)``: the prediction of ``Y`` from the read-out rows (``X`` may
@@ -156,28 +206,9 @@ class HookedDisentangledTransformer(HookedRootModule):
         pos = self.pos.expand(X.shape[0], -1, -1)
         return torch.cat([self.hook_embed(X), self.hook_pos_embed(pos)], dim=-1)
 
-    def forward(self, input: Tensor, Y: Tensor | None = None, return_type: str = "output",
-                check_input: bool = True):
-        """``X (B, T, d)``, or token ids ``(B, T)`` (:mod:`.tokens`), → by ``return_type``:
-        ``"output"``, the predicted ``Y`` ``(B, d, d)``; ``"loss"``, the note's loss against ``Y``
-        (default: the answer the input asks for, ``Pᵀ Y_P`` read off its rows), a scalar; ``"both"``.
-
-        ``check_input=False`` skips the shape/finiteness checks (the training loop uses it on data it
-        drew itself; the finiteness check synchronises a GPU).
-        """
-        if return_type not in RETURN_TYPES:
-            raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
-        X = self.check_input(input) if check_input else input
-        out = self.unembed(self.residual_streams(X, check_input=False)[-1])
-        if return_type == "output":
-            return out
-        if Y is None:
-            Y = answer(self.cfg.layout, X)
-        elif not isinstance(Y, Tensor) or Y.shape != out.shape:
-            shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
-            raise ValueError(f"Y must be a tensor of shape {tuple(out.shape)}, got {shape}")
-        loss = mse(out, Y)
-        return loss if return_type == "loss" else (out, loss)
+    def predict(self, X: Tensor) -> Tensor:
+        """The predicted ``Y (B, d, d)`` of a checked ``X (B, T, d)``: the last stream read out."""
+        return self.unembed(self.residual_streams(X, check_input=False)[-1])
 
     def residual_streams(self, X: Tensor, check_input: bool = True) -> list[Tensor]:
         """``[h^0, …, h^L]`` for ``X (B, T, d)``; ``h^l`` has shape ``(B, T, D_l)``."""

@@ -22,9 +22,8 @@ from transformer_lens.hook_points import HookPoint
 from ..config import ModelConfig
 from ..runs import checkpoint as ckpt
 from ..runs.directory import RunDir, RunWeights
-from ..task import answer, mse
 from . import tokens
-from .hooked import RETURN_TYPES, CopyingHookPoint
+from .hooked import CopyingHookPoint, TaskForward
 from .standard import StandardTransformer, validated_input
 
 # Hooks that hand their hooks a copy: a view of a parameter or of the stream, or a tensor autograd
@@ -32,7 +31,7 @@ from .standard import StandardTransformer, validated_input
 _COPYING = ("hook_pos_embed", "hook_pattern", "hook_readout")
 
 
-class HookedStandardTransformer(StandardTransformer, HookedRootModule):
+class HookedStandardTransformer(TaskForward, StandardTransformer, HookedRootModule):
     """A standard transformer with TransformerLens hooks: ``forward(X (B, T, d)) → (B, d, d)``.
 
     ``run_with_cache`` / ``run_with_hooks`` / ``hooks()`` work as on TransformerLens models; the
@@ -53,24 +52,9 @@ class HookedStandardTransformer(StandardTransformer, HookedRootModule):
             self.to(cfg.device)
         self.eval()  # nothing differs in training; TransformerLens's analysis tools require eval
 
-    def forward(self, input: Tensor, Y: Tensor | None = None, return_type: str = "output",
-                check_input: bool = True):
-        """``X (B, T, d)`` or token ids ``(B, T)`` → by ``return_type``: ``"output"``, the predicted
-        ``Y (B, d, d)``; ``"loss"``, the note's loss against ``Y`` (default: the answer the input
-        asks for); ``"both"``."""
-        if return_type not in RETURN_TYPES:
-            raise ValueError(f"return_type must be one of {RETURN_TYPES}, got {return_type!r}")
-        X = self.check_input(input) if check_input else input
-        out = self.direct(X)
-        if return_type == "output":
-            return out
-        if Y is None:
-            Y = answer(self.cfg.layout, X)
-        elif not isinstance(Y, Tensor) or Y.shape != out.shape:
-            shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
-            raise ValueError(f"Y must be a tensor of shape {tuple(out.shape)}, got {shape}")
-        loss = mse(out, Y)
-        return loss if return_type == "loss" else (out, loss)
+    def predict(self, X: Tensor) -> Tensor:
+        """The predicted ``Y (B, d, d)`` of a checked ``X (B, T, d)``."""
+        return self.direct(X)
 
     def check_input(self, X: Tensor) -> Tensor:
         """Validate ``X`` against the layout; return it in the model's dtype and device."""

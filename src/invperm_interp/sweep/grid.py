@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from ..errors import ConfigError
 from .seeds import SeedError, Seeds
 
 if sys.version_info >= (3, 11):
@@ -35,6 +36,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 LAYOUT_KEYS = ("layout", "d", "n_scratch")
+LAYOUT_FIELDS = ("segments", "scratch", "specs")  # a Layout's errors the grid reports at its `layout`
 TOP_KEYS = ("name", "seeds", "model", "train", "variants", "solve_mse", "mechanism", "slurm")
 VARIANT_KEYS = ("name", "model", "train", "seeds")
 SLURM_KEYS = ("partition", "time", "gpus", "cpus_per_task", "jobs_per_task", "array_parallelism")
@@ -98,7 +100,7 @@ def _model_cfg(values: dict):
     kind, d, n_scratch = (values.pop(k, None) for k in LAYOUT_KEYS)
     kind, d = kind or "plain", 10 if d is None else d
     if n_scratch is not None and kind != "scratch":
-        raise ValueError("n_scratch needs layout = 'scratch'")
+        raise ConfigError("n_scratch", "n_scratch needs layout = 'scratch'")
     layout = Layout.named(kind, d, n_scratch)
     if kind in DEFAULT_READOUT:  # the command line's default read-out for this layout
         values.setdefault("readout", DEFAULT_READOUT[kind])
@@ -232,10 +234,7 @@ def _expand(path: Path, where: str, label: str, axes: dict, seeds: _SeedPlan, na
         chosen = dict(zip(keys, combo))
         values = {"d": 10} | {k: v for (_, k), v in chosen.items()}
         for seed in seeds.for_point(values):
-            try:
-                model_cfg, train_cfg = _build(chosen, seed)
-            except (ValueError, TypeError) as err:
-                raise _error(path, _culprit(where, chosen, str(err)), str(err)) from None
+            model_cfg, train_cfg = _build(path, where, chosen, seed)
             parts = [f"{k}{_label(chosen[(s, k)])}" for s, k in varying] + [f"seed{seed}"]
             name = "_".join(([label] if label else []) + parts)
             if name in names:
@@ -304,19 +303,26 @@ def _name(path: Path, data: dict) -> str:
     return name
 
 
-def _build(chosen: dict, seed: int):
-    """The configurations for one point of the grid."""
+def _build(path: Path, where: str, chosen: dict, seed: int) -> tuple:
+    """The (model, train) configurations for one point of the grid; a bad value is one error
+    naming its key in the section whose configuration refused it (both have ``dtype``, ``init``)."""
     from ..config import TrainConfig
 
-    model_cfg = _model_cfg({k: v for (s, k), v in chosen.items() if s == "model"})
-    return model_cfg, TrainConfig(**{k: v for (s, k), v in chosen.items() if s == "train"}, seed=seed)
+    build = {"model": _model_cfg, "train": lambda values: TrainConfig(**values, seed=seed)}
+    configs = []
+    for section, make in build.items():
+        try:
+            configs.append(make({k: v for (s, k), v in chosen.items() if s == section}))
+        except (ValueError, TypeError) as err:
+            raise _error(path, _culprit(where, chosen, section, err), str(err)) from None
+    return tuple(configs)
 
 
-def _culprit(where: str, chosen: dict, message: str) -> str:
-    """The grid key (and value) a config error is about: the configs' messages start with the
-    field's name ("readout must …"); layout errors belong to the layout keys."""
-    first = message.split(" ", 1)[0].strip("'\"")
-    for (section, key), value in chosen.items():
-        if key == first or key == "layout" and first in ("segment", "scratch", "layout"):
-            return f"{where}{section}.{key} = {value!r}"
+def _culprit(where: str, chosen: dict, section: str, err: Exception) -> str:
+    """The grid key (and value) a config error is about: a :class:`ConfigError`'s ``field`` in
+    ``section``; the layout's own fields belong to the ``layout`` key."""
+    name = getattr(err, "field", None)
+    name = "layout" if name in LAYOUT_FIELDS else name
+    if (section, name) in chosen:
+        return f"{where}{section}.{name} = {chosen[(section, name)]!r}"
     return where + (", ".join(f"{s}.{k} = {v!r}" for (s, k), v in chosen.items()) or "model/train")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 
 from ..analysis.faithfulness import Faithfulness
-from ..analysis.mechanism import Mechanism, is_faithful
+from ..analysis.mechanism import Mechanism
 from ..analysis.record import ModelAnalysis
 from ..analysis.sweep_record import SweepRecord
 from ..labels import excess_text, layer_name
@@ -54,8 +54,8 @@ def _verdict(t: Faithfulness, mech: Mechanism) -> tuple[bool, bool, bool]:
     """The rule's three conditions on a tested construction: rows exact, loss recovered, and its
     templates' signs (every fitted β positive)."""
     c = t.circuit
-    return (c.rows_exact >= mech.rows,
-            c.loss_recovered is not None and c.loss_recovered >= mech.recovered,
+    return (c.rows_exact >= mech.rule.rows,
+            c.loss_recovered is not None and c.loss_recovered >= mech.rule.recovered,
             t.signs_agree)
 
 
@@ -64,9 +64,9 @@ def _misses(t: Faithfulness, mech: Mechanism) -> str:
     rows, loss, signs = _verdict(t, mech)
     out = []
     if not rows:
-        out.append(f"rows exact {t.circuit.rows_exact:.1%} &lt; {mech.rows:.0%}")
+        out.append(f"rows exact {t.circuit.rows_exact:.1%} &lt; {mech.rule.rows:.0%}")
     if not loss:
-        out.append(f"loss recovered {_pct(t.circuit.loss_recovered)} &lt; {mech.recovered:.0%}")
+        out.append(f"loss recovered {_pct(t.circuit.loss_recovered)} &lt; {mech.rule.recovered:.0%}")
     if not signs:
         wrong = sum(b <= 0 for b in t.template_betas)
         out.append(f"{wrong} of its {len(t.template_betas)} templates fitted with β ≤ 0 (the "
@@ -93,7 +93,7 @@ def _task(analysis: ModelAnalysis) -> tuple[str, str]:
 def _named(analysis: ModelAnalysis) -> str:
     """The mechanism paragraph when the rule names a construction."""
     mech, f, m = analysis.mechanism, analysis.mechanism.faithfulness, analysis.mechanism.minimal
-    spare = [c for c, s in zip(f.cells, f.minimality) if is_faithful(s, mech.rows, mech.recovered)]
+    spare = [c for c, s in zip(f.cells, f.minimality) if mech.rule.is_faithful(s)]
     if spare:
         needed = ("the circuit stays faithful without "
                   + (f"{len(spare)} of them, each removed alone: " if len(spare) > 1 else "")
@@ -203,8 +203,8 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
                 ("all β > 0 ✓" if signs_ok else f"{wrong} of {len(t.template_betas)} β ≤ 0 ✗"),
                 f"{t.circuit.mse:.3g}", f"{t.without.mse:.3g}", verdict])
         parts.append(table(
-            ["construction", "cells (atoms)", f"rows exact alone (≥ {mech.rows:.0%})",
-             f"loss recovered (≥ {mech.recovered:.0%})", "template signs", "circuit MSE",
+            ["construction", "cells (atoms)", f"rows exact alone (≥ {mech.rule.rows:.0%})",
+             f"loss recovered (≥ {mech.rule.recovered:.0%})", "template signs", "circuit MSE",
              "model MSE without its cells", "rule"],
             rows,
             "Each working construction with this layout, attention and read-out (beyond two layers "
@@ -213,8 +213,8 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
             "its cells alone: the gauge-fixed <code>A</code> kept only in its cells (at the model's "
             "own fitted β) and <code>W_U</code> only on its read-out block, everything else zeroed. "
             f"<b>The rule</b> names a construction when all three conditions hold: at least "
-            f"{mech.rows:.0%} of rows exact, {mech.recovered:.0%} of the loss recovered, against the "
-            "baseline of everything ablated (0.5 everywhere, MSE d/4), and every template of its "
+            f"{mech.rule.rows:.0%} of rows exact, {mech.rule.recovered:.0%} of the loss recovered, "
+            "against the baseline of everything ablated (0.5 everywhere, MSE d/4), and every template of its "
             "cells fitted to the weights with a positive β (a cell test alone cannot tell "
             "<code>I</code> from <code>−I</code>), each judged on its 95% interval (borderline when "
             "one straddles a threshold); of those that pass, the one recovering the most loss is "

@@ -17,6 +17,7 @@ are inline SVG with alt text; the circuitsvis bundle is inlined (one self-contai
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -24,10 +25,12 @@ import torch
 from ..analysis.ablate import AblationResult
 from ..analysis.record import ModelAnalysis, atom_label
 from ..analysis.sweep_record import SweepRecord
+from ..analysis.timeline import Timeline
 from ..analysis.verdict import UNNAMED
 from ..config import TrainConfig
 from ..labels import excess_text, layer_name, name_streams
 from ..model.hooked import HookedDisentangledTransformer
+from ..runs.directory import RunDir
 from ..task import Batch
 from ..training.metrics import evaluate
 from .attention import attention_views
@@ -250,12 +253,52 @@ def _over_training(timeline, checkpoints: int) -> str:
         "Green: checkpoints where the final circuit alone is faithful (dashed: the first)."))
 
 
+@dataclass(frozen=True)
+class ReportContext:
+    """What a report page shows beside the analysis: its ``title``; for a trained run its eval
+    records (``metrics``) and ``train_cfg``, its ``analysis.timeline.Timeline`` (the section "Over
+    training") or else how many ``checkpoints`` it kept (the section then says how to make one),
+    and the sweep's record of it (``sweep_record``, shown after the mechanism); ``bundle``: a
+    relative URL of a shared circuitsvis bundle instead of inlining it; ``links``: ``(label,
+    relative URL)`` pairs above the title (the index, the run's twin)."""
+
+    title: str = "invperm-interp report"
+    metrics: list[dict] | None = None
+    train_cfg: TrainConfig | None = None
+    timeline: Timeline | None = None
+    checkpoints: int = 0
+    sweep_record: SweepRecord | None = None
+    bundle: str | None = None
+    links: tuple[tuple[str, str], ...] = ()
+
+    def with_run(self, run: RunDir) -> ReportContext:
+        """This context with what the run directory holds: its timeline (``timeline.json``, written
+        by ``invperm timeline``), how many checkpoints it kept and its sweep record
+        (``mechanism.json``, written by ``invperm sweep``); a damaged or older file is left out."""
+        import json
+        import warnings
+
+        found = record = None
+        if run.timeline.is_file():
+            try:
+                found = Timeline.from_dict(json.loads(run.timeline.read_text()))
+            except (ValueError, TypeError, KeyError, AttributeError, IndexError) as err:
+                warnings.warn(f"{run.timeline} is damaged ({type(err).__name__}: {err}); the report "
+                              "leaves the timeline out (`invperm timeline` writes it again)",
+                              stacklevel=2)
+        if run.mechanism.is_file():
+            try:
+                record = SweepRecord.read(run.mechanism)
+            except ValueError:
+                record = None  # a damaged or older record is the sweep's to redo, not the report's
+        return replace(self, timeline=found, checkpoints=len(run.checkpoints()),
+                       sweep_record=record)
+
+
 def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
-                metrics: list[dict] | None = None, title: str = "invperm-interp report", *,
-                train_cfg: TrainConfig | None = None, bundle: str | None = None,
-                links: list[tuple[str, str]] | None = None, timeline=None,
-                checkpoints: int = 0, sweep_record: SweepRecord | None = None) -> str:
+                context: ReportContext = ReportContext()) -> str:
     """The report page as a string (see :func:`write_report`)."""
+    metrics, train_cfg, timeline = context.metrics, context.train_cfg, context.timeline
     head = headline(result)
     if timeline is not None:  # the over-training result belongs in the first screen too
         first = timeline.first_faithful
@@ -274,32 +317,20 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
             parts.append(figure(accuracy, "Fraction of entries, rows and samples exact against step.",
                                 "Entries, rows and whole samples exact after rounding."))
         parts.append("</div>")
-    parts.append(_over_training(timeline, checkpoints))
-    parts += [mechanism_section(result), sweep_verdict_section(sweep_record),
+    parts.append(_over_training(context.timeline, context.checkpoints))
+    parts += [mechanism_section(result), sweep_verdict_section(context.sweep_record),
               _circuit(model, result), _constructions(result),
               _ablations(model, result), _certificate(model, result),
               _attention(model, batch, result.sample_patterns)]
-    return page(title, "\n".join(p for p in parts if p), bundle=bundle, links=links)
+    return page(context.title, "\n".join(p for p in parts if p), bundle=context.bundle,
+                links=list(context.links) or None)
 
 
 def write_report(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
-                 path: str | Path, metrics: list[dict] | None = None,
-                 title: str = "invperm-interp report", *, train_cfg: TrainConfig | None = None,
-                 bundle: str | None = None, links: list[tuple[str, str]] | None = None,
-                 timeline=None, checkpoints: int = 0, sweep_record: SweepRecord | None = None) -> Path:
-    """Write the report page for ``model`` (with ``result`` from ``analysis.record.analyze``).
-
-    ``metrics``/``train_cfg``: the run's eval records and training configuration, when it is a
-    trained run. ``bundle``: a relative URL of a shared circuitsvis bundle instead of inlining it.
-    ``links``: ``(label, relative URL)`` pairs above the title (the index, the run's twin).
-    ``timeline``: the run's ``analysis.timeline.Timeline`` (its section "Over training"), else
-    ``checkpoints``: how many it kept (the section then says how to make one). ``sweep_record``:
-    the run's ``mechanism.json`` when a sweep analysed it (shown after the mechanism).
-    """
+                 path: str | Path, context: ReportContext = ReportContext()) -> Path:
+    """Write the report page for ``model`` (with ``result`` from ``analysis.record.analyze``) to
+    ``path``; ``context``: what else it shows (:class:`ReportContext`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report_html(model, result, batch, metrics, title, train_cfg=train_cfg,
-                                bundle=bundle, links=links, timeline=timeline,
-                                checkpoints=checkpoints, sweep_record=sweep_record),
-                    encoding="utf-8")
+    path.write_text(report_html(model, result, batch, context), encoding="utf-8")
     return path
