@@ -75,6 +75,12 @@ def test_the_analysis_estimate_is_within_2x_over_depth_and_heads(name):
 
 
 # -- the estimates' shapes -----------------------------------------------------------------------
+def test_the_analysis_estimate_counts_the_circuits_a_search_scores_together():
+    from invperm_interp.analysis.minimal import CHUNK
+
+    assert memory.CIRCUITS_SCORED_TOGETHER == CHUNK
+
+
 def test_parameter_count_matches_the_model():
     from invperm_interp import HookedDisentangledTransformer
 

@@ -10,9 +10,10 @@ Estimates count the tensors the code allocates. Per layer ``l`` with ``H`` heads
 - Hooked forward without gradients (evaluation, a construction's check): the peak is the largest
   of ``h + 2q + 2·scores`` (inside attention) and ``h + 2q + h_{l+1}`` (the concatenation) over the
   layers, plus the final stream and its read-out rows.
-- Analysis: two forwards' activations, and the circuit tests' float64 gauge bases, ``(D_l², r_l)``
-  per layer with ``r_l`` about ``2·c·D_l`` (``c`` copies of ``h^0``): ``D³`` growth, the dominant
-  part at depth or with heads.
+- Analysis: two forwards' activations, a chunk of circuit-only variants run together (the circuit
+  searches' batched forwards, bounded by ``model.variants.MAX_ELEMENTS``), and the circuit fits'
+  float64 gauge factors, a few ``(D_l, D_l)`` per layer (the fits never form a ``(D_l², r)``
+  basis).
 - Training step: counted from the code itself (``training.footprint``: the tensors autograd saves
   in one real step's forward, scaled from a few samples). Weights, their gradients and Adam's two
   moments are four copies of the parameters (two for SGD), plus the optimizer step's temporaries.
@@ -41,6 +42,7 @@ from .config import ModelConfig
 
 GB = 1e9
 SLACK = 0.5  # allocator slack, as a share of the activations (see the module docstring)
+CIRCUITS_SCORED_TOGETHER = 64  # analysis.minimal.CHUNK (tests/test_memory.py holds them equal)
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30,
           "ti": 2**40}
 
@@ -257,27 +259,42 @@ def combined(estimates: list[Estimate], what: str) -> Estimate:
     return Estimate(what, parts, lower=lower)
 
 
-def gauge_basis_bytes(cfg: ModelConfig) -> int:
-    """The circuit tests' gauge bases (``analysis.faithfulness``): per layer ``l`` a float64
-    ``(D_l², r_l)`` matrix, ``r_l = (c - 1)·D_l + (D_l - c + 1)·c`` gauge directions with
-    ``c = Π_{k<l} (1 + H_k)`` copies of ``h^0`` in ``h^l``. Each layer's stays cached, and the
-    largest is built beside its two halves (or gathered on a circuit's cells): the sum plus the
-    largest once more. They grow as ``D³``: the dominant part at depth or with heads."""
-    sizes, copies = [], 1
-    for H, D in zip(cfg.heads, cfg.widths):
-        sizes.append(D * D * ((copies - 1) * D + (D - copies + 1) * copies) * 8)
-        copies *= 1 + H
-    return sum(sizes) + max(sizes)
+def gauge_factor_bytes(cfg: ModelConfig) -> int:
+    """The circuit fits' gauge factors (``analysis.projection``), cached per layer: the two
+    float64 ``(D_l, D_l)`` projectors and the bases ``U``, ``W``, ``V`` of their ranges (about two
+    more ``(D_l, D_l)``). A fit on a circuit's cells forms a matrix of its entries (``|S|²`` or
+    ``|S|·r``, at most ~25 MB at D = 162 in benchmarks/memory_estimate.py), left to the slack."""
+    return sum(4 * D * D * 8 for D in cfg.widths)
+
+
+def variant_bytes(cfg: ModelConfig, n: int) -> int:
+    """One chunk of circuit-only variants run together (``model.variants.forward_many``, as the
+    circuit searches and ablations do): ``V`` variants of the ``n`` samples, ``V·n·T·D_L`` at most
+    ``MAX_ELEMENTS`` (one variant when a single one is larger), counted as a forward on ``V·n``
+    samples (a variant computes only the columns it reads, but gathers its keys and values)."""
+    from .model.variants import MAX_ELEMENTS
+
+    per_variant = n * cfg.T * cfg.widths[-1]
+    return forward_bytes(cfg, n * max(1, MAX_ELEMENTS // max(per_variant, 1)))
+
+
+def circuit_weights_bytes(cfg: ModelConfig) -> int:
+    """The circuit searches' variants held at once (``analysis.minimal.CHUNK`` hypotheses scored
+    together): per hypothesis its circuit-only weights and the part it removed, ``(H_l, D_l, D_l)``
+    each per layer, float64."""
+    return CIRCUITS_SCORED_TOGETHER * 2 * sum(H * D * D * 8 for H, D in zip(cfg.heads, cfg.widths))
 
 
 def analysis_estimate(cfg: ModelConfig, n: int) -> Estimate:
     """``invperm analyze`` on ``n`` samples: the weights, the samples, two forwards' activations
-    alive (a clean run cached beside an ablated or patched one) with their allocator slack, and
-    the gauge bases of the circuit tests (:func:`gauge_basis_bytes`). An upper bound: a model
-    with no template atoms in a layer (a random one) never builds that layer's basis."""
-    activations = 2 * forward_bytes(cfg, n)
+    alive (a clean run cached beside an ablated or patched one), a chunk of batched circuit-only
+    variants (:func:`variant_bytes`), their allocator slack, the weights of the variants a circuit
+    search holds (:func:`circuit_weights_bytes`) and the circuit fits' gauge factors
+    (:func:`gauge_factor_bytes`)."""
+    activations = 2 * forward_bytes(cfg, n) + variant_bytes(cfg, n)
     return Estimate(f"the analysis on n={n} samples",
                     {"weights": cfg.n_params * _elem(cfg), "samples": batch_bytes(cfg, n),
                      "activations": activations, "allocator slack": int(SLACK * activations),
-                     "gauge bases": gauge_basis_bytes(cfg)},
+                     "circuit weights": circuit_weights_bytes(cfg),
+                     "gauge factors": gauge_factor_bytes(cfg)},
                     lower="the number of samples (--n), d, n_layers or n_heads")
