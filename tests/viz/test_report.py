@@ -133,6 +133,19 @@ def test_weights_once_each_with_alt_text(theorem3_page):
     assert all('width="' in img for img in images)  # drawn at the size shown
 
 
+
+def test_every_weight_heatmap_has_a_visible_caption_naming_its_matrix(theorem3_page):
+    figures = re.findall(r"<figure[^>]*><img [^>]*alt=\"Heatmap of ([^\"]*)\"[^>]*>(.*?)</figure>",
+                         theorem3_page, re.S)
+    figures = [(alt, rest) for alt, rest in figures if " A of " in alt or alt.startswith("W_U")]
+    assert len(figures) == 5, [alt for alt, _ in figures]  # 2 gauge-fixed A, W_U, 2 raw A
+    for alt, rest in figures:
+        caption = re.fullmatch(r"<figcaption>(.*)</figcaption>", rest.strip(), re.S)
+        assert caption, alt
+        matrix = "W_U" if alt.startswith("W_U") else ("raw" if "raw" in alt else "gauge-fixed")
+        assert matrix in caption.group(1), (alt, caption.group(1))
+
+
 def test_tables_have_captions_and_ablations_state_the_baseline_once(theorem3_page):
     tables = re.findall(r"<div class='table'>(.*?)<table", theorem3_page, re.S)
     assert len(tables) == 7 and all('<p class="caption">' in t for t in tables)  # each says what it shows

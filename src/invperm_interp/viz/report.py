@@ -137,13 +137,18 @@ def _circuit(model: HookedDisentangledTransformer, result: ModelAnalysis) -> str
     gauge_figs = "".join(
         figure(head_figure(model, layer, head, gauge_fixed=True),
                f"Heatmap of the gauge-fixed A of {layer_name(layer)} head {head}: query blocks in "
-               "rows, key blocks in columns, red positive, blue negative.")
+               "rows, key blocks in columns, red positive, blue negative.",
+               f"{layer_name(layer)}, head {head}: gauge-fixed <code>A</code>, query blocks in "
+               "rows, key blocks in columns (red positive, blue negative)")
         for layer, head in heads)
     w_u = figure(unembed_figure(model), "Heatmap of W_U: which blocks of the final stream are "
-                 "copied into the output, one column per output column.")
+                 "copied into the output, one column per output column.",
+                 "<code>W_U</code>: the blocks of the final stream copied into the output, one "
+                 "column per output column")
     raw_figs = "".join(
         figure(head_figure(model, layer, head, gauge_fixed=False),
-               f"Heatmap of the raw A of {layer_name(layer)} head {head}.")
+               f"Heatmap of the raw A of {layer_name(layer)} head {head}.",
+               f"{layer_name(layer)}, head {head}: raw <code>A</code>, as trained")
         for layer, head in heads)
     atoms_table = (table(["layer", "head", "cell", "β", "share", "score", "raw"], rows, caption)
                    if rows else f"<p>No atom holds 1% of a layer's weights. Unexplained: {residual}.</p>")
