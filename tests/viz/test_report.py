@@ -85,12 +85,18 @@ def test_headline_names_the_mechanism_of_a_construction(theorem3_page):
     assert "stays faithful without layer 1 (blocks.0): -1 at (pos.S, pos.Y)" in head  # not needed here
 
 
-def test_headline_says_when_no_template_explains_the_circuit():
-    cfg = ModelConfig(Layout.plain(4), attention_dir="causal", readout="P", init_scale=1.0)
-    model = HookedDisentangledTransformer(cfg, seed=0)  # random weights: nothing to explain
+def _random_page(attention_dir: str):
+    """The report of a random d = 4 model (init scale 1), where no construction explains or passes,
+    and its analysis."""
+    cfg = ModelConfig(Layout.plain(4), attention_dir=attention_dir, readout="P", init_scale=1.0)
+    model = HookedDisentangledTransformer(cfg, seed=0)
     batch = sample_batch(cfg.layout, 32, torch.Generator().manual_seed(0))
     summary = analyze(model, batch, "random")
-    page = report_html(model, summary, batch)
+    return report_html(model, summary, batch), summary
+
+
+def test_headline_says_when_no_template_explains_the_circuit():
+    page, _ = _random_page("causal")
     head = _sections(page)["Headline"]
     assert "No registry construction explains this model" in head
     assert "No template explains the weights" in head and "unexplained" in head
@@ -303,11 +309,7 @@ def test_cli_headline_writes_the_causal_mse_against_its_floor_and_names_its_batc
 
 
 def test_an_unnamed_models_closest_construction_is_the_mechanism_tables_first_row():
-    cfg = ModelConfig(Layout.plain(4), attention_dir="bidirectional", readout="P", init_scale=1.0)
-    model = HookedDisentangledTransformer(cfg, seed=0)  # random weights: no construction passes
-    batch = sample_batch(cfg.layout, 32, torch.Generator().manual_seed(0))
-    summary = analyze(model, batch, "random")
-    page = report_html(model, summary, batch)
+    page, summary = _random_page("bidirectional")
     mechanism = page.split("<h2>Mechanism</h2>")[1].split("<h2>")[0]
     first_row = re.search(r"<tbody><tr><td>([^<]+)</td>", mechanism).group(1)
     tested = summary.mechanism.tested
