@@ -20,7 +20,7 @@ def _fake_run(run_dir, d: int, seed: int, attention: str, mses: list[float], flo
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps(config))
     lines = [json.dumps({"step": 100 * (i + 1), "mse": m, "row_acc": 1.0 if m < 1e-3 else 0.0,
-                         "causal_floor": floor, "attention_dir": attention})
+                         "causal_floor": floor})
              for i, m in enumerate(mses)]
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     return config

@@ -12,10 +12,10 @@ COLUMNS = ("name", "status", "step", "steps_to_solve", "final_mse", "rows_exact"
 
 
 def _row(r: dict) -> dict:
-    final = r.get("final") or {}
+    final = r["final"]  # an Evaluation (read_sweep), or None
     return {"name": r["name"], "status": r["status"], "step": r["step"],
-            "steps_to_solve": r["steps_to_solve"], "final_mse": final.get("mse"),
-            "rows_exact": final.get("row_acc"), "mechanism": r.get("mechanism")}
+            "steps_to_solve": r["steps_to_solve"], "final_mse": final and final.mse,
+            "rows_exact": final and final.row_acc, "mechanism": r.get("mechanism")}
 
 
 def _fmt(v) -> str:
