@@ -14,10 +14,11 @@ from invperm_interp import Layout, ModelConfig
 from invperm_interp.analysis.mechanism import mechanism
 from invperm_interp.analysis.timeline import Timeline, timeline
 from invperm_interp.cli.main import main
-from invperm_interp.config import TrainConfig, config_hash
+from invperm_interp.config import TrainConfig
 from invperm_interp.maths.constructions import build
 from invperm_interp.model.disentangled import readout_forward
 from invperm_interp.runs import checkpoint as ckpt
+from invperm_interp.runs.config_file import config_hash
 from invperm_interp.runs.directory import RunDir
 from invperm_interp.task import sample_batch
 from invperm_interp.training.run import Run

@@ -13,10 +13,12 @@ from helpers import assert_same_weights, run, small, strip, weights
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, Run, sample_batch
 from invperm_interp.cli import main
-from invperm_interp.config import TrainConfig, config_hash, learning_rate
+from invperm_interp.config import TrainConfig
 from invperm_interp.maths.floors import causal_floor
 from invperm_interp.model.disentangled import DisentangledTransformer, readout_forward
+from invperm_interp.runs.config_file import config_hash
 from invperm_interp.runs.directory import RunDir
+from invperm_interp.training.schedule import learning_rate
 from invperm_interp.training.single import resume, train_or_reuse
 from invperm_interp.training.trainer import seed_streams
 

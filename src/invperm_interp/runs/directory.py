@@ -34,8 +34,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..config import ModelConfig, TrainConfig, config_hash, config_text, configs_from_json
+from ..config import ModelConfig, TrainConfig
 from . import checkpoint as ckpt
+from .config_file import config_hash, config_text, configs_from_json
 from .evaluation import Evaluation
 
 __all__ = ["RunDir", "RunWarning", "RunWeights", "checkpoint_bytes"]

@@ -18,10 +18,11 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..config import ModelConfig, TrainConfig, config_diffs, config_hash, learning_rate
+from ..config import ModelConfig, TrainConfig
 from ..maths.floors import causal_floor
 from ..model.build import forward, plain_model
 from ..runs import checkpoint as ckpt
+from ..runs.config_file import config_diffs, config_hash
 from ..runs.directory import RunDir, RunWarning
 from ..runs.evaluation import Evaluation
 from ..runs.lock import RunLock
@@ -30,6 +31,7 @@ from .cpu import keep_freed_memory
 from .metrics import evaluate
 from .optim import make_optimizer
 from .run import Run, kept_evaluation, resolve_device
+from .schedule import learning_rate
 from .signals import StopRequest
 from .stopping import stop_reason
 
