@@ -48,6 +48,22 @@ def test_index_of_run_directories(tmp_path):
     assert page.count("<img ") == 1 and "sortable" in page and "addEventListener" in page
 
 
+def test_a_standard_run_is_shown_with_the_disentangled_shape_it_is_read_in(tmp_path):
+    for name, extra in (("att", {}), ("ln", {"layernorm": True, "d_mlp": 16})):
+        model = ModelConfig(Layout.plain(4), attention_dir="bidirectional", arch="standard",
+                            d_model=8, n_heads=2, **extra)
+        (tmp_path / name).mkdir()
+        config = {"model": model.to_dict(), "train": TrainConfig(steps=100, seed=0).to_dict()}
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps({"step": 100, "mse": 0.5}) + "\n")
+    rows = {r[0].split()[0]: r for r in _rows(write_index(tmp_path).read_text())}
+    # T = 8, so D_0 = 4 + 8 = 12, then each layer of 2 heads triples the width
+    assert rows["att"][1] == ("bidirectional [P; Y] → P (standard, d_model 8, d_head 4; read as "
+                              "disentangled, widths 12 → 36 → 108)")
+    assert rows["ln"][1] == ("bidirectional [P; Y] → P (standard, d_model 8, d_head 4, LayerNorm, "
+                             "MLP 16; no exact map)")
+
+
 def test_index_reads_a_sweep_jsonl(tmp_path):
     """``invperm sweep``'s format: one line per run, its folder named by ``name``."""
     records = []

@@ -71,9 +71,17 @@ def _model(model: dict) -> ModelConfig:
 
 
 def _group(cfg: ModelConfig) -> str:
-    """``"bidirectional [P; Y] → P"``: the model kind, the same for every d."""
-    return (f"{cfg.attention_dir} [{'; '.join(s.name for s in cfg.layout.segments)}] "
+    """``"bidirectional [P; Y] → P"``: the model kind, the same for every d; for a standard model
+    also its shape and the disentangled widths its exact map reads it in (or why there is none)."""
+    kind = (f"{cfg.attention_dir} [{'; '.join(s.name for s in cfg.layout.segments)}] "
             f"→ {cfg.readout}")
+    if cfg.arch != "standard":
+        return kind
+    shape = (f"standard, d_model {cfg.d_model}, d_head {cfg.d_head}"
+             + (", LayerNorm" if cfg.layernorm else "") + (f", MLP {cfg.d_mlp}" if cfg.d_mlp else ""))
+    if cfg.layernorm or cfg.d_mlp is not None:
+        return f"{kind} ({shape}; no exact map)"
+    return f"{kind} ({shape}; read as disentangled, widths {' → '.join(map(str, cfg.widths))})"
 
 
 def _first_below(metrics: list[Evaluation], target: float) -> int | None:
