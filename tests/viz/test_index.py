@@ -26,8 +26,9 @@ def _fake_run(run_dir, d: int, seed: int, attention: str, mses: list[float], flo
     return config
 
 
-def _rows(page: str) -> list[list[str]]:
-    body = page.split("<tbody>")[1].split("</tbody>")[0]
+def _rows(page: str, table: str = "<table class='sortable'>") -> list[list[str]]:
+    """The cells of the page's ``table`` (by default the run table), tags stripped."""
+    body = page.split(table)[1].split("<tbody>")[1].split("</tbody>")[0]
     return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
             for tr in re.findall(r"<tr>(.*?)</tr>", body)]
 
