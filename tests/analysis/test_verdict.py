@@ -81,7 +81,7 @@ def test_a_straddling_interval_is_borderline_not_a_flip():
     mech = mechanism(model, batch, rule=Rule(0.0, f.circuit.loss_recovered), exact=False)
     assert mech.name is None and "two_block" in mech.borderline  # no name: the verdict says why
     assert mech.verdict == "borderline" and mech.faithfulness.hypothesis in mech.borderline
-    assert mech.answer == ("borderline", None) and str(mech.answer) == "borderline"
+    assert mech.answer == ("borderline", None, ()) and str(mech.answer) == "borderline"
     assert "borderline" in str(mech)
     again = Mechanism.from_dict(mech.to_dict())
     assert again == mech
@@ -228,8 +228,8 @@ def test_name_on_another_batch_is_the_rule_without_the_minimal_circuit():
     model = perturb(C.build("appendix_b", 4, 10.0), gauge=1.0, noise=0.2, seed=3)
     batch = batch_for(model, 700)
     assert name_on(model, batch) == mechanism(model, batch, exact=False).answer \
-        == ("faithful", "appendix_b")
-    assert name_on(model, batch, ablation="mean") == ("faithful", "appendix_b")
+        == ("faithful", "appendix_b", ())
+    assert name_on(model, batch, ablation="mean") == ("faithful", "appendix_b", ())
 
 
 def test_head_is_the_first_samples():
