@@ -229,11 +229,24 @@ class _Explained:
     atoms: tuple[Atom, ...]
 
 
-def _explain_head(model: HookedDisentangledTransformer, layer: int, head: int,
-                  library: dict[str, TemplateFn], min_share: float, tol: float,
-                  max_atoms: int, significance: float) -> _Explained:
+def _explain_heads(model: HookedDisentangledTransformer, selection: list[tuple[int, int]],
+                   library: dict[str, TemplateFn], min_share: float, tol: float,
+                   max_atoms: int, significance: float) -> list[_Explained]:
+    """:func:`_explain_head` of each selected ``(layer, head)``; a layer's dictionary (the same for
+    every head of it) is built once."""
+    dictionaries: dict[int, Dictionary] = {}
+    out = []
+    for layer, head in selection:
+        if layer not in dictionaries:
+            dictionaries[layer] = build_dictionary(model.stream, layer, library)
+        out.append(_explain_head(model, layer, head, dictionaries[layer], min_share, tol,
+                                 max_atoms, significance))
+    return out
+
+
+def _explain_head(model: HookedDisentangledTransformer, layer: int, head: int, dic: Dictionary,
+                  min_share: float, tol: float, max_atoms: int, significance: float) -> _Explained:
     stream = model.stream
-    dic = build_dictionary(stream, layer, library)
     A = _weights(model, layer, head)
     fit = pursue(A, stream, layer, dic, min_share=min_share, tol=tol, max_atoms=max_atoms,
                   significance=significance)
@@ -270,8 +283,8 @@ def explain(model: HookedDisentangledTransformer, layer: int | None = None, head
     ``templates`` adds to the default library.
     """
     library = _library(templates)
-    parts = [_explain_head(model, lay, h, library, min_share, tol, max_atoms, significance)
-             for lay, h in _selection(model, layer, head)]
+    parts = _explain_heads(model, _selection(model, layer, head), library, min_share, tol,
+                           max_atoms, significance)
     return _circuit_of(parts)
 
 
@@ -286,8 +299,7 @@ def _circuit_of(parts: list[_Explained]) -> Circuit:
 def explain_and_match(model: HookedDisentangledTransformer) -> tuple[Circuit, list[CellMatch]]:
     """:func:`explain` and :func:`match_templates` of every head with their defaults, from one fit."""
     library = _library(None)
-    parts = [_explain_head(model, lay, h, library, 1e-3, 1e-10, 32, 2.0)
-             for lay, h in _selection(model, None, None)]
+    parts = _explain_heads(model, _selection(model, None, None), library, 1e-3, 1e-10, 32, 2.0)
     return _circuit_of(parts), [row for part in parts for row in _cell_rows(model, part)]
 
 
@@ -301,11 +313,9 @@ def match_templates(model: HookedDisentangledTransformer, layer: int | None = No
     Arguments as in :func:`explain`; ``layer``/``head`` restrict the table (``None``: all).
     """
     library = _library(templates)
-    rows = []
-    for lay, h in _selection(model, layer, head):
-        part = _explain_head(model, lay, h, library, min_share, tol, max_atoms, significance)
-        rows += _cell_rows(model, part)
-    return rows
+    parts = _explain_heads(model, _selection(model, layer, head), library, min_share, tol,
+                           max_atoms, significance)
+    return [row for part in parts for row in _cell_rows(model, part)]
 
 
 def _cell_rows(model: HookedDisentangledTransformer, part: _Explained) -> list[CellMatch]:
