@@ -211,7 +211,7 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     rows = lines(run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False))
     assert len(seen) == 4 and styles == [("resample", 4096, 4096)] * 4
     record = json.loads((out / "d2_seed0" / "mechanism.json").read_text())
-    assert record["name"] == "appendix_b" and record["under"] == {"resample": ["faithful", "theorem2"]}
+    assert record["name"] == "appendix_b" and record["under"] == {"resample": ["faithful", "theorem2", []]}
     run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False)
     assert len(styles) == 4  # now complete: nothing left to do
     # Other samples redo the whole analysis.

@@ -16,6 +16,7 @@ import torch
 from invperm_interp import sample_batch
 from invperm_interp.analysis.record import analyze
 from invperm_interp.maths import constructions
+from invperm_interp.runs.evaluation import Evaluation
 from invperm_interp.viz.page import write_bundle
 from invperm_interp.viz.report import ReportContext, write_report
 
@@ -123,9 +124,7 @@ def report_page(tmp_path_factory):
     model = constructions.build("theorem3", 3)
     batch = sample_batch(model.cfg.layout, 32, torch.Generator().manual_seed(0), dtype=torch.float64)
     summary = analyze(model, batch, "construction theorem3")
-    metrics = [{"step": s, "mse": 1.0 / (s + 1), "train_mse": None, "causal_floor": 0.0,
-                "entry_acc": 0.9, "row_acc": 0.5, "sample_acc": 0.1, "attention_dir": "causal"}
-               for s in (0, 10, 20)]
+    metrics = [Evaluation(s, 1.0 / (s + 1), 0.9, 0.5, 0.1, causal_floor=0.0) for s in (0, 10, 20)]
     single = write_report(model, summary, batch, tmp / "single" / "report.html",
                           ReportContext(metrics=metrics))
     write_bundle(tmp / "sweep")

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..config import ModelConfig
 from ..labels import excess_text
 from ..runs.directory import RunDir
+from ..runs.evaluation import Evaluation
 from ..sweep.collect import SWEEP_FILE, read_sweep
 from .html import figure, table
 from .page import page
@@ -71,13 +72,21 @@ def _model(model: dict) -> ModelConfig:
 
 
 def _group(cfg: ModelConfig) -> str:
-    """``"bidirectional [P; Y] → P"``: the model kind, the same for every d."""
-    return (f"{cfg.attention_dir} [{'; '.join(s.name for s in cfg.layout.segments)}] "
+    """``"bidirectional [P; Y] → P"``: the model kind, the same for every d; for a standard model
+    also its shape and the disentangled widths its exact map reads it in (or why there is none)."""
+    kind = (f"{cfg.attention_dir} [{'; '.join(s.name for s in cfg.layout.segments)}] "
             f"→ {cfg.readout}")
+    if cfg.arch != "standard":
+        return kind
+    shape = (f"standard, d_model {cfg.d_model}, d_head {cfg.d_head}"
+             + (", LayerNorm" if cfg.layernorm else "") + (f", MLP {cfg.d_mlp}" if cfg.d_mlp else ""))
+    if cfg.layernorm or cfg.d_mlp is not None:
+        return f"{kind} ({shape}; no exact map)"
+    return f"{kind} ({shape}; read as disentangled, widths {' → '.join(map(str, cfg.widths))})"
 
 
-def _first_below(metrics: list[dict], target: float) -> int | None:
-    return next((m["step"] for m in metrics if m.get("mse", float("inf")) < target), None)
+def _first_below(metrics: list[Evaluation], target: float) -> int | None:
+    return next((m.step for m in metrics if m.mse < target), None)
 
 
 def _mechanism(run_dir: Path) -> str | None:
@@ -96,11 +105,10 @@ def _mechanism(run_dir: Path) -> str | None:
 def _row_from_dir(run_dir: Path) -> RunRow:
     model, train = RunDir(run_dir).read_config()
     metrics = RunDir(run_dir).read_metrics()
-    last = metrics[-1] if metrics else {}
-    return RunRow(run_dir, _group(model), model.d, train.seed,
-                  int(last.get("step", 0)), last.get("mse"), last.get("causal_floor"),
-                  last.get("row_acc"), _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir),
-                  model.causal)
+    last = metrics[-1] if metrics else None
+    return RunRow(run_dir, _group(model), model.d, train.seed, last.step if last else 0,
+                  last and last.mse, last and last.causal_floor, last and last.row_acc,
+                  _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir), model.causal)
 
 
 def _sweep_record(analysis, run_dir: Path):
@@ -122,7 +130,7 @@ def _row_from_record(root: Path, record: dict) -> RunRow:
     sweep), ``status``, ``step``, ``steps_to_solve``, ``final`` (the last metrics), ``mechanism``,
     ``model`` and ``train``)."""
     model, train = _model(record["model"]), record.get("train", {})
-    final = record.get("final") or {}
+    final = record.get("final")  # an Evaluation (read_sweep), or None
     name = record.get("name") or record.get("run_dir")
     run_dir = root / name if name else Path(train.get("out_dir") or root)
     typed = _sweep_record(record.get("analysis"), run_dir)
@@ -134,8 +142,8 @@ def _row_from_record(root: Path, record: dict) -> RunRow:
     others = tuple((style, str(answer)) for style, answer in (typed.under if typed else {}).items()
                    if str(answer) != mechanism)
     return RunRow(run_dir, _group(model), model.d, int(train.get("seed", 0)),
-                  int(record.get("step") or final.get("step") or 0), final.get("mse"),
-                  final.get("causal_floor"), final.get("row_acc"),
+                  int(record.get("step") or (final and final.step) or 0), final and final.mse,
+                  final and final.causal_floor, final and final.row_acc,
                   None if solve is None else int(solve), mechanism or _mechanism(run_dir),
                   model.causal, None if status in (None, "finished", "stopped") else status,
                   others)
@@ -280,8 +288,9 @@ def _figure(root: Path, rows: list[RunRow]) -> str:
     curves = {name: m for name, m in curves.items() if m}
     if not curves:
         return ""
+    causal = {os.path.relpath(r.dir, root) for r in rows if r.causal}
     return figure(
-        plot_runs(curves), "Eval MSE against step for every run (log scale), and, for causal runs, "
+        plot_runs(curves, causal), "Eval MSE against step for every run (log scale), and, for causal runs, "
         "their excess over the causal floor.",
         "Training curves: eval MSE of each run on its fixed eval batch"
         + ("; right: the causal runs' excess over their floor, where a run on its floor is a flat "
