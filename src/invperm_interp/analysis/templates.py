@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..maths.cells import TEMPLATES, TemplateFn, label, shifted
 from ..model.hooked import HookedDisentangledTransformer
-from .pursuit import Dictionary, Fit, build_dictionary, pursue
+from .pursuit import Dictionary, Fit, PursuitLimits, build_dictionary, pursue
 
 ZEROS = "zeros"  # the name reported for a cell that no atom explains
 
@@ -230,8 +230,7 @@ class _Explained:
 
 
 def _explain_heads(model: HookedDisentangledTransformer, selection: list[tuple[int, int]],
-                   library: dict[str, TemplateFn], min_share: float, tol: float,
-                   max_atoms: int, significance: float) -> list[_Explained]:
+                   library: dict[str, TemplateFn], limits: PursuitLimits) -> list[_Explained]:
     """:func:`_explain_head` of each selected ``(layer, head)``; a layer's dictionary (the same for
     every head of it) is built once."""
     dictionaries: dict[int, Dictionary] = {}
@@ -239,17 +238,15 @@ def _explain_heads(model: HookedDisentangledTransformer, selection: list[tuple[i
     for layer, head in selection:
         if layer not in dictionaries:
             dictionaries[layer] = build_dictionary(model.stream, layer, library)
-        out.append(_explain_head(model, layer, head, dictionaries[layer], min_share, tol,
-                                 max_atoms, significance))
+        out.append(_explain_head(model, layer, head, dictionaries[layer], limits))
     return out
 
 
 def _explain_head(model: HookedDisentangledTransformer, layer: int, head: int, dic: Dictionary,
-                  min_share: float, tol: float, max_atoms: int, significance: float) -> _Explained:
+                  limits: PursuitLimits) -> _Explained:
     stream = model.stream
     A = _weights(model, layer, head)
-    fit = pursue(A, stream, layer, dic, min_share=min_share, tol=tol, max_atoms=max_atoms,
-                  significance=significance)
+    fit = pursue(A, stream, layer, dic, limits)
     atoms = []
     total = float(fit.fixed.pow(2).sum())
     for a, beta, phi, twins in zip(fit.selected, fit.betas, fit.phis, fit.twins):
@@ -283,8 +280,8 @@ def explain(model: HookedDisentangledTransformer, layer: int | None = None, head
     ``templates`` adds to the default library.
     """
     library = _library(templates)
-    parts = _explain_heads(model, _selection(model, layer, head), library, min_share, tol,
-                           max_atoms, significance)
+    limits = PursuitLimits(min_share, tol, max_atoms, significance)
+    parts = _explain_heads(model, _selection(model, layer, head), library, limits)
     return _circuit_of(parts)
 
 
@@ -299,7 +296,7 @@ def _circuit_of(parts: list[_Explained]) -> Circuit:
 def explain_and_match(model: HookedDisentangledTransformer) -> tuple[Circuit, list[CellMatch]]:
     """:func:`explain` and :func:`match_templates` of every head with their defaults, from one fit."""
     library = _library(None)
-    parts = _explain_heads(model, _selection(model, None, None), library, 1e-3, 1e-10, 32, 2.0)
+    parts = _explain_heads(model, _selection(model, None, None), library, PursuitLimits())
     return _circuit_of(parts), [row for part in parts for row in _cell_rows(model, part)]
 
 
@@ -312,9 +309,8 @@ def match_templates(model: HookedDisentangledTransformer, layer: int | None = No
 
     Arguments as in :func:`explain`; ``layer``/``head`` restrict the table (``None``: all).
     """
-    library = _library(templates)
-    parts = _explain_heads(model, _selection(model, layer, head), library, min_share, tol,
-                           max_atoms, significance)
+    library, limits = _library(templates), PursuitLimits(min_share, tol, max_atoms, significance)
+    parts = _explain_heads(model, _selection(model, layer, head), library, limits)
     return [row for part in parts for row in _cell_rows(model, part)]
 
 
