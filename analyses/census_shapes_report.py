@@ -188,7 +188,8 @@ def summarize(rows: list[dict]) -> list[dict]:
 def plot(summary: list[dict], rows: list[dict], path: Path) -> None:
     """Per (model, shape): the solved runs by what the rule names (construction; grey: none,
     dark grey: borderline), and the named ones by role."""
-    fig, (left, right, heads) = plt.subplots(1, 3, figsize=(17, 4.8), width_ratios=(1.4, 1, 1))
+    # stacked, not side by side: readable at 800 px as at 1400
+    fig, (left, right, heads) = plt.subplots(3, 1, figsize=(9, 11))
     labels = [f"{s['model'][:5]} {s['shape']}" for s in summary]
     solved = [r for r in rows if r["solved"] and r["mechanism"] is not None]
     names = sorted({r["construction"] for r in solved} - {"none", "borderline"})
@@ -203,7 +204,8 @@ def plot(summary: list[dict], rows: list[dict], path: Path) -> None:
                       color=color.get(group, f"C{i}") if key == "construction" else f"C{i + 3}")
             bottom = [b + h for b, h in zip(bottom, heights)]
         panel.set_ylabel("solved runs")
-        panel.tick_params(axis="x", labelrotation=45, labelsize=8)
+        panel.yaxis.get_major_locator().set_params(integer=True)
+        panel.tick_params(axis="x", labelsize=8)
         panel.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     left.set_title("what the rule names (any placement), per model and shape", fontsize=10)
     right.set_title("named runs: the other heads leave it alone, copy it, or split it", fontsize=10)
@@ -214,7 +216,7 @@ def plot(summary: list[dict], rows: list[dict], path: Path) -> None:
             named = r["mechanism"] not in ("none", "borderline")
             heads.plot(i + 0.3 * (j / max(len(runs) - 1, 1) - 0.5), len(r["needed_heads"]),
                        "o" if named else "x", color="C0" if named else "0.4", ms=5)
-    heads.set_xticks(range(len(summary)), labels, rotation=45, fontsize=8)
+    heads.set_xticks(range(len(summary)), labels, fontsize=8)
     heads.set_xlim(-0.6, len(summary) - 0.4)
     most = max((r["heads"] for r in rows), default=1)
     heads.set_ylim(-0.3, most + 0.3)
