@@ -246,7 +246,8 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
         ties = sum(bool(r["names"][style][2]) for r in now)
         left = sorted(r["completeness"][style] for r in rows)
         median = (left[(len(left) - 1) // 2] + left[len(left) // 2]) / 2
-        names = Counter(text(r["names"][style]) for r in none)
+        names = Counter(text(r["names"][style]) if not r["names"][style][2] else " = ".join(
+            sorted([r["names"][style][1], *r["names"][style][2]])) for r in none)  # a tie as a set
         lines.append(f"| {style} | {'-' if before is None else share_text(before, n)} | "
                      f"{share_text(len(now), n)} | {ties} | {median:.3f} | "
                      + ", ".join(f"{k}: {v}" for k, v in names.most_common()) + " |")
