@@ -50,10 +50,10 @@ def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
             analysis = SweepRecord.from_dict(record["analysis"])
         except ValueError as err:
             raise ValueError(f"{record['name']}: {err}") from None
-        final = record["final"] or {}
         rows.append({"run": record["name"], "kind": kind, "d": d, "seed": train["seed"],
                      "step": record["step"], "steps_to_target": record["steps_to_solve"],
-                     "final_mse": final.get("mse"), "rows_exact": final.get("row_acc"),
+                     "final_mse": record["final"] and record["final"].mse,
+                     "rows_exact": record["final"] and record["final"].row_acc,
                      "mechanism": str(analysis.answer), **run_columns(analysis)})
     return rows, dict(planned)
 

@@ -70,7 +70,7 @@ def register_forms(max_d: int = 16) -> dict[str, float]:
     for name, base in FORMS.items():
         spec = registry.get(base)
         made = constructions.register(
-            name, [*spec.cells, *GUARD], layout="scratch", attention_dir="causal",
+            name, [*spec.cells, *GUARD], constructions.Wiring(layout="scratch", attention_dir="causal"),
             description=f"{base} with the layer-1 content-mass guard", min_d=spec.min_d,
             max_d=max_d, replace=True)
         out[name] = made.beta_exact

@@ -13,7 +13,7 @@ from invperm_interp.analysis.faithfulness import Faithfulness
 from invperm_interp.analysis.faithfulness import Tester as CircuitTester
 from invperm_interp.analysis.hypothesis import Hypothesis
 from invperm_interp.analysis.mechanism import Mechanism, name_on
-from invperm_interp.analysis.minimal import candidate_cells, read_candidates
+from invperm_interp.analysis.minimal import ExactSearch, candidate_cells, read_candidates
 from invperm_interp.analysis.templates import explain
 from invperm_interp.analysis.verdict import Rule, is_faithful
 from invperm_interp.maths import constructions as C
@@ -152,7 +152,7 @@ def test_the_exact_search_beats_a_greedy_start_and_says_when_it_cannot_prove():
     exact = minimal_circuit(model, batch, starts=[start])
     # at this β theorem2's lookups need not its -1 guard (99%+ of rows without it)
     assert exact.optimal and exact.size == 2 and exact.faithful
-    capped = minimal_circuit(model, batch, starts=[start], max_evaluations=1)
+    capped = minimal_circuit(model, batch, starts=[start], exact=ExactSearch(max_evaluations=1))
     assert not capped.optimal and capped.faithful and capped.size >= exact.size
 
 

@@ -1,6 +1,8 @@
 """Every number the README and the results pages quote is recomputed here from the committed
 assets/ (tests/docs/claims.py) and found, in its sentence, on the page."""
 
+import re
+
 import pytest
 from claims import census, discovery, dynamics, fill, load
 from helpers import REPO
@@ -178,3 +180,47 @@ def test_the_notes_page_numbers_come_from_the_assets():
 def test_no_page_quotes_a_machines_load():
     for path in ["README.md", *(p.relative_to(REPO) for p in (REPO / "docs").rglob("*.md"))]:
         assert "load " not in text(str(path)), path
+
+
+def test_the_readmes_set_up_and_demo_numbers_are_the_codes():
+    """The torch pin, the Python version and the demo's models (d, steps, recipe) the README names
+    are those of the Makefile, pyproject.toml and `invperm demo`."""
+    from invperm_interp.cli.main import build_parser
+    from invperm_interp.config import TrainConfig
+    from invperm_interp.sweep.grid import tomllib
+
+    readme = text("README.md")
+    (pin,) = set(re.findall(r"torch==[\d.]+", (REPO / "Makefile").read_text()))
+    assert readme.count(pin) == 2 and len(set(re.findall(r"torch==[\d.]+", readme))) == 1
+    python = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert f"Only Python ≥ {python.removeprefix('>=')} is needed" in readme
+    demo = build_parser().parse_args(["demo"])
+    recipe = TrainConfig(steps=1).resolved().optimizer
+    assert (f"the note's two models (bidirectional and causal, d = {demo.d}, {demo.steps:,} "
+            f"{recipe.capitalize()} steps each)") in readme
+
+
+#: The front page's newcomer tasks: the row of its "to … read" table, and what the pages it links
+#: must hold between them (the second click lands on it).
+NEWCOMER_TASKS = {
+    "train and analyse one model": ["invperm train", "invperm analyze"],
+    "run a sweep, locally or on Slurm": ["invperm sweep", "--executor slurm", "[slurm]"],
+    "read the census": ["assets/census.md", "census.png"],
+    "use TransformerLens tools on a model": ["run_with_cache", "to_transformer_lens"],
+}
+
+
+@pytest.mark.parametrize("task", NEWCOMER_TASKS)
+def test_the_front_page_reaches_each_newcomer_task_in_two_clicks(task):
+    (row,) = [line for line in (REPO / "README.md").read_text().splitlines()
+              if line.startswith(f"| {task} |")]
+    pages = [REPO / link for link in re.findall(r"\]\(([^)#]+\.md)\)", row)]
+    assert pages and all(p.is_file() for p in pages), row
+    held = " ".join(p.read_text() for p in pages)
+    assert all(needed in held for needed in NEWCOMER_TASKS[task]), (task, pages)
+
+
+def test_every_link_on_the_front_page_resolves():
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (REPO / "README.md").read_text())
+    assert len(links) > 10
+    assert [link for link in links if not link.startswith("http") and not (REPO / link).exists()] == []

@@ -34,7 +34,7 @@ from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
 from .faithfulness import Ablation, Faithfulness, Tester
 from .hypothesis import Hypothesis
-from .minimal import MinimalCircuit, minimal_circuit
+from .minimal import EXACT, MinimalCircuit, minimal_circuit
 from .placements import candidate_placements, hypothesis, summed, untested_reason
 from .templates import Circuit
 from .ties import tied_with
@@ -257,7 +257,7 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
     passing = [t for t in tested if t.signs_agree and rule.is_faithful(t.circuit)]
     starts = [Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in passing]
     minimal = minimal_circuit(model, first.batch, circuit=circuit, tester=first, rule=rule,
-                              starts=starts, exact=exact)
+                              starts=starts, exact=EXACT if exact else None)
     chosen = good[0] if good else (straddle[0] if straddle else None)
     name = chosen.hypothesis if good else None
     placed = parse(name, model.cfg.heads) if good and model.cfg.heads != (1, 1) else None
