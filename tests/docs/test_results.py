@@ -57,9 +57,16 @@ def test_the_census_pages_reading_of_the_discovery_runs_is_what_their_names_say(
                  for n in resample)
     assert f"form alone names {guarded} of the" in text("docs/results/census.md")
     assert f"the plain one or a tie of the two {family - guarded} more" in text("docs/results/census.md")
-    assert [r["run"] for r in none if r["names"]["resample"][1] is None] == ["scratch_d6_seed9"]
-    assert all(r["names"][s][1] is None for r in none if r["run"] == "scratch_d6_seed9"
+    left = ["scratch_d6_seed9", "scratch_d10_seed1"]
+    assert [r["run"] for r in none if r["names"]["resample"][1] is None] == left
+    assert all(r["names"][s][1] is None for r in none if r["run"] in left
                for s in ("zero", "mean", "resample"))
+    census = {r["run"]: r for r in load("census.json")["runs"]}
+    assert all({census[run][k] for k in ("mechanism", "name_mean_ablation", "name_resample_ablation")}
+               == {"none"} for run in left)  # 'none' under every style in the census too
+    (twin,) = [r["names"]["resample"] for r in none if r["run"] == "scratch_d10_seed58"]
+    assert {twin[1], *twin[2]} == {"theorem3_superposed_complement",
+                                   "theorem3_superposed_complement_guarded"}
     mass = [r for r in runs if r["census_names"]["zero"] == "theorem3_two_block_mass"]
     assert len(mass) == 2 and all(
         {r["names"][s][1], *r["names"][s][2]} == {"theorem3_two_block", "theorem3_two_block_mass"}
@@ -132,7 +139,7 @@ def test_the_readme_numbers_come_from_the_assets():
     assert fill("two-block circuit in BI_TWO of BI_SOLVED solved census runs", numbers) in readme
     assert fill("in SC_NAMED of their SC_SOLVED solved runs the rule names one of three registered",
                 numbers) in readme
-    assert fill("R_RES_NOW runs it leaves unnamed are named under resample ablation by the superposed "
+    assert fill("R_RES_NOW runs it leaves unnamed are named under resample ablation by a superposed "
                 "circuit, R_RES_GUARDED of them only with a layer-1 content guard", discovery()) in readme
     assert all(r["names"]["resample"][1].startswith("theorem3_superposed")
                for r in load("discovery.json")["runs"]
