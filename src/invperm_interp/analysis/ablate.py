@@ -2,9 +2,11 @@
 
 Each ablation runs the model on one batch with and without an intervention and returns an
 :class:`AblationResult` holding both MSEs and ``theory.causal_floor`` of the model's layout and
-read-out (the best any causally masked model can do). Interventions go through the model's hooks
-(``hook_embed``, ``hook_pos_embed``, ``blocks.{l}.attn.hook_attn_scores``, the residual streams), so
-the weights are never edited; only :func:`ablate_mask` builds a second model.
+read-out (the best any causally masked model can do). Interventions edit a plain forward of the
+model's maths (``model.disentangled``) where its hooks would (``hook_embed`` and ``hook_pos_embed``:
+``h^0``; ``blocks.{l}.attn.hook_attn_scores``; the residual streams), so the weights are never edited,
+either model (plain or hooked) works, and no TransformerLens is needed; only :func:`ablate_mask`
+builds a second model.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ import torch
 from torch import Tensor
 
 from ..maths.floors import causal_floor
-from ..model.hooked import HookedDisentangledTransformer
-from ..stream import hook_name
+from ..model.disentangled import DisentangledModel, attention_scores
 from ..task import Batch, mse, sample_batch
 
 SCRATCH_MODES = ("remove", "zero", "random", "fewer")
@@ -56,7 +57,7 @@ class AblationResult:
         return {**{k: getattr(self, k) for k in self.__dataclass_fields__}, "text": str(self)}
 
 
-def _batch(model: HookedDisentangledTransformer, batch: Batch | None, n: int, seed: int) -> Batch:
+def _batch(model: DisentangledModel, batch: Batch | None, n: int, seed: int) -> Batch:
     if batch is None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"n must be an integer >= 1, got {n!r}")
@@ -69,18 +70,34 @@ def _batch(model: HookedDisentangledTransformer, batch: Batch | None, n: int, se
     return batch.to(model.device, model.cfg.torch_dtype)
 
 
-def _run(model: HookedDisentangledTransformer, X: Tensor,
-         hooks: list[tuple[str, Callable]] | None = None) -> Tensor:
+Edit = Callable[[Tensor], Tensor]
+
+
+def _run(model: DisentangledModel, X: Tensor, *, embed: Edit | None = None,
+         scores: Edit | None = None, stream: tuple[int, Edit] | None = None) -> Tensor:
+    """The output ``(B, d, d)`` of ``model`` on ``X (B, T, d)``, a plain forward with edits:
+    ``embed`` of ``h^0 (B, T, D_0)``, ``scores`` of every layer's masked scores ``(B, H, T, T)``,
+    ``stream = (layer, edit)`` of ``h^layer (B, T, D_layer)`` (kept as the stream grows)."""
+    mask = model.blocks[0].attn.mask if model.cfg.causal else None
+    at, edit = stream if stream is not None else (-1, None)
     with torch.no_grad():
-        return model.run_with_hooks(X, fwd_hooks=hooks or [])
+        h = torch.cat([X, model.pos.expand(X.shape[0], -1, -1)], dim=-1)  # h^0 = [X, I_T]
+        h = embed(h) if embed is not None else h
+        for layer, block in enumerate(model.blocks):
+            h = edit(h) if layer == at else h
+            s = attention_scores(h, block.attn.A, mask)
+            pattern = torch.softmax(s if scores is None else scores(s), dim=-1)  # (B, H, T, T)
+            h = torch.cat([h, (pattern @ h.unsqueeze(1)).transpose(1, 2).flatten(start_dim=2)], -1)
+        h = edit(h) if at == model.cfg.n_layers else h
+        return h[:, model.unembed.rows] @ model.unembed.W_U
 
 
-def clean_mse(model: HookedDisentangledTransformer, batch: Batch) -> float:
+def clean_mse(model: DisentangledModel, batch: Batch) -> float:
     """The model's own MSE on ``batch``: what every ablation is read against."""
     return float(mse(_run(model, batch.X), batch.Y))
 
 
-def _result(name: str, model: HookedDisentangledTransformer, batch: Batch, after: Tensor,
+def _result(name: str, model: DisentangledModel, batch: Batch, after: Tensor,
             description: str, before: float | None = None, **target) -> AblationResult:
     before = clean_mse(model, batch) if before is None else before
     floor = causal_floor(model.cfg.layout, model.cfg.readout)
@@ -88,17 +105,17 @@ def _result(name: str, model: HookedDisentangledTransformer, batch: Batch, after
 
 
 # -- the mask ------------------------------------------------------------------------------------------
-def flip_mask(model: HookedDisentangledTransformer) -> HookedDisentangledTransformer:
+def flip_mask(model: DisentangledModel) -> DisentangledModel:
     """The same weights with the other attention direction (causal ↔ bidirectional)."""
     flipped = "bidirectional" if model.cfg.causal else "causal"
-    twin = HookedDisentangledTransformer(replace(model.cfg, attention_dir=flipped)).to(model.device)
+    twin = type(model)(replace(model.cfg, attention_dir=flipped)).to(model.device)
     twin.load_state_dict(model.state_dict())
     return twin
 
 
-def ablate_mask(model: HookedDisentangledTransformer, batch: Batch | None = None, *, n: int = 512,
+def ablate_mask(model: DisentangledModel, batch: Batch | None = None, *, n: int = 512,
                 seed: int = 0,
-                before: float | None = None) -> tuple[HookedDisentangledTransformer, AblationResult]:
+                before: float | None = None) -> tuple[DisentangledModel, AblationResult]:
     """Flip the attention direction; returns the flipped model and the MSE change.
 
     A bidirectional construction under a causal mask can do no better than the causal floor
@@ -111,7 +128,7 @@ def ablate_mask(model: HookedDisentangledTransformer, batch: Batch | None = None
 
 
 # -- scratch rows --------------------------------------------------------------------------------------
-def scratch_rows(model: HookedDisentangledTransformer) -> list[int]:
+def scratch_rows(model: DisentangledModel) -> list[int]:
     """Input positions of every scratch (kind ``S``) row, in order."""
     layout = model.cfg.layout
     rows = [r for seg in layout.segments if seg.kind == "S"
@@ -121,7 +138,7 @@ def scratch_rows(model: HookedDisentangledTransformer) -> list[int]:
     return rows
 
 
-def ablate_scratch(model: HookedDisentangledTransformer, mode: str = "remove", *, k: int | None = None,
+def ablate_scratch(model: DisentangledModel, mode: str = "remove", *, k: int | None = None,
                    batch: Batch | None = None, n: int = 512, seed: int = 0,
                    before: float | None = None) -> AblationResult:
     """Ablate the scratch rows ``S`` (Theorem 3's extra tokens).
@@ -154,29 +171,29 @@ def ablate_scratch(model: HookedDisentangledTransformer, mode: str = "remove", *
                        out, desc, before)
     index = torch.tensor(rows, device=model.device)
     if mode == "zero":
-        def zero(act: Tensor, hook) -> Tensor:
-            act = act.clone()
-            act[:, index] = 0.0
-            return act
+        def zero(h: Tensor) -> Tensor:  # content and position: the whole row of h^0
+            h = h.clone()
+            h[:, index] = 0.0
+            return h
 
-        out = _run(model, batch.X, [("hook_embed", zero), ("hook_pos_embed", zero)])
+        out = _run(model, batch.X, embed=zero)
         return _result("scratch zero", model, batch, out,
                        f"the {len(rows)} scratch rows' embedding (content and position) set to 0",
                        before)
     generator = torch.Generator().manual_seed(seed)
     noise = torch.randint(0, 2, (len(batch), len(rows), model.cfg.d), generator=generator)
 
-    def randomise(act: Tensor, hook) -> Tensor:
-        act = act.clone()
-        act[:, index] = noise.to(act)
-        return act
+    def randomise(h: Tensor) -> Tensor:  # the content block x of h^0
+        h = h.clone()
+        h[:, index, :model.cfg.d] = noise.to(h)
+        return h
 
-    out = _run(model, batch.X, [("hook_embed", randomise)])
+    out = _run(model, batch.X, embed=randomise)
     return _result("scratch random", model, batch, out,
                    f"the {len(rows)} scratch rows' content replaced by random binary rows", before)
 
 
-def _without_rows(model: HookedDisentangledTransformer, X: Tensor, gone: list[int]) -> Tensor:
+def _without_rows(model: DisentangledModel, X: Tensor, gone: list[int]) -> Tensor:
     """Outputs with the rows ``gone`` removed: masked as keys in every layer; read-out rows among
     them predict 0.5."""
     if not gone:
@@ -185,14 +202,12 @@ def _without_rows(model: HookedDisentangledTransformer, X: Tensor, gone: list[in
     key_gone = torch.zeros(T, dtype=torch.bool, device=model.device)
     key_gone[gone] = True
 
-    def mask_keys(scores: Tensor, hook) -> Tensor:  # (B, H, T, T)
+    def mask_keys(scores: Tensor) -> Tensor:  # (B, H, T, T)
         scores = scores.masked_fill(key_gone, float("-inf"))
         # a removed query row may now see no key at all; give it a finite row (it is never read)
         return scores.masked_fill(key_gone[:, None] & key_gone[None, :].logical_not(), 0.0)
 
-    hooks = [(hook_name("attn_scores", layer), mask_keys)
-             for layer in range(model.cfg.n_layers)]
-    out = _run(model, X, hooks).clone()
+    out = _run(model, X, scores=mask_keys)
     rows = model.cfg.readout_rows
     lost = [r - rows.start for r in gone if rows.start <= r < rows.stop]
     out[:, lost] = 0.5
@@ -200,7 +215,7 @@ def _without_rows(model: HookedDisentangledTransformer, X: Tensor, gone: list[in
 
 
 # -- named blocks ----------------------------------------------------------------------------------------
-def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, how: str = "zero", *,
+def ablate_block(model: DisentangledModel, name: str, layer: int, how: str = "zero", *,
                  batch: Batch | None = None, n: int = 512, seed: int = 0,
                  before: float | None = None) -> AblationResult:
     """Zero- or mean-ablate the named block ``name`` of ``h^layer`` at every position.
@@ -213,7 +228,7 @@ def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, ho
     return _ablate_block(model, name, layer, how, _batch(model, batch, n, seed), before)
 
 
-def _ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, how: str,
+def _ablate_block(model: DisentangledModel, name: str, layer: int, how: str,
                   batch: Batch, before: float | None, final: Tensor | None = None) -> AblationResult:
     """:func:`ablate_block` on a checked batch. ``final``: the read-out stream ``h^L (B, T, D_L)``
     of the clean run; a block of ``h^L`` is then ablated in it and read out by ``W_U`` (only
@@ -221,7 +236,7 @@ def _ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, h
     stream_hook = model.stream.resid_hook(layer)  # carries h^layer
     features = model.stream.slice(name, layer)
 
-    def ablate(act: Tensor, hook) -> Tensor:  # (B, T, D_layer)
+    def ablate(act: Tensor) -> Tensor:  # (B, T, D_layer)
         act = act.clone()
         block = act[..., features]
         act[..., features] = 0.0 if how == "zero" else block.mean(0, keepdim=True).expand_as(block)
@@ -229,23 +244,23 @@ def _ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, h
 
     if final is not None and layer == model.cfg.n_layers:
         with torch.no_grad():
-            out = model.unembed(ablate(final, None))
+            out = ablate(final)[:, model.unembed.rows] @ model.unembed.W_U
     else:
-        out = _run(model, batch.X, [(stream_hook, ablate)])
+        out = _run(model, batch.X, stream=(layer, ablate))
     return _result(f"{how}-ablate {name} at h^{layer}", model, batch, out,
                    f"{how} the block {name} of h^{layer} at every position ({stream_hook})", before,
                    how=how, block=name, layer=layer, hook=stream_hook)
 
 
 # -- the standard table -----------------------------------------------------------------------------------
-def read_blocks(model: HookedDisentangledTransformer) -> list[str]:
+def read_blocks(model: DisentangledModel) -> list[str]:
     """Blocks of the read-out stream that ``W_U`` reads (rows with any nonzero weight)."""
     W_U = model.unembed.W_U.detach()
     L = model.cfg.n_layers
     return [b.name for b in model.stream.blocks(L) if bool(W_U[b.slice].abs().max() > 0)]
 
 
-def standard_ablations(model: HookedDisentangledTransformer, batch: Batch | None = None, *,
+def standard_ablations(model: DisentangledModel, batch: Batch | None = None, *,
                        n: int = 512, seed: int = 0, before: float | None = None) -> list[AblationResult]:
     """The mask, every scratch mode (when the layout has ``S``), the token block ``x`` of ``h^0``
     and each block ``W_U`` reads, zero-ablated. The clean run is computed once for all of them

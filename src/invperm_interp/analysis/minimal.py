@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from math import comb
 
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from ..task import Batch
 from .faithfulness import Score, Tester, read_score
 from .hypothesis import AtomCell, Hypothesis, read_cells
@@ -109,7 +109,7 @@ def candidate_cells(circuit: Circuit) -> list[AtomCell]:
     return [cell for _, cell in best.values()]
 
 
-def read_candidates(model: HookedDisentangledTransformer) -> list[str]:
+def read_candidates(model: DisentangledModel) -> list[str]:
     """Blocks of the final stream holding at least ``READ_SHARE`` of ``||W_U||²``."""
     W = model.unembed.W_U.detach().double()
     total = float(W.pow(2).sum()) or 1.0
@@ -190,7 +190,7 @@ class _Search:
         return None, True
 
 
-def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
+def minimal_circuit(model: DisentangledModel, batch: Batch, *,
                     circuit: Circuit | None = None, tester: Tester | None = None,
                     rule: Rule = RULE,
                     starts: Sequence[Hypothesis] = (), exact: bool = True,
@@ -254,7 +254,7 @@ def proved_smallest(found: bool, exhausted: bool, below: int, bound: int) -> boo
     return exhausted and (found or below == bound)
 
 
-def _read_share(model: HookedDisentangledTransformer, block: str) -> float:
+def _read_share(model: DisentangledModel, block: str) -> float:
     W = model.unembed.W_U.detach().double()
     return float(W[model.stream.slice(block, model.cfg.n_layers)].pow(2).sum())
 
