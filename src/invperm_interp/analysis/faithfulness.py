@@ -164,6 +164,16 @@ class Tester:
                 pair = (torch.arange(len(batch)) + (1 if reference is None else 0)) % len(ref)
                 self._streams = [h[pair] for h in self._streams]  # (B, T, D_l)
 
+    def head(self, n: int) -> Tester:
+        """A tester of the same model, ablation and reference on the first ``n`` samples of the
+        batch (itself when it has no more), sharing the gauge-fixed weights and each head's fits,
+        which depend on the weights only."""
+        if len(self.batch) <= n:
+            return self
+        first = Tester(self.model, self.batch.head(n), self.ablation, self.reference)
+        first.fixed, first._fits = self.fixed, self._fits
+        return first
+
     def project(self, hyp: Hypothesis, betas: bool = True) -> Projection:
         return project(self.model, hyp, fixed=self.fixed, fits=self._fits, betas=betas)
 

@@ -159,14 +159,24 @@ class _Search:
                 cells, reads, score = trial_cells, trial_reads, trial
         return cells, reads, score
 
-    def greedy(self, cells: list[AtomCell], effect: dict, full: Score):
+    def greedy(self, cells: list[AtomCell], effect: dict, screen: _Search):
+        """The first faithful prefix of the cells in decreasing effect, pruned. Every prefix is
+        first scored at once by ``screen`` (fewer samples); one it rules out (:meth:`plausible`) is
+        not scored on the whole batch. Each prefix up to the answer counts as one evaluation."""
         ranked = sorted(cells, key=lambda c: -effect[c])
-        for n in range(1, len(ranked) + 1):
-            (score,) = self.scores([(ranked[:n], self.reads)])
+        prefixes = [(ranked[:n], self.reads) for n in range(1, len(ranked) + 1)]
+        if screen.tester is self.tester:
+            maybe = [True] * len(prefixes)
+        else:
+            maybe = [screen.plausible(s) for s in score_subsets(screen.tester, [
+                _hyp(c, r) for c, r in prefixes])]
+        for (chosen, reads), plausible in zip(prefixes, maybe):
+            if not plausible:
+                self.evaluations += 1
+                continue
+            (score,) = self.scores([(chosen, reads)])
             if self.ok(score):
-                chosen = ranked[:n]
-                return self.prune(chosen, list(self.reads), score,
-                                  sorted(chosen, key=lambda c: effect[c]))
+                return self.prune(chosen, list(reads), score, sorted(chosen, key=lambda c: effect[c]))
         return None
 
     def exact(self, ranked: list[AtomCell], options: list[list[str]], below: int, budget: int,
@@ -203,11 +213,13 @@ def minimal_circuit(model: DisentangledModel, batch: Batch, *,
     circuit = circuit if circuit is not None else explain(model)
     cells, reads = candidate_cells(circuit), read_candidates(model)
     search = _Search(tester, reads, rule)
+    confirm = _Search(tester.head(SEARCH_SAMPLES), reads, rule)
+    screen = _Search(confirm.tester.head(SCREEN_SAMPLES), reads, rule)
     (full,) = search.scores([(cells, reads)])
     effect = search.effects(cells, full) if cells else {}
     found = []
     if cells and search.ok(full):
-        found.append(search.greedy(cells, effect, full))
+        found.append(search.greedy(cells, effect, screen))
     for start in starts:
         unique = list({c[:4]: c for c in reversed(start.cells)}.values())
         start_reads = list(start.read) if start.read is not None else list(reads)
@@ -224,8 +236,6 @@ def minimal_circuit(model: DisentangledModel, batch: Batch, *,
         options = [list(reads), strongest, *(list(f[1]) for f in found),
                    *(list(s.read) for s in starts if s.read is not None)]
         options = [list(o) for o in dict.fromkeys(tuple(o) for o in options if o)]
-        confirm = _Search(_first(tester, SEARCH_SAMPLES), reads, rule)
-        screen = _Search(_first(confirm.tester, SCREEN_SAMPLES), reads, rule)
         ranked = sorted(cells, key=lambda c: -effect[c])
         total = sum(comb(len(ranked), k) for k in range(1, bound)) * len(options)
         # a proof out of reach: only look for a much smaller circuit than the greedy one
@@ -257,13 +267,6 @@ def proved_smallest(found: bool, exhausted: bool, below: int, bound: int) -> boo
 def _read_share(model: DisentangledModel, block: str) -> float:
     W = model.unembed.W_U.detach().double()
     return float(W[model.stream.slice(block, model.cfg.n_layers)].pow(2).sum())
-
-
-def _first(tester: Tester, n: int) -> Tester:
-    """A tester on the first ``n`` samples of ``tester``'s batch (itself when it has no more)."""
-    if len(tester.batch) <= n:
-        return tester
-    return Tester(tester.model, tester.batch.head(n), tester.ablation, tester.reference)
 
 
 def _result(model, hyp: Hypothesis, score: Score, faithful: bool, optimal: bool,
