@@ -38,6 +38,28 @@ def census() -> dict[str, int]:
         out[f"{key}_MEAN"] = sum(r["name_mean_ablation"] == name for r in mine)
         out[f"{key}_RES"] = sum(r["name_resample_ablation"] == name for r in mine)
     out["SUP_NOT"] = out["SUP_RUNS"] - out["SUP_RES"]
+    out.update(ties(solved))
+    return out
+
+
+def ties(solved: list[dict]) -> dict[str, str]:
+    """The zero-ablation ties recounted from each named run's recorded intervals, independently of
+    the library: another faithful construction (signs agreeing) whose loss-recovered interval
+    (± 1.96 standard errors) overlaps the named one's, or within 1e-4 of it."""
+    out = {}
+    for kind, prefix in (("bidirectional", "BI"), ("scratch", "SC")):
+        named = [r for r in solved if r["kind"] == kind and r["mechanism"] not in ("none", "borderline")]
+        tied = 0
+        for r in named:
+            by = {t["name"]: t for t in r["tested"]}
+            best = by[r["mechanism"]]
+            lo, hi = (best["loss_recovered"] + s * 1.96 * best["recovered_se"] for s in (-1, 1))
+            tied += any(t["verdict"] == "faithful" and t["name"] != r["mechanism"] and (
+                abs(t["loss_recovered"] - best["loss_recovered"]) <= 1e-4
+                or (t["loss_recovered"] - 1.96 * t["recovered_se"] <= hi
+                    and lo <= t["loss_recovered"] + 1.96 * t["recovered_se"])) for t in r["tested"])
+        out[f"TIES_{prefix}"] = f"{tied} of {len(named)}"
+        out[f"ALSO_{prefix}"] = str(sum(bool(r["also_faithful"]) for r in named))
     return out
 
 
