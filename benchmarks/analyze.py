@@ -12,7 +12,9 @@ With ``--shapes``, one process times ``analyze`` at d = 10 on theorem2 and theor
 noise added) built on 2 layers × 1 head and placed on 3 layers × 2 heads (``maths.placement``,
 layers 1 and 3, head 1), alternating the two so a load change hits both, and prints the ratio and
 the peak RSS beside ``memory.analysis_estimate``, and 10 forwards of each model for scale.
-Usage: python benchmarks/analyze.py [--before /tmp/before/src] [--run DIR ...] [--repeats 3]
+With ``--cli``, each ``--run`` is also analysed by ``invperm analyze RUN`` in a fresh process,
+timed against ``python -c "import torch"`` (wall and CPU seconds, peak RSS of each process).
+Usage: python benchmarks/analyze.py [--before /tmp/before/src] [--run DIR ...] [--repeats 3] [--cli]
        python benchmarks/analyze.py --shapes [--repeats 3]
 """
 
@@ -176,14 +178,14 @@ def measure_cli(src: Path, run_dir: str) -> dict:
 
 def main_cli(runs: list[str], trees: dict, repeats: int) -> None:
     """``invperm analyze RUN`` against ``python -c "import torch"``, both trees alternating, best of
-    ``repeats`` rounds each (wall and CPU apart), and the peak RSS of the analysis process."""
+    ``repeats`` rounds each (wall and CPU apart), and the largest peak RSS of each process."""
     for run in runs:
         best: dict = {}
         for _ in range(repeats):
             for name, src in trees.items():
                 got = measure_cli(src, run)
                 for what, values in got.items():
-                    old = best.get((name, what), (float("inf"),) * 3)
+                    old = best.get((name, what), (float("inf"), float("inf"), 0.0))
                     best[(name, what)] = tuple(min(a, b) if i < 2 else max(a, b)
                                                for i, (a, b) in enumerate(zip(old, values)))
         print(f"\ninvperm analyze {run} (best of {repeats}; wall s / CPU s / peak RSS MiB)")
