@@ -172,23 +172,22 @@ class _Search:
         return cells, reads, score
 
     def greedy(self, cells: list[AtomCell], effect: dict, screen: _Search):
-        """The first faithful prefix of the cells in decreasing effect, pruned. Every prefix is
-        first scored at once by ``screen`` (fewer samples); one it rules out (:meth:`plausible`) is
-        not scored on the whole batch. Each prefix up to the answer counts as one evaluation."""
+        """The first faithful prefix of the cells in decreasing effect, pruned. Each prefix is
+        first scored by ``screen`` (fewer samples, the same fits); one it rules out
+        (:meth:`plausible`) is not scored on the whole batch. Each prefix tried counts as one
+        evaluation, as without the screen."""
         ranked = sorted(cells, key=lambda c: -effect[c])
-        prefixes = [(ranked[:n], self.reads) for n in range(1, len(ranked) + 1)]
-        if screen.tester is self.tester:
-            maybe = [True] * len(prefixes)
-        else:
-            maybe = [screen.plausible(s) for s in score_subsets(screen.tester, [
-                _hyp(c, r) for c, r in prefixes])]
-        for (chosen, reads), plausible in zip(prefixes, maybe):
-            if not plausible:
-                self.evaluations += 1
-                continue
-            (score,) = self.scores([(chosen, reads)])
+        for n in range(1, len(ranked) + 1):
+            chosen = ranked[:n]
+            if screen.tester is not self.tester:
+                (first,) = score_subsets(screen.tester, [_hyp(chosen, self.reads)])
+                if not screen.plausible(first):
+                    self.evaluations += 1
+                    continue
+            (score,) = self.scores([(chosen, self.reads)])
             if self.ok(score):
-                return self.prune(chosen, list(reads), score, sorted(chosen, key=lambda c: effect[c]))
+                return self.prune(chosen, list(self.reads), score,
+                                  sorted(chosen, key=lambda c: effect[c]))
         return None
 
     def exact(self, ranked: list[AtomCell], options: list[list[str]], below: int, budget: int,
