@@ -86,7 +86,7 @@ scrubbing: $(STAMP)
 	$(PY) analyses/scrubbing.py runs/scrubbing
 
 # The census's unnamed causal-scratch runs that stop by step 2,000, re-trained with four named ones
-# (18 runs, about 25 CPU minutes with their analysis), grouped by cell set and by behaviour and
+# (21 runs, about 30 CPU minutes with their analysis), grouped by cell set and by behaviour and
 # named again with the guarded superposed forms registered: assets/discovery.{md,json}, read in
 # docs/results/census.md.
 discovery: $(STAMP)

@@ -39,7 +39,7 @@ from common import ASSETS, asset
 
 from invperm_interp import HookedDisentangledTransformer
 from invperm_interp.analysis.faithfulness import Tester
-from invperm_interp.analysis.hypothesis import Hypothesis
+from invperm_interp.analysis.hypothesis import Hypothesis, as_hypothesis
 from invperm_interp.analysis.mechanism import (
     SCREEN_SAMPLES,
     name_by_rule,
@@ -70,7 +70,7 @@ def register_forms(max_d: int = 16) -> dict[str, float]:
     for name, base in FORMS.items():
         spec = registry.get(base)
         made = constructions.register(
-            name, [*spec.cells, *GUARD], layout="scratch", attention_dir="causal",
+            name, [*spec.cells, *GUARD], constructions.Wiring(layout="scratch", attention_dir="causal"),
             description=f"{base} with the layer-1 content-mass guard", min_d=spec.min_d,
             max_d=max_d, replace=True)
         out[name] = made.beta_exact
@@ -137,6 +137,16 @@ def testers(model, batch, style: str) -> tuple[Tester, Tester]:
     return Tester(model, batch.head(SCREEN_SAMPLES), style), Tester(model, batch, style)
 
 
+def guard_betas(model, batch) -> list[float]:
+    """The model's fitted β of each :data:`GUARD` atom (its template and sign, with
+    ``theorem3_superposed``'s atoms beside it, gauge-fixed weights): positive where it agrees."""
+    base = as_hypothesis(model, FAMILY)
+    atoms = Hypothesis("guarded", base.cells + tuple((layer, 0, q, k, label) for layer, q, k, label
+                                                     in GUARD), base.read, "atoms")
+    test = Tester(model, batch.head(SCREEN_SAMPLES)).test(atoms, minimality=False)
+    return list(test.template_betas[-len(GUARD):])
+
+
 def analyse(run_dir: Path) -> dict:
     model = HookedDisentangledTransformer.from_run(str(run_dir))
     record = SweepRecord.read(run_dir / "mechanism.json")
@@ -158,7 +168,8 @@ def analyse(run_dir: Path) -> dict:
             "names": names, "scores": scores, "claim": claim,
             "completeness": {s: v.loss_recovered for s, v in removed.items()},
             "minimal": {"cells": [list(c) for c in minimal.cells], "read": list(minimal.read),
-                        "faithful": minimal.faithful}}
+                        "faithful": minimal.faithful},
+            "guard_betas": guard_betas(model, batch)}
 
 
 def behaviour(rows: list[dict], runs: Path) -> dict[str, list[str]]:
@@ -196,9 +207,13 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
         f"one run ({census['runs_in_shared_forms']} runs; the largest by {census['largest_form']}). "
         f"`theorem3_superposed` has {census['superposed_sites']} such cells and its complement twin "
         f"{census['complement_sites']}.", "",
-        "| cells of theorem3_superposed held (of 9) | runs |", "| --- | --- |"]
-    held = Counter(v["superposed_held"] for v in census["per_run"].values())
-    lines += [f"| {k} | {held[k]} |" for k in sorted(held, reverse=True)]
+        f"| cells of theorem3_superposed held | of its {census['superposed_cells']} cells as "
+        f"recorded | of its {census['superposed_sites']} with copies identified |",
+        "| --- | --- | --- |"]
+    held = Counter(v["superposed_cells_held"] for v in census["per_run"].values())
+    same = Counter(v["superposed_held"] for v in census["per_run"].values())
+    lines += [f"| {k} | {held[k]} runs | {same[k]} runs |"
+              for k in sorted(set(held) | set(same), reverse=True)]
     guard = Counter(c for v in census["per_run"].values() for c in v["layer1_content_query"])
     lines += ["", "Layer-1 content-query cells in these minimal circuits (runs): "
               + ", ".join(f"{c}: {k}" for c, k in guard.most_common()) + ".", "",
@@ -207,6 +222,12 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
               "guard (1 at (x, pos.P), −1 at (x, pos.Y), −1 at (x, x)), registered with "
               "`constructions.register`: exact (max error < 1e-6, float64) at every d of their "
               "range at β " + ", ".join(f"{k} = {v:g}" for k, v in betas.items()) + ".", "",
+              "The guard's fitted β in the re-trained runs' gauge-fixed weights (each atom with "
+              "its sign; positive where the run agrees): " + "; ".join(
+                  f"({q}, {k}) {label}: {sum(r['guard_betas'][i] > 0 for r in rows)} of "
+                  f"{len(rows)} runs, {min(r['guard_betas'][i] for r in rows):.2f} to "
+                  f"{max(r['guard_betas'][i] for r in rows):.2f}"
+                  for i, (_, q, k, label) in enumerate(GUARD)) + ".", "",
               "## The re-trained runs", "",
               f"{len(rows)} runs ({n} the census calls 'none'), each named again by the rule on the "
               "census's 4,096 evaluation samples (seed 12345) under every style with the guarded "
@@ -214,9 +235,10 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
               "intervals overlap (`analysis.ties`). **without**: the loss the model recovers with "
               "the named circuit removed (the guarded superposed form where the headline style, "
               f"{HEADLINE} ablation, names none).", "",
-              "| style | census 'none' runs named, before (census rule, no guarded form) | "
-              "named now | of them ties | median loss recovered without the circuit |",
-              "| --- | --- | --- | --- | --- |"]
+              "| style | census 'none' runs named before (the sweep's names: the census's rule and "
+              "registry) | named with the guarded forms | of them ties | median loss recovered "
+              "without the named circuit (every run) | names |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for style in STYLES:
         before = (sum(r["census_names"][style] not in UNNAMED for r in none) if style != "scrub"
                   else None)
@@ -224,8 +246,11 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
         ties = sum(bool(r["names"][style][2]) for r in now)
         left = sorted(r["completeness"][style] for r in rows)
         median = (left[(len(left) - 1) // 2] + left[len(left) // 2]) / 2
+        names = Counter(text(r["names"][style]) if not r["names"][style][2] else " = ".join(
+            sorted([r["names"][style][1], *r["names"][style][2]])) for r in none)  # a tie as a set
         lines.append(f"| {style} | {'-' if before is None else share_text(before, n)} | "
-                     f"{share_text(len(now), n)} | {ties} | {median:.3f} |")
+                     f"{share_text(len(now), n)} | {ties} | {median:.3f} | "
+                     + ", ".join(f"{k}: {v}" for k, v in names.most_common()) + " |")
     shared = Counter(frozenset(v) for v in runs_on.values())
     lines += ["", "## By behaviour", "",
               "Each run's minimal circuit (its cells, zero ablation, 1,024 samples) scored on every "
@@ -234,7 +259,10 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
               "| --- | --- | --- | --- |"]
     lines += [f"| {r['run']} | {r['census_names']['zero']} | {len(r['minimal']['cells'])} | "
               f"{len(runs_on[r['run']])} of {len(rows)} |" for r in rows]
-    lines += ["", f"Distinct sets of runs run by one circuit: {len(shared)}.", "",
+    widest = max(rows, key=lambda r: len(runs_on[r["run"]]))
+    lines += ["", f"Distinct sets of runs run by one circuit: {len(shared)}; the widest, "
+              f"{widest['run']}'s ({len(widest['minimal']['cells'])} cells), runs "
+              f"{len(runs_on[widest['run']])} of {len(rows)}.", "",
               "## Every run", "", "| run | " + " | ".join(STYLES) + " | without: "
               + " / ".join(STYLES) + " |", "|" + " --- |" * (len(STYLES) + 2)]
     for r in rows:
@@ -256,7 +284,12 @@ def main() -> None:
         cached = run_dir / "discovery.json"  # one run's row, kept so a rerun resumes
         if not cached.is_file():
             cached.write_text(json.dumps(analyse(run_dir), indent=2) + "\n")
-        rows.append(json.loads(cached.read_text()))
+        row = json.loads(cached.read_text())
+        if "guard_betas" not in row:  # a row kept before the fit was recorded
+            model = HookedDisentangledTransformer.from_run(str(run_dir))
+            row["guard_betas"] = guard_betas(model, evaluation_batch(model, SAMPLES, SEED))
+            cached.write_text(json.dumps(row, indent=2) + "\n")
+        rows.append(row)
         print(rows[-1]["run"], {s: text(v) for s, v in rows[-1]["names"].items()}, flush=True)
     rows.sort(key=lambda r: (r["d"], int(r["run"].rsplit("seed", 1)[1])))
     runs_on = behaviour(rows, args.runs)

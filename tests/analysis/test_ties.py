@@ -22,6 +22,7 @@ from invperm_interp.analysis.ties import (
 from invperm_interp.analysis.verdict import Answer
 from invperm_interp.maths import constructions as C
 from invperm_interp.maths import registry
+from invperm_interp.viz.mechanism import sweep_verdict_section
 
 SCRATCH = comparable("scratch", "causal")
 
@@ -73,6 +74,9 @@ def test_the_rule_names_a_tie_as_the_set_and_the_record_keeps_it():
     record = record.with_names({"mean": answer})
     again = SweepRecord.from_dict(json.loads(json.dumps(record.to_dict())))
     assert again.under["mean"] == answer
+    page = sweep_verdict_section(again)
+    assert ("under mean ablation of the cells outside the circuit: <b>theorem3_two_block = "
+            "theorem3_two_block_mass</b> (a tie: this batch cannot rank them)") in page
 
 
 def test_an_answer_of_an_older_record_reads_without_ties_and_a_malformed_one_is_refused():

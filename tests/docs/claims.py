@@ -100,3 +100,50 @@ def dynamics() -> dict[str, int | float | str]:
             "MASS_FIRST": -mass["first cell formed - drop (median)"],
             "MASS_GUARD": f"{guard_first} of {len(mass_runs)}",
             "SUP_ORDER": sup["runs with that order"].replace("/", " of ")}
+
+
+def discovery() -> dict[str, str]:
+    """The discovery report's numbers (assets/discovery.json), recounted from its per-run rows."""
+    data = load("discovery.json")
+    per_run = data["census"]["per_run"].values()
+    forms = data["census"]
+    out = {"D_NONE": str(forms["runs"]), "D_FORMS": str(forms["forms"]),
+           "D_SHARED": str(forms["forms_held_by_several"]),
+           "D_SHARED_RUNS": str(forms["runs_in_shared_forms"]),
+           "D_HOLD7": str(sum(v["superposed_cells_held"] >= 7 for v in per_run)),
+           "D_XP": str(sum("(x, pos.P)" in v["layer1_content_query"] for v in per_run)),
+           "D_XY": str(sum("(x, pos.Y)" in v["layer1_content_query"] for v in per_run))}
+    none = [r for r in data["runs"] if r["census_names"]["zero"] == "none"]
+    out["R_NONE"], out["R_ALL"] = str(len(none)), str(len(data["runs"]))
+    for style in ("zero", "mean", "resample", "scrub"):
+        key = style.upper()[:3]
+        named = [r for r in none if r["names"][style][1]]
+        out[f"R_{key}_NOW"] = f"{len(named)} of {len(none)}"
+        out[f"R_{key}_GUARDED"] = str(sum(r["names"][style][1].endswith("_guarded")
+                                          and not r["names"][style][2] for r in named))
+        out[f"R_{key}_TIES"] = str(sum(bool(r["names"][style][2]) for r in named))
+        if style != "scrub":
+            before = sum(r["census_names"][style] not in ("none", "borderline") for r in none)
+            out[f"R_{key}_BEFORE"] = f"{before} of {len(none)}"
+        left = sorted(r["completeness"][style] for r in data["runs"])
+        out[f"R_{key}_WITHOUT"] = f"{(left[(len(left) - 1) // 2] + left[len(left) // 2]) / 2:.3f}"
+    unnamed = sum(r["names"]["resample"][1] is None for r in none)
+    guarded = int(out["R_RES_GUARDED"])
+    out["R_RES_LEFT"] = f"{unnamed} unnamed ({unnamed / len(none):.0%}, Wilson {wilson(unnamed, len(none))})"
+    out["R_RES_WILSON"] = f"{guarded} of the {len(none)} (Wilson {wilson(guarded, len(none))})"
+    out["R_RES_BEFORE_LEFT"] = str(len(none) - int(out["R_RES_BEFORE"].split()[0]))
+    rows = data["runs"]
+    widest = max(rows, key=lambda r: len(data["behaviour"][r["run"]]))
+    d, seed = widest["run"].removeprefix("scratch_d").split("_seed")
+    out["B_WIDEST"] = f"d = {d} seed {seed}"
+    out["B_WIDE"] = f"{len(data['behaviour'][widest['run']])} of {len(rows)}"
+    out["B_SETS"] = str(len({frozenset(v) for v in data["behaviour"].values()}))
+    return out
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> str:
+    """The Wilson 95% interval of ``k / n`` as ``"55%–93%"`` (an independent formula)."""
+    p, z2 = k / n, z * z
+    centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), z * (p * (1 - p) / n + z2 / (4 * n * n)) ** 0.5 / (
+        1 + z2 / n)
+    return f"{max(0.0, centre - half):.0%}–{min(1.0, centre + half):.0%}"

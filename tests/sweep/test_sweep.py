@@ -287,6 +287,7 @@ def test_the_sweep_report_says_how_with_the_index_labels_and_its_median_is_the_m
     for header in (tables[0], tables[2]):  # both headers are the index's, label for label
         assert all(f"<th>{h}</th>" in page or f"<th title='click to sort'>{h}</th>" in page
                    for h in map(html.escape, header.strip("| ").split(" | "))), header
+    assert f"<h1>Sweep {tmp_path.name}</h1>" in page  # as `invperm report` titles it too
     head = re.sub(r"<[^>]+>", "", page.split("<h2>Headline</h2>")[1].split("</div>")[0])
     assert "2 of 3 runs learn the task (MSE < 0.001) in a median 1,025 steps" in head.replace(
         "&lt;", "<")

@@ -89,6 +89,9 @@ def test_index_reads_a_sweep_jsonl(tmp_path):
     rows = {r[0].split()[0]: r for r in _rows(page)}
     assert rows["run0"][8] == "two_block (resample: none)" and rows["run1"][8] == "two_block"
     assert "the name the rule gives under mean or resample ablation" in page
+    # a line without its record: the name comes from the run's mechanism.json, not the line's text
+    (tmp_path / "run1" / "mechanism.json").write_text(json.dumps(analysed("appendix_b").to_dict()))
+    assert find_runs(tmp_path)[1].mechanism == "appendix_b"
     (tmp_path / "sweep.jsonl").write_text('{"name": "x"}\n')
     with pytest.raises(ValueError, match="line 1 is not a run record"):
         find_runs(tmp_path)

@@ -220,8 +220,8 @@ def test_index_table_sorts_by_a_clicked_column(tmp_path):
       const th = [...document.querySelectorAll('th')].find(t => t.textContent === 'final MSE');
       th.click(); th.click();  // ascending, then descending
       const out = document.createElement('pre'); out.id = 'order';
-      out.textContent = [...document.querySelectorAll('table.sortable tbody tr')].map(r => r.cells[0].textContent
-        .split(' ')[0]).join(',');
+      out.textContent = [...document.querySelectorAll('table.sortable tbody tr')]
+        .map(r => r.cells[0].textContent.split(' ')[0]).join(',');
       document.body.appendChild(out); });</script>"""
     page.write_text(page.read_text().replace("</body>", click + "</body>"))
     result = subprocess.run([BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu",

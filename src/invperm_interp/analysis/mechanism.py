@@ -5,10 +5,11 @@ read-out rows) with :func:`analysis.faithfulness.faithfulness`: each constructio
 their signs, at the model's own fitted per-cell β (not the construction's weights: trained cells
 carry constant offsets such as ``3.6·I − 1.2·1`` that a construction's single β does not). Its
 verdict (:func:`analysis.verdict.judge`) compares the confidence intervals of rows exact and loss
-recovered with the thresholds. A cell test alone cannot tell ``I`` from ``-I`` in one cell (the
-complement form ``theorem3_complement`` and ``theorem3_two_block`` share their cells), so the
-construction's templates must also fit the weights with positive β where they matter
-(``Faithfulness.signs_agree``).
+recovered with the thresholds. A cell test alone cannot tell ``I`` from ``-I`` in one cell
+(``theorem3_superposed`` and its complement twin, or ``theorem3_complement`` and
+``theorem3_two_block``, differ only in signs and in position-only cells, which mean and resample
+ablation keep: ``analysis.ties``), so the construction's templates must also fit the weights with
+positive β where they matter (``Faithfulness.signs_agree``).
 
 The name is the faithful construction (signs agreeing) that recovers the most loss (to 1e-4; then
 the fewest atoms); the others that pass are listed (``also_faithful``), and those the batch cannot

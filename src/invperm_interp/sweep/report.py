@@ -66,7 +66,7 @@ def write_sweep_report(folder: str | Path) -> tuple[Path, Path]:
              *_markdown_table(RUN_HEADER, [run_texts(folder, r) for r in runs])]
     md = folder / "sweep_report.md"
     md.write_text("\n".join(lines) + "\n")
-    write_index(folder, runs, f"Sweep {folder.name}")
+    write_index(folder, runs)  # titled "Sweep NAME", as `invperm report` writes it again
 
     x_label = (("d (task size)" if x_key == ("model", "layout") else f"{x_key[0]}.{x_key[1]}")
                if x_key else "run")

@@ -342,7 +342,7 @@ def _group_table(rows: list[RunRow]) -> str:
 def index_html(directory: str | Path, rows: list[RunRow], title: str | None = None) -> str:
     """The index page (a string) for ``rows`` found under ``directory``."""
     root = Path(directory)
-    title = title or f"Runs in {root}"
+    title = title or (f"Sweep {root.name}" if (root / SWEEP_FILE).is_file() else f"Runs in {root}")
     body = []
     for r in rows:
         report = RunDir(r.dir).report

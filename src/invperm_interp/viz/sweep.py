@@ -32,9 +32,10 @@ NOT_ANALYSED = "not analysed"
 #: What the medians of steps to solve are, said wherever one is shown.
 MEDIAN_IS = ("the middle value of the solved runs' steps, or the mean of the two middle values "
              "when their count is even")
-# Colours of the named mechanisms (the steps' group colours are C0, C1, …: these are apart).
-_NAMED_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d",
-                  "#17becf", "#bcbd22", "#8c564b")
+# Colours of the named mechanisms: apart from the steps' group colours (C0 blue, C1 orange, …),
+# so a bar's colour is not read as a model.
+_NAMED_COLOURS = ("#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#a6761d", "#17becf", "#bcbd22",
+                  "#e6ab02", "#8c564b", "#9467bd")
 
 
 def median_steps(steps: Iterable[int]) -> float | None:
