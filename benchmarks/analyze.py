@@ -12,7 +12,9 @@ With ``--shapes``, one process times ``analyze`` at d = 10 on theorem2 and theor
 noise added) built on 2 layers × 1 head and placed on 3 layers × 2 heads (``maths.placement``,
 layers 1 and 3, head 1), alternating the two so a load change hits both, and prints the ratio and
 the peak RSS beside ``memory.analysis_estimate``, and 10 forwards of each model for scale.
-Usage: python benchmarks/analyze.py [--before /tmp/before/src] [--run DIR ...] [--repeats 3]
+With ``--cli``, each ``--run`` is also analysed by ``invperm analyze RUN`` in a fresh process,
+timed against ``python -c "import torch"`` (wall and CPU seconds, peak RSS of each process).
+Usage: python benchmarks/analyze.py [--before /tmp/before/src] [--run DIR ...] [--repeats 3] [--cli]
        python benchmarks/analyze.py --shapes [--repeats 3]
 """
 
@@ -53,7 +55,7 @@ for name, obj in list(vars(record).items()):
 def load(spec):
     if spec.startswith("run:"):
         from invperm_interp.training.run import Run
-        return Run.load(spec[4:]).model
+        return Run.load(spec[4:]).analysis_model  # the model `invperm analyze` reads
     from invperm_interp.analysis.gauge import perturb
     from invperm_interp.maths import constructions
     return perturb(constructions.build(spec, 10, 10.0), gauge=1.0, noise=0.05, seed=0)
@@ -148,19 +150,50 @@ def measure(src: Path, spec: str, repeats: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure_cli(src: Path, run_dir: str) -> tuple[float, float]:
-    """``(wall seconds, peak RSS MiB)`` of one ``invperm analyze RUN --out TMP`` process."""
-    import resource
-    import tempfile
+def _child(argv: list[str], env: dict) -> tuple[float, float, float]:
+    """``(wall s, CPU s, peak RSS MiB)`` of one process (its own rusage, ``os.wait4``)."""
     import time
 
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    start = time.perf_counter()
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    if status:
+        raise RuntimeError(f"{argv} failed ({status})")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def measure_cli(src: Path, run_dir: str) -> dict:
+    """One ``python -c "import torch"`` and one ``invperm analyze RUN --out TMP`` process (one
+    torch thread): each one's ``(wall, CPU, peak RSS)``."""
+    import tempfile
+
+    env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": "1"}
+    torch = _child([sys.executable, "-c", "import torch"], env)
     with tempfile.TemporaryDirectory() as out:
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "invperm_interp.cli", "analyze", run_dir, "--out", out,
-                        "--threads", "1"], env=env, check=True, stdout=subprocess.DEVNULL)
-        wall = time.perf_counter() - start
-    return wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        analyze = _child([sys.executable, "-m", "invperm_interp.cli", "analyze", run_dir, "--out",
+                          out, "--threads", "1"], env)
+    return {"torch": torch, "analyze": analyze}
+
+
+def main_cli(runs: list[str], trees: dict, repeats: int) -> None:
+    """``invperm analyze RUN`` against ``python -c "import torch"``, both trees alternating, best of
+    ``repeats`` rounds each (wall and CPU apart), and the largest peak RSS of each process."""
+    for run in runs:
+        best: dict = {}
+        for _ in range(repeats):
+            for name, src in trees.items():
+                got = measure_cli(src, run)
+                for what, values in got.items():
+                    old = best.get((name, what), (float("inf"), float("inf"), 0.0))
+                    best[(name, what)] = tuple(min(a, b) if i < 2 else max(a, b)
+                                               for i, (a, b) in enumerate(zip(old, values)))
+        print(f"\ninvperm analyze {run} (best of {repeats}; wall s / CPU s / peak RSS MiB)")
+        for name in trees:
+            (tw, tc, tm), (aw, ac, am) = best[(name, "torch")], best[(name, "analyze")]
+            print(f"  {name:7s} import torch {tw:5.2f} / {tc:5.2f} / {tm:4.0f}; analyze {aw:5.2f} / "
+                  f"{ac:5.2f} / {am:4.0f}; analyze - import torch: wall + {aw - tw:.2f} s, "
+                  f"CPU + {ac - tc:.2f} s")
 
 
 def main() -> None:
@@ -168,8 +201,8 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="another source tree to compare against")
     parser.add_argument("--run", nargs="*", default=[], help="trained run directories")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--cli", action="store_true", help="also time `invperm analyze RUN` (wall, "
-                        "peak RSS: the largest child so far, so the after tree runs first)")
+    parser.add_argument("--cli", action="store_true", help="also time `invperm analyze RUN` against "
+                        "`python -c 'import torch'` (wall, CPU, peak RSS of each process)")
     parser.add_argument("--shapes", action="store_true",
                         help="2 layers x 1 head against 3 x 2 in one process (module docstring)")
     args = parser.parse_args()
@@ -195,10 +228,8 @@ def main() -> None:
         print(f"  {'peak RSS (MiB)':24s}" + "".join(f"{r['peak_mib']:10.0f}" for r in results.values()))
         if args.before:
             print(f"  before / after, analyze: {results['before']['total'] / results['after']['total']:.2f}x")
-    for run in args.run if args.cli else ():
-        for name, src in reversed(list(trees.items())):
-            wall, peak = measure_cli(src, run)
-            print(f"invperm analyze {run} ({name}): {wall:.1f} s wall, peak RSS at most {peak:.0f} MiB")
+    if args.cli:
+        main_cli(args.run, trees, args.repeats)
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
 
 

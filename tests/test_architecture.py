@@ -137,6 +137,21 @@ def test_nothing_under_training_imports_transformer_lens():
     assert deferred, "Run.model should import the hooked model inside the property"
 
 
+def test_the_analyses_and_the_report_import_neither_the_hooked_model_nor_transformer_lens():
+    """The analyses read weights and run plain forwards (``model.disentangled.DisentangledModel``),
+    so nothing under ``analysis/`` or ``viz/`` imports TransformerLens or a module that does, not
+    even deferred; patching gets its hooks through ``model.build.with_hooks``. The running check
+    is ``tests/cli/test_cli_startup.py``."""
+    graph = import_graph()
+    hooked = {f"invperm_interp.model.{m}" for m in ("hooked", "standard_hooked", "cache", "export",
+                                                     "standard_export")}
+    for stage in ("analysis", "viz"):
+        for path in (SRC / stage).rglob("*.py"):
+            name = _module_name(path)
+            assert not any(m.startswith("transformer_lens") for m, _ in _imports_of(path)), name
+            assert not hooked & graph[name], f"{name} imports {sorted(hooked & graph[name])}"
+
+
 def test_each_run_directory_file_name_is_spelled_once():
     names = ("config.json", "metrics.jsonl", "final.safetensors", "diverged.json", "mechanism.json",
              "analysis.json", "report.html", ".invperm.lock", "sweep.jsonl")

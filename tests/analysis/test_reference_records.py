@@ -31,13 +31,15 @@ NAMES = ("bidirectional_d6_seed0", "scratch_d6_seed2")
 REL, ABS = 1e-4, 1e-8
 
 
-def fresh_record(name: str, threads: int | None = None) -> dict:
+def fresh_record(name: str, threads: int | None = None, hooked: bool = False) -> dict:
     """The analysis of the committed run on 512 samples drawn from seed 0 (``invperm analyze``'s),
-    with ``threads`` torch threads (default: as set)."""
+    with ``threads`` torch threads (default: as set), of its plain model (what ``invperm analyze``
+    reads) or, with ``hooked``, of its hooked model."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
     try:
-        model = Run.load(RUNS / name).model
+        run = Run.load(RUNS / name)
+        model = run.model if hooked else run.analysis_model
         batch = sample_batch(model.cfg.layout, 512, generator=torch.Generator().manual_seed(0),
                              dtype=model.cfg.torch_dtype)
         return json.loads(analyze(model, batch, f"run {name}").to_json())
@@ -63,11 +65,12 @@ def differences(want, got, path: str = "") -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads, hooked", [(1, False), (2, True)])
 @pytest.mark.parametrize("name", NAMES)
-def test_analysis_reproduces_the_committed_record(name, threads):
+def test_analysis_reproduces_the_committed_record(name, threads, hooked):
+    """Either model, plain or hooked, gives the record (one of each, so each thread count runs)."""
     want = json.loads((RUNS / name / "analysis.json").read_text())
-    found = differences(want, fresh_record(name, threads))
+    found = differences(want, fresh_record(name, threads, hooked))
     assert not found, f"{len(found)} differences, first: {found[:8]}"
 
 

@@ -60,3 +60,32 @@ def test_training_and_resuming_load_neither_transformer_lens_nor_dynamo(tmp_path
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "LOADED []"
     assert (out / "final.safetensors").is_file()
+
+
+ANALYSIS_PROBE = """
+import sys
+from invperm_interp.cli import main
+assert main({train!r}) in (0, None)
+import invperm_interp.analysis, invperm_interp.analysis.sweep_record, invperm_interp.analysis.verdict
+for argv in {argvs!r}:
+    assert main(argv) in (0, None), argv
+print("LOADED", sorted(m for m in sys.modules if m.split(".")[0] in ("transformer_lens", "transformers")))
+"""
+
+
+@pytest.mark.slow
+def test_analysing_a_run_loads_no_transformer_lens(tmp_path):
+    """The analyses read weights and run plain forwards, so importing the analysis package, the
+    record and the rule, ``invperm analyze`` (record and report) and ``invperm timeline`` keep
+    TransformerLens (and ``transformers``, which it imports: ~3 s, ~150 MB) out of the process;
+    it is imported only for hooks, a cache, patching or the export."""
+    out = tmp_path / "run"
+    train = ["train", "--d=3", "--steps=8", f"--out={out}", "--no-progress", "--threads=1",
+             "--eval-every=4", "--eval-size=64", "--batch-size=16", "--device=cpu",
+             "--checkpoint-every=4"]
+    argvs = [["analyze", str(out), "--n=64"], ["timeline", str(out), "--n=64", "--quiet"]]
+    result = subprocess.run([sys.executable, "-c", ANALYSIS_PROBE.format(train=train, argvs=argvs)],
+                            capture_output=True, text=True, env={"PYTHONPATH": str(SRC), "PATH": ""})
+    assert result.returncode == 0, result.stderr
+    assert (out / "analysis.json").is_file() and (out / "report.html").is_file()
+    assert result.stdout.strip().splitlines()[-1] == "LOADED []"

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
+from invperm_interp.model.disentangled import DisentangledTransformer
 from invperm_interp.model.note_map import ov_spectra, to_disentangled
 from invperm_interp.model.standard import StandardTransformer
 from invperm_interp.model.standard_hooked import HookedStandardTransformer
@@ -40,7 +41,8 @@ def _model(layout, readout, n_layers, heads, d_model, d_head, dtype, attention_d
 def _check_same_function(model, n=16, seed=0):
     cfg = model.cfg
     note = to_disentangled(model)
-    assert isinstance(note, HookedDisentangledTransformer)
+    hooked = isinstance(model, HookedStandardTransformer)  # the map keeps the kind: hooks or not
+    assert type(note) is (HookedDisentangledTransformer if hooked else DisentangledTransformer)
     assert note.cfg.widths == cfg.widths and note.cfg.heads == cfg.heads
     batch = sample_batch(cfg.layout, n, torch.Generator().manual_seed(seed), dtype=cfg.torch_dtype)
     with torch.no_grad():  # the standard model's own forward, in d_model
@@ -80,7 +82,7 @@ def test_the_map_is_exact_on_random_shapes(d, n_layers, heads, d_model, d_head, 
     _check_same_function(model, n=4, seed=seed)
 
 
-def test_the_map_takes_the_hooked_model_and_keeps_the_device_and_dtype():
+def test_the_map_takes_the_hooked_model_and_keeps_the_device_dtype_and_hooks():
     cfg = ModelConfig(Layout.plain(3), arch="standard", d_model=6, dtype="float64")
     model = HookedStandardTransformer(cfg, seed=2)
     note = _check_same_function(model)

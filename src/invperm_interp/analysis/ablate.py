@@ -6,8 +6,9 @@ read-out (the best any causally masked model can do). The weights are never edit
 :func:`ablate_mask` builds a second model. Interventions on ``h^0`` (the embedding), on the scores
 (removed rows masked as keys) and on the read-out stream ``h^L``, and the mask's flip, run as plain
 forwards that compute only what the read-out needs (``model.variants.forward_stacked``: on 3 layers
-of 2 heads about 6× cheaper than a hooked run of every row); a block of a stream in between goes
-through the model's hooks (``blocks.{l}.hook_resid_pre``).
+of 2 heads about 6× cheaper than a hooked run of every row); a block of a stream in between is
+edited in a plain forward where ``blocks.{l}.hook_resid_pre`` would act. Either model (plain or
+hooked) works, and no TransformerLens is needed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ..maths.floors import causal_floor
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel, grown
 from ..model.variants import forward_stacked
 from ..task import Batch, mse, sample_batch
 
@@ -59,7 +60,7 @@ class AblationResult:
         return {**{k: getattr(self, k) for k in self.__dataclass_fields__}, "text": str(self)}
 
 
-def _batch(model: HookedDisentangledTransformer, batch: Batch | None, n: int, seed: int) -> Batch:
+def _batch(model: DisentangledModel, batch: Batch | None, n: int, seed: int) -> Batch:
     if batch is None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"n must be an integer >= 1, got {n!r}")
@@ -72,13 +73,20 @@ def _batch(model: HookedDisentangledTransformer, batch: Batch | None, n: int, se
     return batch.to(model.device, model.cfg.torch_dtype)
 
 
-def _run(model: HookedDisentangledTransformer, X: Tensor,
-         hooks: list[tuple[str, Callable]] | None = None) -> Tensor:
+def _run(model: DisentangledModel, X: Tensor, layer: int,
+         edit: Callable[[Tensor], Tensor]) -> Tensor:
+    """The output ``(B, d, d)`` of ``model`` on ``X (B, T, d)``, a plain forward of its maths
+    (``model.disentangled``) with ``edit`` applied to ``h^layer (B, T, D_layer)`` where its hook
+    ``resid_hook(layer)`` would (the edit stays in the stream as it grows): no hooks needed."""
+    mask = model.blocks[0].attn.mask if model.cfg.causal else None
     with torch.no_grad():
-        return model.run_with_hooks(X, fwd_hooks=hooks or [])
+        h = _embedding(model, X)
+        for index, block in enumerate(model.blocks):
+            h = grown(edit(h) if index == layer else h, block.attn.A, mask)
+        return h[:, model.unembed.rows] @ model.unembed.W_U
 
 
-def _forward(model: HookedDisentangledTransformer, X: Tensor, *, cfg=None, h0: Tensor | None = None,
+def _forward(model: DisentangledModel, X: Tensor, *, cfg=None, h0: Tensor | None = None,
              offsets: list[Tensor] | None = None, stream: bool = False) -> Tensor:
     """``model``'s output ``(B, d, d)`` on ``X (B, T, d)`` without hooks, computing only what the
     read-out needs; ``cfg``: another config of the same shapes (the other mask); ``h0``: an edited
@@ -92,17 +100,17 @@ def _forward(model: HookedDisentangledTransformer, X: Tensor, *, cfg=None, h0: T
                                offsets=None if offsets is None else [o[None] for o in offsets])[0]
 
 
-def _embedding(model: HookedDisentangledTransformer, X: Tensor) -> Tensor:
+def _embedding(model: DisentangledModel, X: Tensor) -> Tensor:
     """``h^0 = [X, I_T]`` ``(B, T, D_0)``, a new tensor to edit."""
     return torch.cat([X, model.pos.expand(X.shape[0], -1, -1)], dim=-1)
 
 
-def clean_mse(model: HookedDisentangledTransformer, batch: Batch) -> float:
+def clean_mse(model: DisentangledModel, batch: Batch) -> float:
     """The model's own MSE on ``batch``: what every ablation is read against."""
     return float(mse(_forward(model, batch.X), batch.Y))
 
 
-def _result(name: str, model: HookedDisentangledTransformer, batch: Batch, after: Tensor,
+def _result(name: str, model: DisentangledModel, batch: Batch, after: Tensor,
             description: str, before: float | None = None, **target) -> AblationResult:
     before = clean_mse(model, batch) if before is None else before
     floor = causal_floor(model.cfg.layout, model.cfg.readout)
@@ -110,17 +118,17 @@ def _result(name: str, model: HookedDisentangledTransformer, batch: Batch, after
 
 
 # -- the mask ------------------------------------------------------------------------------------------
-def flip_mask(model: HookedDisentangledTransformer) -> HookedDisentangledTransformer:
+def flip_mask(model: DisentangledModel) -> DisentangledModel:
     """The same weights with the other attention direction (causal ↔ bidirectional)."""
     flipped = "bidirectional" if model.cfg.causal else "causal"
-    twin = HookedDisentangledTransformer(replace(model.cfg, attention_dir=flipped)).to(model.device)
+    twin = type(model)(replace(model.cfg, attention_dir=flipped)).to(model.device)
     twin.load_state_dict(model.state_dict())
     return twin
 
 
-def ablate_mask(model: HookedDisentangledTransformer, batch: Batch | None = None, *, n: int = 512,
+def ablate_mask(model: DisentangledModel, batch: Batch | None = None, *, n: int = 512,
                 seed: int = 0,
-                before: float | None = None) -> tuple[HookedDisentangledTransformer, AblationResult]:
+                before: float | None = None) -> tuple[DisentangledModel, AblationResult]:
     """Flip the attention direction; returns the flipped model and the MSE change.
 
     A bidirectional construction under a causal mask can do no better than the causal floor
@@ -130,7 +138,7 @@ def ablate_mask(model: HookedDisentangledTransformer, batch: Batch | None = None
     return twin, _mask_result(model, _batch(model, batch, n, seed), before)
 
 
-def _mask_result(model: HookedDisentangledTransformer, batch: Batch,
+def _mask_result(model: DisentangledModel, batch: Batch,
                  before: float | None) -> AblationResult:
     """:func:`ablate_mask`'s result, without building the flipped model."""
     flipped = replace(model.cfg, attention_dir="bidirectional" if model.cfg.causal else "causal")
@@ -139,7 +147,7 @@ def _mask_result(model: HookedDisentangledTransformer, batch: Batch,
 
 
 # -- scratch rows --------------------------------------------------------------------------------------
-def scratch_rows(model: HookedDisentangledTransformer) -> list[int]:
+def scratch_rows(model: DisentangledModel) -> list[int]:
     """Input positions of every scratch (kind ``S``) row, in order."""
     layout = model.cfg.layout
     rows = [r for seg in layout.segments if seg.kind == "S"
@@ -149,7 +157,7 @@ def scratch_rows(model: HookedDisentangledTransformer) -> list[int]:
     return rows
 
 
-def ablate_scratch(model: HookedDisentangledTransformer, mode: str = "remove", *, k: int | None = None,
+def ablate_scratch(model: DisentangledModel, mode: str = "remove", *, k: int | None = None,
                    batch: Batch | None = None, n: int = 512, seed: int = 0,
                    before: float | None = None) -> AblationResult:
     """Ablate the scratch rows ``S`` (Theorem 3's extra tokens).
@@ -196,7 +204,7 @@ def ablate_scratch(model: HookedDisentangledTransformer, mode: str = "remove", *
                    f"the {len(rows)} scratch rows' content replaced by random binary rows", before)
 
 
-def _without_rows(model: HookedDisentangledTransformer, X: Tensor, gone: list[int]) -> Tensor:
+def _without_rows(model: DisentangledModel, X: Tensor, gone: list[int]) -> Tensor:
     """Outputs with the rows ``gone`` removed: masked as keys in every layer; read-out rows among
     them predict 0.5."""
     if not gone:
@@ -217,7 +225,7 @@ def _without_rows(model: HookedDisentangledTransformer, X: Tensor, gone: list[in
 
 
 # -- named blocks ----------------------------------------------------------------------------------------
-def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, how: str = "zero", *,
+def ablate_block(model: DisentangledModel, name: str, layer: int, how: str = "zero", *,
                  batch: Batch | None = None, n: int = 512, seed: int = 0,
                  before: float | None = None) -> AblationResult:
     """Zero- or mean-ablate the named block ``name`` of ``h^layer`` at every position.
@@ -230,7 +238,7 @@ def ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, ho
     return _ablate_block(model, name, layer, how, _batch(model, batch, n, seed), before)
 
 
-def _ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, how: str,
+def _ablate_block(model: DisentangledModel, name: str, layer: int, how: str,
                   batch: Batch, before: float | None, final: Tensor | None = None) -> AblationResult:
     """:func:`ablate_block` on a checked batch. A block of ``h^0`` is ablated in the embedding; a
     block of ``h^L`` in the read-out rows of ``h^L`` (``final (B, d, D_L)``, or computed), which
@@ -251,21 +259,21 @@ def _ablate_block(model: HookedDisentangledTransformer, name: str, layer: int, h
     elif layer == 0:
         out = _forward(model, batch.X, h0=ablate(_embedding(model, batch.X)))
     else:
-        out = _run(model, batch.X, [(stream_hook, ablate)])
+        out = _run(model, batch.X, layer, ablate)
     return _result(f"{how}-ablate {name} at h^{layer}", model, batch, out,
                    f"{how} the block {name} of h^{layer} at every position ({stream_hook})", before,
                    how=how, block=name, layer=layer, hook=stream_hook)
 
 
 # -- the standard table -----------------------------------------------------------------------------------
-def read_blocks(model: HookedDisentangledTransformer) -> list[str]:
+def read_blocks(model: DisentangledModel) -> list[str]:
     """Blocks of the read-out stream that ``W_U`` reads (rows with any nonzero weight)."""
     W_U = model.unembed.W_U.detach()
     L = model.cfg.n_layers
     return [b.name for b in model.stream.blocks(L) if bool(W_U[b.slice].abs().max() > 0)]
 
 
-def standard_ablations(model: HookedDisentangledTransformer, batch: Batch | None = None, *,
+def standard_ablations(model: DisentangledModel, batch: Batch | None = None, *,
                        n: int = 512, seed: int = 0, before: float | None = None) -> list[AblationResult]:
     """The mask, every scratch mode (when the layout has ``S``), the token block ``x`` of ``h^0``
     and each block ``W_U`` reads, zero-ablated. The clean run is computed once for all of them

@@ -16,9 +16,8 @@ import torch
 from torch import Tensor
 
 from ..maths import constructions
-from ..model.hooked import HookedDisentangledTransformer
-from ..model.variants import forward_many
-from ..stream import hook_name, layer_hook_names
+from ..model.disentangled import DisentangledModel, check_disentangled
+from ..model.variants import forward_many, model_patterns
 from ..task import Batch, mse
 from .gauge import gauge_fix
 from .placements import fitting_names
@@ -100,15 +99,10 @@ class Comparison:
         }
 
 
-def _patterns(model: HookedDisentangledTransformer, X: Tensor) -> tuple[Tensor, list[Tensor]]:
-    """Output and per-layer patterns ``(B, H, T, T)`` in float64."""
-    with torch.no_grad():
-        out, cache = model.run_with_cache(X.to(model.device, model.cfg.torch_dtype),
-                                          names_filter=layer_hook_names("pattern", model.cfg.n_layers),
-                                          return_cache_object=False)
-    pats = [cache[hook_name("pattern", layer)].double().cpu()
-            for layer in range(model.cfg.n_layers)]
-    return out.double().cpu(), pats
+def _patterns(model: DisentangledModel, X: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """Output and per-layer patterns ``(B, H, T, T)`` in float64 (a plain forward)."""
+    out, pats = model_patterns(model, X)
+    return out.double().cpu(), [p.double().cpu() for p in pats]
 
 
 def _tv(p: Tensor, q: Tensor) -> Tensor:
@@ -125,11 +119,11 @@ def _signed_cosine(a: Tensor, b: Tensor) -> float:
     return float((a * b).sum()) / (na * nb) if na > 0 and nb > 0 else 0.0
 
 
-def _same_stream(a: HookedDisentangledTransformer, b: HookedDisentangledTransformer) -> bool:
+def _same_stream(a: DisentangledModel, b: DisentangledModel) -> bool:
     return a.cfg.layout == b.cfg.layout and a.cfg.heads == b.cfg.heads
 
 
-def _fixed(model: HookedDisentangledTransformer, layer: int) -> Tensor:
+def _fixed(model: DisentangledModel, layer: int) -> Tensor:
     """``gauge_fix(A)`` of every head of a layer, ``(H, D, D)`` float64."""
     A = model.blocks[layer].attn.A.detach().to("cpu", torch.float64)
     return gauge_fix(A, model.stream, layer)
@@ -137,8 +131,7 @@ def _fixed(model: HookedDisentangledTransformer, layer: int) -> Tensor:
 
 def _check_pair(model_a, model_b, batch) -> Tensor:
     for name, m in (("model_a", model_a), ("model_b", model_b)):
-        if not isinstance(m, HookedDisentangledTransformer):
-            raise ValueError(f"{name} must be a HookedDisentangledTransformer, got {type(m).__name__}")
+        check_disentangled(m, name)
     if model_a.cfg.layout != model_b.cfg.layout:
         raise ValueError(f"the models must read the same layout to be compared on one batch, got "
                          f"{model_a.cfg.layout} and {model_b.cfg.layout}")
@@ -149,7 +142,7 @@ def _check_pair(model_a, model_b, batch) -> Tensor:
     return batch.X
 
 
-def compare(model_a: HookedDisentangledTransformer, model_b: HookedDisentangledTransformer,
+def compare(model_a: DisentangledModel, model_b: DisentangledModel,
             batch: Batch, *, closest: bool = True) -> Comparison:
     """Weight similarity (gauge-fixed, per layer, head and cell), functional similarity (pattern
     distance per layer, output agreement, each model's MSE) and, with ``closest``, the registry
@@ -197,12 +190,12 @@ def _cell_similarity(model, layer: int, head: int, fa: Tensor, fb: Tensor) -> li
     return out
 
 
-def _best_name(model: HookedDisentangledTransformer, batch: Batch) -> str | None:
+def _best_name(model: DisentangledModel, batch: Batch) -> str | None:
     ranked = closest_construction(model, batch)
     return ranked[0].name if ranked else None
 
 
-def candidates(model: HookedDisentangledTransformer) -> list[str]:
+def candidates(model: DisentangledModel) -> list[str]:
     """Registry constructions with the model's layout, attention direction, read-out and shape,
     that can be built at its ``d`` (from ``min_d``). Patterns are compared layer by layer, so only
     on two layers of one head; the mechanism rule places constructions on any shape
@@ -210,7 +203,7 @@ def candidates(model: HookedDisentangledTransformer) -> list[str]:
     return fitting_names(model.cfg) if model.cfg.heads == (1, 1) else []
 
 
-def closest_construction(model: HookedDisentangledTransformer, batch: Batch,
+def closest_construction(model: DisentangledModel, batch: Batch,
                          betas: tuple[float, ...] = BETAS, max_samples: int = 128, *,
                          circuit: Circuit | None = None,
                          fixed: Sequence[Tensor] | None = None) -> tuple[ConstructionMatch, ...]:

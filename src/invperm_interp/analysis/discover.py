@@ -31,7 +31,7 @@ from ..config import AttentionDir
 from ..maths import constructions
 from ..maths.placement import Placement, unplace
 from ..maths.registry import parse_read
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel, check_disentangled
 from .faithfulness import Faithfulness, Tester
 from .mechanism import Mechanism, mechanism, verdict_of
 from .placements import hypothesis as placed_hypothesis
@@ -132,7 +132,7 @@ def _canonical(atom) -> tuple[str, str, str]:
     return min(atom.placements)
 
 
-def _read_text(model: HookedDisentangledTransformer, blocks: tuple[str, ...]) -> str:
+def _read_text(model: DisentangledModel, blocks: tuple[str, ...]) -> str:
     """``"L2.x - L1.x"``: each read block with the sign of its diagonal in ``W_U``."""
     W = model.unembed.W_U.detach().double().cpu()
     terms = []
@@ -144,7 +144,7 @@ def _read_text(model: HookedDisentangledTransformer, blocks: tuple[str, ...]) ->
     return text[2:] if text.startswith("+ ") else text
 
 
-def form_of(model: HookedDisentangledTransformer, cells, read: tuple[str, ...]) -> Form:
+def form_of(model: DisentangledModel, cells, read: tuple[str, ...]) -> Form:
     """The form of a circuit of ``cells`` ``(layer, head, query, key, label)`` reading ``read``."""
     cfg = model.cfg
     keys = {c[:4] for c in cells}
@@ -171,7 +171,7 @@ def _errors(form: Form, name: str) -> tuple[tuple[float, float], ...]:
     return tuple(out)
 
 
-def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VERDICT_SAMPLES,
+def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLES,
              seed: int = 0, min_runs: int = 2, progress=None,
              known: Mapping[str, Mechanism] | None = None) -> Discovery:
     """Group the unnamed models' minimal circuits into forms and propose each form held by at least
@@ -184,8 +184,7 @@ def discover(models: Mapping[str, HookedDisentangledTransformer], *, n: int = VE
     forms, reasons, batches, where = {}, {}, {}, {}
     items = list(models.items())
     for key, model in (progress(items) if progress else items):
-        if not isinstance(model, HookedDisentangledTransformer):
-            raise ValueError(f"models[{key!r}] must be a HookedDisentangledTransformer")
+        check_disentangled(model, f"models[{key!r}]")
         batches[key] = evaluation_batch(model, n, seed)
         if known is not None and key in known:
             mech = known[key]
@@ -235,7 +234,7 @@ def _hypothesis(model, form: Form, name: str, where=None):
                                               custom=form.spec(name)))
 
 
-def _unplaced_form(model: HookedDisentangledTransformer, cells, read: tuple[str, ...]):
+def _unplaced_form(model: DisentangledModel, cells, read: tuple[str, ...]):
     """``(form, (layers, heads))``: the form of a circuit on one head of each of two layers of a
     deeper or wider model, in a two-layer one-head model's block names (``maths.placement.unplace``),
     so that runs holding the same circuit on other layers or heads share a form; ``None`` otherwise."""

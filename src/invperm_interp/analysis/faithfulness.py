@@ -34,8 +34,7 @@ import torch
 from torch import Tensor
 
 from ..errors import check_choice
-from ..model.disentangled import readout_forward
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel, check_disentangled, readout_forward
 from ..model.variants import forward_many
 from ..task import Batch, mse
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis, read_cells
@@ -48,7 +47,7 @@ SIGN_RELATIVE = 0.1
 
 
 # -- the circuit-only model -------------------------------------------------------------------------
-def read_out(model: HookedDisentangledTransformer, read: tuple[str, ...] | None) -> Tensor:
+def read_out(model: DisentangledModel, read: tuple[str, ...] | None) -> Tensor:
     """``W_U`` with the rows outside the ``read`` blocks zeroed (all kept for ``None``)."""
     W = model.unembed.W_U.detach().clone()
     if read is None:
@@ -137,7 +136,7 @@ class Tester:
     input, sample ``b`` taking the ``reference`` batch's sample ``b`` (by default the batch's own
     next sample, ``b + 1``). Removed read-out rows are zeroed either way."""
 
-    def __init__(self, model: HookedDisentangledTransformer, batch: Batch, ablation: Ablation = "zero",
+    def __init__(self, model: DisentangledModel, batch: Batch, ablation: Ablation = "zero",
                  reference: Batch | None = None):
         if not isinstance(batch, Batch):
             raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
@@ -158,14 +157,22 @@ class Tester:
         self._streams = None
         if ablation in ("mean", "resample"):
             ref = (reference or batch).to(model.device, model.cfg.torch_dtype)
-            names = [f"blocks.{layer}.hook_resid_pre" for layer in range(model.cfg.n_layers)]
             with torch.no_grad():
-                _, cache = model.run_with_cache(ref.X, names_filter=lambda n: n in names,
-                                                return_cache_object=False)
-            self._streams = [cache[n].to("cpu", torch.float64) for n in names]  # (B_ref, T, D_l)
+                streams = model.residual_streams(ref.X, check_input=False)[:-1]  # h^0 … h^{L-1}
+            self._streams = [h.to("cpu", torch.float64) for h in streams]  # (B_ref, T, D_l)
             if ablation == "resample":  # each sample's own reference sample, paired once
                 pair = (torch.arange(len(batch)) + (1 if reference is None else 0)) % len(ref)
                 self._streams = [h[pair] for h in self._streams]  # (B, T, D_l)
+
+    def head(self, n: int) -> Tester:
+        """A tester of the same model, ablation and reference on the first ``n`` samples of the
+        batch (itself when it has no more), sharing the gauge-fixed weights and each head's fits,
+        which depend on the weights only."""
+        if len(self.batch) <= n:
+            return self
+        first = Tester(self.model, self.batch.head(n), self.ablation, self.reference)
+        first.fixed, first._fits = self.fixed, self._fits
+        return first
 
     def project(self, hyp: Hypothesis, betas: bool = True) -> Projection:
         return project(self.model, hyp, fixed=self.fixed, fits=self._fits, betas=betas)
@@ -253,7 +260,7 @@ class Tester:
         return self.test_many([hyp], minimality)[0]
 
 
-def evaluate_many(model: HookedDisentangledTransformer, hypotheses: Sequence, batch: Batch, *,
+def evaluate_many(model: DisentangledModel, hypotheses: Sequence, batch: Batch, *,
                   tester: Tester | None = None) -> list[Score]:
     """The circuit-only model of each hypothesis (anything :func:`as_hypothesis` takes) scored on
     ``batch``: one :class:`Score` each, as ``faithfulness(...).circuit``. ``tester``: a
@@ -262,7 +269,7 @@ def evaluate_many(model: HookedDisentangledTransformer, hypotheses: Sequence, ba
     return tester.circuits([as_hypothesis(model, h) for h in hypotheses])
 
 
-def faithfulness(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,
+def faithfulness(model: DisentangledModel, hypothesis, batch: Batch, *,
                  read=None, unit: str | None = None, minimality: bool = True,
                  ablation: Ablation = "zero", reference: Batch | None = None) -> Faithfulness:
     """Run the hypothesis's circuit on its own, the model without it, and the circuit less each atom.
@@ -272,7 +279,6 @@ def faithfulness(model: HookedDisentangledTransformer, hypothesis, batch: Batch,
     cells are removed (:class:`Tester`: ``"zero"``, the rule's, ``"mean"`` or ``"resample"``). Verdicts:
     ``analysis.verdict``.
     """
-    if not isinstance(model, HookedDisentangledTransformer):
-        raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
+    check_disentangled(model)
     tester = Tester(model, batch, ablation, reference)
     return tester.test(as_hypothesis(model, hypothesis, read, unit), minimality)

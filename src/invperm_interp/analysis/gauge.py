@@ -22,7 +22,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from ..model.variants import forward_many
 from ..stream import Stream
 
@@ -78,13 +78,13 @@ def random_gauge(stream: Stream, layer: int, generator: torch.Generator | None =
 
 
 # -- whole models ---------------------------------------------------------------------------------
-def _copy(model: HookedDisentangledTransformer) -> HookedDisentangledTransformer:
-    twin = HookedDisentangledTransformer(model.cfg).to(model.device)
+def _copy(model: DisentangledModel) -> DisentangledModel:
+    twin = type(model)(model.cfg).to(model.device)
     twin.load_state_dict(model.state_dict())
     return twin
 
 
-def gauge_fixed(model: HookedDisentangledTransformer) -> HookedDisentangledTransformer:
+def gauge_fixed(model: DisentangledModel) -> DisentangledModel:
     """A copy of ``model`` whose every ``A`` is replaced by ``gauge_fix(A)`` (the same function)."""
     twin = _copy(model)
     with torch.no_grad():
@@ -94,7 +94,7 @@ def gauge_fixed(model: HookedDisentangledTransformer) -> HookedDisentangledTrans
     return twin
 
 
-def gauge_check(model: HookedDisentangledTransformer, X: Tensor,
+def gauge_check(model: DisentangledModel, X: Tensor,
                 fixed: Sequence[Tensor] | None = None) -> float:
     """Largest attention-pattern difference between ``model`` and :func:`gauge_fixed` on ``X``.
 
@@ -113,8 +113,8 @@ def gauge_check(model: HookedDisentangledTransformer, X: Tensor,
     return max(float((p - q).abs().max()) for p, q in zip(a, b))
 
 
-def perturb(model: HookedDisentangledTransformer, gauge: float = 0.0, noise: float = 0.0,
-            seed: int = 0) -> HookedDisentangledTransformer:
+def perturb(model: DisentangledModel, gauge: float = 0.0, noise: float = 0.0,
+            seed: int = 0) -> DisentangledModel:
     """A copy with random gauge directions (``gauge``: their scale) and i.i.d. noise of std ``noise``
     added to every ``A``: what a construction looks like when learned (docs/design.md section 6)."""
     if not (math.isfinite(gauge) and math.isfinite(noise) and gauge >= 0 and noise >= 0):

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from ..maths import constructions
 from ..maths.cells import cell_template
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from .templates import Atom, Circuit
 
 
@@ -79,7 +79,7 @@ def read_cells(data) -> tuple[AtomCell, ...]:
     return tuple(AtomCell(*c) for c in data)
 
 
-def as_hypothesis(model: HookedDisentangledTransformer, hypothesis, read=None,
+def as_hypothesis(model: DisentangledModel, hypothesis, read=None,
                   unit: str | None = None) -> Hypothesis:
     """Normalise a hypothesis and check it against the model (``ValueError`` naming the problem).
 
@@ -120,7 +120,7 @@ def as_hypothesis(model: HookedDisentangledTransformer, hypothesis, read=None,
     return hyp
 
 
-def _check_fits(model: HookedDisentangledTransformer, spec: constructions.ConstructionSpec) -> None:
+def _check_fits(model: DisentangledModel, spec: constructions.ConstructionSpec) -> None:
     cfg = model.cfg
     try:
         layout = spec.make_layout(cfg.d, cfg.layout.scratch_vector or None)
@@ -133,7 +133,7 @@ def _check_fits(model: HookedDisentangledTransformer, spec: constructions.Constr
             f"{cfg.readout} rows")
 
 
-def _check_cells(model: HookedDisentangledTransformer, hyp: Hypothesis) -> None:
+def _check_cells(model: DisentangledModel, hyp: Hypothesis) -> None:
     stream, cfg = model.stream, model.cfg
     for cell in hyp.cells:
         layer, head, query, key, label = cell

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..maths.placement import Placement, parse
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel, check_disentangled
 from ..task import Batch
 from .faithfulness import Ablation, Faithfulness, Tester
 from .hypothesis import Hypothesis
@@ -190,7 +190,7 @@ def name_by_rule(tested: list, rule: Rule = RULE) -> Answer:
     return Answer(BORDERLINE if straddle else NONE)
 
 
-def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
+def test_constructions(model: DisentangledModel, tester: Tester, *,
                        resolve=None, rule: Rule = RULE,
                        minimality: bool = True) -> list[Faithfulness]:
     """Every working registry construction that fits the model, at its best-weighted placements
@@ -217,7 +217,7 @@ def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
     return tested
 
 
-def _screen_and_whole(model: HookedDisentangledTransformer, batch: Batch, screen: int,
+def _screen_and_whole(model: DisentangledModel, batch: Batch, screen: int,
                       ablation: Ablation = "zero", reference: Batch | None = None,
                       whole: Tester | None = None):
     """A tester on the first ``screen`` samples, and the whole batch's (``whole`` if given; else
@@ -231,7 +231,7 @@ def _screen_and_whole(model: HookedDisentangledTransformer, batch: Batch, screen
     return Tester(model, batch.head(screen), ablation, reference), full
 
 
-def name_on(model: HookedDisentangledTransformer, batch: Batch, *, ablation: Ablation = "zero",
+def name_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "zero",
             reference: Batch | None = None, rule: Rule = RULE,
             screen: int = SCREEN_SAMPLES) -> Answer:
     """The rule's answer (a construction named, borderline or none) on ``batch``, without the
@@ -241,7 +241,7 @@ def name_on(model: HookedDisentangledTransformer, batch: Batch, *, ablation: Abl
     return name_by_rule(tested, rule)
 
 
-def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Circuit | None = None,
+def mechanism(model: DisentangledModel, batch: Batch, *, circuit: Circuit | None = None,
               tester: Tester | None = None, rule: Rule = RULE, exact: bool = True,
               screen: int = SCREEN_SAMPLES) -> Mechanism:
     """Name the model's mechanism by the one rule (module docstring) on ``batch`` (for a verdict
@@ -250,8 +250,7 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
     threshold there again on the whole batch; the minimal circuit is searched on the first
     ``screen``. ``circuit``/``tester`` reuse an ``explain`` result and a clean run of ``batch``
     already computed; ``exact``: let :func:`minimal_circuit` search exactly."""
-    if not isinstance(model, HookedDisentangledTransformer):
-        raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
+    check_disentangled(model)
     first, resolve = _screen_and_whole(model, batch, screen, whole=tester)
     tested = test_constructions(model, first, resolve=resolve, rule=rule)
     good, straddle = ranked(tested, rule)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from math import comb
 
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from ..task import Batch
 from .faithfulness import Score, Tester, read_score
 from .hypothesis import AtomCell, Hypothesis, read_cells
@@ -121,7 +121,7 @@ def candidate_cells(circuit: Circuit) -> list[AtomCell]:
     return [cell for _, cell in best.values()]
 
 
-def read_candidates(model: HookedDisentangledTransformer) -> list[str]:
+def read_candidates(model: DisentangledModel) -> list[str]:
     """Blocks of the final stream holding at least ``READ_SHARE`` of ``||W_U||²``."""
     W = model.unembed.W_U.detach().double()
     total = float(W.pow(2).sum()) or 1.0
@@ -171,12 +171,21 @@ class _Search:
                 cells, reads, score = trial_cells, trial_reads, trial
         return cells, reads, score
 
-    def greedy(self, cells: list[AtomCell], effect: dict, full: Score):
+    def greedy(self, cells: list[AtomCell], effect: dict, screen: _Search):
+        """The first faithful prefix of the cells in decreasing effect, pruned. Each prefix is
+        first scored by ``screen`` (fewer samples, the same fits); one it rules out
+        (:meth:`plausible`) is not scored on the whole batch. Each prefix tried counts as one
+        evaluation, as without the screen."""
         ranked = sorted(cells, key=lambda c: -effect[c])
         for n in range(1, len(ranked) + 1):
-            (score,) = self.scores([(ranked[:n], self.reads)])
+            chosen = ranked[:n]
+            if screen.tester is not self.tester:
+                (first,) = score_subsets(screen.tester, [_hyp(chosen, self.reads)])
+                if not screen.plausible(first):
+                    self.evaluations += 1
+                    continue
+            (score,) = self.scores([(chosen, self.reads)])
             if self.ok(score):
-                chosen = ranked[:n]
                 return self.prune(chosen, list(self.reads), score,
                                   sorted(chosen, key=lambda c: effect[c]))
         return None
@@ -202,7 +211,7 @@ class _Search:
         return None, True
 
 
-def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
+def minimal_circuit(model: DisentangledModel, batch: Batch, *,
                     circuit: Circuit | None = None, tester: Tester | None = None,
                     rule: Rule = RULE,
                     starts: Sequence[Hypothesis] = (),
@@ -214,11 +223,13 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
     circuit = circuit if circuit is not None else explain(model)
     cells, reads = candidate_cells(circuit), read_candidates(model)
     search = _Search(tester, reads, rule)
+    confirm = _Search(tester.head(SEARCH_SAMPLES), reads, rule)
+    screen = _Search(confirm.tester.head(SCREEN_SAMPLES), reads, rule)
     (full,) = search.scores([(cells, reads)])
     effect = search.effects(cells, full) if cells else {}
     found = []
     if cells and search.ok(full):
-        found.append(search.greedy(cells, effect, full))
+        found.append(search.greedy(cells, effect, screen))
     for start in starts:
         unique = list({c[:4]: c for c in reversed(start.cells)}.values())
         start_reads = list(start.read) if start.read is not None else list(reads)
@@ -235,8 +246,6 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
         options = [list(reads), strongest, *(list(f[1]) for f in found),
                    *(list(s.read) for s in starts if s.read is not None)]
         options = [list(o) for o in dict.fromkeys(tuple(o) for o in options if o)]
-        confirm = _Search(_first(tester, SEARCH_SAMPLES), reads, rule)
-        screen = _Search(_first(confirm.tester, SCREEN_SAMPLES), reads, rule)
         ranked = sorted(cells, key=lambda c: -effect[c])
         total = sum(comb(len(ranked), k) for k in range(1, bound)) * len(options)
         # a proof out of reach: only look for a much smaller circuit than the greedy one
@@ -265,16 +274,9 @@ def proved_smallest(found: bool, exhausted: bool, below: int, bound: int) -> boo
     return exhausted and (found or below == bound)
 
 
-def _read_share(model: HookedDisentangledTransformer, block: str) -> float:
+def _read_share(model: DisentangledModel, block: str) -> float:
     W = model.unembed.W_U.detach().double()
     return float(W[model.stream.slice(block, model.cfg.n_layers)].pow(2).sum())
-
-
-def _first(tester: Tester, n: int) -> Tester:
-    """A tester on the first ``n`` samples of ``tester``'s batch (itself when it has no more)."""
-    if len(tester.batch) <= n:
-        return tester
-    return Tester(tester.model, tester.batch.head(n), tester.ablation, tester.reference)
 
 
 def _result(model, hyp: Hypothesis, score: Score, faithful: bool, optimal: bool,

@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.build import with_hooks
+from ..model.disentangled import DisentangledModel
 from ..stream import hook_name
 from ..task import mse
 
@@ -90,12 +91,12 @@ def mse_to(Y: Tensor) -> Metric:
     return lambda out: mse(out, Y)
 
 
-def position_labels(model: HookedDisentangledTransformer) -> tuple[str, ...]:
+def position_labels(model: DisentangledModel) -> tuple[str, ...]:
     """One label per input row: ``P[0]``, …, ``Y[0]``, …, ``S[0]``, …"""
     return tuple(f"{seg.name}[{i}]" for seg in model.cfg.layout.segments for i in range(seg.n_rows))
 
 
-def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Tensor, metric: Metric,
+def patch(model: DisentangledModel, clean_X: Tensor, corrupted_X: Tensor, metric: Metric,
           *, axes: Sequence[str] = AXES, sites: Sites = EVERY_SITE, normalize: bool = False,
           progress: bool = True) -> LabelledTensor:
     """Patch clean activations into the corrupted run, one slice at a time; score with ``metric``.
@@ -106,7 +107,9 @@ def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Te
     all). A block absent from a layer's stream gives NaN.
     ``normalize=True`` reports ``(value - corrupted) / (clean - corrupted)``: 1 means the patch
     restores the clean metric, 0 that it does nothing. ``progress``: a tqdm bar over the patches.
+    A plain model is patched through its hooked twin (``model.build.with_hooks``).
     """
+    model = with_hooks(model)
     hook, layers, blocks, positions = sites.hook, sites.layers, sites.blocks, sites.positions
     if hook not in HOOKS:
         raise ValueError(f"hook must be one of {HOOKS}, got {hook!r}")
@@ -184,21 +187,21 @@ def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Te
                            "normalized": normalize})
 
 
-def patch_blocks(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Tensor,
+def patch_blocks(model: DisentangledModel, clean_X: Tensor, corrupted_X: Tensor,
                  metric: Metric, **options) -> LabelledTensor:
     """Patch whole named blocks (all positions at once): ``(layer, block)``; ``options`` as
     :func:`patch`'s."""
     return patch(model, clean_X, corrupted_X, metric, axes=("layer", "block"), **options)
 
 
-def patch_positions(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Tensor,
+def patch_positions(model: DisentangledModel, clean_X: Tensor, corrupted_X: Tensor,
                     metric: Metric, **options) -> LabelledTensor:
     """Patch whole stream rows, one position at a time: ``(layer, pos)``; ``options`` as
     :func:`patch`'s."""
     return patch(model, clean_X, corrupted_X, metric, axes=("layer", "pos"), **options)
 
 
-def patch_block_positions(model: HookedDisentangledTransformer, clean_X: Tensor,
+def patch_block_positions(model: DisentangledModel, clean_X: Tensor,
                           corrupted_X: Tensor, metric: Metric, **options) -> LabelledTensor:
     """Patch one named block at one position: ``(layer, block, pos)``; ``options`` as
     :func:`patch`'s."""

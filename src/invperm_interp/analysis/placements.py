@@ -24,7 +24,7 @@ from torch import Tensor
 from ..config import ModelConfig
 from ..maths import registry
 from ..maths.placement import SUM, Placement, placements
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from .hypothesis import Hypothesis
 
 #: Per construction, the one-head placements and the sum-of-heads placements tested.
@@ -71,7 +71,7 @@ def untested_reason(cfg: ModelConfig) -> str | None:
             f"model's layout ({', '.join(cfg.layout.names)}) reading its {cfg.readout} rows")
 
 
-def hypothesis(model: HookedDisentangledTransformer, placement: Placement) -> Hypothesis:
+def hypothesis(model: DisentangledModel, placement: Placement) -> Hypothesis:
     """The placed construction as a claim about ``model``: its placed cells (their whole content,
     ``unit="cells"``) and the placed read-out blocks, named ``str(placement)``."""
     cells = tuple(dict.fromkeys(c[:5] for c in placement.cells))
@@ -92,7 +92,7 @@ def weight_share(placement: Placement, fixed: Sequence[Tensor], stream) -> float
     return sum(shares) / len(shares)
 
 
-def candidate_placements(model: HookedDisentangledTransformer, fixed: Sequence[Tensor],
+def candidate_placements(model: DisentangledModel, fixed: Sequence[Tensor],
                          names: Sequence[str] | None = None) -> list[Placement]:
     """Per working fitting construction (or ``names``), its best-weighted one-head and
     sum-of-heads placements (``KEEP_SINGLE``, ``KEEP_SUM``), best first; construction order kept."""

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..maths.cells import cell_template
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from .gauge import gauge_fix, gauge_projectors
 from .hypothesis import AtomCell, Hypothesis
 from .pursuit import basis
@@ -34,7 +34,7 @@ class Projection:
     raw: tuple[Tensor, ...] = ()
 
 
-def _template_at(model: HookedDisentangledTransformer, cell: AtomCell) -> Tensor:
+def _template_at(model: DisentangledModel, cell: AtomCell) -> Tensor:
     """The cell's template placed in a zero ``(D, D)`` matrix (float64)."""
     layer, _, query, key, label = cell
     stream = model.stream
@@ -61,7 +61,7 @@ def _gauge_factors(stream, layer: int) -> tuple[Tensor, Tensor, Tensor]:
     return _GAUGE_FACTORS[key]
 
 
-def _fit_cells(model: HookedDisentangledTransformer, layer: int, F: Tensor,
+def _fit_cells(model: DisentangledModel, layer: int, F: Tensor,
                cells: list[AtomCell]) -> tuple[Tensor, Tensor]:
     """``min ||F - gauge_fix(M)||`` over ``M`` supported on ``cells``: returns ``(M, gauge_fix(M))``.
 
@@ -96,7 +96,7 @@ def _fit_cells(model: HookedDisentangledTransformer, layer: int, F: Tensor,
     return M, gauge_fix(M, stream, layer)
 
 
-def _fit_atoms(model: HookedDisentangledTransformer, layer: int, F: Tensor,
+def _fit_atoms(model: DisentangledModel, layer: int, F: Tensor,
                cells: list[AtomCell]) -> tuple[Tensor, Tensor]:
     """Least squares of ``F`` on the cells' gauge-fixed templates: ``(Σ β T, Σ β gauge_fix(T))``."""
     raw = torch.stack([_template_at(model, c) for c in cells])  # (n, D, D)
@@ -105,13 +105,13 @@ def _fit_atoms(model: HookedDisentangledTransformer, layer: int, F: Tensor,
     return torch.einsum("n,nij->ij", beta, raw), (Phi @ beta).reshape(F.shape)
 
 
-def fixed_weights(model: HookedDisentangledTransformer) -> tuple[Tensor, ...]:
+def fixed_weights(model: DisentangledModel) -> tuple[Tensor, ...]:
     """Per layer ``gauge_fix(A)`` of every head, ``(H, D, D)`` float64 on the CPU."""
     return tuple(gauge_fix(block.attn.A.detach().to("cpu", torch.float64), model.stream, layer)
                  for layer, block in enumerate(model.blocks))
 
 
-def project(model: HookedDisentangledTransformer, hyp: Hypothesis, *,
+def project(model: DisentangledModel, hyp: Hypothesis, *,
             fixed: Sequence[Tensor] | None = None, fits: dict | None = None,
             betas: bool = True) -> Projection:
     """Least-squares fit of each head's ``gauge_fix(A)`` by ``gauge_fix(M)`` with ``M`` in the span of

@@ -19,9 +19,9 @@ import torch
 from ..config import ModelConfig
 from ..labels import excess_text, name_streams
 from ..maths.floors import dependency_map
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel, check_disentangled
 from ..model.note_map import map_summary, to_disentangled
-from ..model.variants import forward_many
+from ..model.variants import model_patterns
 from ..task import Batch
 from .ablate import AblationResult, standard_ablations
 from .compare import ConstructionMatch, closest_construction
@@ -157,7 +157,7 @@ class ModelAnalysis:
         return cls.from_dict(data)
 
 
-def analyze(model: HookedDisentangledTransformer, batch: Batch, source: str = "", *,
+def analyze(model: DisentangledModel, batch: Batch, source: str = "", *,
             lemma1_samples: int = 4) -> ModelAnalysis:
     """The whole analysis of ``model`` on ``batch``. The clean run, the gauge-fixed weights and the
     atom fit are computed once and shared by every part; circuit variants run as batched forwards.
@@ -167,8 +167,7 @@ def analyze(model: HookedDisentangledTransformer, batch: Batch, source: str = ""
     through_map = None
     if isinstance(getattr(model, "cfg", None), ModelConfig) and model.cfg.arch == "standard":
         through_map, model = map_summary(model), to_disentangled(model)
-    if not isinstance(model, HookedDisentangledTransformer):
-        raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
+    check_disentangled(model)
     _check_finite_norm(model)
     tester = Tester(model, batch)  # the clean run and gauge_fix(A), shared by every part
     circuit, cells = explain_and_match(model)  # the atoms, fitted once
@@ -197,15 +196,12 @@ def _accuracy(out: torch.Tensor, Y: torch.Tensor) -> dict[str, float]:
             "sample_acc": float(rows.all(-1).double().mean())}
 
 
-def _sample_patterns(model: HookedDisentangledTransformer, batch: Batch) -> tuple:
+def _sample_patterns(model: DisentangledModel, batch: Batch) -> tuple:
     """Per layer, every head's attention pattern on sample 0 as nested lists ``(H, T, T)``."""
-    weights = ([b.attn.A.detach() for b in model.blocks], model.unembed.W_U.detach())
-    X = batch.X[:1].to(model.device, model.cfg.torch_dtype)
-    (_, patterns), = forward_many(model.cfg, [weights], X, patterns=True)
-    return tuple(p[0].double().cpu().tolist() for p in patterns)
+    return tuple(p[0].double().cpu().tolist() for p in model_patterns(model, batch.X[:1])[1])
 
 
-def _check_finite_norm(model: HookedDisentangledTransformer) -> None:
+def _check_finite_norm(model: DisentangledModel) -> None:
     """Shares and cosines square the weights: weights whose squared norm overflows float64 (a
     construction at beta ~1e155 or more) are refused rather than reported as NaN."""
     square = sum(float(p.detach().double().pow(2).sum()) for p in model.parameters())

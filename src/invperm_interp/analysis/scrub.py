@@ -40,7 +40,7 @@ import torch
 
 from ..errors import check_choice
 from ..maths import constructions
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from ..task import Batch, make_input
 from .faithfulness import ABLATIONS, Ablation, Tester, read_out
 from .hypothesis import as_hypothesis
@@ -82,14 +82,14 @@ def equivalence_of(hypothesis) -> str:
     return CLAIM_EQUIVALENCE.get(name, "P") if isinstance(name, str) else "P"
 
 
-def scrub_tester(model: HookedDisentangledTransformer, batch: Batch, keep: str = "P",
+def scrub_tester(model: DisentangledModel, batch: Batch, keep: str = "P",
                  shift: int = 1) -> Tester:
     """A :class:`Tester` whose removed parts are fed, sample by sample, from :func:`partner_input`:
     its circuit-only scores are the scrubbed model's."""
     return Tester(model, batch, "resample", reference=partner_input(batch, keep, shift))
 
 
-def scrub(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *, keep: str | None = None,
+def scrub(model: DisentangledModel, hypothesis, batch: Batch, *, keep: str | None = None,
           read=None, unit: str | None = None, shift: int = 1) -> Score:
     """The scrubbed model's :class:`Score` on ``batch``: the claim's cells run on each sample, the
     rest of ``A`` fed from its partner (``keep``: default the claim's :func:`equivalence_of`),
@@ -100,7 +100,7 @@ def scrub(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *, kee
     return scrub_tester(model, batch, keep or equivalence_of(hypothesis), shift).circuit(hyp)
 
 
-def completeness(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,
+def completeness(model: DisentangledModel, hypothesis, batch: Batch, *,
                  read=None, unit: str | None = None, shift: int = 1) -> dict[str, Score]:
     """The model with the claim's cells removed, scored under every style (:data:`STYLES`): zero,
     mean (over ``batch``) and resample (sample ``b + shift``) ablation of those cells, and scrubbing
@@ -164,7 +164,7 @@ def _tester(model, batch, style: Style, keep: str, shift: int) -> Tester:
     return Tester(model, batch, style)
 
 
-def cell_patching(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,
+def cell_patching(model: DisentangledModel, hypothesis, batch: Batch, *,
                   style: Style = "scrub", keep: str | None = None, shift: int = 1,
                   cells: Sequence[tuple[int, int, str, str]] | None = None) -> PathPatching:
     """Per (layer, head, query block, key block) cell outside the claim, the claim with that cell

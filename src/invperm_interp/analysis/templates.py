@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..maths.cells import TEMPLATES, TemplateFn, label, shifted
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from .pursuit import Dictionary, Fit, PursuitLimits, build_dictionary, pursue
 
 ZEROS = "zeros"  # the name reported for a cell that no atom explains
@@ -202,11 +202,11 @@ class CellMatch:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def _weights(model: HookedDisentangledTransformer, layer: int, head: int) -> Tensor:
+def _weights(model: DisentangledModel, layer: int, head: int) -> Tensor:
     return model.blocks[layer].attn.A.detach()[head].to("cpu", torch.float64)
 
 
-def _selection(model: HookedDisentangledTransformer, layer: int | None,
+def _selection(model: DisentangledModel, layer: int | None,
                head: int | None) -> list[tuple[int, int]]:
     n_layers = model.cfg.n_layers
     if layer is not None and (type(layer) is not int or not 0 <= layer < n_layers):
@@ -229,7 +229,7 @@ class _Explained:
     atoms: tuple[Atom, ...]
 
 
-def _explain_heads(model: HookedDisentangledTransformer, selection: list[tuple[int, int]],
+def _explain_heads(model: DisentangledModel, selection: list[tuple[int, int]],
                    library: dict[str, TemplateFn], limits: PursuitLimits) -> list[_Explained]:
     """:func:`_explain_head` of each selected ``(layer, head)``; a layer's dictionary (the same for
     every head of it) is built once."""
@@ -242,7 +242,7 @@ def _explain_heads(model: HookedDisentangledTransformer, selection: list[tuple[i
     return out
 
 
-def _explain_head(model: HookedDisentangledTransformer, layer: int, head: int, dic: Dictionary,
+def _explain_head(model: DisentangledModel, layer: int, head: int, dic: Dictionary,
                   limits: PursuitLimits) -> _Explained:
     stream = model.stream
     A = _weights(model, layer, head)
@@ -268,7 +268,7 @@ def _abs_cosine(a: Tensor, b: Tensor) -> float:
     return abs(float((a * b).sum())) / (na * nb) if na > 0 and nb > 0 else 0.0
 
 
-def explain(model: HookedDisentangledTransformer, layer: int | None = None, head: int | None = None, *,
+def explain(model: DisentangledModel, layer: int | None = None, head: int | None = None, *,
             templates: Mapping[str, TemplateFn | Tensor] | None = None, min_share: float = 1e-3,
             tol: float = 1e-10, max_atoms: int = 32, significance: float = 2.0) -> Circuit:
     """The circuit: ``gauge_fix(A)`` of each (layer, head) as a sparse sum of gauge-fixed atoms.
@@ -293,14 +293,14 @@ def _circuit_of(parts: list[_Explained]) -> Circuit:
     return Circuit(tuple(a for p in parts for a in p.atoms), tuple(shares))
 
 
-def explain_and_match(model: HookedDisentangledTransformer) -> tuple[Circuit, list[CellMatch]]:
+def explain_and_match(model: DisentangledModel) -> tuple[Circuit, list[CellMatch]]:
     """:func:`explain` and :func:`match_templates` of every head with their defaults, from one fit."""
     library = _library(None)
     parts = _explain_heads(model, _selection(model, None, None), library, PursuitLimits())
     return _circuit_of(parts), [row for part in parts for row in _cell_rows(model, part)]
 
 
-def match_templates(model: HookedDisentangledTransformer, layer: int | None = None,
+def match_templates(model: DisentangledModel, layer: int | None = None,
                     head: int | None = None, *,
                     templates: Mapping[str, TemplateFn | Tensor] | None = None,
                     min_share: float = 1e-3, tol: float = 1e-10, max_atoms: int = 32,
@@ -314,7 +314,7 @@ def match_templates(model: HookedDisentangledTransformer, layer: int | None = No
     return [row for part in parts for row in _cell_rows(model, part)]
 
 
-def _cell_rows(model: HookedDisentangledTransformer, part: _Explained) -> list[CellMatch]:
+def _cell_rows(model: DisentangledModel, part: _Explained) -> list[CellMatch]:
     A, fit, dic = _weights(model, part.layer, part.head), part.fit, part.dic
     raw_total = float(A.pow(2).sum()) or 1.0
     fixed_total = float(fit.fixed.pow(2).sum()) or 1.0

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from ..task import Batch, sample_batch
 from .faithfulness import Score
 
@@ -155,7 +155,7 @@ def check_seed(seed) -> None:
         raise ValueError(f"seed must be an integer in [0, 2^63), got {seed!r}")
 
 
-def evaluation_batch(model: HookedDisentangledTransformer, n: int = VERDICT_SAMPLES,
+def evaluation_batch(model: DisentangledModel, n: int = VERDICT_SAMPLES,
                      seed: int = 0) -> Batch:
     """``n`` fresh samples of the model's layout from ``seed``, in its dtype: the batch a verdict
     is measured on."""

@@ -74,7 +74,7 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
             raise ValueError("--index-only and --inline-bundle are for a directory of runs; "
                              f"{run_dir} is one run")
         run = Run.load(run_dir, step=args.step)
-        model, metrics = run.model, run.metrics
+        model, metrics = run.weights, run.metrics  # the plain model: no TransformerLens
         refused = _unmappable(run.model_cfg)
         if refused is not None:
             _behaviour_only(run, refused, n=args.n, seed=args.seed)
@@ -112,17 +112,17 @@ def _behaviour_only(run, why: str, *, n: int, seed: int) -> None:
     from .. import sample_batch
     from ..labels import excess_text
     from ..maths.floors import causal_floor
-    from ..model.standard_hooked import HookedStandardTransformer
+    from ..model.standard import StandardTransformer
     from ..task import mse
 
-    model, cfg = run.model, run.model_cfg
+    model, cfg = run.weights, run.model_cfg
     flipped_dir = "bidirectional" if cfg.causal else "causal"
-    flipped = HookedStandardTransformer(replace(cfg, attention_dir=flipped_dir, device="cpu"))
+    flipped = StandardTransformer(replace(cfg, attention_dir=flipped_dir, device="cpu"))
     flipped.load_state_dict(model.state_dict())
     batch = sample_batch(cfg.layout, n, torch.Generator().manual_seed(seed), dtype=cfg.torch_dtype)
     floor = causal_floor(cfg.layout, cfg.readout)
     with torch.no_grad():
-        out, other = model(batch.X.to(model.device)).cpu(), flipped(batch.X)
+        out, other = model(batch.X.to(model.pos_embed.W_pos.device)).cpu(), flipped(batch.X)
     rows = float((out.round() == batch.Y).all(-1).double().mean())
     print(f"run {run.dir}: {cfg.attention_dir}, reads {cfg.readout} rows; on {n} fresh samples MSE "
           f"{excess_text(float(mse(out, batch.Y)), floor if cfg.causal else None)}, rows exact "
@@ -180,7 +180,7 @@ def report_run(run_dir, *, n: int, seed: int, bundle: str | None, threads: int |
     context = ReportContext(f"run {run_dir}", run.metrics, run.train_cfg, bundle=bundle,
                             links=tuple(links or ()))
     if record is None:
-        analyse_and_report(run.model, run_dir, context, n=n, seed=seed, quiet=True,
+        analyse_and_report(run.weights, run_dir, context, n=n, seed=seed, quiet=True,
                            max_memory=max_memory)
     else:
         cfg = run.analysis_model.cfg

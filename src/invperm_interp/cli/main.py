@@ -46,7 +46,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         context = ReportContext(f"run {run_dir}", run.metrics, run.train_cfg,
                                 bundle="../circuitsvis.js",
                                 links=tuple(report_links(out, list(rows.values()), rows[run_dir])))
-        analyse_and_report(run.model, run_dir, context, n=512, seed=0, max_memory=args.max_memory)
+        analyse_and_report(run.weights, run_dir, context, n=512, seed=0, max_memory=args.max_memory)
     bi, ca = runs["bidirectional"].final_metrics, runs["causal"].final_metrics
     print(f"\n== the note's claim, on each run's fixed eval batch at its last step: the "
           f"bidirectional model learns (MSE {bi.mse:.3g}, rows exact {bi.row_acc:.1%}); the "

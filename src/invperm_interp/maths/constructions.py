@@ -12,16 +12,20 @@ user's construction after checking it with :func:`verify`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from .. import memory
 from ..config import ATTENTION_DIRS, ModelConfig
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel, DisentangledTransformer
 from ..stream import Stream
 from ..task import Batch, Layout, make_input, mse, sample_batch
 from .cells import cell_template
 from .registry import CELL_LABELS, PLAIN, REGISTRY, Cell, ConstructionSpec, Wiring, get, names, parse_read
+
+if TYPE_CHECKING:
+    from ..model.hooked import HookedDisentangledTransformer
 
 __all__ = ["REGISTRY", "CELL_LABELS", "Cell", "ConstructionSpec", "build", "get", "names",
            "parse_read", "register", "verify", "weights", "Wiring"]
@@ -71,7 +75,7 @@ def _config(name: str, d: int, beta, dtype: torch.dtype, scratch) -> tuple:
 
 
 def weights(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = torch.float64,
-            scratch=None, into: HookedDisentangledTransformer | None = None) -> tuple:
+            scratch=None, into: DisentangledModel | None = None) -> tuple:
     """:func:`build`'s weights without a model: ``(cfg, [A (1, D_l, D_l) per layer], W_U (D_L, d))``
     (``into``: a zero model of that config to write them into instead)."""
     spec, cfg, beta = _config(name, d, beta, dtype, scratch)
@@ -89,7 +93,8 @@ def weights(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype 
 
 
 def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = torch.float64,
-          scratch=None, max_memory: int | str | None = None) -> HookedDisentangledTransformer:
+          scratch=None, max_memory: int | str | None = None,
+          hooked: bool = True) -> HookedDisentangledTransformer | DisentangledTransformer:
     """The model of construction ``name`` at size ``d``, every cell times ``beta``.
 
     ``beta`` defaults to :func:`default_beta`, the larger of 100 and ``beta_exact``, so a working
@@ -97,11 +102,16 @@ def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = 
     ``max_d`` (``ConstructionSpec``; not claimed beyond); the printed forms fail at any β.
     ``scratch`` is the vector ``s`` (length d) of scratch layouts.
     Weights that would not fit ``max_memory`` (default: the memory left) are refused before they
-    are allocated.
+    are allocated. ``hooked=False``: the plain ``DisentangledTransformer`` (no TransformerLens).
     """
     cfg = _config(name, d, beta, dtype, scratch)[1]
     memory.check(memory.model_estimate(cfg, f"construction {name!r} at d={d}"), max_memory)
-    model = HookedDisentangledTransformer(cfg, max_memory=max_memory)
+    if hooked:
+        from ..model.hooked import HookedDisentangledTransformer
+
+        model = HookedDisentangledTransformer(cfg, max_memory=max_memory)
+    else:
+        model = DisentangledTransformer(cfg, max_memory=max_memory)
     with torch.no_grad():
         weights(name, d, beta, dtype=dtype, scratch=scratch, into=model)
     return model
@@ -147,7 +157,7 @@ class Verification:
     n: int
 
 
-def verify(model: HookedDisentangledTransformer, n: int = 256, seed: int = 0,
+def verify(model: DisentangledModel, n: int = 256, seed: int = 0,
            batch: Batch | None = None, max_memory: int | str | None = None) -> Verification:
     """Compare ``model(X)`` with ``Y`` on ``batch``, or on ``n`` fresh samples drawn from ``seed``;
     a check that would not fit ``max_memory`` (default: the memory left) is refused first."""
@@ -179,7 +189,7 @@ def edge_inputs(layout: Layout) -> Batch:
 def exact_error(name: str, d: int, beta: float) -> float:
     """Largest ``|model(X) - Y|`` of construction ``name`` at ``d`` and ``beta`` (float64), over
     256 random samples (seed 0) and :func:`edge_inputs`: what ``beta_exact`` is held to."""
-    model = build(name, d, beta)
+    model = build(name, d, beta, hooked=False)
     return max(verify(model, n=256, seed=0).max_error,
                verify(model, batch=edge_inputs(model.cfg.layout)).max_error)
 
@@ -204,7 +214,7 @@ def _check_cells(cells, wiring: Wiring) -> tuple[Cell, ...]:
     probe = Layout.scratch(3) if layout == "scratch" else Layout.plain(3)
     if readout not in probe.names:
         raise ValueError(f"readout must be a segment of the {layout} layout {probe.names}, got {readout!r}")
-    stream = HookedDisentangledTransformer(ModelConfig(probe, n_layers=2, n_heads=1)).stream
+    stream = Stream(probe, (1, 1))
     out = []
     for cell in cells:
         if not (isinstance(cell, (tuple, list)) and len(cell) == 4):

@@ -20,7 +20,7 @@ from ..model.variants import forward_stacked
 from ..task import Batch, Layout, make_input, sample_batch
 
 if TYPE_CHECKING:  # training needs the floors, not TransformerLens
-    from ..model.hooked import HookedDisentangledTransformer
+    from ..model.disentangled import DisentangledModel
 
 
 def _row_positions(layout: Layout, kind: str) -> range:
@@ -171,7 +171,7 @@ def _later_is_zero(norms: Tensor, positions: list[int]) -> bool:
     return bool((norms[later] == 0).all())
 
 
-def dependency_map(model: HookedDisentangledTransformer, batch: Batch | Tensor) -> DependencyMap:
+def dependency_map(model: DisentangledModel, batch: Batch | Tensor) -> DependencyMap:
     """Jacobian norms of every read-out row w.r.t. every input row, on ``batch`` (a few samples).
 
     Exact and cheap: the batch is copied once per output entry (``d²`` copies of ``B`` samples),
@@ -194,7 +194,7 @@ def dependency_map(model: HookedDisentangledTransformer, batch: Batch | Tensor) 
     return DependencyMap(norms.detach(), tuple(positions), _later_is_zero(norms, positions))
 
 
-def stream_dependency(model: HookedDisentangledTransformer,
+def stream_dependency(model: DisentangledModel,
                       batch: Batch | Tensor) -> tuple[Tensor, ...]:
     """Per layer, ``(T, T)`` norms of ``∂ blocks.{l}.hook_resid_post[i] / ∂ X[j]`` (max over batch).
 

@@ -21,16 +21,19 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from .. import memory
 from ..config import ModelConfig
-from ..model.hooked import HookedDisentangledTransformer
 from ..stream import BlockName, Stream
 from .cells import cell_template
 from .constructions import default_beta, scratch_guard
 from .registry import ConstructionSpec, get
+
+if TYPE_CHECKING:
+    from ..model.hooked import HookedDisentangledTransformer
 
 #: ``(layer, head, query block, key block, label, scale)``: one placed cell; ``scale`` is the share
 #: of β it carries (``1/n`` where a sum of heads expands it over ``n`` copies).
@@ -246,7 +249,9 @@ def placed_weights(placement: Placement, d: int, beta: float | None = None, *,
 
 def build(placement: Placement, d: int, beta: float | None = None, *,
           dtype: torch.dtype = torch.float64, scratch=None) -> HookedDisentangledTransformer:
-    """The model of :func:`placed_weights` (``constructions.build`` for a placement)."""
+    """The hooked model of :func:`placed_weights` (``constructions.build`` for a placement)."""
+    from ..model.hooked import HookedDisentangledTransformer
+
     cfg, As, W_U = placed_weights(placement, d, beta, dtype=dtype, scratch=scratch)
     memory.check(memory.model_estimate(cfg, f"placement {placement} at d={d}"))
     model = HookedDisentangledTransformer(cfg)

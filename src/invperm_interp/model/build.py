@@ -2,9 +2,9 @@
 trains, loads and hooks models (the trainer, ``Run``, the footprint count, the analysis).
 
 ``plain_model`` is what training updates (no TransformerLens); ``hooked_model`` the hooked model of
-its weights (imports TransformerLens, on first use); ``forward`` the loss-only forward both take;
-``analysis_model`` the disentangled model the analyses read (a standard model's through its exact
-map, ``note_map``).
+its weights (imports TransformerLens, on first use), ``with_hooks`` a model that has hooks;
+``forward`` the loss-only forward both take; ``analysis_model`` the disentangled model the analyses
+read (a standard model's through its exact map, ``note_map``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .disentangled import DisentangledTransformer
 from .standard import StandardTransformer
 
 __all__ = ["analysis_model", "forward", "hooked_class", "hooked_model", "load_analysed",
-           "plain_model"]
+           "plain_model", "with_hooks"]
 
 
 def plain_model(cfg: ModelConfig, seed: int | None = None, *,
@@ -51,16 +51,22 @@ def hooked_model(module: nn.Module):
     return hooked_class(module.cfg).from_module(module)
 
 
+def with_hooks(model: nn.Module):
+    """``model`` itself when it is hooked, else the hooked model of its weights (a copy; imports
+    TransformerLens): what hooks, a cache or patching need."""
+    return model if hasattr(model, "run_with_hooks") else hooked_model(model)
+
+
 def analysis_model(module: nn.Module):
-    """The ``HookedDisentangledTransformer`` the analyses read: the hooked model of a disentangled
-    model's weights, or a standard attention-only model's map (``note_map.to_disentangled``, the
-    same function); a standard model with LayerNorm or MLPs is a one-line ``ValueError`` (its map
-    is not exact)."""
+    """The disentangled model the analyses read: a disentangled model itself (plain or hooked), or
+    a standard attention-only model's map (``note_map.to_disentangled``, the same function, of the
+    same kind); a standard model with LayerNorm or MLPs is a one-line ``ValueError`` (its map is
+    not exact)."""
     if module.cfg.arch == "standard":
         from .note_map import to_disentangled
 
         return to_disentangled(module)
-    return hooked_model(module)
+    return module
 
 
 def load_analysed(model: nn.Module, model_cfg: ModelConfig, tensors: dict[str, Tensor],

@@ -4,8 +4,9 @@
 matrices), optionally causally masked, ``z_k = softmax(scores) h``; the stream grows by
 concatenation, ``h^{l+1} = [h^l, z_1, …, z_H]``; the read-out is ``h^L[readout rows] W_U``.
 
-:class:`DisentangledTransformer` is what training updates: plain torch, so a training process
-imports neither TransformerLens nor anything it pulls in (``benchmarks/train_memory.py``). Its
+:class:`DisentangledTransformer` is what training updates and the analyses read: plain torch, so
+a training or analysis process imports neither TransformerLens nor anything it pulls in
+(``benchmarks/train_memory.py``); :class:`DisentangledModel` is what it shares with the hooked model. Its
 parameters have the names of the hooked model's (``blocks.{l}.attn.A``, ``unembed.W_U``): the two
 share checkpoints, and ``HookedDisentangledTransformer`` (``hooked.py``) is built from the same
 parameter modules, adding a ``HookPoint`` at every intermediate. :func:`queries` and :func:`scores_of`
@@ -15,12 +16,15 @@ parameter modules, adding a ``HookPoint`` at every intermediate. :func:`queries`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
 from .. import memory
 from ..config import ModelConfig
+from ..stream import Stream
 from . import tokens
 
 
@@ -132,12 +136,58 @@ def validated_input(cfg: ModelConfig, X: Tensor, pos: Tensor) -> Tensor:
     return X.to(device=pos.device, dtype=pos.dtype)
 
 
-class DisentangledTransformer(nn.Module):
+class DisentangledModel:
+    """What every disentangled model has, plain or hooked, and all the analyses read: ``cfg``, the
+    named blocks ``stream``, ``blocks[l].attn.A (H, D_l, D_l)`` with its ``mask``,
+    ``unembed.W_U (D_L, d)`` and ``rows``, the ``pos`` buffer (``I_T``); with these, plain forwards
+    (no hooks, no TransformerLens). ``isinstance(model, DisentangledModel)`` accepts either model."""
+
+    if TYPE_CHECKING:  # what each model defines
+        cfg: ModelConfig
+        stream: Stream
+        pos: Tensor
+        blocks: nn.ModuleList
+        unembed: UnembedWeights
+
+    @property
+    def device(self) -> torch.device:
+        return self.pos.device
+
+    @property
+    def W_U(self) -> Float[Tensor, "d_L d"]:
+        """The read-out ``(D_L, d)``: ``resid[:, rows] @ model.W_U`` is the output."""
+        return self.unembed.W_U
+
+    def check_input(self, X: Tensor) -> Tensor:
+        """Validate ``X`` against the layout; return it in the model's dtype and device."""
+        return validated_input(self.cfg, X, self.pos)
+
+    def residual_streams(self, X: Tensor, check_input: bool = True) -> list[Tensor]:
+        """``[h^0, …, h^L]`` for ``X (B, T, d)``; ``h^l`` has shape ``(B, T, D_l)``."""
+        if check_input:
+            X = self.check_input(X)
+        mask = self.blocks[0].attn.mask if self.cfg.causal else None
+        streams = [torch.cat([X, self.pos.expand(X.shape[0], -1, -1)], dim=-1)]  # h^0 = [X, I_T]
+        for block in self.blocks:
+            streams.append(grown(streams[-1], block.attn.A, mask))
+        return streams
+
+
+def grown(h: Float[Tensor, "batch pos D"], A: Float[Tensor, "head D D"],
+          mask: Tensor | None) -> Float[Tensor, "batch pos D_next"]:
+    """One layer: ``h^{l+1} = [h, z_1, …, z_H]`` with ``z_k = softmax(h A_k hᵀ) h``."""
+    pattern = torch.softmax(attention_scores(h, A, mask), dim=-1)  # (B, H, T, T)
+    z = (pattern @ h.unsqueeze(1)).transpose(1, 2)  # (B, T, H, D)
+    return torch.cat([h, z.flatten(start_dim=2)], dim=-1)
+
+
+class DisentangledTransformer(DisentangledModel, nn.Module):
     """The model without hooks: ``forward(X (B, T, d)) → (B, d, d)``, :func:`readout_forward`.
 
-    What ``train`` and ``train_many`` update; ``HookedDisentangledTransformer.from_module`` gives the
-    hooked model of the same weights (``Run.model`` does it on first use). Weights that would not
-    fit ``max_memory`` (default: the memory left) are refused before they are allocated.
+    What ``train`` and ``train_many`` update, and what the analyses read (:class:`DisentangledModel`);
+    ``HookedDisentangledTransformer.from_module`` gives the hooked model of the same weights
+    (``Run.model`` does it on first use). Weights that would not fit ``max_memory`` (default: the
+    memory left) are refused before they are allocated.
     """
 
     def __init__(self, cfg: ModelConfig, seed: int | None = None, *,
@@ -145,6 +195,7 @@ class DisentangledTransformer(nn.Module):
         super().__init__()
         check_model_fits(cfg, max_memory)
         self.cfg = cfg
+        self.stream = Stream(cfg.layout, cfg.heads)
         self.register_buffer("pos", torch.eye(cfg.T, dtype=cfg.torch_dtype), persistent=False)
         self.blocks = nn.ModuleList(_Block(cfg, layer) for layer in range(cfg.n_layers))
         self.unembed = UnembedWeights(cfg)
@@ -177,12 +228,17 @@ def weights_forward(As: list[Tensor], W: Tensor, X: Float[Tensor, "batch pos d"]
     ``pos`` the ``I_T`` buffer: what a standard model's map computes (``standard.py``)."""
     h = torch.cat([X, pos.expand(X.shape[0], -1, -1)], dim=-1)  # h^0 = [X, I_T]
     for A in As[:-1]:
-        pattern = torch.softmax(attention_scores(h, A, mask), dim=-1)  # (B, H, T, T)
-        z = (pattern @ h.unsqueeze(1)).transpose(1, 2)  # (B, T, H, D)
-        h = torch.cat([h, z.flatten(start_dim=2)], dim=-1)
+        h = grown(h, A, mask)
     A = As[-1]
     B, T, D = h.shape
     H, d = A.shape[0], W.shape[1]
     pattern = torch.softmax(attention_scores(h, A, mask, rows), dim=-1)  # (B, H, R, T)
     u = (h @ W[D:].view(H, D, d).transpose(0, 1).reshape(D, H * d)).view(B, T, H, d)
     return h[:, rows] @ W[:D] + (pattern @ u.transpose(1, 2)).sum(1)  # (B, R, d)
+
+
+def check_disentangled(model, name: str = "model") -> None:
+    """A one-line ``ValueError`` unless ``model`` is a disentangled model, plain or hooked."""
+    if not isinstance(model, DisentangledModel):
+        raise ValueError(f"{name} must be a disentangled model (DisentangledTransformer or "
+                         f"HookedDisentangledTransformer), got {type(model).__name__}")

@@ -58,6 +58,7 @@ from transformer_lens.utilities import get_act_name
 
 from ..stream import hook_name
 from . import tokens
+from .disentangled import DisentangledTransformer
 from .hooked import HookedDisentangledTransformer
 
 MAX_TOKEN_D = 12  # the token vocabulary lists all 2^d binary rows up to this d
@@ -209,7 +210,10 @@ def to_transformer_lens(model: HookedDisentangledTransformer) -> TransformerLens
 
     Weights are copied (later edits to ``model`` do not reach the export), in ``model``'s dtype and
     on its device; the export starts in eval mode, as TransformerLens's analysis tools require.
+    ``model`` may be the plain ``DisentangledTransformer`` too (what ``Run.analysis_model`` gives).
     """
+    if isinstance(model, DisentangledTransformer):
+        model = HookedDisentangledTransformer.from_module(model)
     if not isinstance(model, HookedDisentangledTransformer):
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
     # Imported here: the bridge machinery is heavy and only the export needs it.

@@ -27,12 +27,12 @@ from . import tokens
 from .cache import StreamCache
 from .disentangled import (
     AttentionWeights,
+    DisentangledModel,
     UnembedWeights,
     check_model_fits,
     init_weights,
     queries,
     scores_of,
-    validated_input,
 )
 
 ReturnType = Literal["output", "loss", "both"]  # what forward returns, as in TransformerLens
@@ -190,7 +190,7 @@ class FromWeights:
         return model
 
 
-class HookedDisentangledTransformer(FromWeights, TaskForward, HookedRootModule):
+class HookedDisentangledTransformer(DisentangledModel, FromWeights, TaskForward, HookedRootModule):
     """Attention-only disentangled transformer with TransformerLens hooks.
 
     ``forward(X (B, T, d)) → (B, d, d)``: the prediction of ``Y`` from the read-out rows (``X`` may
@@ -240,17 +240,13 @@ class HookedDisentangledTransformer(FromWeights, TaskForward, HookedRootModule):
         return self.unembed(self.residual_streams(X, check_input=False)[-1])
 
     def residual_streams(self, X: Tensor, check_input: bool = True) -> list[Tensor]:
-        """``[h^0, …, h^L]`` for ``X (B, T, d)``; ``h^l`` has shape ``(B, T, D_l)``."""
+        """``[h^0, …, h^L]`` for ``X (B, T, d)``, through the hooks; ``h^l`` is ``(B, T, D_l)``."""
         if check_input:
             X = self.check_input(X)
         streams = [self.embed(X)]
         for block in self.blocks:
             streams.append(block(streams[-1]))
         return streams
-
-    def check_input(self, X: Tensor) -> Tensor:
-        """Validate ``X`` against the layout; return it in the model's dtype and device."""
-        return validated_input(self.cfg, X, self.pos)
 
     def run_with_cache(
         self, *model_args, return_cache_object: bool = True, remove_batch_dim: bool = False,
@@ -278,12 +274,7 @@ class HookedDisentangledTransformer(FromWeights, TaskForward, HookedRootModule):
                 f"model.to_tokens(X) (token ids (B, T)) for the clean and the corrupted input")
         return super().run_with_hooks(*model_args, **kwargs)
 
-    # -- TransformerLens conventions ----------------------------------------------------------------
-    @property
-    def W_U(self) -> Float[Tensor, "d_L d"]:
-        """The read-out ``(D_L, d)``: ``resid[:, rows] @ model.W_U`` is the output."""
-        return self.unembed.W_U
-
+    # -- TransformerLens conventions (W_U: DisentangledModel) ----------------------------------------
     def to_tokens(self, X: Float[Tensor, "batch pos d"]) -> Tensor:
         """``X (B, T, d)`` → token ids ``(B, T)`` (:mod:`.tokens`); the model takes either."""
         return tokens.to_tokens(self.cfg.layout, X)
@@ -308,10 +299,6 @@ class HookedDisentangledTransformer(FromWeights, TaskForward, HookedRootModule):
         if (dtype, device) != (self.cfg.dtype, self.cfg.device):
             self.cfg = replace(self.cfg, dtype=dtype, device=device)
         return module
-
-    @property
-    def device(self) -> torch.device:
-        return self.pos.device
 
     def __repr__(self) -> str:
         cfg = self.cfg

@@ -9,8 +9,8 @@ of the previous stream) and
     M_l = [M_{l-1}; M_{l-1} W_OV^{l,1}; …; M_{l-1} W_OV^{l,H}]    (D_l, d_model), W_OV = W_V W_O
 
 so layer ``l`` head ``h`` scores ``h^{l-1} A hᵀ`` with ``A = M_{l-1} W_Q W_Kᵀ M_{l-1}ᵀ / √d_head``
-and the output is ``h^L[rows] (M_L W_U)``. :func:`to_disentangled` builds the
-``HookedDisentangledTransformer`` with those ``A`` and ``W_U``: the same function, in the note's
+and the output is ``h^L[rows] (M_L W_U)``. :func:`to_disentangled` builds the disentangled model
+(plain or hooked, as the standard one) with those ``A`` and ``W_U``: the same function, in the note's
 named blocks, so every analysis of the disentangled model reads it.
 """
 
@@ -83,18 +83,22 @@ def _layers(model: nn.Module) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
 
 @torch.no_grad()
 def to_disentangled(model: nn.Module):
-    """The ``HookedDisentangledTransformer`` computing the same function as the standard
-    attention-only model ``model`` (plain or hooked, no LayerNorm), on its device and dtype."""
+    """The disentangled model computing the same function as the standard attention-only model
+    ``model`` (no LayerNorm), on its device and dtype, of the same kind: a
+    ``HookedDisentangledTransformer`` for a hooked ``model``, else the plain
+    ``DisentangledTransformer`` (no TransformerLens)."""
     cfg = getattr(model, "cfg", None)
     if not isinstance(cfg, ModelConfig):
         raise ValueError(f"model must be a standard transformer, got {type(model).__name__}")
-    from .hooked import HookedDisentangledTransformer
-
     target = disentangled_config(cfg)
+    if hasattr(model, "run_with_hooks"):
+        from .hooked import HookedDisentangledTransformer as kind
+    else:
+        from .disentangled import DisentangledTransformer as kind
     wide = [[W.double() for W in layer] for layer in _layers(model)]  # the products in float64
     As, W_U = note_weights(model.embed.W_E.double(), model.pos_embed.W_pos.double(), wide,
                            model.unembed.W_U.double())
-    note = HookedDisentangledTransformer(replace(target, device="cpu"), seed=0)
+    note = kind(replace(target, device="cpu"), seed=0)
     for block, A in zip(note.blocks, As):
         block.attn.A.copy_(A)
     note.unembed.W_U.copy_(W_U)

@@ -179,3 +179,12 @@ def forward_many(cfg: ModelConfig, variants: Sequence[tuple[Sequence[Tensor], Te
             else:
                 results += list(got)
     return results
+
+
+def model_patterns(model, X: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """A disentangled model's (plain or hooked) own output ``(B, d, d)`` and every layer's
+    attention ``(B, H_l, T, T)`` on ``X (B, T, d)``: one plain forward (no hooks), in its dtype."""
+    weights = ([b.attn.A.detach() for b in model.blocks], model.unembed.W_U.detach())
+    (out, patterns), = forward_many(model.cfg, [weights], X.to(model.device, model.cfg.torch_dtype),
+                                    patterns=True)
+    return out, patterns

@@ -45,7 +45,8 @@ class Run:
     """A trained model with its configurations and metrics; ``dir`` is None for a run kept in
     memory only (``out_dir=None``). ``weights`` is the hook-free model training updated (disentangled
     or standard, ``model_cfg.arch``);
-    ``model``, the hooked model of its weights, is built (importing TransformerLens) on first use."""
+    ``model``, the hooked model of its weights, is built (importing TransformerLens) on first use;
+    the analyses read ``analysis_model``, which needs no TransformerLens."""
 
     model_cfg: ModelConfig
     train_cfg: TrainConfig
@@ -71,12 +72,10 @@ class Run:
         return HookedDisentangledTransformer.from_module(self.weights)
 
     @cached_property
-    def analysis_model(self) -> HookedDisentangledTransformer:
-        """The disentangled model the analyses read: ``model`` itself, or for a standard run the
-        disentangled model its weights map to exactly (``model.note_map``; attention-only, no
-        LayerNorm: else a one-line ``ValueError``)."""
-        if self.model_cfg.arch != "standard":
-            return self.model
+    def analysis_model(self) -> DisentangledTransformer:
+        """The plain disentangled model the analyses read (no TransformerLens): ``weights``
+        itself, or for a standard run the disentangled model its weights map to exactly
+        (``model.note_map``; attention-only, no LayerNorm: else a one-line ``ValueError``)."""
         from ..model.build import analysis_model
 
         return analysis_model(self.weights)

@@ -17,9 +17,9 @@ import torch
 from circuitsvis.utils.convert_props import convert_props
 
 from ..labels import head_name
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from ..model.tokens import row_labels
-from ..stream import layer_hook_names
+from ..model.variants import model_patterns
 from ..task import Batch
 from .page import QUEUE, page
 
@@ -39,7 +39,7 @@ def render_element(element: str, **props) -> str:
             f"{json.dumps(element)}, {convert_props(props)}]);</script>")
 
 
-def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: int = 0,
+def attention_views(model: DisentangledModel, batch: Batch, index: int = 0,
                     patterns=None) -> str:
     """Every head's attention pattern on sample ``index`` of ``batch``, side by side (HTML fragment).
 
@@ -49,11 +49,7 @@ def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: i
     sample (``ModelAnalysis.sample_patterns``); default: run the model.
     """
     if patterns is None:
-        with torch.no_grad():
-            _, cache = model.run_with_cache(batch.X[index: index + 1],
-                                            names_filter=layer_hook_names("pattern",
-                                                                          model.cfg.n_layers))
-        patterns = [cache["pattern", layer][0] for layer in range(model.cfg.n_layers)]
+        patterns = [p[0] for p in model_patterns(model, batch.X[index: index + 1])[1]]
     # Y rows by index only: their bits make the labels too long to show every one
     tokens = [t.split("=")[0] if t.startswith("Y") else t for t in token_labels(batch, index)]
     rows = batch.layout.rows(model.cfg.readout)
@@ -70,7 +66,7 @@ def attention_views(model: HookedDisentangledTransformer, batch: Batch, index: i
     return f'<div class="attn-row">{"".join(panels)}</div>'
 
 
-def save_attention_html(model: HookedDisentangledTransformer, batch: Batch, path: str | Path,
+def save_attention_html(model: DisentangledModel, batch: Batch, path: str | Path,
                         index: int = 0, title: str | None = None) -> Path:
     """Write every head's attention on sample ``index`` of ``batch`` as one standalone page that
     works offline (the circuitsvis bundle inlined). For a view made with circuitsvis directly,

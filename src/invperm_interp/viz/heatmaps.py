@@ -20,7 +20,7 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from ..analysis.gauge import gauge_fix  # noqa: E402
 from ..labels import head_name, hook_label  # noqa: E402
-from ..model.hooked import HookedDisentangledTransformer  # noqa: E402
+from ..model.disentangled import DisentangledModel  # noqa: E402
 from ..stream import Block  # noqa: E402
 
 # Font sizes in points. Figures are drawn at the size they are shown (an SVG's point is 4/3 CSS
@@ -75,7 +75,7 @@ def plot_matrix(
 
 
 def plot_attention_weights(
-    model: HookedDisentangledTransformer, layer: int, head: int = 0, gauge_fixed: bool = False,
+    model: DisentangledModel, layer: int, head: int = 0, gauge_fixed: bool = False,
     ax: Axes | None = None,
 ) -> Axes:
     """``A`` of ``blocks.{layer}`` head ``head``: rows are query blocks, columns key blocks."""
@@ -90,7 +90,7 @@ def plot_attention_weights(
     return ax
 
 
-def plot_unembed(model: HookedDisentangledTransformer, ax: Axes | None = None) -> Axes:
+def plot_unembed(model: DisentangledModel, ax: Axes | None = None) -> Axes:
     """``W_U (D_L, d)``: which blocks of the final stream the read-out copies."""
     W = model.unembed.W_U.detach()
     d, L = model.cfg.d, model.cfg.n_layers
@@ -101,7 +101,7 @@ def plot_unembed(model: HookedDisentangledTransformer, ax: Axes | None = None) -
                        f"W_U: read-out stream → {model.cfg.readout} rows", ax)
 
 
-def head_figure(model: HookedDisentangledTransformer, layer: int, head: int = 0,
+def head_figure(model: DisentangledModel, layer: int, head: int = 0,
                 gauge_fixed: bool = True) -> Figure:
     """One head's ``A`` as a figure of its own, sized so its block labels stay legible."""
     n = len(model.stream.blocks(layer))
@@ -111,7 +111,7 @@ def head_figure(model: HookedDisentangledTransformer, layer: int, head: int = 0,
     return fig
 
 
-def unembed_figure(model: HookedDisentangledTransformer) -> Figure:
+def unembed_figure(model: DisentangledModel) -> Figure:
     """``W_U`` as a figure of its own (it is not touched by the gauge, so it is drawn once)."""
     n = len(model.stream.blocks(model.cfg.n_layers))
     fig, ax = plt.subplots(figsize=(2.6, _axis_inches(n) + 1.9))
@@ -120,7 +120,7 @@ def unembed_figure(model: HookedDisentangledTransformer) -> Figure:
     return fig
 
 
-def plot_circuit(model: HookedDisentangledTransformer, gauge_fixed: bool = False,
+def plot_circuit(model: DisentangledModel, gauge_fixed: bool = False,
                  title: str | None = None) -> Figure:
     """Every head's ``A`` and ``W_U`` side by side (the note's Figure 2, labelled)."""
     panels = [(layer, head) for layer, n in enumerate(model.cfg.heads) for head in range(n)]

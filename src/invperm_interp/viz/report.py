@@ -29,7 +29,7 @@ from ..analysis.timeline import Timeline
 from ..analysis.verdict import UNNAMED
 from ..config import TrainConfig
 from ..labels import excess_text, layer_name, name_streams
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from ..runs.directory import RunDir
 from ..runs.evaluation import Evaluation
 from ..task import Batch
@@ -47,7 +47,7 @@ def _esc(value) -> str:
     return html.escape(str(value))
 
 
-def _setup(model: HookedDisentangledTransformer, train_cfg: TrainConfig | None,
+def _setup(model: DisentangledModel, train_cfg: TrainConfig | None,
            metrics: list[Evaluation] | None) -> str:
     """What was run, said once: the model and, for a trained run, how it was trained."""
     cfg = model.cfg
@@ -88,7 +88,7 @@ def _through_map(result: ModelAnalysis) -> str:
                         rows, caption=f"W_OV per head: rank at most d_head = {std['d_head']}.")
 
 
-def _results(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
+def _results(model: DisentangledModel, result: ModelAnalysis, batch: Batch,
              metrics: list[Evaluation] | None, train_cfg: TrainConfig | None) -> str:
     """The numbers: MSE against the floor on the eval batch and on the analysis batch, accuracies."""
     floor = result.causal_floor
@@ -121,7 +121,7 @@ def _results(model: HookedDisentangledTransformer, result: ModelAnalysis, batch:
                                        "samples exact"], rows, caption) + note
 
 
-def _circuit(model: HookedDisentangledTransformer, result: ModelAnalysis) -> str:
+def _circuit(model: DisentangledModel, result: ModelAnalysis) -> str:
     atoms = sorted(result.circuit.atoms, key=lambda a: (a.layer, a.head, -a.share))
     rows = [[layer_name(a.layer), a.head, atom_label(a), f"{a.scale:.3g}", f"{a.share:.1%}",
              f"{a.score:.3f}", f"{a.raw_score:.3f}"] for a in atoms if a.share >= 0.01]
@@ -182,7 +182,7 @@ def _constructions(result: ModelAnalysis) -> str:
         rows, caption)
 
 
-def _ablations(model: HookedDisentangledTransformer, result: ModelAnalysis) -> str:
+def _ablations(model: DisentangledModel, result: ModelAnalysis) -> str:
     ablations = result.ablations
     if not ablations:
         return ""
@@ -207,7 +207,7 @@ def _what_it_does(ablation: AblationResult, n_layers: int) -> str:
     return name_streams(ablation.description, n_layers)
 
 
-def _certificate(model: HookedDisentangledTransformer, result: ModelAnalysis) -> str:
+def _certificate(model: DisentangledModel, result: ModelAnalysis) -> str:
     cfg, lemma1 = model.cfg, result.lemma1
     if lemma1.causal_ok:
         verdict = "Every dependence of a read-out row on a later input row is exactly 0"
@@ -222,7 +222,7 @@ def _certificate(model: HookedDisentangledTransformer, result: ModelAnalysis) ->
         "a causal mask."))
 
 
-def _attention(model: HookedDisentangledTransformer, batch: Batch, patterns) -> str:
+def _attention(model: DisentangledModel, batch: Batch, patterns) -> str:
     return ("<h2>Attention on one sample</h2>"
             "<p class='meta'>Each head's attention pattern on sample 0 of the analysis batch: query "
             "(destination) rows down, key (source) rows across, darker = more attention (hover for "
@@ -302,7 +302,7 @@ class ReportContext:
                        sweep_record=record)
 
 
-def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
+def report_html(model: DisentangledModel, result: ModelAnalysis, batch: Batch,
                 context: ReportContext = ReportContext()) -> str:
     """The report page as a string (see :func:`write_report`)."""
     metrics, train_cfg, timeline = context.metrics, context.train_cfg, context.timeline
@@ -333,7 +333,7 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
                 links=list(context.links) or None)
 
 
-def write_report(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
+def write_report(model: DisentangledModel, result: ModelAnalysis, batch: Batch,
                  path: str | Path, context: ReportContext = ReportContext()) -> Path:
     """Write the report page for ``model`` (with ``result`` from ``analysis.record.analyze``) to
     ``path``; ``context``: what else it shows (:class:`ReportContext`)."""
