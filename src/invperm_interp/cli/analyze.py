@@ -20,7 +20,9 @@ def analyse_and_report(model, out_dir, context, *, n: int, seed: int, quiet: boo
     import torch
 
     from .. import memory, sample_batch
+    from ..analysis.budget import analysis_estimate
     from ..analysis.record import analyze, headline
+    from ..analysis.templates import explain_and_match
     from ..runs.directory import RunDir
     from ..viz.report import write_report
 
@@ -30,10 +32,13 @@ def analyse_and_report(model, out_dir, context, *, n: int, seed: int, quiet: boo
 
         model = to_disentangled(model)  # what the report draws; analyze maps it again, cheaply
     cfg = model.cfg
-    memory.check(memory.analysis_estimate(cfg, n), max_memory, model.device)
+    floor = memory.analysis_estimate(cfg, n, circuits=0)  # refused before the atoms are fitted
+    memory.check(floor, max_memory, model.device)
+    explained = explain_and_match(model)  # what the searches will hold depends on the atoms
+    memory.check(analysis_estimate(model, n, explained[0]), max_memory, model.device)
     generator = torch.Generator(device=model.device).manual_seed(seed)
     batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
-    result = analyze(analysed, batch, context.title)
+    result = analyze(analysed, batch, context.title, explained=explained)
     if not quiet:
         print(headline(result))
     if out_dir is not None:
