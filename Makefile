@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast test-slurm demo docs reproduce sweep census census-shapes dynamics scrubbing standard setup lint bench clean
+.PHONY: test test-fast test-slurm demo docs reproduce sweep census census-shapes dynamics scrubbing discovery standard setup lint bench clean
 
 setup: $(STAMP)
 
@@ -85,11 +85,22 @@ scrubbing: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/scrubbing.toml --out runs/scrubbing --workers 1
 	$(PY) analyses/scrubbing.py runs/scrubbing
 
-# Beyond the note: standard transformers (docs/standard.md). Causal standard models reading the P
-# rows against the floor d/4, bidirectional ones solving, each solved mechanism named through the
-# exact map (8 runs at d = 10, one process; resumable): assets/standard.{md,json,png}.
+# The census's unnamed causal-scratch runs that stop by step 2,000, re-trained with four named ones
+# (21 runs, about 30 CPU minutes with their analysis), grouped by cell set and by behaviour and
+# named again with the guarded superposed forms registered: assets/discovery.{md,json}, read in
+# docs/results/census.md.
+discovery: $(STAMP)
+	$(VENV)/bin/invperm sweep analyses/grids/discovery.toml --out runs/discovery --workers 1
+	$(PY) analyses/discovery.py runs/discovery
+
+# Beyond the note: standard transformers (docs/standard.md). Causal standard models against the
+# exact floors, d_model 32/64/128, with and without LayerNorm and MLPs, 8 seeds each (64 runs); then
+# bidirectional and scratch models solving, each solved mechanism named through the exact map (16
+# runs). d = 10, two workers, resumable; about 25 CPU minutes: assets/standard.{md,json,png}.
 standard: $(STAMP)
-	$(PY) analyses/standard.py
+	$(VENV)/bin/invperm sweep analyses/grids/standard.toml --out runs/standard --workers 2
+	$(VENV)/bin/invperm sweep analyses/grids/standard_solve.toml --out runs/standard_solve --workers 2
+	$(PY) analyses/standard.py --floor runs/standard --solve runs/standard_solve
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses

@@ -50,10 +50,10 @@ def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
             analysis = SweepRecord.from_dict(record["analysis"])
         except ValueError as err:
             raise ValueError(f"{record['name']}: {err}") from None
-        final = record["final"] or {}
         rows.append({"run": record["name"], "kind": kind, "d": d, "seed": train["seed"],
                      "step": record["step"], "steps_to_target": record["steps_to_solve"],
-                     "final_mse": final.get("mse"), "rows_exact": final.get("row_acc"),
+                     "final_mse": record["final"] and record["final"].mse,
+                     "rows_exact": record["final"] and record["final"].row_acc,
                      "mechanism": str(analysis.answer), **run_columns(analysis)})
     return rows, dict(planned)
 
@@ -121,11 +121,63 @@ def share_text(k: int, n: int) -> str:
 def name_at(row: dict, rows_min: float, recovered_min: float) -> str:
     """The rule's name for a run from its recorded tests, at other thresholds (the library's rule,
     ``analysis.mechanism.name_by_rule``, on the recorded scores and standard errors)."""
-    tested = [SimpleNamespace(hypothesis=t["name"], signs_agree=t["signs_agree"], n_atoms=t["n_atoms"],
-                              circuit=read_score({"mse": 0.0, "n": t["n"], **{k: t[k] for k in (
-                                  "rows_exact", "rows_se", "loss_recovered", "recovered_se")}}))
-              for t in row["tested"]]
-    return str(name_by_rule(tested, Rule(rows_min, recovered_min, row.get("z", Z))))
+    return str(name_by_rule(recorded_tests(row), Rule(rows_min, recovered_min, row.get("z", Z))))
+
+
+def recorded_tests(row: dict) -> list:
+    """A run's recorded construction tests, as ``analysis.mechanism.name_by_rule`` reads them."""
+    return [SimpleNamespace(hypothesis=t["name"], signs_agree=t["signs_agree"], n_atoms=t["n_atoms"],
+                            circuit=read_score({"mse": 0.0, "n": t["n"], **{k: t[k] for k in (
+                                "rows_exact", "rows_se", "loss_recovered", "recovered_se")}}))
+            for t in row["tested"]]
+
+
+def without_recovered(row: dict) -> float | None:
+    """The loss recovered by the run's model with its named circuit zeroed (completeness under zero
+    ablation), from the recorded MSEs: the clean model's MSE is what makes the circuit's loss
+    recovered, ``baseline - (baseline - circuit_mse) / loss_recovered``, baseline ``d/4``."""
+    if row.get("without_mse") is None or not row.get("loss_recovered"):
+        return None
+    baseline = row["d"] / 4
+    clean = baseline - (baseline - row["circuit_mse"]) / row["loss_recovered"]
+    return (baseline - row["without_mse"]) / (baseline - clean)
+
+
+def ties(rows: list[dict]) -> list[dict]:
+    """Per model: solved runs named under zero ablation, those with another faithful construction,
+    and those whose named construction is tied with one (``analysis.ties``), recounted from the
+    recorded intervals; the names under mean and resample ablation were recorded without the
+    scores behind them, so their ties cannot be recounted here."""
+    out = []
+    for kind in KINDS:
+        named = [r for r in rows if r["kind"] == kind and r["steps_to_target"] is not None
+                 and r["mechanism"] not in ("none", "borderline")]
+        answers = [name_by_rule(recorded_tests(r)) for r in named]
+        out.append({"model": kind, "named under zero ablation": len(named),
+                    "another construction faithful too": sum(bool(r["also_faithful"]) for r in named),
+                    "tied (intervals overlap)": share_text(sum(bool(a.tied) for a in answers),
+                                                           len(named)),
+                    "ties": ", ".join(sorted({str(a) for a in answers if a.tied})) or "-"})
+    return out
+
+
+def distinguishability() -> list[dict]:
+    """Per ablation style, the registered constructions of each layout it cannot tell apart by
+    their cells (``analysis.ties.untold_pairs``): alike in every cell it sees, told apart by the
+    sign check only, or by nothing."""
+    from invperm_interp.analysis.ties import CELLS, SIGNS, comparable, untold_pairs
+
+    groups = (("plain", "bidirectional"), ("scratch", "causal"))
+    out = []
+    for style in ("zero", "mean", "resample", "scrub"):
+        pairs = [p for g in groups for p in untold_pairs(comparable(*g), style)]
+        signs = [f"{a} ~ {b}" for a, b, r in pairs if r == SIGNS]
+        same = [f"{a} ~ {b}" for a, b, r in pairs if r not in (SIGNS, CELLS)]
+        out.append({"style": style,
+                    "alike in every cell it sees; only the sign check separates them":
+                    ", ".join(signs) or "none",
+                    "alike in cells and signs (a tie on any weights)": ", ".join(same) or "none"})
+    return out
 
 
 #: The thresholds (rows exact, loss recovered) the sensitivity table recounts at.
@@ -184,6 +236,8 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
                 ", ".join(f"{k} cells x{v}" for k, v in sorted(Counter(
                     r["minimal_size"] for r in none).items())) if none else "-"),
             "'none' with no faithful circuit": sum(not r["minimal_faithful"] for r in none),
+            "named circuit removed: median loss recovered (zero ablation)": (
+                f"{_median(without_recovered(r) for r in named):.3f}" if named else "-"),
         })
     return out
 
@@ -338,9 +392,9 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
     summary, table = summarize(rows, planned), sensitivity(rows, planned)
     samples = sorted({r["samples"] for r in rows}) or ["-"]
     paths = [folder / f"census.{ext}" for ext in ("json", "md", "png", "svg")]
-    styles = by_style(rows)
+    styles, tied, apart = by_style(rows), ties(rows), distinguishability()
     paths[0].write_text(json.dumps({"summary": summary, "sensitivity": table, "by_style": styles,
-                                    "runs": rows},
+                                    "ties": tied, "distinguishability": apart, "runs": rows},
                                    indent=1) + "\n")
     per_run = ["run", "steps_to_target", "final_mse", "mechanism", "also_faithful",
                "circuit_rows_exact", "loss_recovered", "names_by_batch", "name_mean_ablation",
@@ -373,7 +427,9 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         f"block of W_U, get at least {FAITHFUL_ROWS:.0%} of rows exact and recover at least "
         f"{FAITHFUL_RECOVERED:.0%} of the loss (baseline: 0.5 everywhere, MSE d/4), both 95% "
         "intervals above the thresholds; among several, the one recovering the most loss "
-        "(the others: *also_faithful*); **borderline** when an interval straddles a threshold; "
+        "(the others: *also_faithful*), named together with those whose loss-recovered intervals "
+        "overlap its own (a tie, `a = b`: none in this census under zero ablation); "
+        "**borderline** when an interval straddles a threshold; "
         "'none' otherwise. Intervals are binomial/delta-method over samples; shares over seeds "
         "carry Wilson 95% intervals. **same name on 3 batches**: the rule on two more fresh "
         "batches of the same size names the same; **mean ablation**: the rule with removed cells' "
@@ -393,16 +449,19 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         "Solved runs by the name the rule gives them, and how many keep that name when the cells "
         "outside the circuit are mean-ablated or resample-ablated instead of zeroed.", "",
         *table_lines(styles), "",
-        "**What each style can tell apart.** Mean and resample ablation keep the score "
-        "contribution of every cell whose query and key blocks are both the input's position blocks "
-        "(`pos.P`, `pos.Y`, `pos.S`: it does not depend on the input), so constructions that "
-        "differ only in such cells score alike under them; the rule then ranks by loss recovered "
-        "to 1e-4 and, when equal, by the fewest atoms. "
-        "The census records the name each style gives, not the scores behind it: a renaming "
-        "between `theorem3_two_block_mass` and `theorem3_two_block`, or between "
-        "`theorem3_superposed` and `theorem3_superposed_complement` (alike but for the signs the "
-        "rule's sign check reads), may be decided by that tie-break and is not read here as what "
-        "the model runs.", "",
+        "## Ties: what each style can tell apart", "",
+        "Mean and resample ablation (and scrubbing) replace a removed cell's score contribution "
+        "by its value on other inputs; where the cell's query and key blocks are both the input's "
+        "position blocks (`pos.P`, `pos.Y`, `pos.S`) that value is the same on every input, so the "
+        "style keeps the cell exactly, in the claim or not. Derived from the registry's cells "
+        "(`analysis.ties`), the registered constructions each style cannot tell apart by cells:", "",
+        *table_lines(apart), "",
+        "Beyond these, two constructions tie when their loss-recovered intervals overlap: the "
+        "rule then names the set of them (`theorem3_two_block = theorem3_two_block_mass`), not "
+        "one by its tie-break. Recounted from the recorded intervals (zero ablation, the rule's "
+        "style; the names under mean and resample ablation were recorded without the scores "
+        "behind them, so their ties need the runs analysed again):", "",
+        *table_lines(tied), "",
         "## Where the ablation styles disagree", "",
         "Solved runs whose name under mean ablation (each removed cell's score contribution "
         "replaced by its mean over 1,024 reference samples) or under resample ablation (by its "

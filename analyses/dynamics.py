@@ -39,12 +39,18 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
 from invperm_interp.analysis.timeline import Timeline, timeline  # noqa: E402
+from invperm_interp.analysis.verdict import UNNAMED  # noqa: E402
 from invperm_interp.runs.directory import RunDir  # noqa: E402
 from invperm_interp.viz.heatmaps import save_figures  # noqa: E402
 
 LEAVE, DROP, SOLVED = 0.8, 0.1, 1e-3  # plateau exit and drop: MSE below these times d/4
 HALF = 0.5  # a cell has formed when its β reaches this share of its final β
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "causal": "causal scratch [P; Y_P; S], reads S"}
+# The named mechanisms' colours in name order (Okabe–Ito, yellow left out): the census's names fall
+# so that each model's panel gets well-separated hues (blue, orange, green; vermillion, sky blue,
+# pink). Runs the rule names no construction are grey.
+NAMED_COLOURS = ("#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#0072B2", "#000000")
+UNNAMED_COLOUR = "#999999"
 
 
 def cached_timeline(run_dir: Path, stride: int, most: int) -> Timeline:
@@ -163,12 +169,16 @@ def table(runs: list[dict]) -> list[dict]:
 
 def figure(runs: list[dict]):
     """Per model: the eval MSE, the β progress and the circuit progress of every run, each against
-    its steps after its own drop; one colour per final mechanism, dots where it turns faithful."""
+    its steps after its own drop; one colour per final mechanism (grey: none named), dots where it
+    turns faithful. Progress is rescaled between the first checkpoint (0) and the final weights
+    (1), not bounded: a circuit that did better at a checkpoint than at the end passes 1."""
     kinds = [k for k in KINDS if any(r["kind"] == k for r in runs)]
     fig, axes = plt.subplots(3, len(kinds), figsize=(5.2 * len(kinds), 8.0), squeeze=False,
                              sharex="col")
-    names = sorted({r["mechanism"] for r in runs})
-    color = {n: f"C{i % 10}" for i, n in enumerate(names)}
+    names = sorted({r["mechanism"] for r in runs}, key=lambda n: (n in UNNAMED, n))
+    named = [n for n in names if n not in UNNAMED]
+    color = {**{n: NAMED_COLOURS[i % len(NAMED_COLOURS)] for i, n in enumerate(named)},
+             **{n: UNNAMED_COLOUR for n in names if n in UNNAMED}}
     for col, kind in enumerate(kinds):
         mine = [r for r in runs if r["kind"] == kind and r["drop"] is not None]
         for r in mine:
@@ -185,12 +195,15 @@ def figure(runs: list[dict]):
         axes[0, col].set_yscale("log")
         axes[0, col].set_title(f"{KINDS[kind]} ({len(mine)} runs)", fontsize=10)
         axes[0, col].set_ylabel("eval MSE")
-        axes[1, col].set_ylabel("cells' mean β\n(progress 0 → 1)")
-        axes[2, col].set_ylabel("circuit alone: loss\nrecovered (0 → 1)")
+        axes[1, col].set_ylabel("cells' mean β, rescaled:\n0 first checkpoint, 1 final")
+        axes[2, col].set_ylabel("circuit alone: loss recovered,\nrescaled: 0 first, 1 final")
         axes[2, col].set_xlabel("steps after the drop (MSE < 0.1·d/4)")
         for ax in axes[:, col]:
             ax.axvline(0, color="0.4", linestyle=":", linewidth=1.0)
             ax.set_xlim(-800, 800)
+        for ax in axes[1:, col]:  # the two ends of the rescaling; a run may pass either
+            for y in (0.0, 1.0):
+                ax.axhline(y, color="0.6", linestyle="--", linewidth=0.6, zorder=0)
     handles = [plt.Line2D([], [], color=color[n], label=n) for n in names]
     handles.append(plt.Line2D([], [], color="0.3", marker="o", linestyle="", label="turns faithful"))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8)

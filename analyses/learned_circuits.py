@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
 
-    rows, curves = [], {}
+    rows, curves, causal = [], {}, set()
     for name, (cfg, steps, seed) in runs(args.seeds).items():
         run = train_or_reuse(cfg, TrainConfig(steps=steps, seed=seed, threads=args.threads),
                              Path(args.runs) / name)
@@ -59,8 +59,8 @@ def main() -> None:
         main_atoms = sorted(circuit, key=lambda a: -a.share)[:4]
         rows.append({
             "run": name, "attention": cfg.attention_dir, "layout": str(cfg.layout), "steps": run.step,
-            "mse": final["mse"], "causal_floor": final["causal_floor"],
-            "rows_exact": final["row_acc"],
+            "mse": final.mse, "causal_floor": final.causal_floor,
+            "rows_exact": final.row_acc,
             "top_atoms": "; ".join(f"L{a.layer + 1} {a.label} at ({a.query}, {a.key})"
                                    for a in main_atoms),
             "mechanism": str(mech.answer),
@@ -70,10 +70,12 @@ def main() -> None:
             "closest_by_patterns": closest[0].name if closest else "—",
         })
         curves[name] = run.metrics
+        if cfg.causal:
+            causal.add(name)
         fig = plot_circuit(model, gauge_fixed=True, title=f"{name}: gauge-fixed weights")
         save_figures(fig, asset(f"learned/{name}.png"))
 
-    save_figures(plot_runs(curves, "Adam lr 1e-2, batch 1024, d = 10"), asset("training_curves.png"))
+    save_figures(plot_runs(curves, causal, "Adam lr 1e-2, batch 1024, d = 10"), asset("training_curves.png"))
     write_table("learned_circuits", rows, "What training learns (Adam lr 1e-2, d = 10, batch 1024)",
                 "mechanism: the library's rule (analysis.mechanism): the working construction whose "
                 "cells, run alone at the model's fitted beta, get at least 99% of rows exact and "

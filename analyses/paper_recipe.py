@@ -34,13 +34,13 @@ def main() -> None:
         train_cfg = TrainConfig(steps=steps, recipe=recipe, eval_every=100, threads=args.threads)
         run = train_or_reuse(model_cfg, train_cfg, Path(args.runs) / f"recipe_{recipe}")
         metrics[recipe] = run.metrics
-        below = [m["step"] for m in run.metrics if m["mse"] < 1e-3]
-        plateau = [m["step"] for m in run.metrics if m["mse"] < 2.4]
-        rows.append({"recipe": recipe, "steps": run.step, "final_mse": run.final_metrics["mse"],
-                     "min_mse": min(m["mse"] for m in run.metrics),
+        below = [m.step for m in run.metrics if m.mse < 1e-3]
+        plateau = [m.step for m in run.metrics if m.mse < 2.4]
+        rows.append({"recipe": recipe, "steps": run.step, "final_mse": run.final_metrics.mse,
+                     "min_mse": min(m.mse for m in run.metrics),
                      "first_step_below_2.4": plateau[0] if plateau else "never",
                      "first_step_below_1e-3": below[0] if below else "never",
-                     "wall_s": round(run.final_metrics["wall_time"], 1)})
+                     "wall_s": round(run.final_metrics.wall_time, 1)})
 
     fig, ax = plt.subplots(figsize=(8, 3.8))
     # The reference line goes under the curves, thin and grey, and is named on the plot: the paper
@@ -50,7 +50,7 @@ def main() -> None:
     ax.annotate("0.5 everywhere (2.5)", (0.0, 2.5), xycoords=("axes fraction", "data"),
                 xytext=(4, 4), textcoords="offset points", fontsize=8, color="#555")
     for (recipe, ms), width in zip(metrics.items(), (2.4, 1.6)):
-        ax.plot([m["step"] for m in ms], [m["mse"] for m in ms], label=f"recipe={recipe}",
+        ax.plot([m.step for m in ms], [m.mse for m in ms], label=f"recipe={recipe}",
                 linewidth=width, zorder=3)
     ax.set_yscale("log")
     ax.set_xlabel("step")

@@ -61,16 +61,16 @@ def main() -> None:
         for seed in range(seeds):
             run = train_kind(name, seed, out)
             last = run.metrics[-1]
-            solved = next((m["step"] for m in run.metrics if m["mse"] < 1e-3), None)
+            solved = next((m.step for m in run.metrics if m.mse < 1e-3), None)
             mechanism = "—"
             if solved is not None and run.model_cfg.d_mlp is None and not run.model_cfg.layernorm:
                 mechanism = write_analysis(run.dir, samples=4096).name
-            rows.append({"model": name, "seed": seed, "steps": run.step, "final_mse": last["mse"],
+            rows.append({"model": name, "seed": seed, "steps": run.step, "final_mse": last.mse,
                          "floor": floor if run.model_cfg.causal else None,
-                         "excess_over_floor": last["mse"] - floor if run.model_cfg.causal else None,
+                         "excess_over_floor": last.mse - floor if run.model_cfg.causal else None,
                          "solved_at": solved, "mechanism": mechanism,
-                         "stopped": last.get("stopped")})
-            curves[(name, seed)] = [(m["step"], m["mse"]) for m in run.metrics]
+                         "stopped": last.stopped})
+            curves[(name, seed)] = [(m.step, m.mse) for m in run.metrics]
     asset("standard.json").write_text(json.dumps(rows, indent=2) + "\n")
     write_markdown(rows, floor)
     plot(curves, floor)

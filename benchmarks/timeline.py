@@ -21,9 +21,10 @@ import torch
 from invperm_interp.analysis.faithfulness import faithfulness
 from invperm_interp.analysis.mechanism import mechanism
 from invperm_interp.analysis.timeline import timeline
-from invperm_interp.config import TrainConfig, config_hash
+from invperm_interp.config import TrainConfig
 from invperm_interp.maths.constructions import build
 from invperm_interp.runs import checkpoint as ckpt
+from invperm_interp.runs.config_file import config_hash
 from invperm_interp.runs.directory import RunDir
 from invperm_interp.task import sample_batch
 from invperm_interp.training.run import Run

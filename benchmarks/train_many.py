@@ -106,8 +106,8 @@ tc = TrainConfig(steps=6000, batch_size={batch}, seed={seed}, eval_every=50, eva
 start = time.perf_counter()
 run = train(cfg, tc, progress=False)
 m = run.final_metrics
-print(json.dumps({{"step": run.step if m.get("stopped") else None, "seconds": time.perf_counter() - start,
-                  "train_seconds": m["wall_time"]}}))
+print(json.dumps({{"step": run.step if m.stopped else None, "seconds": time.perf_counter() - start,
+                  "train_seconds": m.wall_time}}))
 """
     return in_process(code)
 

@@ -77,7 +77,7 @@ def worker(variant: str, threads: int, steps: int) -> dict:
         cpu_mod.KEEP_FREED_MEMORY = variant != "train, default malloc"
         run = train_mod.train(cfg, TrainConfig(steps=steps, batch_size=BATCH, eval_every=steps,
                                                eval_size=1024, device="cpu"), progress=False)
-        rate = steps / run.metrics[-1]["wall_time"]
+        rate = steps / run.metrics[-1].wall_time
     return {"steps_per_s": rate, "peak_rss_mb": peak_rss_mb()}
 
 
@@ -131,9 +131,9 @@ def converge(threads: int, steps: int) -> tuple[int | None, float | None, float]
     cfg = ModelConfig(Layout.plain(D), attention_dir="bidirectional")
     run = train(cfg, TrainConfig(steps=steps, batch_size=BATCH, eval_every=50, eval_size=4096,
                                  device="cpu", threads=threads), progress=False)
-    hit = next((m for m in run.metrics if m["mse"] < 1e-3), None)
-    final = run.metrics[-1]["mse"]
-    return (hit["step"], hit["wall_time"], final) if hit else (None, None, final)
+    hit = next((m for m in run.metrics if m.mse < 1e-3), None)
+    final = run.metrics[-1].mse
+    return (hit.step, hit.wall_time, final) if hit else (None, None, final)
 
 
 def speed(args: argparse.Namespace) -> None:

@@ -31,9 +31,13 @@ def run(model_cfg: ModelConfig, train_cfg: TrainConfig, **kw):
     return train(model_cfg, train_cfg, progress=False, **kw)
 
 
-def strip(metrics: list[dict]) -> list[dict]:
-    """Metrics without the wall-clock time, the only entry that may differ between equal runs."""
-    return [{k: v for k, v in m.items() if k != "wall_time"} for m in metrics]
+def strip(metrics: list) -> list:
+    """Evaluations (records, or lines of ``metrics.jsonl`` read as JSON) without the wall-clock
+    time, the only entry that may differ between equal runs."""
+    from invperm_interp.runs.evaluation import Evaluation
+
+    return [(m if isinstance(m, Evaluation) else Evaluation.from_dict(m)).without_wall_clock()
+            for m in metrics]
 
 
 def weights(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -261,19 +261,14 @@ def test_the_rules_verdict_words_are_written_in_its_module_only():
     assert set(VERDICT_WORDS_ELSEWHERE) <= set(found), "an exception no longer needed"
 
 
-#: Functions that still take more than ``MAX_PARAMETERS`` (the count each may not exceed); one
-#: leaves this list when it is given a value object instead of loose settings.
-TOO_MANY_PARAMETERS = {
-    "maths/constructions.py:register": 11, "maths/registry.py:_spec": 11,
-    "analysis/patch.py:patch": 11, "analysis/minimal.py:minimal_circuit": 9,
-    "analysis/scrub.py:cell_patching": 9, "analysis/pursuit.py:pursue": 9,
-}
 MAX_PARAMETERS = 8
 
 
 def test_no_function_takes_more_than_eight_parameters():
     """Settings that travel together are one value (``analysis.verdict.Rule``,
-    ``viz.report.ReportContext``), not a run of parameters threaded through every caller."""
+    ``viz.report.ReportContext``, ``maths.registry.Wiring``, ``analysis.patch.Sites``,
+    ``analysis.minimal.ExactSearch``, ``analysis.pursuit.PursuitLimits``), not a run of parameters
+    threaded through every caller."""
     found = {}
     for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -283,5 +278,52 @@ def test_no_function_takes_more_than_eight_parameters():
                          if x is not None and x.arg not in ("self", "cls")]
                 if len(names) > MAX_PARAMETERS:
                     found[f"{path.relative_to(SRC).as_posix()}:{node.name}"] = len(names)
-    assert {k: v for k, v in found.items() if TOO_MANY_PARAMETERS.get(k, MAX_PARAMETERS) < v} == {}
-    assert set(TOO_MANY_PARAMETERS) <= set(found), "an exception no longer needed"
+    assert found == {}
+
+
+#: The keys of the records' facts (``runs.evaluation.Evaluation``, ``analysis.mechanism.Mechanism``
+#: and the records around it) that readers take as attributes, never by string.
+RECORD_KEYS = {"mse", "causal_floor", "entry_acc", "row_acc", "sample_acc", "train_mse", "wall_time",
+               "stopped", "verdict", "also_faithful", "borderline", "tested", "untested", "minimal",
+               "names_by_batch", "loss_recovered", "rows_exact", "faithful"}
+
+
+def _string_key_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, key)`` of every ``x["key"]`` and ``x.get("key")``, and ``(line, "to_dict()")``
+    of every ``….to_dict()[…]``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            value = node.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                    and value.func.attr == "to_dict":
+                found.append((node.lineno, "to_dict()"))
+            if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                found.append((node.lineno, node.slice.value))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "get" and node.args and isinstance(node.args[0], ast.Constant):
+            found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def test_no_record_is_read_by_string_key_outside_the_module_that_writes_it():
+    """A record is read through its attributes: a key of a record's facts is read by string only in
+    a module that writes that key (the record's own ``from_dict``, a report reading back its own
+    rows), and no ``to_dict()`` result is indexed (read the attribute instead)."""
+    root = SRC.parent.parent
+    found = {}
+    for path in [*SRC.rglob("*.py"), *(root / "analyses").glob("*.py")]:
+        tree = ast.parse(path.read_text())
+        written = {k.value for n in ast.walk(tree) if isinstance(n, ast.Dict) for k in n.keys
+                   if isinstance(k, ast.Constant)}
+        bad = sorted({f"{key}:{line}" for line, key in _string_key_reads(tree)
+                      if key == "to_dict()" or key in RECORD_KEYS and key not in written})
+        if bad:
+            found[path.relative_to(root).as_posix()] = bad
+    assert found == {}, found
+
+
+def test_the_record_key_check_sees_a_metrics_record_read_by_key():
+    tree = ast.parse('def f(run):\n    return run.metrics[-1]["mse"], run.final.get("causal_floor"), '
+                     'run.to_dict()["step"]\n')
+    assert {k for _, k in _string_key_reads(tree)} == {"mse", "causal_floor", "to_dict()", "step"}

@@ -1,12 +1,13 @@
-"""Model and training configuration: frozen dataclasses that round-trip through JSON."""
+"""Model and training configuration: frozen dataclasses that round-trip through JSON.
+
+The learning-rate schedule a ``TrainConfig`` asks for is computed in ``training.schedule``; a run's
+configuration file (its text, hash and differences) is ``runs.config_file``'s."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Literal, get_args
 
 import torch
@@ -199,11 +200,7 @@ RECIPE_DEFAULTS = {
     "fast": {"optimizer": "adam", "lr": FAST_LR, "schedule": "constant", "batch_size": FAST_BATCH},
 }
 PAPER_FIXED = ("optimizer", "lr", "schedule", "init")  # what recipe="paper" refuses to change
-# Fields that may change between a run and its resumption without changing what it computes (the
-# stopping rules only decide where a run ends, never what a step computes).
-RESUMABLE_FIELDS = ("steps", "out_dir", "threads", "device", "checkpoint_every",
-                    "checkpoint_dense_every", "checkpoint_dense_until", "stop_at_mse",
-                    "stop_at_floor", "floor_patience")
+
 
 
 def _check_int(name: str, value, minimum: int, maximum: int | None = None) -> None:
@@ -341,56 +338,3 @@ class TrainConfig(JSONConfig):
         if unknown:
             raise ValueError(f"train config has unknown keys {unknown}")
         return cls(**data)
-
-
-
-def learning_rate(cfg: TrainConfig, step: int) -> float:
-    """The lr of update ``step`` (0-based). Cosine: decay to 0 over ``H = schedule_steps`` updates,
-    ``lr·½(1 + cos(π·min(step, H)/H))``, the first update at the full lr (the note's code)."""
-    if cfg.lr is None or cfg.schedule is None or cfg.schedule == "cosine" and not cfg.schedule_steps:
-        cfg = cfg.resolved()
-    if cfg.schedule == "constant":
-        return float(cfg.lr)
-    horizon = cfg.schedule_steps
-    return float(cfg.lr) * 0.5 * (1.0 + math.cos(math.pi * min(step, horizon) / horizon))
-
-
-def check_horizon(cfg: TrainConfig) -> None:
-    """A resolved cosine run must not go past its horizon, where the lr is 0: a ``ValueError``
-    (extending a finished cosine run with more steps would otherwise run them at lr 0)."""
-    if cfg.schedule == "cosine" and cfg.schedule_steps is not None and cfg.steps > cfg.schedule_steps:
-        raise ValueError(f"steps={cfg.steps} runs past the cosine schedule's horizon schedule_steps="
-                         f"{cfg.schedule_steps}, where the lr is 0 (those steps would not change the "
-                         "weights); a run's horizon is fixed when it starts: train a new run with "
-                         f"schedule_steps >= {cfg.steps}")
-
-
-# -- a run's configuration on disk ----------------------------------------------------------------
-def config_hash(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
-    """A digest of everything that fixes a run's trajectory (not steps, out_dir, threads, …)."""
-    train = {k: v for k, v in train_cfg.to_dict().items() if k not in RESUMABLE_FIELDS}
-    text = json.dumps({"model": model_cfg.to_dict(), "train": train}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def config_diffs(stored: tuple[ModelConfig, TrainConfig], model_cfg: ModelConfig,
-                 train_cfg: TrainConfig) -> list[str]:
-    """``"part.field: stored -> given"`` for every field that fixes the trajectory and differs."""
-    old = {"model": stored[0].to_dict(), "train": stored[1].to_dict()}
-    new = {"model": model_cfg.to_dict(), "train": train_cfg.to_dict()}
-    return [f"{part}.{k}: {old[part].get(k)!r} -> {v!r}" for part in ("model", "train")
-            for k, v in new[part].items() if k not in RESUMABLE_FIELDS and old[part].get(k) != v]
-
-
-def configs_from_json(text: str, source: str | Path) -> tuple[ModelConfig, TrainConfig]:
-    """The ``(model, train)`` configurations of a run's config text; ``source`` names it in errors."""
-    try:
-        data = json.loads(text)
-        return ModelConfig.from_dict(data["model"]), TrainConfig.from_dict(data["train"])
-    except (json.JSONDecodeError, KeyError, TypeError) as err:
-        raise ValueError(f"{source} is not a run's configuration: {err}") from None
-
-
-def config_text(model_cfg: ModelConfig, train_cfg: TrainConfig) -> str:
-    """The text of a run's ``config.json``."""
-    return json.dumps({"model": model_cfg.to_dict(), "train": train_cfg.to_dict()}, indent=2) + "\n"

@@ -93,7 +93,8 @@ def test_the_record_carries_what_the_report_draws_and_the_report_does_not_run_th
     batch = sample_batch(model.cfg.layout, 64, torch.Generator().manual_seed(0), dtype=torch.float64)
     result = analyze(model, batch, "theorem2")
     acc = evaluate(model, batch)
-    assert result.accuracy == pytest.approx({k: acc[k] for k in ("entry_acc", "row_acc", "sample_acc")})
+    assert result.accuracy == pytest.approx(
+        {"entry_acc": acc.entry_acc, "row_acc": acc.row_acc, "sample_acc": acc.sample_acc})
     _, cache = model.run_with_cache(batch.X[:1], names_filter=lambda n: n.endswith("hook_pattern"))
     for layer, pattern in enumerate(result.sample_patterns):
         torch.testing.assert_close(torch.tensor(pattern, dtype=torch.float64), cache["pattern", layer][0])

@@ -11,9 +11,10 @@ from invperm_interp.analysis import discover as discover_module
 from invperm_interp.analysis import gauge_fix, perturb
 from invperm_interp.analysis.discover import Proposal, discover, table
 from invperm_interp.cli.main import main
-from invperm_interp.config import TrainConfig, config_hash
+from invperm_interp.config import TrainConfig
 from invperm_interp.maths import constructions as C
 from invperm_interp.runs import checkpoint as ckpt
+from invperm_interp.runs.config_file import config_hash
 from invperm_interp.runs.directory import RunDir
 
 

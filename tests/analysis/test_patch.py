@@ -9,6 +9,7 @@ import torch
 from invperm_interp import sample_batch
 from invperm_interp.analysis import (
     LabelledTensor,
+    Sites,
     mse_to,
     patch,
     patch_block_positions,
@@ -64,13 +65,14 @@ def test_patching_localises_the_effect_to_the_blocks_the_construction_uses(name,
 def test_position_patching_finds_the_rows_that_changed():
     model = C.theorem2(4)
     clean, corrupted = clean_and_corrupted(model, "P")
-    rows = patch_positions(model, clean.X, corrupted.X, mse_to(clean.Y), normalize=True, layers=[0])
+    rows = patch_positions(model, clean.X, corrupted.X, mse_to(clean.Y), normalize=True,
+                           sites=Sites(layers=[0]))
     assert rows.dims == ("layer", "pos")
     assert rows.labels["pos"] == ("P[0]", "P[1]", "P[2]", "P[3]", "Y[0]", "Y[1]", "Y[2]", "Y[3]")
     values = rows.values[0]
     assert (values[4:] == 0).all() and (values[:4] > 0.05).all()  # only P rows differ
     fine = patch_block_positions(model, clean.X, corrupted.X, mse_to(clean.Y), normalize=True,
-                                 layers=[0], blocks=["x", "pos.P"])
+                                 sites=Sites(layers=[0], blocks=["x", "pos.P"]))
     assert fine.values.shape == (1, 2, 8)
     assert torch.allclose(fine.values[0, 0], values) and (fine.values[0, 1] == 0).all()
     assert fine.sel(layer=0, block="x", pos="P[2]") == pytest.approx(float(values[2]))
@@ -80,8 +82,8 @@ def test_resid_post_of_a_layer_is_resid_pre_of_the_next():
     model = C.two_block(3)
     clean, corrupted = clean_and_corrupted(model, "P")
     metric = mse_to(clean.Y)
-    post = patch_blocks(model, clean.X, corrupted.X, metric, hook="resid_post", layers=[0])
-    pre = patch_blocks(model, clean.X, corrupted.X, metric, hook="resid_pre", layers=[1])
+    post = patch_blocks(model, clean.X, corrupted.X, metric, sites=Sites("resid_post", [0]))
+    pre = patch_blocks(model, clean.X, corrupted.X, metric, sites=Sites("resid_pre", [1]))
     assert post.labels["block"] == pre.labels["block"] and post.labels["layer"] == (0,)
     assert torch.allclose(post.values, pre.values)
 
@@ -90,13 +92,14 @@ def test_axes_labels_and_json():
     model = C.theorem3(3)
     clean, corrupted = clean_and_corrupted(model, "Y", n=8)
     result = patch(model, clean.X, corrupted.X, mse_to(clean.Y), axes=("block", "layer"),
-                   positions=[3, 4, 5])  # the Y_P rows, together
+                   sites=Sites(positions=[3, 4, 5]))  # the Y_P rows, together
     assert result.dims == ("block", "layer") and result.values.shape == (8, 2)
     assert result.labels["block"][4] == "L1.x" and result.labels["layer"] == (0, 1)
     assert math.isnan(result.sel(layer=0, block="L1.x"))  # L1.x is not yet in h^0
     assert result.sel(layer=0, block="pos.S") == pytest.approx(result.attrs["corrupted"])
     assert result.sel(layer=1, block="x") == pytest.approx(result.attrs["clean"], abs=1e-9)
-    rows_of_P = patch(model, clean.X, corrupted.X, mse_to(clean.Y), axes=("layer",), positions=[0, 1, 2])
+    rows_of_P = patch(model, clean.X, corrupted.X, mse_to(clean.Y), axes=("layer",),
+                      sites=Sites(positions=[0, 1, 2]))
     assert rows_of_P.values.tolist() == [rows_of_P.attrs["corrupted"]] * 2  # P rows did not change
     data = json.loads(json.dumps(result.to_dict()))
     assert data["dims"] == ["block", "layer"] and data["values"][4][0] is None
@@ -113,10 +116,10 @@ def test_bad_arguments_raise_value_errors():
     with pytest.raises(ValueError, match="axes"):
         patch(model, clean.X, corrupted.X, metric, axes=("block", "pos"))
     with pytest.raises(ValueError, match="hook"):
-        patch(model, clean.X, corrupted.X, metric, hook="attn_out")
+        patch(model, clean.X, corrupted.X, metric, sites=Sites(hook="attn_out"))
     with pytest.raises(ValueError, match="not in the stream"):
-        patch(model, clean.X, corrupted.X, metric, blocks=["L3.x"])
+        patch(model, clean.X, corrupted.X, metric, sites=Sites(blocks=["L3.x"]))
     with pytest.raises(ValueError, match="positions"):
-        patch(model, clean.X, corrupted.X, metric, positions=[6])
+        patch(model, clean.X, corrupted.X, metric, sites=Sites(positions=[6]))
     with pytest.raises(ValueError, match="shape"):
         patch(model, clean.X, corrupted.X[:2], metric)

@@ -23,8 +23,9 @@ def test_a_sweep_record_reads_back_equal_through_json():
                       names=["two_block", "borderline", "two_block"], resample="none")
     again = SweepRecord.from_dict(json.loads(json.dumps(record.to_dict())))
     assert again == record
-    assert again.names_by_batch[1] == ("borderline", None) and again.under["resample"] == ("none", None)
-    assert json.loads(json.dumps(record.to_dict()))["under"]["resample"] == ["none", None]
+    assert again.names_by_batch[1] == ("borderline", None, ()) and again.under["resample"] == (
+        "none", None, ())
+    assert json.loads(json.dumps(record.to_dict()))["under"]["resample"] == ["none", None, []]
     assert again.to_dict()["version"] == VERSION and again.batches == 3
     cell = again.mechanism.minimal.cells[1]
     assert isinstance(cell, AtomCell) and (cell.layer, cell.query, cell.label) == (1, "pos.P", "-1")

@@ -14,10 +14,11 @@ from invperm_interp import Layout, ModelConfig
 from invperm_interp.analysis.mechanism import mechanism
 from invperm_interp.analysis.timeline import Timeline, timeline
 from invperm_interp.cli.main import main
-from invperm_interp.config import TrainConfig, config_hash
+from invperm_interp.config import TrainConfig
 from invperm_interp.maths.constructions import build
 from invperm_interp.model.disentangled import readout_forward
 from invperm_interp.runs import checkpoint as ckpt
+from invperm_interp.runs.config_file import config_hash
 from invperm_interp.runs.directory import RunDir
 from invperm_interp.task import sample_batch
 from invperm_interp.training.run import Run
@@ -202,11 +203,11 @@ def test_the_report_shows_the_timeline_once_it_exists(tmp_path):
 
 
 # -- dense checkpoints ---------------------------------------------------------------------------
-def expected_checkpoints(cfg: TrainConfig, metrics: list[dict]) -> list[int]:
+def expected_checkpoints(cfg: TrainConfig, metrics: list) -> list[int]:
     """The schedule as the config's docstring states it, from the run's evaluations."""
     steps = []
     for s in range(1, cfg.steps + 1):
-        solved = any(m["mse"] < cfg.checkpoint_dense_until for m in metrics if m["step"] < s)
+        solved = any(m.mse < cfg.checkpoint_dense_until for m in metrics if m.step < s)
         if s % cfg.checkpoint_every == 0 or s % cfg.checkpoint_dense_every == 0 and not solved \
                 or s == cfg.steps:
             steps.append(s)
@@ -216,7 +217,7 @@ def expected_checkpoints(cfg: TrainConfig, metrics: list[dict]) -> list[int]:
 def test_dense_checkpoints_until_solved_then_sparse_and_resume_is_bit_identical(tmp_path):
     model_cfg, base = small(steps=24, eval_every=3, checkpoint_every=10, checkpoint_dense_every=2)
     probe = run(model_cfg, base)  # in memory: where the evaluations go
-    mses = sorted(m["mse"] for m in probe.metrics)
+    mses = sorted(m.mse for m in probe.metrics)
     cfg = replace(base, checkpoint_dense_until=mses[len(mses) // 2])  # solved half way
     straight = run(model_cfg, replace(cfg, out_dir=str(tmp_path / "a")))
     kept = [s for s, _ in RunDir(tmp_path / "a").checkpoints()]

@@ -13,7 +13,7 @@ from invperm_interp.analysis.faithfulness import Faithfulness
 from invperm_interp.analysis.faithfulness import Tester as CircuitTester
 from invperm_interp.analysis.hypothesis import Hypothesis
 from invperm_interp.analysis.mechanism import Mechanism, name_on
-from invperm_interp.analysis.minimal import candidate_cells, read_candidates
+from invperm_interp.analysis.minimal import ExactSearch, candidate_cells, read_candidates
 from invperm_interp.analysis.templates import explain
 from invperm_interp.analysis.verdict import Rule, is_faithful
 from invperm_interp.maths import constructions as C
@@ -81,7 +81,7 @@ def test_a_straddling_interval_is_borderline_not_a_flip():
     mech = mechanism(model, batch, rule=Rule(0.0, f.circuit.loss_recovered), exact=False)
     assert mech.name is None and "two_block" in mech.borderline  # no name: the verdict says why
     assert mech.verdict == "borderline" and mech.faithfulness.hypothesis in mech.borderline
-    assert mech.answer == ("borderline", None) and str(mech.answer) == "borderline"
+    assert mech.answer == ("borderline", None, ()) and str(mech.answer) == "borderline"
     assert "borderline" in str(mech)
     again = Mechanism.from_dict(mech.to_dict())
     assert again == mech
@@ -152,7 +152,7 @@ def test_the_exact_search_beats_a_greedy_start_and_says_when_it_cannot_prove():
     exact = minimal_circuit(model, batch, starts=[start])
     # at this β theorem2's lookups need not its -1 guard (99%+ of rows without it)
     assert exact.optimal and exact.size == 2 and exact.faithful
-    capped = minimal_circuit(model, batch, starts=[start], max_evaluations=1)
+    capped = minimal_circuit(model, batch, starts=[start], exact=ExactSearch(max_evaluations=1))
     assert not capped.optimal and capped.faithful and capped.size >= exact.size
 
 
@@ -228,8 +228,8 @@ def test_name_on_another_batch_is_the_rule_without_the_minimal_circuit():
     model = perturb(C.build("appendix_b", 4, 10.0), gauge=1.0, noise=0.2, seed=3)
     batch = batch_for(model, 700)
     assert name_on(model, batch) == mechanism(model, batch, exact=False).answer \
-        == ("faithful", "appendix_b")
-    assert name_on(model, batch, ablation="mean") == ("faithful", "appendix_b")
+        == ("faithful", "appendix_b", ())
+    assert name_on(model, batch, ablation="mean") == ("faithful", "appendix_b", ())
 
 
 def test_head_is_the_first_samples():

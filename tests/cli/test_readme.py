@@ -63,6 +63,9 @@ def test_the_python_blocks_run_in_order_as_one_script(tmp_path):
                           text=True, timeout=600, env={"PYTHONPATH": str(REPO / "src"),
                                                        "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-3000:]
+    # what the block's comments say it prints: layer 1's pattern shape and the mechanism's name
+    assert "torch.Size([64, 1, 8, 8])" in done.stdout, done.stdout[-2000:]
+    assert done.stdout.splitlines()[-1] == "two_block", done.stdout[-2000:]
 
 
 @pytest.mark.slow

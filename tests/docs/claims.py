@@ -38,6 +38,28 @@ def census() -> dict[str, int]:
         out[f"{key}_MEAN"] = sum(r["name_mean_ablation"] == name for r in mine)
         out[f"{key}_RES"] = sum(r["name_resample_ablation"] == name for r in mine)
     out["SUP_NOT"] = out["SUP_RUNS"] - out["SUP_RES"]
+    out.update(ties(solved))
+    return out
+
+
+def ties(solved: list[dict]) -> dict[str, str]:
+    """The zero-ablation ties recounted from each named run's recorded intervals, independently of
+    the library: another faithful construction (signs agreeing) whose loss-recovered interval
+    (± 1.96 standard errors) overlaps the named one's, or within 1e-4 of it."""
+    out = {}
+    for kind, prefix in (("bidirectional", "BI"), ("scratch", "SC")):
+        named = [r for r in solved if r["kind"] == kind and r["mechanism"] not in ("none", "borderline")]
+        tied = 0
+        for r in named:
+            by = {t["name"]: t for t in r["tested"]}
+            best = by[r["mechanism"]]
+            lo, hi = (best["loss_recovered"] + s * 1.96 * best["recovered_se"] for s in (-1, 1))
+            tied += any(t["verdict"] == "faithful" and t["name"] != r["mechanism"] and (
+                abs(t["loss_recovered"] - best["loss_recovered"]) <= 1e-4
+                or (t["loss_recovered"] - 1.96 * t["recovered_se"] <= hi
+                    and lo <= t["loss_recovered"] + 1.96 * t["recovered_se"])) for t in r["tested"])
+        out[f"TIES_{prefix}"] = f"{tied} of {len(named)}"
+        out[f"ALSO_{prefix}"] = str(sum(bool(r["also_faithful"]) for r in named))
     return out
 
 
@@ -78,3 +100,50 @@ def dynamics() -> dict[str, int | float | str]:
             "MASS_FIRST": -mass["first cell formed - drop (median)"],
             "MASS_GUARD": f"{guard_first} of {len(mass_runs)}",
             "SUP_ORDER": sup["runs with that order"].replace("/", " of ")}
+
+
+def discovery() -> dict[str, str]:
+    """The discovery report's numbers (assets/discovery.json), recounted from its per-run rows."""
+    data = load("discovery.json")
+    per_run = data["census"]["per_run"].values()
+    forms = data["census"]
+    out = {"D_NONE": str(forms["runs"]), "D_FORMS": str(forms["forms"]),
+           "D_SHARED": str(forms["forms_held_by_several"]),
+           "D_SHARED_RUNS": str(forms["runs_in_shared_forms"]),
+           "D_HOLD7": str(sum(v["superposed_cells_held"] >= 7 for v in per_run)),
+           "D_XP": str(sum("(x, pos.P)" in v["layer1_content_query"] for v in per_run)),
+           "D_XY": str(sum("(x, pos.Y)" in v["layer1_content_query"] for v in per_run))}
+    none = [r for r in data["runs"] if r["census_names"]["zero"] == "none"]
+    out["R_NONE"], out["R_ALL"] = str(len(none)), str(len(data["runs"]))
+    for style in ("zero", "mean", "resample", "scrub"):
+        key = style.upper()[:3]
+        named = [r for r in none if r["names"][style][1]]
+        out[f"R_{key}_NOW"] = f"{len(named)} of {len(none)}"
+        out[f"R_{key}_GUARDED"] = str(sum(r["names"][style][1].endswith("_guarded")
+                                          and not r["names"][style][2] for r in named))
+        out[f"R_{key}_TIES"] = str(sum(bool(r["names"][style][2]) for r in named))
+        if style != "scrub":
+            before = sum(r["census_names"][style] not in ("none", "borderline") for r in none)
+            out[f"R_{key}_BEFORE"] = f"{before} of {len(none)}"
+        left = sorted(r["completeness"][style] for r in data["runs"])
+        out[f"R_{key}_WITHOUT"] = f"{(left[(len(left) - 1) // 2] + left[len(left) // 2]) / 2:.3f}"
+    unnamed = sum(r["names"]["resample"][1] is None for r in none)
+    guarded = int(out["R_RES_GUARDED"])
+    out["R_RES_LEFT"] = f"{unnamed} unnamed ({unnamed / len(none):.0%}, Wilson {wilson(unnamed, len(none))})"
+    out["R_RES_WILSON"] = f"{guarded} of the {len(none)} (Wilson {wilson(guarded, len(none))})"
+    out["R_RES_BEFORE_LEFT"] = str(len(none) - int(out["R_RES_BEFORE"].split()[0]))
+    rows = data["runs"]
+    widest = max(rows, key=lambda r: len(data["behaviour"][r["run"]]))
+    d, seed = widest["run"].removeprefix("scratch_d").split("_seed")
+    out["B_WIDEST"] = f"d = {d} seed {seed}"
+    out["B_WIDE"] = f"{len(data['behaviour'][widest['run']])} of {len(rows)}"
+    out["B_SETS"] = str(len({frozenset(v) for v in data["behaviour"].values()}))
+    return out
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> str:
+    """The Wilson 95% interval of ``k / n`` as ``"55%–93%"`` (an independent formula)."""
+    p, z2 = k / n, z * z
+    centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), z * (p * (1 - p) / n + z2 / (4 * n * n)) ** 0.5 / (
+        1 + z2 / n)
+    return f"{max(0.0, centre - half):.0%}–{min(1.0, centre + half):.0%}"

@@ -60,3 +60,15 @@ def test_every_ablation_style_runs_its_variants_batched(ablation, monkeypatch):
     f = faithfulness(model, "two_block", batch, ablation=ablation)
     assert f.circuit.rows_exact == 1.0 and len(f.minimality) == 2
     assert len(calls) <= 2  # the clean run (and the reference batch's, for mean and resample)
+
+
+def test_the_architecture_tests_limits_are_the_ones_section_8_states():
+    """Section 8 says what the architecture test fails on; its size cap is the test's."""
+    test = (REPO / "tests" / "test_architecture.py").read_text()
+    (cap,) = re.findall(r"^MAX_LINES = (\d+)$", test, flags=re.M)
+    (stated,) = re.findall(r"on a module over (\d+) lines", " ".join(DESIGN.split()))
+    assert stated == cap
+    for check in ("def test_no_import_cycle_in_the_package",
+                  "def test_nothing_under_training_imports_transformer_lens",
+                  "assert doc and len(doc.split()) >= 8"):  # every subpackage has a docstring
+        assert check in test, check

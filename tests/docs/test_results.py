@@ -1,8 +1,10 @@
 """Every number the README and the results pages quote is recomputed here from the committed
 assets/ (tests/docs/claims.py) and found, in its sentence, on the page."""
 
+import re
+
 import pytest
-from claims import census, dynamics, fill, load
+from claims import census, discovery, dynamics, fill, load
 from helpers import REPO
 
 
@@ -25,7 +27,50 @@ CENSUS = [
     "MASS_MEAN;",
     "Appendix B under mean ablation in APPB_MEAN of APPB_RUNS and under resampling in APPB_RES.",
     "in SUP_NOT of SUP_RUNS runs the name does not survive resampling",
+    "no named run of the committed census is a tie under zero ablation: TIES_BI bidirectional and "
+    "TIES_SC causal-scratch runs (another construction is faithful too in ALSO_SC of the scratch runs",
 ]
+
+DISCOVERY = [
+    "The D_NONE solved causal-scratch runs the rule calls 'none' hold D_FORMS minimal-circuit cell "
+    "sets once a layer's copies are identified",
+    "D_SHARED of them held by more than one run (D_SHARED_RUNS runs). D_HOLD7 of the D_NONE hold at "
+    "least 7 of the 9 cells of `theorem3_superposed` as recorded;",
+    "`(x, pos.P)`, in D_XP runs (`(x, pos.Y)` in D_XY): superposed circuits, most with a guard",
+    "| zero | R_ZER_BEFORE | R_ZER_NOW | R_ZER_GUARDED | R_ZER_TIES | R_ZER_WITHOUT |",
+    "| mean | R_MEA_BEFORE | R_MEA_NOW | R_MEA_GUARDED | R_MEA_TIES | R_MEA_WITHOUT |",
+    "| resample | R_RES_BEFORE | R_RES_NOW | R_RES_GUARDED | R_RES_TIES | R_RES_WITHOUT |",
+    "| scrub | - | R_SCR_NOW | R_SCR_GUARDED | R_SCR_TIES | R_SCR_WITHOUT |",
+    "median loss recovered without the named circuit (all R_ALL runs)",
+    "the guarded superposed form alone names R_RES_WILSON, the plain one",
+    "the headline test leaves R_RES_LEFT where the census's registry left R_RES_BEFORE_LEFT.",
+    "the widest, B_WIDEST's, runs B_WIDE runs, and the R_ALL circuits run B_SETS different sets",
+]
+
+
+def test_the_census_pages_reading_of_the_discovery_runs_is_what_their_names_say():
+    runs = load("discovery.json")["runs"]
+    none = [r for r in runs if r["census_names"]["zero"] == "none"]
+    resample = [r["names"]["resample"] for r in none]
+    guarded = sum(n[1] == "theorem3_superposed_guarded" and not n[2] for n in resample)
+    family = sum(bool(n[1]) and {n[1], *n[2]} <= {"theorem3_superposed", "theorem3_superposed_guarded"}
+                 for n in resample)
+    assert f"form alone names {guarded} of the" in text("docs/results/census.md")
+    assert f"the plain one or a tie of the two {family - guarded} more" in text("docs/results/census.md")
+    left = ["scratch_d6_seed9", "scratch_d10_seed1"]
+    assert [r["run"] for r in none if r["names"]["resample"][1] is None] == left
+    assert all(r["names"][s][1] is None for r in none if r["run"] in left
+               for s in ("zero", "mean", "resample"))
+    census = {r["run"]: r for r in load("census.json")["runs"]}
+    assert all({census[run][k] for k in ("mechanism", "name_mean_ablation", "name_resample_ablation")}
+               == {"none"} for run in left)  # 'none' under every style in the census too
+    (twin,) = [r["names"]["resample"] for r in none if r["run"] == "scratch_d10_seed58"]
+    assert {twin[1], *twin[2]} == {"theorem3_superposed_complement",
+                                   "theorem3_superposed_complement_guarded"}
+    mass = [r for r in runs if r["census_names"]["zero"] == "theorem3_two_block_mass"]
+    assert len(mass) == 2 and all(
+        {r["names"][s][1], *r["names"][s][2]} == {"theorem3_two_block", "theorem3_two_block_mass"}
+        for r in mass for s in ("mean", "resample"))
 
 DYNAMICS = [
     "0 of FAITHFUL_RUNS runs whose final circuit ever turns faithful",
@@ -46,6 +91,21 @@ DYNAMICS = [
 @pytest.mark.parametrize("fragment", CENSUS)
 def test_the_census_page_quotes_the_committed_census(fragment):
     assert fill(fragment, census()) in text("docs/results/census.md")
+
+
+def test_the_census_page_says_what_each_style_can_tell_apart_as_the_registry_derives_it():
+    from invperm_interp.analysis.ties import SIGNS, comparable, untold_pairs
+
+    page = (REPO / "docs" / "results" / "census.md").read_text()
+    for style in ("zero", "mean", "resample", "scrub"):
+        pairs = [f"{a} ~ {b}" for group in (("plain", "bidirectional"), ("scratch", "causal"))
+                 for a, b, r in untold_pairs(comparable(*group), style) if r == SIGNS]
+        assert f"| {style} | {', '.join(pairs) or 'none'} | none |" in page
+
+
+@pytest.mark.parametrize("fragment", DISCOVERY)
+def test_the_census_page_quotes_the_discovery_report(fragment):
+    assert fill(fragment, discovery()) in text("docs/results/census.md")
 
 
 @pytest.mark.parametrize("fragment", DYNAMICS)
@@ -77,7 +137,13 @@ def test_the_readme_numbers_come_from_the_assets():
     assert all(construction(f"{t}_as_printed")["max_error"] == 1.0 for t in ("theorem2", "theorem3"))
     assert "(max error 1 at d = 10" in readme
     assert fill("two-block circuit in BI_TWO of BI_SOLVED solved census runs", numbers) in readme
-    assert fill("SC_NAMED of their SC_SOLVED solved runs run one of three registered", numbers) in readme
+    assert fill("in SC_NAMED of their SC_SOLVED solved runs the rule names one of three registered",
+                numbers) in readme
+    assert fill("R_RES_NOW runs it leaves unnamed are named under resample ablation by a superposed "
+                "circuit, R_RES_GUARDED of them only with a layer-1 content guard", discovery()) in readme
+    assert all(r["names"]["resample"][1].startswith("theorem3_superposed")
+               for r in load("discovery.json")["runs"]
+               if r["census_names"]["zero"] == "none" and r["names"]["resample"][1])
 
 
 def test_the_readme_beyond_the_note_numbers_come_from_the_assets():
@@ -121,3 +187,47 @@ def test_the_notes_page_numbers_come_from_the_assets():
 def test_no_page_quotes_a_machines_load():
     for path in ["README.md", *(p.relative_to(REPO) for p in (REPO / "docs").rglob("*.md"))]:
         assert "load " not in text(str(path)), path
+
+
+def test_the_readmes_set_up_and_demo_numbers_are_the_codes():
+    """The torch pin, the Python version and the demo's models (d, steps, recipe) the README names
+    are those of the Makefile, pyproject.toml and `invperm demo`."""
+    from invperm_interp.cli.main import build_parser
+    from invperm_interp.config import TrainConfig
+    from invperm_interp.sweep.grid import tomllib
+
+    readme = text("README.md")
+    (pin,) = set(re.findall(r"torch==[\d.]+", (REPO / "Makefile").read_text()))
+    assert readme.count(pin) == 2 and len(set(re.findall(r"torch==[\d.]+", readme))) == 1
+    python = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert f"Only Python ≥ {python.removeprefix('>=')} is needed" in readme
+    demo = build_parser().parse_args(["demo"])
+    recipe = TrainConfig(steps=1).resolved().optimizer
+    assert (f"the note's two models (bidirectional and causal, d = {demo.d}, {demo.steps:,} "
+            f"{recipe.capitalize()} steps each)") in readme
+
+
+#: The front page's newcomer tasks: the row of its "to … read" table, and what the pages it links
+#: must hold between them (the second click lands on it).
+NEWCOMER_TASKS = {
+    "train and analyse one model": ["invperm train", "invperm analyze"],
+    "run a sweep, locally or on Slurm": ["invperm sweep", "--executor slurm", "[slurm]"],
+    "read the census": ["assets/census.md", "census.png"],
+    "use TransformerLens tools on a model": ["run_with_cache", "to_transformer_lens"],
+}
+
+
+@pytest.mark.parametrize("task", NEWCOMER_TASKS)
+def test_the_front_page_reaches_each_newcomer_task_in_two_clicks(task):
+    (row,) = [line for line in (REPO / "README.md").read_text().splitlines()
+              if line.startswith(f"| {task} |")]
+    pages = [REPO / link for link in re.findall(r"\]\(([^)#]+\.md)\)", row)]
+    assert pages and all(p.is_file() for p in pages), row
+    held = " ".join(p.read_text() for p in pages)
+    assert all(needed in held for needed in NEWCOMER_TASKS[task]), (task, pages)
+
+
+def test_every_link_on_the_front_page_resolves():
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (REPO / "README.md").read_text())
+    assert len(links) > 10
+    assert [link for link in links if not link.startswith("http") and not (REPO / link).exists()] == []

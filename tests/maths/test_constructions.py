@@ -173,7 +173,7 @@ def test_cli_construct_errors_exit_2(argv, capsys):
 def test_register_checks_a_construction_with_verify():
     cells = [(0, "pos.Y", "pos.P", "I"), (1, "pos.P", "L1.x", "I")]  # two_block, under a new name
     try:
-        spec = C.register("my_two_block", cells, read="L2.x", description="mine")
+        spec = C.register("my_two_block", cells, C.Wiring(read="L2.x"), description="mine")
         assert spec.beta_exact is not None and C.names()[-1] == "my_two_block"
         model = C.build("my_two_block", 5, spec.beta_exact)
         assert C.verify(model).max_error < 1e-6
@@ -224,8 +224,8 @@ def test_register_refuses_reserved_odd_and_taken_names(name, match):
     ([(0, "pos.Y", "pos.P", "K")], {}, "template"),
     ([(2, "pos.Y", "pos.P", "I")], {}, "layer"),
     ([(0, "pos.S", "pos.P", "I")], {}, "pos.S"),  # no scratch rows in the plain layout
-    ([(0, "pos.Y", "pos.P", "I")], {"read": "L3.x"}, "L3.x"),
-    ([(0, "pos.Y", "pos.P", "I")], {"layout": "code"}, "layout"),
+    ([(0, "pos.Y", "pos.P", "I")], {"wiring": C.Wiring(read="L3.x")}, "L3.x"),
+    ([(0, "pos.Y", "pos.P", "I")], {"wiring": C.Wiring(layout="code")}, "layout"),
     ([(0, "pos.Y", "pos.P", "I")], {"min_d": 0}, "min_d and max_d"),
     ([(0, "pos.Y", "pos.P", "I")], {"min_d": 5, "max_d": 4}, "min_d and max_d"),
     ([(0, "pos.Y", "pos.P", "I")], {"max_d": 2.5}, "min_d and max_d"),
@@ -239,7 +239,7 @@ def test_register_refuses_bad_constructions(cells, kwargs, match):
 def test_a_signed_read_out_is_built_as_a_signed_sum():
     cells = [(0, "pos.Y", "pos.P", "I"), (1, "pos.P", "L1.x", "I")]
     try:
-        C.register("signed", cells, read="L2.x - L1.x + L2.L1.x", beta=60.0)
+        C.register("signed", cells, C.Wiring(read="L2.x - L1.x + L2.L1.x"), beta=60.0)
     except ValueError:
         pass  # it need not solve the task; build must still honour the signs
     spec = C.ConstructionSpec("signed", "", "bidirectional", "plain", "P", "L2.x - L1.x + L2.L1.x",

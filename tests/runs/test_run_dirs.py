@@ -133,14 +133,14 @@ def test_reusing_a_run_of_another_seed_is_refused(tmp_path):
 
 
 def test_a_finished_run_without_its_metrics_file_still_reports_its_last_record(tmp_path):
-    """demo reads ``final_metrics["causal_floor"]`` of a reused run; a deleted metrics.jsonl made
+    """demo reads ``final_metrics.causal_floor`` of a reused run; a deleted metrics.jsonl made
     that a KeyError. The final file keeps the last record."""
     d, model_cfg, train_cfg = finished(tmp_path)
     last = RunDir(d).read_metrics()[-1]
     (d / "metrics.jsonl").unlink()
     with pytest.warns(RunWarning, match=r"metrics.jsonl lacks the records up to step 6"):
         reused = train_or_reuse(model_cfg, train_cfg, progress=False)
-    assert reused.final_metrics == last and "causal_floor" in reused.final_metrics
+    assert reused.final_metrics == last and reused.final_metrics.causal_floor is not None
 
 
 # -- resume without checkpoints, or with a damaged final file -----------------------------------------
@@ -167,7 +167,7 @@ def test_a_run_killed_before_its_first_checkpoint_still_restarts(tmp_path):
     d = tmp_path / "r"
     for p in (d / "checkpoints").iterdir():
         p.unlink()
-    (d / "metrics.jsonl").write_text(json.dumps(RunDir(d).read_metrics()[0]) + "\n")  # step 0 only
+    (d / "metrics.jsonl").write_text(json.dumps(RunDir(d).read_metrics()[0].to_dict()) + "\n")  # step 0 only
     resumed = resume(d, progress=False)
     assert_same_weights(resumed.model, run(model_cfg, replace(train_cfg, out_dir=None)).model)
 
@@ -298,7 +298,7 @@ def test_a_second_writer_is_refused_and_sigterm_checkpoints_then_resume_is_bit_i
     assert resumed.step == straight.step == end
     assert_same_weights(resumed.model, straight.model)
     on_disk = RunDir(out).read_metrics()
-    assert [m["step"] for m in on_disk] == list(range(0, end + 1, 10))
+    assert [m.step for m in on_disk] == list(range(0, end + 1, 10))
     assert strip(on_disk) == strip(straight.metrics)
 
 

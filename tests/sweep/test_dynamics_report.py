@@ -35,3 +35,53 @@ def test_beta_half_way_and_the_formation_spread_are_counted_from_the_runs():
     (row,) = [t for t in DYNAMICS["table"] if t["mechanism"] == "theorem3_two_block_mass"]
     middle = len(spreads) // 2
     assert row["cells' formation spread (median)"] == (spreads[middle - 1] + spreads[middle]) / 2
+
+
+def _curves(run: dict, top: float = 1.0) -> dict:
+    """Made-up curves rising to ``top`` around the run's drop, with a checkpoint at each of its
+    times (the committed rows hold no curves)."""
+    drop = run["drop"]
+    steps = sorted(set(range(0, drop + 400, 25)) | {run["faithful"] or 0})
+    rise = [min(1.0, max(0.0, (s - drop + 300) / 300)) * top for s in steps]
+    return {"steps": steps, "beta": rise, "circuit": rise, "eval_steps": steps,
+            "eval_mse": [2.5 * (1 - 0.99 * r / top) for r in rise]}
+
+
+def _hue_and_chroma(colour) -> tuple[float, float]:
+    """CIELAB hue angle (degrees) and chroma of an sRGB colour (D65), from the standard formulas."""
+    import math
+
+    from matplotlib.colors import to_rgb
+
+    rgb = [((v + 0.055) / 1.055) ** 2.4 if v > 0.04045 else v / 12.92 for v in to_rgb(colour)]
+    xyz = [sum(m * v for m, v in zip(row, rgb)) for row in (
+        (0.4124, 0.3576, 0.1805), (0.2126, 0.7152, 0.0722), (0.0193, 0.1192, 0.9505))]
+    f = [t ** (1 / 3) if t > 216 / 24389 else (24389 / 27 * t + 16) / 116
+         for t in (xyz[0] / 0.95047, xyz[1], xyz[2] / 1.08883)]
+    a, b = 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+    return math.degrees(math.atan2(b, a)) % 360, math.hypot(a, b)
+
+
+def test_the_dynamics_figure_tells_each_panels_mechanisms_apart_and_draws_progress_past_1(dynamics):
+    """The committed runs' mechanisms, each model's in its own panel: hues far apart (not red,
+    brown and orange side by side), the unnamed runs grey; a progress above 1 (a circuit better at
+    a checkpoint than at the end) is drawn where it is, against reference lines at 0 and 1."""
+    runs = [{**r, "curves": _curves(r, 1.4 if i == 0 else 1.0)}
+            for i, r in enumerate(DYNAMICS["runs"]) if r["drop"] is not None]
+    fig = dynamics.figure(runs)
+    kinds = [k for k in dynamics.KINDS if any(r["kind"] == k for r in runs)]
+    for col, kind in enumerate(kinds):
+        beta_ax = fig.axes[len(kinds) + col]  # row-major: MSE, β, circuit
+        colours = {line.get_color() for line in beta_ax.get_lines() if line.get_linestyle() == "-"
+                   and len(line.get_xdata()) > 2}
+        hues = [_hue_and_chroma(c) for c in colours if c != dynamics.UNNAMED_COLOUR]
+        mechanisms = {r["mechanism"] for r in runs if r["kind"] == kind}
+        assert len(colours) == len(mechanisms), kind
+        # matplotlib's red, brown and orange (C3, C5, C1) lie within 25° of hue of each other
+        assert min(min(abs(x - y), 360 - abs(x - y)) for i, (x, _) in enumerate(hues)
+                   for y, _ in hues[i + 1:]) >= 45, kind
+        assert min(chroma for _, chroma in hues) > 30 > _hue_and_chroma(dynamics.UNNAMED_COLOUR)[1]
+        assert ("none" in mechanisms) == (dynamics.UNNAMED_COLOUR in colours)
+        assert {line.get_ydata()[0] for line in beta_ax.get_lines()
+                if line.get_linestyle() == "--"} == {0.0, 1.0}
+    assert fig.axes[2 * len(kinds)].get_ylim()[1] > 1.4  # the first run's circuit, not cut off

@@ -1,8 +1,10 @@
 """invperm sweep: grid expansion and its errors, the local and (debug-executor) slurm paths, a
 sweep killed mid-way and rerun, and the report."""
 
+import html
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -209,7 +211,7 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     rows = lines(run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False))
     assert len(seen) == 4 and styles == [("resample", 4096, 4096)] * 4
     record = json.loads((out / "d2_seed0" / "mechanism.json").read_text())
-    assert record["name"] == "appendix_b" and record["under"] == {"resample": ["faithful", "theorem2"]}
+    assert record["name"] == "appendix_b" and record["under"] == {"resample": ["faithful", "theorem2", []]}
     run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False)
     assert len(styles) == 4  # now complete: nothing left to do
     # Other samples redo the whole analysis.
@@ -255,15 +257,38 @@ def test_a_malformed_sweep_jsonl_is_one_line_naming_file_and_line(tmp_path, caps
 
 
 def test_a_well_formed_sweep_jsonl_reports(tmp_path):
-    runs = [_record(), _record(name="d3_seed0", model=_record()["model"] | {"layout": {"d": 3}})]
+    from invperm_interp import Layout, ModelConfig
+
+    runs = [_record(), _record(name="d3_seed0", model=ModelConfig(Layout.plain(3)).to_dict())]
     (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     assert main(["sweep-report", str(tmp_path)]) == 0
     assert "d3_seed0" in (tmp_path / "sweep_report.md").read_text()
 
 
-def test_the_sweep_reports_median_of_two_is_their_mean_and_it_names_the_svg(tmp_path, capsys):
-    runs = [_record(steps_to_solve=800), _record(name="d2_seed1", steps_to_solve=1250)]
+def test_the_sweep_report_says_how_with_the_index_labels_and_its_median_is_the_mean_of_two(
+        tmp_path, capsys):
+    """Per model kind: runs, solved, the median (of 800 and 1250: their mean 1025, not the upper
+    1250) and the runs per mechanism, named by each run's typed record (its ``analysis``), not the
+    line's ``mechanism`` text; the same tables and labels in index.html, which it writes too."""
+    runs = [_record(steps_to_solve=800, mechanism="stale text"),
+            _record(name="d2_seed1", steps_to_solve=1250), _record(name="d2_seed2", steps_to_solve=None,
+                                                   final={"step": 20, "mse": 0.5, "row_acc": 0.0})]
+    runs[0]["analysis"] = analysed("two_block").to_dict()
+    runs[2]["analysis"] = analysed("none").to_dict()
     (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     assert main(["sweep-report", str(tmp_path)]) == 0
-    assert "| 2 of 2 | 1025 |" in (tmp_path / "sweep_report.md").read_text()  # not the upper 1250
-    assert "sweep_report.svg" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "sweep_report.svg" in out and "index.html" in out
+    report = (tmp_path / "sweep_report.md").read_text()
+    assert "| causal [P; Y] → P | 3 | 2 of 3 | 1,025 | two_block 2, none 1 |" in report
+    assert "the mean of the two middle values" in report and "stale text" not in report
+    tables = [line for line in report.splitlines() if line.startswith("| ") and "---" not in line]
+    page = (tmp_path / "index.html").read_text()
+    for header in (tables[0], tables[2]):  # both headers are the index's, label for label
+        assert all(f"<th>{h}</th>" in page or f"<th title='click to sort'>{h}</th>" in page
+                   for h in map(html.escape, header.strip("| ").split(" | "))), header
+    assert f"<h1>Sweep {tmp_path.name}</h1>" in page  # as `invperm report` titles it too
+    head = re.sub(r"<[^>]+>", "", page.split("<h2>Headline</h2>")[1].split("</div>")[0])
+    assert "2 of 3 runs learn the task (MSE < 0.001) in a median 1,025 steps" in head.replace(
+        "&lt;", "<")
+    assert "mechanism by the rule: two_block 2, none 1" in head

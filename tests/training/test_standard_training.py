@@ -31,7 +31,7 @@ def test_a_standard_run_resumes_bit_identically_and_loads_from_its_directory(tmp
     model_cfg, train_cfg = standard(name, steps=10, eval_every=3, checkpoint_every=100)
     assert StandardTransformer(model_cfg).through_note == (name == "through the map")
     straight = run(model_cfg, replace(train_cfg, out_dir=str(tmp_path / "a")))
-    assert straight.metrics[-1]["mse"] < straight.metrics[0]["mse"]  # it learns something
+    assert straight.metrics[-1].mse < straight.metrics[0].mse  # it learns something
     run(model_cfg, replace(train_cfg, out_dir=str(tmp_path / "b")), stop_at=5)
     resumed = resume(tmp_path / "b", progress=False)
     assert resumed.step == 10 and strip(resumed.metrics) == strip(straight.metrics)
@@ -47,7 +47,7 @@ def test_a_standard_run_resumes_bit_identically_and_loads_from_its_directory(tmp
 def test_early_stopping_ends_a_standard_run():
     model_cfg, train_cfg = standard("through the map", steps=30, eval_every=3, stop_at_mse=100.0)
     stopped = run(model_cfg, train_cfg)
-    assert stopped.step == 0 and stopped.metrics[-1]["stopped"]  # the first evaluation is below
+    assert stopped.step == 0 and stopped.metrics[-1].stopped  # the first evaluation is below
 
 
 def test_many_standard_runs_vectorised_equal_each_run_alone(tmp_path):

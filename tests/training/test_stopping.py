@@ -2,6 +2,7 @@
 default thread count."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ import torch
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.config import RECIPE_DEFAULTS, TrainConfig
 from invperm_interp.runs.checkpoint import load as load_checkpoint
+from invperm_interp.runs.evaluation import Evaluation
 from invperm_interp.training.cpu import threads_for
 from invperm_interp.training.run import Run
 from invperm_interp.training.single import resume, train
@@ -23,13 +25,13 @@ def cfgs(attention_dir="bidirectional", d=3, **train_kw):
 
 
 def without_time(metrics):
-    return [{k: v for k, v in m.items() if k not in ("wall_time", "stopped")} for m in metrics]
+    return [replace(m, wall_time=None, stopped=None) for m in metrics]
 
 
 def test_stop_at_mse_ends_at_the_first_evaluation_below_it(tmp_path):
     model_cfg, train_cfg = cfgs()
     full = train(model_cfg, train_cfg, progress=False)
-    mses = [m["mse"] for m in full.metrics]
+    mses = [m.mse for m in full.metrics]
     threshold = (mses[0] + mses[-1]) / 2  # crossed somewhere in the middle of the run
     first = next(i for i, v in enumerate(mses) if v < threshold)
     assert 0 < first < len(mses) - 1
@@ -37,10 +39,10 @@ def test_stop_at_mse_ends_at_the_first_evaluation_below_it(tmp_path):
     out = tmp_path / "run"
     stopped = train(model_cfg, TrainConfig(**{**train_cfg.to_dict(), "stop_at_mse": threshold,
                                               "out_dir": str(out)}), progress=False)
-    assert stopped.step == full.metrics[first]["step"] < train_cfg.steps
+    assert stopped.step == full.metrics[first].step < train_cfg.steps
     assert without_time(stopped.metrics) == without_time(full.metrics[: first + 1])
-    assert stopped.metrics[-1]["stopped"] == "stop_at_mse"
-    assert all("stopped" not in m for m in stopped.metrics[:-1])
+    assert stopped.metrics[-1].stopped == "stop_at_mse"
+    assert all(m.stopped is None for m in stopped.metrics[:-1])
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["stopped"] == "stop_at_mse" and lines[-1]["step"] == stopped.step
     _, meta = load_checkpoint(out / "final.safetensors")
@@ -58,7 +60,7 @@ def test_lifting_the_stop_on_resume_continues_the_same_trajectory(tmp_path):
     model_cfg, train_cfg = cfgs(steps=20)
     full = train(model_cfg, train_cfg, progress=False)
     out = tmp_path / "run"
-    threshold = full.metrics[2]["mse"] * 1.0001  # reached at the third evaluation (step 10)
+    threshold = full.metrics[2].mse * 1.0001  # reached at the third evaluation (step 10)
     train(model_cfg, TrainConfig(**{**train_cfg.to_dict(), "stop_at_mse": threshold,
                                     "out_dir": str(out)}), progress=False)
     config = json.loads((out / "config.json").read_text())
@@ -75,19 +77,19 @@ def test_plateau_at_the_causal_floor_stops_causal_models_only():
     # floor_patience evaluations agree.
     model_cfg, train_cfg = cfgs("causal", stop_at_floor=10.0, floor_patience=3)
     run = train(model_cfg, train_cfg, progress=False)
-    assert [m["step"] for m in run.metrics] == [0, 5, 10]
-    assert run.metrics[-1]["stopped"] == "causal_floor" and run.step == 10
+    assert [m.step for m in run.metrics] == [0, 5, 10]
+    assert run.metrics[-1].stopped == "causal_floor" and run.step == 10
     bidir_cfg, _ = cfgs("bidirectional")
     assert train(bidir_cfg, train_cfg, progress=False).step == train_cfg.steps
 
 
 def test_stop_reason_against_hand_made_metrics():
     cfg = TrainConfig(stop_at_floor=0.01, floor_patience=2, stop_at_mse=1e-3)
-    at = [{"mse": m, "causal_floor": 2.5} for m in (3.0, 2.52, 2.51)]
+    at = [Evaluation(step, m, causal_floor=2.5) for step, m in enumerate((3.0, 2.52, 2.51))]
     assert stop_reason(cfg, at[:2], causal=True) is None  # 3.0 is above 1.01 * 2.5
     assert stop_reason(cfg, at, causal=True) == "causal_floor"
     assert stop_reason(cfg, at, causal=False) is None
-    assert stop_reason(cfg, [{"mse": 9e-4, "causal_floor": 2.5}], causal=False) == "stop_at_mse"
+    assert stop_reason(cfg, [Evaluation(0, 9e-4, causal_floor=2.5)], causal=False) == "stop_at_mse"
     assert stop_reason(TrainConfig(), at, causal=True) is None
 
 

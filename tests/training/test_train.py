@@ -13,10 +13,12 @@ from helpers import assert_same_weights, run, small, strip, weights
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, Run, sample_batch
 from invperm_interp.cli import main
-from invperm_interp.config import TrainConfig, config_hash, learning_rate
+from invperm_interp.config import TrainConfig
 from invperm_interp.maths.floors import causal_floor
 from invperm_interp.model.disentangled import DisentangledTransformer, readout_forward
+from invperm_interp.runs.config_file import config_hash
 from invperm_interp.runs.directory import RunDir
+from invperm_interp.training.schedule import learning_rate
 from invperm_interp.training.single import resume, train_or_reuse
 from invperm_interp.training.trainer import seed_streams
 
@@ -149,7 +151,7 @@ def test_paper_recipe_is_the_notes_update_rule():
     assert clipped
     for name, p in model.state_dict().items():
         torch.testing.assert_close(result.model.state_dict()[name], p, rtol=1e-5, atol=1e-6)
-    assert [m["lr"] for m in result.metrics] == [1.0, pytest.approx(float(lr))]
+    assert [m.lr for m in result.metrics] == [1.0, pytest.approx(float(lr))]
 
 
 # -- determinism ------------------------------------------------------------------------------
@@ -182,9 +184,10 @@ def test_run_directory_layout_and_loading(tmp_path):
     stored = json.loads((d / "config.json").read_text())
     assert stored["train"]["lr"] == 1e-2 and stored["model"]["attention_dir"] == "bidirectional"
     lines = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
-    assert lines == r.metrics and [m["step"] for m in lines] == [0, 3, 6]
+    assert lines == [m.to_dict() for m in r.metrics] and [m["step"] for m in lines] == [0, 3, 6]
     assert {"mse", "entry_acc", "row_acc", "sample_acc", "train_mse", "lr", "causal_floor",
-            "attention_dir", "wall_time"} <= set(lines[-1])
+            "wall_time", "version"} <= set(lines[-1])
+    assert "attention_dir" not in lines[-1]  # config.json holds it
     assert lines[-1]["causal_floor"] == causal_floor(model_cfg.layout, "P") == 1.0
     loaded = Run.load(d)
     assert loaded.step == 6 and loaded.metrics == r.metrics
@@ -302,9 +305,9 @@ def test_bidirectional_learns_below_the_causal_floor_and_causal_stays_at_it():
     model_cfg, train_cfg = small(d=4, steps=600, batch_size=128, eval_every=600, eval_size=1024)
     floor = causal_floor(model_cfg.layout, "P")
     learned = run(model_cfg, train_cfg).final_metrics
-    assert learned["mse"] < 0.05 * floor and learned["row_acc"] > 0.99
+    assert learned.mse < 0.05 * floor and learned.row_acc > 0.99
     causal = run(replace(model_cfg, attention_dir="causal"), train_cfg).final_metrics
-    assert causal["mse"] >= floor - 0.05 and causal["causal_floor"] == floor
+    assert causal.mse >= floor - 0.05 and causal.causal_floor == floor
 
 
 # -- command line -----------------------------------------------------------------------------
@@ -366,7 +369,7 @@ def test_cli_trains_the_notes_code_layout(tmp_path, capsys):
     model_cfg, _ = RunDir(tmp_path / "code").read_config()
     assert model_cfg.layout == Layout.of(3, "0", "P", "Y", "0")
     assert model_cfg.layout.names == ("pad0", "P", "Y", "pad1") and model_cfg.readout == "pad0"
-    assert Run.load(tmp_path / "code").final_metrics["causal_floor"] == pytest.approx(3 / 4)
+    assert Run.load(tmp_path / "code").final_metrics.causal_floor == pytest.approx(3 / 4)
     assert main(["train", "--layout", "code", "--readout", "Y", "--out", str(tmp_path / "y"),
                  *common]) == 0
     assert RunDir(tmp_path / "y").read_config()[0].readout_rows == slice(6, 9)

@@ -20,14 +20,15 @@ def _fake_run(run_dir, d: int, seed: int, attention: str, mses: list[float], flo
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps(config))
     lines = [json.dumps({"step": 100 * (i + 1), "mse": m, "row_acc": 1.0 if m < 1e-3 else 0.0,
-                         "causal_floor": floor, "attention_dir": attention})
+                         "causal_floor": floor})
              for i, m in enumerate(mses)]
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     return config
 
 
-def _rows(page: str) -> list[list[str]]:
-    body = page.split("<tbody>")[1].split("</tbody>")[0]
+def _rows(page: str, table: str = "<table class='sortable'>") -> list[list[str]]:
+    """The cells of the page's ``table`` (by default the run table), tags stripped."""
+    body = page.split(table)[1].split("<tbody>")[1].split("</tbody>")[0]
     return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
             for tr in re.findall(r"<tr>(.*?)</tr>", body)]
 
@@ -46,6 +47,22 @@ def test_index_of_run_directories(tmp_path):
     assert rows["c_d4_s0"][5] == "1.001 = floor 1 + 0.001"
     assert '<a href="b_d4_s0/report.html">' in page and "(no report)" in rows["b_d4_s1"][0]
     assert page.count("<img ") == 1 and "sortable" in page and "addEventListener" in page
+
+
+def test_a_standard_run_is_shown_with_the_disentangled_shape_it_is_read_in(tmp_path):
+    for name, extra in (("att", {}), ("ln", {"layernorm": True, "d_mlp": 16})):
+        model = ModelConfig(Layout.plain(4), attention_dir="bidirectional", arch="standard",
+                            d_model=8, n_heads=2, **extra)
+        (tmp_path / name).mkdir()
+        config = {"model": model.to_dict(), "train": TrainConfig(steps=100, seed=0).to_dict()}
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps({"step": 100, "mse": 0.5}) + "\n")
+    rows = {r[0].split()[0]: r for r in _rows(write_index(tmp_path).read_text())}
+    # T = 8, so D_0 = 4 + 8 = 12, then each layer of 2 heads triples the width
+    assert rows["att"][1] == ("bidirectional [P; Y] → P (standard, d_model 8, d_head 4; read as "
+                              "disentangled, widths 12 → 36 → 108)")
+    assert rows["ln"][1] == ("bidirectional [P; Y] → P (standard, d_model 8, d_head 4, LayerNorm, "
+                             "MLP 16; no exact map)")
 
 
 def test_index_reads_a_sweep_jsonl(tmp_path):
@@ -72,6 +89,9 @@ def test_index_reads_a_sweep_jsonl(tmp_path):
     rows = {r[0].split()[0]: r for r in _rows(page)}
     assert rows["run0"][8] == "two_block (resample: none)" and rows["run1"][8] == "two_block"
     assert "the name the rule gives under mean or resample ablation" in page
+    # a line without its record: the name comes from the run's mechanism.json, not the line's text
+    (tmp_path / "run1" / "mechanism.json").write_text(json.dumps(analysed("appendix_b").to_dict()))
+    assert find_runs(tmp_path)[1].mechanism == "appendix_b"
     (tmp_path / "sweep.jsonl").write_text('{"name": "x"}\n')
     with pytest.raises(ValueError, match="line 1 is not a run record"):
         find_runs(tmp_path)

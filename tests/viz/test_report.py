@@ -15,15 +15,15 @@ from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
 from invperm_interp.labels import excess_text
 from invperm_interp.maths import constructions
+from invperm_interp.runs.evaluation import Evaluation
 from invperm_interp.viz.heatmaps import head_figure, plot_dependency, plot_patching, unembed_figure
 from invperm_interp.viz.page import BUNDLE, write_bundle
 from invperm_interp.viz.report import ReportContext, report_html
 from invperm_interp.viz.training import plot_accuracy, plot_training
 
 
-def _metrics(floor: float, last: float, attention: str) -> list[dict]:
-    return [{"step": s, "mse": m, "train_mse": m, "causal_floor": floor, "entry_acc": 0.75,
-             "row_acc": 0.625, "sample_acc": 0.125, "attention_dir": attention}
+def _metrics(floor: float, last: float) -> list[Evaluation]:
+    return [Evaluation(s, m, 0.75, 0.625, 0.125, train_mse=m, causal_floor=floor)
             for s, m in ((0, 5.0), (100, 2.6), (200, last))]
 
 
@@ -37,7 +37,7 @@ def theorem3():
 @pytest.fixture(scope="module")
 def theorem3_page(theorem3):
     model, batch, summary = theorem3
-    context = ReportContext("construction theorem3", _metrics(0.0, 1e-4, "causal"),
+    context = ReportContext("construction theorem3", _metrics(0.0, 1e-4),
                             TrainConfig(steps=200, seed=7, batch_size=256, eval_size=512))
     return report_html(model, summary, batch, context)
 
@@ -113,7 +113,7 @@ def test_run_details_are_said_once(theorem3_page):
 
 def test_results_show_excess_over_floor_and_accuracies(theorem3):
     model, batch, summary = theorem3
-    page = report_html(model, summary, batch, ReportContext(metrics=_metrics(2.5, 2.5025, "causal")))
+    page = report_html(model, summary, batch, ReportContext(metrics=_metrics(2.5, 2.5025)))
     results = _sections(page)["Results"]
     assert "2.5025 = floor 2.5 + 0.0025" in results  # the run's last eval, with enough digits
     assert excess_text(2.49, 2.5) == "2.49 = floor 2.5 − 0.01"
@@ -122,12 +122,12 @@ def test_results_show_excess_over_floor_and_accuracies(theorem3):
 
 
 def test_causal_curve_is_drawn_as_excess_over_the_floor():
-    fig = plot_training(_metrics(2.5, 2.5025, "causal"))
+    fig = plot_training(_metrics(2.5, 2.5025), causal=True)
     line = fig.axes[0].get_lines()[0]
     assert line.get_ydata()[-1] == pytest.approx(0.0025)
     assert fig.axes[0].get_yscale() == "symlog"
     accuracy = {ln.get_label(): ln.get_ydata()[-1]
-                for ln in plot_accuracy(_metrics(2.5, 2.5025, "causal")).axes[0].get_lines()}
+                for ln in plot_accuracy(_metrics(2.5, 2.5025)).axes[0].get_lines()}
     assert accuracy == {"entries exact": 0.75, "rows exact": 0.625, "samples exact (whole Y)": 0.125}
 
 
@@ -293,10 +293,10 @@ def test_mechanism_table_shows_every_condition_of_the_rule(theorem3):
 def test_training_caption_matches_what_is_drawn():
     from invperm_interp.viz.training import training_caption
 
-    assert "excess over the causal floor" in training_caption(_metrics(2.5, 2.5025, "causal"))
-    scratch = training_caption(_metrics(0.0, 1e-4, "causal"))  # causal, floor 0: the MSE itself
+    assert "excess over the causal floor" in training_caption(_metrics(2.5, 2.5025), causal=True)
+    scratch = training_caption(_metrics(0.0, 1e-4), causal=True)  # causal, floor 0: the MSE itself
     assert "excess" not in scratch and "floor is 0" in scratch
-    assert "causal twin" in training_caption(_metrics(2.5, 1e-4, "bidirectional"))
+    assert "causal twin" in training_caption(_metrics(2.5, 1e-4), causal=False)
 
 
 def test_cli_headline_writes_the_causal_mse_against_its_floor_and_names_its_batch(theorem3):

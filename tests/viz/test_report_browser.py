@@ -16,6 +16,7 @@ import torch
 from invperm_interp import sample_batch
 from invperm_interp.analysis.record import analyze
 from invperm_interp.maths import constructions
+from invperm_interp.runs.evaluation import Evaluation
 from invperm_interp.viz.page import write_bundle
 from invperm_interp.viz.report import ReportContext, write_report
 
@@ -54,10 +55,14 @@ window.addEventListener('load', () => { const __start = performance.now(); const
     firstPaint: (performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime ?? null,
     bundleAt: window.__bundleAt ?? null,
     attention: [...document.querySelectorAll('figure.attn')].map(f => {
-      const box = f.getBoundingClientRect();
-      const drawn = Math.max(...[...f.querySelectorAll('*')].map(e => e.getBoundingClientRect().right));
-      return {left: box.left, top: box.top, drawnRight: drawn};
+      const box = f.getBoundingClientRect(), inner = [...f.querySelectorAll('*')]
+        .map(e => e.getBoundingClientRect()).filter(r => r.width > 0 && r.height > 0);
+      return {left: box.left, top: box.top, right: box.right, bottom: box.bottom,
+              drawnLeft: Math.min(...inner.map(r => r.left)),
+              drawnRight: Math.max(...inner.map(r => r.right)),
+              drawnBottom: Math.max(...inner.map(r => r.bottom))};
     }),
+    pageOverflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
     overflow: [...document.querySelectorAll('table')].map(t => {
       const box = t.closest('div.table') || t.parentElement;
       return Math.max(box.scrollWidth - box.clientWidth,
@@ -119,9 +124,7 @@ def report_page(tmp_path_factory):
     model = constructions.build("theorem3", 3)
     batch = sample_batch(model.cfg.layout, 32, torch.Generator().manual_seed(0), dtype=torch.float64)
     summary = analyze(model, batch, "construction theorem3")
-    metrics = [{"step": s, "mse": 1.0 / (s + 1), "train_mse": None, "causal_floor": 0.0,
-                "entry_acc": 0.9, "row_acc": 0.5, "sample_acc": 0.1, "attention_dir": "causal"}
-               for s in (0, 10, 20)]
+    metrics = [Evaluation(s, 1.0 / (s + 1), 0.9, 0.5, 0.1, causal_floor=0.0) for s in (0, 10, 20)]
     single = write_report(model, summary, batch, tmp / "single" / "report.html",
                           ReportContext(metrics=metrics))
     write_bundle(tmp / "sweep")
@@ -146,6 +149,9 @@ def test_report_loads_offline_without_errors_and_renders(report_page, which):
     views = found["attention"]  # side by side at 1400 px, with white space between them
     assert len(views) == 2 and views[0]["top"] == views[1]["top"], views
     assert views[0]["drawnRight"] + 8 <= views[1]["left"], views
+    for v in views:  # each view draws inside its own figure
+        assert v["left"] <= v["drawnLeft"] and v["drawnRight"] <= v["right"], v
+        assert v["drawnBottom"] <= v["bottom"], v
     # the headline paints before the bundle (over a megabyte of script) is run
     assert found["firstPaint"] is not None and found["bundleAt"] is not None, found
     assert found["firstPaint"] < found["bundleAt"]
@@ -153,29 +159,44 @@ def test_report_loads_offline_without_errors_and_renders(report_page, which):
 
 @pytest.mark.parametrize("which", ["single", "shared"])
 def test_no_report_table_overflows_at_800_px(report_page, which):
+    """Nor the page: it does not scroll sideways, and each attention view stays in its figure."""
     tmp, single, shared = report_page
     found, _ = _load(single if which == "single" else shared, tmp, width=800)
     assert found["overflow"] and max(found["overflow"]) <= 0, found["overflow"]
+    assert found["pageOverflow"] <= 0, found["pageOverflow"]
+    views = found["attention"]
+    assert views and all(v["left"] <= v["drawnLeft"] and v["drawnRight"] <= v["right"]
+                         for v in views), views
 
 
 def test_no_index_table_overflows_at_800_px(tmp_path):
-    """The widest index: sweep-sized names, floors written out, the longest mechanism names."""
+    """The widest index: sweep-sized names, floors written out, the longest mechanism names, and
+    the steps-to-solve figure (two d) with its mechanisms, which draws."""
     import json
 
+    from helpers import analysed
     from test_index import _fake_run
 
     from invperm_interp.viz.index import write_index
 
-    for seed in range(3):
-        for attention, mses, floor in (("bidirectional", [2.0, 1e-4], 0.0),
-                                       ("causal", [2.6, 2.503912], 2.5)):
-            run = tmp_path / f"{attention}_scratch_d10_seed{seed}"
-            _fake_run(run, 10, seed, attention, mses, floor)
-            (run / "analysis.json").write_text(json.dumps(
-                {"mechanism": {"name": "theorem3_superposed_complement"}}))
+    records = []
+    for d in (8, 10):
+        for seed in range(3):
+            for attention, mses, floor in (("bidirectional", [2.0, 1e-4], 0.0),
+                                           ("causal", [2.6, 2.503912], 2.5)):
+                name = f"{attention}_scratch_d{d}_seed{seed}"
+                config = _fake_run(tmp_path / name, d, seed, attention, mses, floor)
+                records.append({"name": name, "status": "finished", "step": 200,
+                                "steps_to_solve": 200 if floor == 0 else None, "solve_mse": 1e-3,
+                                "final": {"step": 200, "mse": mses[-1], "row_acc": 1.0,
+                                          "causal_floor": floor},
+                                "mechanism": None, **config,
+                                "analysis": analysed("theorem3_superposed_complement").to_dict()})
+    (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     found, _ = _load(write_index(tmp_path), tmp_path, width=800)
     assert found["errors"] == [] and found["overflow"], found
-    assert max(found["overflow"]) <= 0, found["overflow"]
+    assert max(found["overflow"]) <= 0 and found["pageOverflow"] <= 0, found
+    assert found["images"] and all(i["ok"] for i in found["images"]), found["images"]
 
 
 def test_the_probe_sees_a_request_that_leaves_the_file(tmp_path):
@@ -199,8 +220,8 @@ def test_index_table_sorts_by_a_clicked_column(tmp_path):
       const th = [...document.querySelectorAll('th')].find(t => t.textContent === 'final MSE');
       th.click(); th.click();  // ascending, then descending
       const out = document.createElement('pre'); out.id = 'order';
-      out.textContent = [...document.querySelectorAll('tbody tr')].map(r => r.cells[0].textContent
-        .split(' ')[0]).join(',');
+      out.textContent = [...document.querySelectorAll('table.sortable tbody tr')]
+        .map(r => r.cells[0].textContent.split(' ')[0]).join(',');
       document.body.appendChild(out); });</script>"""
     page.write_text(page.read_text().replace("</body>", click + "</body>"))
     result = subprocess.run([BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu",

@@ -89,6 +89,32 @@ def test_patching_heatmap_labels_blocks_and_layers():
     assert min(t.get_fontsize() for t in ax.texts) * 4 / 3 >= 10  # cell values: >= 10 px drawn
 
 
+def test_a_figure_with_less_than_and_ampersand_in_its_text_reaches_the_browser_as_valid_svg():
+    """The page's HTML parser decodes entities in the image's URL; the SVG it then reads must still
+    be well-formed XML holding the text as drawn."""
+    import html.parser
+    import xml.dom.minidom
+    from urllib.parse import unquote
+
+    import matplotlib.pyplot as plt
+
+    from invperm_interp.viz.html import figure
+
+    fig, ax = plt.subplots()
+    ax.set_ylabel("MSE < 0.001 & rows > 99%")
+    srcs = []
+
+    class Images(html.parser.HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            srcs.extend(v for k, v in attrs if tag == "img" and k == "src")
+
+    Images().feed(figure(fig, "alt"))
+    svg = unquote(srcs[0].split(",", 1)[1])
+    texts = [t.firstChild.data for t in xml.dom.minidom.parseString(svg).getElementsByTagName("text")
+             if t.firstChild]
+    assert "MSE < 0.001 & rows > 99%" in texts
+
+
 def test_sweep_markers_sit_nearer_their_own_d_than_the_midpoint():
     from invperm_interp.viz.sweep import plot_sweep
 
@@ -98,3 +124,34 @@ def test_sweep_markers_sit_nearer_their_own_d_than_the_midpoint():
     xs = [x for ax in fig.axes for c in ax.collections for x, _ in c.get_offsets()]
     assert len(xs) == len(rows)
     assert max(abs(x - round(x)) for x in xs) < 0.25  # ticks at 0, 1, 2; midpoints at ±0.5
+
+
+def test_the_sweep_figure_stacks_each_grid_points_runs_by_mechanism():
+    """Below the steps, one bar per (model kind, d) under that kind's markers: its runs stacked by
+    mechanism, one colour per name, the same name the same colour at every point."""
+    from invperm_interp.viz.sweep import plot_sweep
+
+    names = {("a", 4): ["two_block", "two_block", "none"], ("a", 6): ["appendix_b", "two_block", None],
+             ("b", 4): ["theorem2", "theorem2", "theorem2"], ("b", 6): ["none", "none", "two_block"]}
+    rows = [{"group": g, "d": d, "seed": s, "steps": 100, "steps_to_solve": 50, "mechanism": n}
+            for (g, d), ns in names.items() for s, n in enumerate(ns)]
+    fig = plot_sweep(rows)
+    how = fig.axes[-1]
+    bars = [p for p in how.patches if p.get_height() > 0]
+    stacks: dict[float, list] = {}
+    for bar in bars:
+        stacks.setdefault(round(bar.get_x() + bar.get_width() / 2, 6), []).append(bar)
+    assert len(stacks) == 4  # one per grid point
+    markers = sorted(x for ax in fig.axes for c in ax.collections for x, _ in c.get_offsets())
+    for x, stack in stacks.items():
+        assert sum(b.get_height() for b in stack) == 3  # the point's three runs
+        assert sum(abs(m - x) < 0.1 for m in markers) == 3  # under its own three markers
+    legend = how.get_legend()
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels[:2] == ["two_block", "theorem2"]  # most runs first (4 and 3)
+    assert set(labels) == {"two_block", "theorem2", "appendix_b", "none", "not analysed"}
+    name_of = {tuple(p.get_facecolor()): t for p, t in zip(legend.get_patches(), labels)}
+    assert len(name_of) == 5  # one colour per name
+    heights = sorted((b.get_height(), name_of[tuple(b.get_facecolor())]) for b in bars)
+    assert heights == sorted([(2, "two_block"), (1, "none"), (1, "appendix_b"), (1, "two_block"),
+                              (1, "not analysed"), (3, "theorem2"), (2, "none"), (1, "two_block")])

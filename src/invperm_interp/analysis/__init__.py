@@ -27,6 +27,7 @@ from .mechanism import Mechanism, mechanism
 from .minimal import MinimalCircuit, minimal_circuit
 from .patch import (
     LabelledTensor,
+    Sites,
     mse_to,
     patch,
     patch_block_positions,
@@ -77,6 +78,7 @@ __all__ = [
     "ConstructionMatch",
     "HeadComparison",
     "LabelledTensor",
+    "Sites",
     "ablate_block",
     "ablate_mask",
     "ablate_scratch",

@@ -71,8 +71,9 @@ class Form:
         cells = ",\n    ".join(repr(c) for c in self.cells)
         return (f"from invperm_interp.maths import constructions\n\n"
                 f"constructions.register(\n    {name!r},\n    [{cells}],\n"
-                f"    layout={self.layout!r}, attention_dir={self.attention_dir!r}, "
-                f"readout={self.readout!r}, read={self.read!r},\n"
+                f"    constructions.Wiring(layout={self.layout!r}, "
+                f"attention_dir={self.attention_dir!r}, readout={self.readout!r}, "
+                f"read={self.read!r}),\n"
                 f"    description={('discovered: ' + self.text)!r},\n)\n")
 
 

@@ -5,13 +5,16 @@ read-out rows) with :func:`analysis.faithfulness.faithfulness`: each constructio
 their signs, at the model's own fitted per-cell β (not the construction's weights: trained cells
 carry constant offsets such as ``3.6·I − 1.2·1`` that a construction's single β does not). Its
 verdict (:func:`analysis.verdict.judge`) compares the confidence intervals of rows exact and loss
-recovered with the thresholds. A cell test alone cannot tell ``I`` from ``-I`` in one cell (the
-complement form ``theorem3_complement`` and ``theorem3_two_block`` share their cells), so the
-construction's templates must also fit the weights with positive β where they matter
-(``Faithfulness.signs_agree``).
+recovered with the thresholds. A cell test alone cannot tell ``I`` from ``-I`` in one cell
+(``theorem3_superposed`` and its complement twin, or ``theorem3_complement`` and
+``theorem3_two_block``, differ only in signs and in position-only cells, which mean and resample
+ablation keep: ``analysis.ties``), so the construction's templates must also fit the weights with
+positive β where they matter (``Faithfulness.signs_agree``).
 
 The name is the faithful construction (signs agreeing) that recovers the most loss (to 1e-4; then
-the fewest atoms); the others that pass are listed (``also_faithful``). When none passes, there is
+the fewest atoms); the others that pass are listed (``also_faithful``), and those the batch cannot
+rank below it (their loss-recovered intervals overlap, ``analysis.ties``) are named with it, as a
+tie (``tied``; ``"theorem3_two_block = theorem3_two_block_mass"``). When none passes, there is
 no name (``None``) and the verdict says why: borderline when one straddles a threshold (the
 candidates in ``borderline``: the batch cannot tell), else none, and :func:`minimal_circuit` says
 what the model does instead. ``invperm analyze``, the HTML report and ``analyses/`` all use this rule.
@@ -31,9 +34,10 @@ from ..model.hooked import HookedDisentangledTransformer
 from ..task import Batch
 from .faithfulness import Ablation, Faithfulness, Tester
 from .hypothesis import Hypothesis
-from .minimal import MinimalCircuit, minimal_circuit
+from .minimal import EXACT, MinimalCircuit, minimal_circuit
 from .placements import candidate_placements, hypothesis, summed, untested_reason
 from .templates import Circuit
+from .ties import tied_with
 from .verdict import (
     BORDERLINE,
     FAITHFUL,
@@ -55,9 +59,10 @@ __all__ = ["FAITHFUL_RECOVERED", "FAITHFUL_ROWS", "Mechanism", "MinimalCircuit",
 #: ``Mechanism.to_dict``'s format, in ``analysis.json`` and in a sweep's ``mechanism.json``
 #: (``analysis.sweep_record``): 2 added the verdict's intervals, ``also_faithful``, ``borderline``
 #: and the minimal circuit's ``optimal``; 3 the minimal circuit's ``candidates`` and one format for
-#: both files; 4 no name (``null``) where no construction is named, the verdict saying why
-#: (versions 1 to 3 of ``analysis.json`` still read).
-VERSION = 4
+#: both files; 4 no name (``null``) where no construction is named, the verdict saying why; 5 the
+#: constructions tied with the named one (``tied``; answers ``[verdict, name, tied]``). Versions 1 to
+#: 4 still read (no ties recorded).
+VERSION = 5
 #: The rule's tests run on the first this many samples of the batch; a construction whose interval
 #: straddles a threshold there is measured again on all of it (clear verdicts need few samples:
 #: the constructions that fail get at most 76% of rows).
@@ -80,8 +85,9 @@ class Mechanism:
     """The rule's answer: ``name`` (a registry construction, or ``None`` when the verdict is
     borderline or none), its faithfulness test (when borderline: the best straddling
     construction's; ``None`` when none), every fitting working construction's test (best first),
-    the minimal circuit, the other constructions that pass (``also_faithful``, best first) and
-    those whose intervals straddle a threshold (``borderline``)."""
+    the minimal circuit, the other constructions that pass (``also_faithful``, best first),
+    those whose intervals straddle a threshold (``borderline``) and those of ``also_faithful`` tied
+    with the named one (``tied``: the batch cannot rank them, ``analysis.ties``)."""
 
     name: str | None
     faithfulness: Faithfulness | None
@@ -92,6 +98,7 @@ class Mechanism:
     borderline: tuple[str, ...] = ()
     untested: str | None = None  # why no construction was tried (the model's shape or layout)
     placement: Placement | None = None  # where the named construction sits, beyond 2 layers × 1 head
+    tied: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -100,7 +107,7 @@ class Mechanism:
 
     @property
     def answer(self) -> Answer:
-        return Answer(self.verdict, self.name)
+        return Answer(self.verdict, self.name, self.tied)
 
     def __str__(self) -> str:
         if self.faithfulness is None:
@@ -116,7 +123,8 @@ class Mechanism:
                     f"alone get {score_text(f.circuit, self.rule.z)}, an interval that straddles "
                     f"the rule ({self.rule.rows:.1%} of rows, {self.rule.recovered:.0%} of the loss)")
         also = f"; also faithful: {', '.join(self.also_faithful)}" if self.also_faithful else ""
-        return (f"{self.name}: its {f.size_text} alone get {score_text(f.circuit, self.rule.z)} (MSE "
+        tie = f" (tied with {', '.join(self.tied)}: this batch cannot rank them)" if self.tied else ""
+        return (f"{self.name}{tie}: its {f.size_text} alone get {score_text(f.circuit, self.rule.z)} (MSE "
                 f"{f.circuit.mse:.3g} vs the model's {f.model.mse:.3g}, baseline {f.baseline:g}); "
                 f"without them: MSE {f.without.mse:.3g}{also}")
 
@@ -127,6 +135,7 @@ class Mechanism:
                 "borderline": list(self.borderline),
                 "faithfulness": None if self.faithfulness is None else self.faithfulness.to_dict(),
                 "tested": [t.to_dict() for t in self.tested], "minimal": self.minimal.to_dict(),
+                "tied": list(self.tied),
                 **({"untested": self.untested} if self.untested else {}),
                 **({"placement": self.placement.to_dict()} if self.placement else {})}
 
@@ -151,7 +160,8 @@ class Mechanism:
                    Rule(data["rows"], data["recovered"], data.get("z", RULE.z)),
                    tuple(data.get("also_faithful", ())), tuple(data.get("borderline", ())),
                    data.get("untested"),
-                   Placement.from_dict(data["placement"]) if data.get("placement") else None)
+                   Placement.from_dict(data["placement"]) if data.get("placement") else None,
+                   tuple(data.get("tied", ())))
 
 
 def ranked(tested: list[Faithfulness], rule: Rule = RULE
@@ -173,9 +183,11 @@ def ranked(tested: list[Faithfulness], rule: Rule = RULE
 def name_by_rule(tested: list, rule: Rule = RULE) -> Answer:
     """The rule's answer from tested constructions (anything with ``hypothesis``, ``circuit`` (a
     :class:`Score`), ``signs_agree`` and ``n_atoms``, e.g. records read back): the best faithful
-    one, else borderline when one straddles a threshold, else none."""
+    one (with those tied with it), else borderline when one straddles a threshold, else none."""
     good, straddle = ranked(list(tested), rule)
-    return Answer(FAITHFUL, good[0].hypothesis) if good else Answer(BORDERLINE if straddle else NONE)
+    if good:
+        return Answer(FAITHFUL, good[0].hypothesis, tied_with(good, rule))
+    return Answer(BORDERLINE if straddle else NONE)
 
 
 def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
@@ -245,10 +257,10 @@ def mechanism(model: HookedDisentangledTransformer, batch: Batch, *, circuit: Ci
     passing = [t for t in tested if t.signs_agree and rule.is_faithful(t.circuit)]
     starts = [Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in passing]
     minimal = minimal_circuit(model, first.batch, circuit=circuit, tester=first, rule=rule,
-                              starts=starts, exact=exact)
+                              starts=starts, exact=EXACT if exact else None)
     chosen = good[0] if good else (straddle[0] if straddle else None)
     name = chosen.hypothesis if good else None
     placed = parse(name, model.cfg.heads) if good and model.cfg.heads != (1, 1) else None
     return Mechanism(name, chosen, tuple(tested), minimal, rule,
                      tuple(t.hypothesis for t in good[1:]), tuple(t.hypothesis for t in straddle),
-                     untested_reason(model.cfg), placed)
+                     untested_reason(model.cfg), placed, tied_with(good, rule))

@@ -48,6 +48,18 @@ MAX_EVALUATIONS = 3000
 #: to be scored on 512 …
 SEARCH_SAMPLES = 512
 SCREEN_SAMPLES = 32
+
+
+@dataclass(frozen=True)
+class ExactSearch:
+    """The exact search's budget: at most ``max_cells`` candidate cells, ``max_evaluations``
+    scored sets (module docstring)."""
+
+    max_cells: int = MAX_EXACT_CELLS
+    max_evaluations: int = MAX_EVALUATIONS
+
+
+EXACT = ExactSearch()
 SCREEN_Z = 3.0
 #: When every smaller set would not fit the budget, only sets below this size are tried (a proof
 #: is out of reach; a much smaller circuit than the greedy one, as 2 cells against 25, is not) …
@@ -193,12 +205,11 @@ class _Search:
 def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
                     circuit: Circuit | None = None, tester: Tester | None = None,
                     rule: Rule = RULE,
-                    starts: Sequence[Hypothesis] = (), exact: bool = True,
-                    max_cells: int = MAX_EXACT_CELLS,
-                    max_evaluations: int = MAX_EVALUATIONS) -> MinimalCircuit:
+                    starts: Sequence[Hypothesis] = (),
+                    exact: ExactSearch | None = EXACT) -> MinimalCircuit:
     """The fewest cells of ``A`` (and blocks of ``W_U``) whose circuit-only model is faithful
     (module docstring). ``starts``: hypotheses known to be faithful, pruned as further answers of
-    the greedy search; ``exact=False`` skips the exact search."""
+    the greedy search; ``exact``: the exact search's budget (``None`` skips it)."""
     tester = tester or Tester(model, batch)
     circuit = circuit if circuit is not None else explain(model)
     cells, reads = candidate_cells(circuit), read_candidates(model)
@@ -219,7 +230,7 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
     bound = min((len(f[0]) for f in found), default=len(cells) + 1)
     optimal = False
     gate = bool(found) or (full.loss_recovered or 0.0) >= EXACT_GATE
-    if exact and gate and 0 < len(cells) <= max_cells:
+    if exact is not None and gate and 0 < len(cells) <= exact.max_cells:
         strongest = [max(reads, key=lambda b: _read_share(model, b))] if reads else []
         options = [list(reads), strongest, *(list(f[1]) for f in found),
                    *(list(s.read) for s in starts if s.read is not None)]
@@ -229,8 +240,8 @@ def minimal_circuit(model: HookedDisentangledTransformer, batch: Batch, *,
         ranked = sorted(cells, key=lambda c: -effect[c])
         total = sum(comb(len(ranked), k) for k in range(1, bound)) * len(options)
         # a proof out of reach: only look for a much smaller circuit than the greedy one
-        below = bound if total <= max_evaluations else min(bound, PARTIAL_BELOW)
-        better, exhausted = screen.exact(ranked, options, below, max_evaluations, confirm)
+        below = bound if total <= exact.max_evaluations else min(bound, PARTIAL_BELOW)
+        better, exhausted = screen.exact(ranked, options, below, exact.max_evaluations, confirm)
         optimal = proved_smallest(better is not None, exhausted, below, bound)
         search.evaluations += screen.evaluations
         if better is not None:

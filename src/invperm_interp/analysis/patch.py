@@ -71,6 +71,20 @@ class LabelledTensor:
                 "values": clean(self.values.tolist()), "attrs": dict(self.attrs)}
 
 
+@dataclass(frozen=True)
+class Sites:
+    """Which activations :func:`patch` tries: the hook point (``"resid_pre"`` or
+    ``"resid_post"``) and the layers, named blocks and positions (``None``: all of them)."""
+
+    hook: str = "resid_pre"
+    layers: Sequence[int] | None = None
+    blocks: Sequence[str] | None = None
+    positions: Sequence[int] | None = None
+
+
+EVERY_SITE = Sites()
+
+
 def mse_to(Y: Tensor) -> Metric:
     """The note's loss against targets ``Y (B, d, d)``: the usual patching metric here."""
     return lambda out: mse(out, Y)
@@ -82,18 +96,18 @@ def position_labels(model: HookedDisentangledTransformer) -> tuple[str, ...]:
 
 
 def patch(model: HookedDisentangledTransformer, clean_X: Tensor, corrupted_X: Tensor, metric: Metric,
-          *, hook: str = "resid_pre", axes: Sequence[str] = AXES, layers: Sequence[int] | None = None,
-          blocks: Sequence[str] | None = None, positions: Sequence[int] | None = None,
-          normalize: bool = False, progress: bool = True) -> LabelledTensor:
+          *, axes: Sequence[str] = AXES, sites: Sites = EVERY_SITE, normalize: bool = False,
+          progress: bool = True) -> LabelledTensor:
     """Patch clean activations into the corrupted run, one slice at a time; score with ``metric``.
 
     ``axes`` (containing ``"layer"``) are the dimensions of the result; an axis left out is patched
     whole (no ``"block"``: all the ``blocks`` at once; no ``"pos"``: all the ``positions`` at once).
-    ``layers``, ``blocks`` and ``positions`` (default: all) restrict what is tried. A block absent
-    from a layer's stream gives NaN.
+    ``sites`` (:class:`Sites`): the hook point, and the layers, blocks and positions tried (default:
+    all). A block absent from a layer's stream gives NaN.
     ``normalize=True`` reports ``(value - corrupted) / (clean - corrupted)``: 1 means the patch
     restores the clean metric, 0 that it does nothing. ``progress``: a tqdm bar over the patches.
     """
+    hook, layers, blocks, positions = sites.hook, sites.layers, sites.blocks, sites.positions
     if hook not in HOOKS:
         raise ValueError(f"hook must be one of {HOOKS}, got {hook!r}")
     axes = tuple(axes)

@@ -90,6 +90,18 @@ def placed(dic: Dictionary, a: int) -> Tensor:
 
 # -- matching pursuit ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class PursuitLimits:
+    """When :func:`pursue` stops adding atoms and which it keeps (``templates.explain``'s
+    arguments): ``min_share`` of the norm² the next atom must explain, ``tol`` the unexplained
+    share to stop at, ``max_atoms`` forward steps, ``significance`` the pruning's factor."""
+
+    min_share: float = 1e-3
+    tol: float = 1e-10
+    max_atoms: int = 32
+    significance: float = 2.0
+
+
+@dataclass(frozen=True)
 class Fit:
     selected: tuple[int, ...]
     betas: tuple[float, ...]
@@ -99,18 +111,19 @@ class Fit:
     residual: Tensor  # (D, D)
 
 
-def pursue(A: Tensor, stream: Stream, layer: int, dic: Dictionary, *, min_share: float,
-            tol: float, max_atoms: int, significance: float, tie_tol: float = 1e-6) -> Fit:
+def pursue(A: Tensor, stream: Stream, layer: int, dic: Dictionary, limits: PursuitLimits,
+           tie_tol: float = 1e-6) -> Fit:
     """Orthogonal matching pursuit of ``gauge_fix(A)`` over the gauge-fixed atoms of ``dic``.
 
     Each step takes the atom most correlated with the residual (``<r, gfix(M)> = <r, M>`` since the
     residual is already gauge-fixed); atoms parallel to it modulo gauge tie, and the tie goes to the
     atom whose raw cell carries the most of the raw ``A`` (so ``-1`` at (pos.P, pos.Y) is reported
     as the constructions write it, not as its twin ``+1`` at (pos.P, pos.P)); the others are kept as twins.
-    Forward steps stop after ``max_atoms``, once the residual share is below ``tol`` or when the
-    best atom would explain less than ``min_share`` of the norm²; then :func:`_prune` drops the
+    Forward steps stop (``limits``) after ``max_atoms``, once the residual share is below ``tol`` or
+    when the best atom would explain less than ``min_share`` of the norm²; then :func:`_prune` drops the
     atoms that do not stand out from the residual.
     """
+    min_share, tol, max_atoms = limits.min_share, limits.tol, limits.max_atoms
     fixed = gauge_fix(A, stream, layer)
     f = fixed.reshape(-1)
     total = float(f @ f)
@@ -149,7 +162,7 @@ def pursue(A: Tensor, stream: Stream, layer: int, dic: Dictionary, *, min_share:
         if float(r @ r) < tol * total:
             break
     n_free = (dic.D - dic.null_rank) * (dic.D - dic.key_rank)  # dimension of the gauge-fixed space
-    keep = prune(phis, f, n_free, significance * 2 * math.log(max(len(dic.cells), 2)))
+    keep = prune(phis, f, n_free, limits.significance * 2 * math.log(max(len(dic.cells), 2)))
     phis = [phis[i] for i in keep]
     betas, fitted = refit(phis, f)
     return Fit(tuple(selected[i] for i in keep), tuple(float(b) for b in betas), tuple(phis),

@@ -165,15 +165,16 @@ def _tester(model, batch, style: Style, keep: str, shift: int) -> Tester:
 
 
 def cell_patching(model: HookedDisentangledTransformer, hypothesis, batch: Batch, *,
-                  style: Style = "scrub", keep: str | None = None, read=None, unit: str | None = None,
-                  shift: int = 1, cells: Sequence[tuple[int, int, str, str]] | None = None
-                  ) -> PathPatching:
+                  style: Style = "scrub", keep: str | None = None, shift: int = 1,
+                  cells: Sequence[tuple[int, int, str, str]] | None = None) -> PathPatching:
     """Per (layer, head, query block, key block) cell outside the claim, the claim with that cell
     restored: its gauge-fixed weights outside the claim, in that cell only, run on the sample,
     the rest still replaced under ``style`` (``"scrub"``, or ``"zero"``, ``"mean"``,
     ``"resample"``). ``cells``: the cells to try (default every cell holding weights outside the
-    claim, norm above :data:`CELL_NORM`). The cell that recovers the loss is what the claim misses."""
-    hyp = as_hypothesis(model, hypothesis, read, unit)
+    claim, norm above :data:`CELL_NORM`). The cell that recovers the loss is what the claim misses.
+    ``hypothesis`` as in ``as_hypothesis`` (a ``Hypothesis`` from it carries its own read-out
+    blocks and unit)."""
+    hyp = as_hypothesis(model, hypothesis)
     tester = _tester(model, batch, style, keep or equivalence_of(hypothesis), shift)
     proj = tester.project(hyp, betas=False)
     rest = [f - k for f, k in zip(proj.fixed, proj.kept)]  # per layer (H, D, D), float64

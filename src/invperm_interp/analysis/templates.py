@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..maths.cells import TEMPLATES, TemplateFn, label, shifted
 from ..model.hooked import HookedDisentangledTransformer
-from .pursuit import Dictionary, Fit, build_dictionary, pursue
+from .pursuit import Dictionary, Fit, PursuitLimits, build_dictionary, pursue
 
 ZEROS = "zeros"  # the name reported for a cell that no atom explains
 
@@ -230,13 +230,11 @@ class _Explained:
 
 
 def _explain_head(model: HookedDisentangledTransformer, layer: int, head: int,
-                  library: dict[str, TemplateFn], min_share: float, tol: float,
-                  max_atoms: int, significance: float) -> _Explained:
+                  library: dict[str, TemplateFn], limits: PursuitLimits) -> _Explained:
     stream = model.stream
     dic = build_dictionary(stream, layer, library)
     A = _weights(model, layer, head)
-    fit = pursue(A, stream, layer, dic, min_share=min_share, tol=tol, max_atoms=max_atoms,
-                  significance=significance)
+    fit = pursue(A, stream, layer, dic, limits)
     atoms = []
     total = float(fit.fixed.pow(2).sum())
     for a, beta, phi, twins in zip(fit.selected, fit.betas, fit.phis, fit.twins):
@@ -270,8 +268,8 @@ def explain(model: HookedDisentangledTransformer, layer: int | None = None, head
     ``templates`` adds to the default library.
     """
     library = _library(templates)
-    parts = [_explain_head(model, lay, h, library, min_share, tol, max_atoms, significance)
-             for lay, h in _selection(model, layer, head)]
+    limits = PursuitLimits(min_share, tol, max_atoms, significance)
+    parts = [_explain_head(model, lay, h, library, limits) for lay, h in _selection(model, layer, head)]
     return _circuit_of(parts)
 
 
@@ -286,7 +284,7 @@ def _circuit_of(parts: list[_Explained]) -> Circuit:
 def explain_and_match(model: HookedDisentangledTransformer) -> tuple[Circuit, list[CellMatch]]:
     """:func:`explain` and :func:`match_templates` of every head with their defaults, from one fit."""
     library = _library(None)
-    parts = [_explain_head(model, lay, h, library, 1e-3, 1e-10, 32, 2.0)
+    parts = [_explain_head(model, lay, h, library, PursuitLimits())
              for lay, h in _selection(model, None, None)]
     return _circuit_of(parts), [row for part in parts for row in _cell_rows(model, part)]
 
@@ -300,10 +298,10 @@ def match_templates(model: HookedDisentangledTransformer, layer: int | None = No
 
     Arguments as in :func:`explain`; ``layer``/``head`` restrict the table (``None``: all).
     """
-    library = _library(templates)
+    library, limits = _library(templates), PursuitLimits(min_share, tol, max_atoms, significance)
     rows = []
     for lay, h in _selection(model, layer, head):
-        part = _explain_head(model, lay, h, library, min_share, tol, max_atoms, significance)
+        part = _explain_head(model, lay, h, library, limits)
         rows += _cell_rows(model, part)
     return rows
 

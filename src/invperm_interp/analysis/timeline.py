@@ -253,5 +253,5 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
             model.load_state_dict(final_weights)
         steps.append(analyse_step(model, batch, hyp, tests, named, final.step, rule))
         bar.update()
-    curve = tuple((m["step"], float(m["mse"])) for m in RunDir(run_dir).read_metrics())
+    curve = tuple((m.step, float(m.mse)) for m in RunDir(run_dir).read_metrics())
     return Timeline(run_dir.name, name, hyp, 0.25 * model.cfg.d, tuple(steps), curve, n, seed)

@@ -48,24 +48,37 @@ UNNAMED = (BORDERLINE, NONE)
 
 class Answer(NamedTuple):
     """The mechanism rule's answer on one batch (``analysis.mechanism``): its verdict,
-    :data:`FAITHFUL` with the ``name`` of the construction it names, or :data:`BORDERLINE` (an
+    :data:`FAITHFUL` with the ``name`` of the construction it names (and those ``tied`` with it:
+    faithful, and the batch cannot rank them, ``analysis.ties``), or :data:`BORDERLINE` (an
     interval straddles a threshold) or :data:`NONE` (none is faithful) with no name. ``str``: the
-    name, else the verdict (what tables show). A tuple: records store it as a JSON list."""
+    name, ``"a = b"`` for a tie, else the verdict (what tables show). A tuple: records store it as
+    a JSON list."""
 
     verdict: str
     name: str | None = None
+    tied: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        return self.name if self.name is not None else self.verdict
+        return " = ".join((self.name, *self.tied)) if self.name is not None else self.verdict
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The construction(s) named: the best and those tied with it (none when unnamed)."""
+        return () if self.name is None else (self.name, *self.tied)
 
     @classmethod
     def read(cls, data) -> Answer:
-        """From a record's ``[verdict, name]``; ``ValueError`` for anything else."""
-        verdict, name = data
-        if (verdict == FAITHFUL) != isinstance(name, str) or verdict not in (FAITHFUL, *UNNAMED):
-            raise ValueError(f"an answer must be [{FAITHFUL!r}, name] or [verdict in {UNNAMED}, "
-                             f"null], got {data!r}")
-        return cls(verdict, name)
+        """From a record's ``[verdict, name, tied]`` (``[verdict, name]`` before record version 5);
+        ``ValueError`` for anything else."""
+        if not isinstance(data, (list, tuple)) or len(data) not in (2, 3):
+            raise ValueError(f"an answer must be [verdict, name, tied], got {data!r}")
+        verdict, name, tied = (*data, []) if len(data) == 2 else data
+        if ((verdict == FAITHFUL) != isinstance(name, str) or verdict not in (FAITHFUL, *UNNAMED)
+                or not isinstance(tied, (list, tuple)) or not all(isinstance(n, str) for n in tied)
+                or (tied and name is None)):
+            raise ValueError(f"an answer must be [{FAITHFUL!r}, name, [tied names]] or [verdict "
+                             f"in {UNNAMED}, null, []], got {data!r}")
+        return cls(verdict, name, tuple(tied))
 
     @classmethod
     def of_label(cls, text: str) -> Answer:

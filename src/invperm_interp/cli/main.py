@@ -49,8 +49,8 @@ def _cmd_demo(args: argparse.Namespace) -> None:
         analyse_and_report(run.model, run_dir, context, n=512, seed=0, max_memory=args.max_memory)
     bi, ca = runs["bidirectional"].final_metrics, runs["causal"].final_metrics
     print(f"\n== the note's claim, on each run's fixed eval batch at its last step: the "
-          f"bidirectional model learns (MSE {bi['mse']:.3g}, rows exact {bi['row_acc']:.1%}); the "
-          f"causal one sits on its floor (MSE {excess_text(ca['mse'], ca['causal_floor'])}; 0.5 "
+          f"bidirectional model learns (MSE {bi.mse:.3g}, rows exact {bi.row_acc:.1%}); the "
+          f"causal one sits on its floor (MSE {excess_text(ca.mse, ca.causal_floor)}; 0.5 "
           f"everywhere scores {0.25 * args.d:.4g})")
     index = write_index(out, title=f"invperm demo: the note's two models at d = {args.d}")
     print(f"open {index}, or {RunDir(out / 'bidirectional').report} and "
@@ -149,12 +149,12 @@ def _cmd_train(args: argparse.Namespace) -> None:
                     max_memory=args.max_memory, force=args.force)
     from ..labels import excess_text
 
-    m = run.final_metrics
-    floor = m["causal_floor"] if m["attention_dir"] == "causal" else None
-    print(f"{run.dir}: step {run.step}, MSE on the eval batch {excess_text(m['mse'], floor)} "
-          f"({m['attention_dir']}; the causal floor of this layout and read-out is "
-          f"{m['causal_floor']:.4g}), rows exact {m['row_acc']:.1%}"
-          + (f"; stopped early ({m['stopped']})" if m.get("stopped") else ""))
+    m, attention = run.final_metrics, run.model_cfg.attention_dir
+    floor = m.causal_floor if run.model_cfg.causal else None
+    print(f"{run.dir}: step {run.step}, MSE on the eval batch {excess_text(m.mse, floor)} "
+          f"({attention}; the causal floor of this layout and read-out is "
+          f"{m.causal_floor:.4g}), rows exact {m.row_acc:.1%}"
+          + (f"; stopped early ({m.stopped})" if m.stopped else ""))
 
 
 DESCRIPTION = """\

@@ -30,11 +30,12 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
 
 
 def _cmd_sweep_report(args: argparse.Namespace) -> None:
-    """A sweep folder's table (sweep_report.md) and figure (sweep_report.png and .svg)."""
+    """A sweep folder's tables (sweep_report.md, and index.html to read them in a browser) and
+    figure (sweep_report.png and .svg)."""
     from ..sweep.report import write_sweep_report
 
     md, png = write_sweep_report(args.dir)
-    print(f"wrote {md}, {png} and {png.with_suffix('.svg')}")
+    print(f"wrote {md}, {md.parent / 'index.html'} (open it), {png} and {png.with_suffix('.svg')}")
 
 
 def add_sweep_parsers(sub) -> None:
@@ -56,7 +57,8 @@ def add_sweep_parsers(sub) -> None:
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
     sweep.set_defaults(func=_cmd_sweep)
 
-    about = "a sweep folder's table (sweep_report.md) and figure (sweep_report.png and .svg)"
+    about = ("a sweep folder's tables (sweep_report.md; index.html shows them in a browser) and "
+             "figure (sweep_report.png and .svg): steps to solve and mechanisms")
     report = sub.add_parser("sweep-report", help=about, description=describe(about),
                             formatter_class=HelpFormatter,
                             epilog=examples("invperm sweep-report runs/sweep_d"))

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 import torch
 
 from .. import memory
-from ..config import ATTENTION_DIRS, AttentionDir, ModelConfig
+from ..config import ATTENTION_DIRS, ModelConfig
 from ..model.hooked import HookedDisentangledTransformer
 from ..stream import Stream
 from ..task import Batch, Layout, make_input, mse, sample_batch
 from .cells import cell_template
-from .registry import CELL_LABELS, REGISTRY, Cell, ConstructionSpec, get, names, parse_read
+from .registry import CELL_LABELS, PLAIN, REGISTRY, Cell, ConstructionSpec, Wiring, get, names, parse_read
 
 __all__ = ["REGISTRY", "CELL_LABELS", "Cell", "ConstructionSpec", "build", "get", "names",
-           "parse_read", "register", "verify", "weights"]
+           "parse_read", "register", "verify", "weights", "Wiring"]
 
 DEFAULT_BETA = 100.0
 
@@ -193,9 +193,9 @@ REGISTER_TOL = 1e-6
 RESERVED = ("borderline", "none")
 
 
-def _check_cells(cells, layout: str, attention_dir: AttentionDir, readout: str,
-                 read: str) -> tuple[Cell, ...]:
+def _check_cells(cells, wiring: Wiring) -> tuple[Cell, ...]:
     """Cells in the vocabulary, on blocks of a 2-layer one-head stream of this layout."""
+    layout, attention_dir, readout = wiring.layout, wiring.attention_dir, wiring.segment
     if layout not in ("plain", "scratch"):
         raise ValueError(f"layout must be 'plain' ([P; Y_P]) or 'scratch' ([P; Y_P; S]), got {layout!r}")
     if attention_dir not in ATTENTION_DIRS:
@@ -221,22 +221,21 @@ def _check_cells(cells, layout: str, attention_dir: AttentionDir, readout: str,
         out.append((layer, query, key, kind))
     if not out:
         raise ValueError("cells must list at least one cell")
-    for block, _ in parse_read(read):
+    for block, _ in parse_read(wiring.read):
         if block not in stream.labels(2):
             raise ValueError(f"read block {block!r} is not in the final stream (known: {stream.labels(2)})")
     return tuple(out)
 
 
-def register(name: str, cells, *, layout: str = "plain",
-             attention_dir: AttentionDir = "bidirectional", readout: str | None = None,
-             read: str = "L2.x", description: str = "", beta: float | None = None,
-             min_d: int = 1, max_d: int = 16, replace: bool = False) -> ConstructionSpec:
+def register(name: str, cells, wiring: Wiring = PLAIN, *, description: str = "",
+             beta: float | None = None, min_d: int = 1, max_d: int = 16,
+             replace: bool = False) -> ConstructionSpec:
     """Add a working construction to the registry, after checking that it solves the task.
 
     ``cells``: ``(layer, query block, key block, template)`` in the vocabulary above (layer 0 or 1
-    of a two-layer, one-head model); ``layout``: ``"plain"`` or ``"scratch"``; ``readout``: the
-    segment read (default ``"S"`` on scratch layouts, else ``"P"``); ``read``: the blocks ``W_U``
-    copies, signed (``"L2.x - L1.x"``). The range it claims, ``min_d`` to ``max_d``, is checked
+    of a two-layer, one-head model); ``wiring``: the layout, attention, read-out segment and the
+    blocks ``W_U`` copies (``Wiring``; default: ``[P; Y_P]``, bidirectional, reads ``L2.x`` into
+    the ``P`` rows). The range it claims, ``min_d`` to ``max_d``, is checked
     in full: :func:`exact_error` must be below 1e-6 at every ``d`` of it at ``beta`` (or, when
     ``None``, at the smallest of ``REGISTER_BETAS`` that works, stored as ``beta_exact``);
     otherwise ``ValueError``. Names are identifiers, not in ``RESERVED``, and unique unless
@@ -254,9 +253,8 @@ def register(name: str, cells, *, layout: str = "plain",
             1 <= min_d <= max_d):
         raise ValueError(f"min_d and max_d must be integers with 1 <= min_d <= max_d, got "
                          f"{min_d!r} and {max_d!r}")
-    readout = readout or ("S" if layout == "scratch" else "P")
-    spec = ConstructionSpec(name, description or name, attention_dir, layout, readout, read, True,
-                            _check_cells(cells, layout, attention_dir, readout, read),
+    spec = ConstructionSpec(name, description or name, wiring.attention_dir, wiring.layout,
+                            wiring.segment, wiring.read, True, _check_cells(cells, wiring),
                             min_d=min_d, max_d=max_d)
     failures = []
     for b in REGISTER_BETAS if beta is None else (beta,):

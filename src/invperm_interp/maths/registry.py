@@ -20,6 +20,27 @@ CELL_LABELS = ("I", "J", "1", "-I", "-J", "-1")  # what a registered cell may ho
 
 
 @dataclass(frozen=True)
+class Wiring:
+    """What a construction's cells run in, apart from the cells: the ``layout`` (``"plain"``:
+    ``[P; Y_P]``, ``"scratch"``: ``[P; Y_P; S]`` with d scratch rows), the attention, the segment
+    read out (``None``: ``"S"`` on a scratch layout, else ``"P"``) and the blocks of the final
+    stream ``W_U`` copies, signed (``"L2.x - L1.x"``)."""
+
+    layout: str = "plain"
+    attention_dir: AttentionDir = "bidirectional"
+    readout: str | None = None
+    read: str = "L2.x"
+
+    @property
+    def segment(self) -> str:
+        """The segment read out, the default filled in."""
+        return self.readout or ("S" if self.layout == "scratch" else "P")
+
+
+PLAIN = Wiring()  # [P; Y_P], bidirectional, W_U copies L2.x into the P rows
+
+
+@dataclass(frozen=True)
 class ConstructionSpec:
     """One row of docs/design.md section 6's table.
 
@@ -51,6 +72,9 @@ class ConstructionSpec:
         """``read_block`` as ``((block, sign), ...)``: ``"L2.x - L1.x"`` → ``(("L2.x", 1), ("L1.x", -1))``."""
         return parse_read(self.read_block)
 
+    def __post_init__(self):
+        object.__setattr__(self, "cells", tuple(self.cells))
+
     def make_layout(self, d: int, scratch=None) -> Layout:
         if self.layout == "scratch":
             return Layout.scratch(d, scratch=scratch)
@@ -76,12 +100,6 @@ def parse_read(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(terms)
 
 
-def _spec(name, description, attention_dir, layout, readout, read_block, works, cells, beta=None,
-          min_d=1, max_d=16):
-    return ConstructionSpec(name, description, attention_dir, layout, readout, read_block, works,
-                            tuple(cells), beta, min_d, max_d)
-
-
 # Shared by the two superposed forms: Y_P row j averages the P rows but its own (the -1 on x keeps
 # it off the binary Y_P rows), and scratch row i's complement lookup, from its position and from
 # its copy of itself.
@@ -92,81 +110,82 @@ _S_COMPLEMENT_LOOKUPS = [(1, "pos.S", "L1.x", "-I"), (1, "pos.S", "pos.Y", "1"),
 REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
     # Theorem 2 (Appendix C.2) as printed: L1 gives row-reversed P, L2 then looks up Y_P rows by
     # J·(row-reversed P); that is Y only when (JP)² = I.
-    _spec("theorem2_as_printed", "Theorem 2 as printed (J, J): fails unless (JP)^2 = I",
-          "bidirectional", "plain", "P", "L2.x", False,
-          [(0, "pos.P", "pos.P", "J"), (1, "L1.x", "pos.Y", "J")]),
+    ConstructionSpec("theorem2_as_printed", "Theorem 2 as printed (J, J): fails unless (JP)^2 = I",
+        "bidirectional", "plain", "P", "L2.x", False,
+        [(0, "pos.P", "pos.P", "J"), (1, "L1.x", "pos.Y", "J")]),
     # P row i attends to the P row holding e_i (row perm⁻¹(i)); -1 keeps binary Y_P rows, which
     # also match e_i by content, from tying with it. L2 fetches Y_P row perm⁻¹(i) = Y_i.
-    _spec("theorem2", "Theorem 2 corrected: find the P row holding e_i, fetch its Y_P row",
-          "bidirectional", "plain", "P", "L2.x", True,
-          [(0, "pos.P", "x", "I"), (0, "pos.P", "pos.Y", "-1"), (1, "L1.pos.P", "pos.Y", "I")], 20),
+    ConstructionSpec("theorem2", "Theorem 2 corrected: find the P row holding e_i, fetch its Y_P row",
+        "bidirectional", "plain", "P", "L2.x", True,
+        [(0, "pos.P", "x", "I"), (0, "pos.P", "pos.Y", "-1"), (1, "L1.pos.P", "pos.Y", "I")], 20),
     # What gradient descent finds (docs/design.md section 6): Y_P row j fetches P row j = e_perm(j),
     # then P row i looks up by content the Y_P row whose fetched P row is e_i.
-    _spec("two_block", "two-block variant: Y_P rows fetch their P row; P rows look them up",
-          "bidirectional", "plain", "P", "L2.x", True,
-          [(0, "pos.Y", "pos.P", "I"), (1, "pos.P", "L1.x", "I")], 60),
+    ConstructionSpec("two_block", "two-block variant: Y_P rows fetch their P row; P rows look them up",
+        "bidirectional", "plain", "P", "L2.x", True,
+        [(0, "pos.Y", "pos.P", "I"), (1, "pos.P", "L1.x", "I")], 60),
     # Appendix B's learned weights as printed: the L2 content lookup ties with Y_P rows.
-    _spec("appendix_b_as_printed", "Appendix B as printed: L2 lookup ties with binary Y_P rows",
-          "bidirectional", "plain", "P", "L2.L1.x", False,
-          [(0, "pos.P", "pos.Y", "I"), (1, "pos.P", "x", "I")]),
+    ConstructionSpec("appendix_b_as_printed", "Appendix B as printed: L2 lookup ties with binary Y_P rows",
+        "bidirectional", "plain", "P", "L2.L1.x", False,
+        [(0, "pos.P", "pos.Y", "I"), (1, "pos.P", "x", "I")]),
     # P row i copies Y_P row i; L2 moves it to the row perm(i) (its content lookup, with -1).
-    _spec("appendix_b", "Appendix B corrected: P rows copy Y_P rows, then look up by content",
-          "bidirectional", "plain", "P", "L2.L1.x", True,
-          [(0, "pos.P", "pos.Y", "I"), (1, "pos.P", "x", "I"), (1, "pos.P", "pos.Y", "-1")], 20),
-    _spec("theorem3_as_printed", "Theorem 3 as printed (J, J): fails unless (JP)^2 = I",
-          "causal", "scratch", "S", "L2.x", False,
-          [(0, "pos.S", "pos.P", "J"), (1, "L1.x", "pos.Y", "J")]),
+    ConstructionSpec("appendix_b", "Appendix B corrected: P rows copy Y_P rows, then look up by content",
+        "bidirectional", "plain", "P", "L2.L1.x", True,
+        [(0, "pos.P", "pos.Y", "I"), (1, "pos.P", "x", "I"), (1, "pos.P", "pos.Y", "-1")], 20),
+    ConstructionSpec("theorem3_as_printed", "Theorem 3 as printed (J, J): fails unless (JP)^2 = I",
+        "causal", "scratch", "S", "L2.x", False,
+        [(0, "pos.S", "pos.P", "J"), (1, "L1.x", "pos.Y", "J")]),
     # Theorem 2's corrected lookup run from the scratch rows, which see every P and Y_P row.
-    _spec("theorem3", "Theorem 3 corrected: scratch rows find e_i in P, fetch the Y_P row",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.Y", "-1"), (1, "L1.pos.P", "pos.Y", "I")], 20),
+    ConstructionSpec("theorem3", "Theorem 3 corrected: scratch rows find e_i in P, fetch the Y_P row",
+        "causal", "scratch", "S", "L2.x", True,
+        [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.Y", "-1"), (1, "L1.pos.P", "pos.Y", "I")], 20),
     # -1 at (pos.S, pos.P): under the mask, P row 0 sees only itself, so its L1.x is e_perm(0).
-    _spec("theorem3_two_block", "Theorem 3, two-block variant: Y_P rows fetch their P row, S rows "
-          "look them up",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.Y", "pos.P", "I"), (1, "pos.S", "L1.x", "I"), (1, "pos.S", "pos.P", "-1")], 45),
+    ConstructionSpec("theorem3_two_block", "Theorem 3, two-block variant: Y_P rows fetch their P row, S rows "
+        "look them up",
+        "causal", "scratch", "S", "L2.x", True,
+        [(0, "pos.Y", "pos.P", "I"), (1, "pos.S", "L1.x", "I"), (1, "pos.S", "pos.P", "-1")], 45),
     # theorem3_two_block as trained scratch models run it (assets/census.md: the four-cell runs).
     # S row i scores a key by how much of its L1.x lies off column i (I - 1): the Y_P row whose
     # fetched P row is e_i scores 0, every other Y_P row -β. The guard lifts the Y_P keys instead of
     # lowering P row 0: queries on the scratch row's own L1.x (an average of the rows before it,
     # mass m ≥ 1/3) give +βm to keys that are Y_P rows or whose L1.pos.P has mass (P and Y_P rows).
-    _spec("theorem3_two_block_mass", "Theorem 3, two-block with a mass guard (learned): S rows "
-          "look up the Y_P row whose fetched P row is e_i and nothing else; Y_P keys lifted by the "
-          "scratch row's own L1.x mass",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.Y", "pos.P", "I"), (1, "pos.S", "L1.x", "I"), (1, "pos.S", "L1.x", "-1"),
-           (1, "L1.x", "pos.Y", "1"), (1, "L1.x", "L1.pos.P", "1")], 45),
+    ConstructionSpec("theorem3_two_block_mass", "Theorem 3, two-block with a mass guard (learned): S rows "
+        "look up the Y_P row whose fetched P row is e_i and nothing else; Y_P keys lifted by the "
+        "scratch row's own L1.x mass",
+        "causal", "scratch", "S", "L2.x", True,
+        [(0, "pos.Y", "pos.P", "I"), (1, "pos.S", "L1.x", "I"), (1, "pos.S", "L1.x", "-1"),
+         (1, "L1.x", "pos.Y", "1"), (1, "L1.x", "L1.pos.P", "1")], 45),
     # What the causal scratch model learns (assets/census.md): the complement of theorem3_two_block.
     # Y_P row j attends every P row but its own ((1 - I) at (pos.Y, pos.P): -I and 1 in one cell),
     # so its L1.x is (1 - e_perm(j)) / (d - 1); S row i looks, among the Y_P rows (+1), for the one
     # whose L1.x_i is 0, i.e. perm(j) = i. The margin is β/(d - 1): it needs a larger β.
-    _spec("theorem3_complement", "Theorem 3, complement two-block (learned): Y_P rows average every "
-          "P row but their own, S rows look for the one missing e_i",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.Y", "pos.P", "-I"), (0, "pos.Y", "pos.P", "1"), (1, "pos.S", "L1.x", "-I"),
-           (1, "pos.S", "pos.Y", "1")], 250),
+    ConstructionSpec("theorem3_complement",
+        "Theorem 3, complement two-block (learned): Y_P rows average every "
+        "P row but their own, S rows look for the one missing e_i",
+        "causal", "scratch", "S", "L2.x", True,
+        [(0, "pos.Y", "pos.P", "-I"), (0, "pos.Y", "pos.P", "1"), (1, "pos.S", "L1.x", "-I"),
+         (1, "pos.S", "pos.Y", "1")], 250),
     # The causal scratch model's most frequent circuit (assets/census.md), on the nine cells the
     # census found. Layer 1: S row i attends to itself and to the rows with a 1 in column i (the
     # P row holding e_i among them); Y_P row j averages the P rows but its own, the -1 on x keeping
     # it off the binary Y_P rows. Layer 2 runs three lookups that agree on Y_P row perm⁻¹(i): the
     # position of the P row holding e_i (L1.pos.P, theorem3's), and the complement lookup twice,
     # from the scratch row's position and from its copy of itself (L1.pos.S). Margin ~β/d.
-    _spec("theorem3_superposed", "Theorem 3, superposed (learned): the P-row lookup and the "
-          "complement two-block in one circuit, scratch rows also attending to themselves",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.S", "I"), *_Y_COMPLEMENT,
-           (1, "L1.pos.P", "pos.Y", "I"), *_S_COMPLEMENT_LOOKUPS], 130),
+    ConstructionSpec("theorem3_superposed", "Theorem 3, superposed (learned): the P-row lookup and the "
+        "complement two-block in one circuit, scratch rows also attending to themselves",
+        "causal", "scratch", "S", "L2.x", True,
+        [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.S", "I"), *_Y_COMPLEMENT,
+         (1, "L1.pos.P", "pos.Y", "I"), *_S_COMPLEMENT_LOOKUPS], 130),
     # The same three lookups, each complemented (a learned form: assets/census.md). Layer 1: S row i
     # attends to every P row but the one holding e_i (1 at (pos.S, pos.P), -I at (pos.S, x)) and
     # to itself, so its L1.pos.P is (1 - e_{perm⁻¹(i)})/d; the Y_P rows as in theorem3_superposed.
     # Layer 2: 1 - I at (L1.pos.P, pos.Y) finds the Y_P row at the missing position, and the
     # complement lookup runs from pos.S and L1.pos.S. At d = 1 there is no other P row.
-    _spec("theorem3_superposed_complement", "Theorem 3, superposed complement (learned): as "
-          "theorem3_superposed with the P-row lookup complemented too",
-          "causal", "scratch", "S", "L2.x", True,
-          [(0, "pos.S", "x", "-I"), (0, "pos.S", "pos.P", "1"), (0, "pos.S", "pos.S", "I"),
-           *_Y_COMPLEMENT, (1, "L1.pos.P", "pos.Y", "-I"), (1, "L1.pos.P", "pos.Y", "1"),
-           *_S_COMPLEMENT_LOOKUPS], 125, min_d=2),
+    ConstructionSpec("theorem3_superposed_complement", "Theorem 3, superposed complement (learned): as "
+        "theorem3_superposed with the P-row lookup complemented too",
+        "causal", "scratch", "S", "L2.x", True,
+        [(0, "pos.S", "x", "-I"), (0, "pos.S", "pos.P", "1"), (0, "pos.S", "pos.S", "I"),
+         *_Y_COMPLEMENT, (1, "L1.pos.P", "pos.Y", "-I"), (1, "L1.pos.P", "pos.Y", "1"),
+         *_S_COMPLEMENT_LOOKUPS], 125, min_d=2),
 )}
 
 

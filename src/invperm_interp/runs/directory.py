@@ -23,7 +23,6 @@ from passing for a finished run. Nothing here trains or builds a model.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -35,8 +34,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..config import ModelConfig, TrainConfig, config_hash, config_text, configs_from_json
+from ..config import ModelConfig, TrainConfig
 from . import checkpoint as ckpt
+from .config_file import config_hash, config_text, configs_from_json
+from .evaluation import Evaluation
 
 __all__ = ["RunDir", "RunWarning", "RunWeights", "checkpoint_bytes"]
 
@@ -144,42 +145,42 @@ class RunDir:
         return configs_from_json(self.config.read_text(), self.config)
 
     # -- metrics ----------------------------------------------------------------------------------
-    def read_metrics(self) -> list[dict]:
+    def read_metrics(self) -> list[Evaluation]:
         """The records of ``metrics.jsonl`` (none when it does not exist); a torn last line (a crash
         while appending) is skipped. A bad line elsewhere, a line that is JSON but not an evaluation
-        record (an object with an integer ``step`` and a finite number ``mse``), or steps out of
-        order (two writers) are a ``ValueError`` naming the line."""
+        record (``Evaluation.from_dict``: an object with an integer ``step`` and a finite number
+        ``mse``), or steps out of order (two writers) are a ``ValueError`` naming the line."""
         path = self.metrics
         lines = path.read_text().splitlines() if path.is_file() else []
-        metrics: list[dict] = []
+        metrics: list[Evaluation] = []
         for i, line in enumerate(lines):
             try:
-                record = json.loads(line)
+                data = json.loads(line)
             except json.JSONDecodeError:
                 if i < len(lines) - 1:  # only the last line can be torn by a crash
                     raise ValueError(f"{path} line {i + 1} is not JSON") from None
                 continue
-            step = record.get("step") if isinstance(record, dict) else None
-            mse = record.get("mse") if isinstance(record, dict) else None
-            if not (type(step) is int and step >= 0 and isinstance(mse, (int, float))
-                    and not isinstance(mse, bool) and math.isfinite(mse)):
-                raise ValueError(f"{path} line {i + 1} is not a metrics record (a JSON object with "
-                                 f"an integer 'step' and a finite number 'mse'): {line[:80]!r}")
-            if metrics and step <= metrics[-1]["step"]:
-                raise ValueError(f"{path} line {i + 1}: step {step} after step "
-                                 f"{metrics[-1]['step']}; the records are out of order (were two "
+            try:
+                record = Evaluation.from_dict(data)
+            except ValueError as err:
+                raise ValueError(f"{path} line {i + 1} is not a metrics record ({err}): "
+                                 f"{line[:80]!r}") from None
+            if metrics and record.step <= metrics[-1].step:
+                raise ValueError(f"{path} line {i + 1}: step {record.step} after step "
+                                 f"{metrics[-1].step}; the records are out of order (were two "
                                  "processes writing this run?)")
             metrics.append(record)
         return metrics
 
-    def write_metrics(self, records: list[dict]) -> None:
+    def write_metrics(self, records: list[Evaluation]) -> None:
         """Replace ``metrics.jsonl`` by ``records``, atomically."""
-        ckpt.atomic_write(self.metrics, "".join(json.dumps(m) + "\n" for m in records).encode())
+        ckpt.atomic_write(self.metrics,
+                          "".join(json.dumps(m.to_dict()) + "\n" for m in records).encode())
 
-    def append_metrics(self, record: dict) -> None:
+    def append_metrics(self, record: Evaluation) -> None:
         """Append one record to ``metrics.jsonl`` and flush it."""
         with open(self.metrics, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps(record.to_dict()) + "\n")
             f.flush()
 
     # -- divergence -------------------------------------------------------------------------------
@@ -281,7 +282,7 @@ class RunDir:
         """Resuming a run without checkpoints starts it again from step 0: refuse when that would
         throw away evaluations past step 0 or final weights (``checkpoints/`` deleted)."""
         metrics = self.read_metrics()
-        reached = metrics[-1]["step"] if metrics else 0
+        reached = metrics[-1].step if metrics else 0
         if reached > 0 or self.is_finished:
             what = "final weights" if self.is_finished else f"metrics up to step {reached}"
             raise ValueError(f"cannot resume {self.path}: it has no checkpoint ({self.CHECKPOINTS}/ "

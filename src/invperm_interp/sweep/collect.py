@@ -1,6 +1,6 @@
 """A sweep's result file: ``sweep.jsonl`` (one line per run, in grid order: name, variant, status,
-configs, steps to solve, final metrics without wall-clock times, mechanism (the rule's answer as
-text: a construction's name, else its verdict) and its analysis, the run's
+configs, steps to solve, the last evaluation without its wall-clock time (``runs.Evaluation``),
+mechanism (the rule's answer as text: a construction's name, else its verdict) and its analysis, the run's
 ``analysis.sweep_record.SweepRecord``), written from the run directories alone, so the same
 runs give the same bytes however they were trained."""
 
@@ -10,16 +10,17 @@ import json
 from pathlib import Path
 
 from ..runs.directory import RunDir
+from ..runs.evaluation import Evaluation
 from .grid import Grid
 
 SWEEP_FILE = "sweep.jsonl"  # in a sweep folder: one line per job
-WALL_CLOCK = ("wall_time",)  # kept in metrics.jsonl, left out of sweep.jsonl (not reproducible)
 
 
 def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
     """``(line number, record)`` for every run line of ``folder/sweep.jsonl`` (blank lines skipped);
     ``ValueError`` naming the file and line when there is no such file or a line is not a run
-    record: a JSON object with :func:`run_record`'s keys, of its types."""
+    record: a JSON object with :func:`run_record`'s keys, of its types. Its ``final`` is read into
+    an ``Evaluation`` (None when the run has none)."""
     number, optional_int = (int, float), (int, type(None))
     fields = {"name": str, "status": str, "step": optional_int, "steps_to_solve": optional_int,
               "solve_mse": number, "final": (dict, type(None)), "mechanism": (str, type(None)),
@@ -46,6 +47,10 @@ def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
         layout = record["model"].get("layout")
         if not (isinstance(layout, dict) and type(layout.get("d")) is int):
             raise ValueError(f"{path} line {i} is not a run record: model.layout is {layout!r}")
+        try:
+            record["final"] = Evaluation.from_dict(record["final"]) if record["final"] else None
+        except ValueError as err:
+            raise ValueError(f"{path} line {i} is not a run record: final is not ({err})") from None
         records.append((i, record))
     return records
 
@@ -53,20 +58,22 @@ def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
 def run_record(grid: Grid, job, run_dir: Path) -> dict:
     """One run's line of ``sweep.jsonl``."""
     run_dir = RunDir(run_dir)
-    metrics = [{k: v for k, v in m.items() if k not in WALL_CLOCK} for m in run_dir.read_metrics()]
+    metrics = run_dir.read_metrics()
+    last = metrics[-1] if metrics else None
     if run_dir.is_diverged:
         status, step = "diverged", run_dir.read_diverged()["step"]
     elif run_dir.is_finished:
-        last = metrics[-1] if metrics else {}
-        status, step = ("stopped" if last.get("stopped") else "finished"), last.get("step")
+        status = "stopped" if last is not None and last.stopped else "finished"
+        step = None if last is None else last.step
     else:
-        status, step = "unfinished", metrics[-1]["step"] if metrics else 0
-    solved = next((m["step"] for m in metrics if m["mse"] < grid.solve_mse), None)
+        status, step = "unfinished", 0 if last is None else last.step
+    solved = next((m.step for m in metrics if m.mse < grid.solve_mse), None)
     analysis = _recorded(run_dir)
     return {
         "name": job.name, "variant": job.variant, "status": status, "step": step,
         "steps_to_solve": solved, "solve_mse": grid.solve_mse,
-        "final": metrics[-1] if metrics else None,
+        # without the wall-clock time: the same runs give the same bytes
+        "final": None if last is None else last.without_wall_clock().to_dict(),
         "mechanism": str(analysis.answer) if analysis else None,
         "model": job.model_cfg.to_dict(), "train": job.train_cfg.to_dict(),
         "analysis": analysis.to_dict() if analysis else None,

@@ -1,35 +1,26 @@
-"""``invperm sweep-report DIR``: a sweep's ``sweep.jsonl`` as a Markdown table and a figure."""
+"""``invperm sweep-report DIR``: a sweep's ``sweep.jsonl`` as Markdown tables and a figure, with the
+index page (``DIR/index.html``) that shows the same tables in a browser.
+
+The tables and labels are the index's (``viz.index``): one row per model kind (runs, how many
+learn the task, their median steps, the runs per mechanism the rule names), then one row per run.
+"""
 
 from __future__ import annotations
 
 import json
-import statistics
+import os
 from pathlib import Path
 
 from .collect import read_sweep
 
-COLUMNS = ("name", "status", "step", "steps_to_solve", "final_mse", "rows_exact", "mechanism")
-
-
-def _row(r: dict) -> dict:
-    final = r.get("final") or {}
-    return {"name": r["name"], "status": r["status"], "step": r["step"],
-            "steps_to_solve": r["steps_to_solve"], "final_mse": final.get("mse"),
-            "rows_exact": final.get("row_acc"), "mechanism": r.get("mechanism")}
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "–"
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
-
 
 def _varying(rows: list[dict]) -> list[tuple[str, str]]:
-    """The (section, field) pairs whose value differs between runs (seed excluded)."""
+    """The (section, field) pairs whose value differs between runs (seed and folder excluded)."""
     keys = []
     for section in ("model", "train"):
         for key in rows[0][section]:
-            if key != "seed" and len({json.dumps(r[section].get(key)) for r in rows}) > 1:
+            if key not in ("seed", "out_dir") and len(
+                    {json.dumps(r[section].get(key)) for r in rows}) > 1:
                 keys.append((section, key))
     return keys
 
@@ -41,47 +32,48 @@ def _value(r: dict, section: str, key: str):
     return v
 
 
+def _markdown_table(header: list[str], rows: list[list]) -> list[str]:
+    cells = [[str(c).replace("|", "\\|") for c in row] for row in rows]
+    return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+            *("| " + " | ".join(row) + " |" for row in cells)]
+
+
 def write_sweep_report(folder: str | Path) -> tuple[Path, Path]:
-    """``DIR/sweep_report.md`` (one row per run, then solved counts per group) and
-    ``DIR/sweep_report.{png,svg}`` (steps to solve against the first varying numeric field,
-    ``viz.sweep.plot_sweep``: unsolved runs apart, not drawn at their last step)."""
+    """``DIR/sweep_report.md`` (one row per model kind, then one per run), ``DIR/index.html`` (the
+    same tables, each run linked to its report once it has one) and ``DIR/sweep_report.{png,svg}``
+    (steps to solve and the mechanism at each point of the grid, ``viz.sweep.plot_sweep``, against
+    ``d`` or else the first varying numeric setting)."""
     from ..viz.heatmaps import save_figures
-    from ..viz.sweep import plot_sweep
+    from ..viz.index import GROUP_HEADER, RUN_HEADER, find_runs, run_texts, write_index
+    from ..viz.sweep import MEDIAN_IS, group_rows, plot_sweep
 
     folder = Path(folder)
-    runs = [record for _, record in read_sweep(folder)]
-    if not runs:
+    records = {record["name"]: record for _, record in read_sweep(folder)}
+    if not records:
         raise ValueError(f"{folder}/sweep.jsonl lists no runs")
-    solve = runs[0]["solve_mse"]
-    varying = _varying(runs)
+    runs = find_runs(folder)
+    first = next(iter(records.values()))
+    varying = _varying(list(records.values()))
     numeric = [(s, k) for s, k in varying if all(
-        isinstance(_value(r, s, k), (int, float)) for r in runs)]
+        isinstance(_value(r, s, k), (int, float)) for r in records.values())]
     x_key = ("model", "layout") if ("model", "layout") in varying else (numeric[0] if numeric else None)
-    group_keys = [k for k in varying if k != x_key]
-    rows = [_row(r) for r in runs]
     lines = [f"# Sweep {folder.name}", "",
-             f"{len(runs)} runs; solved = evaluation MSE < {solve:g}; varying: "
-             + (", ".join(f"{s}.{k}" for s, k in varying) or "seed only"), "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_fmt(r[c]) for c in COLUMNS) + " |" for r in rows]
-    groups: dict[str, list[dict]] = {}
-    for r in runs:
-        label = ", ".join(f"{k}={_fmt(_value(r, s, k))}" for s, k in group_keys) or "all"
-        groups.setdefault(label, []).append(r)
-    lines += ["", "| group | solved | median steps to solve |", "| --- | --- | --- |"]
-    for label, members in groups.items():
-        steps = sorted(r["steps_to_solve"] for r in members if r["steps_to_solve"] is not None)
-        median = statistics.median(steps) if steps else None  # the mean of the middle two
-        lines.append(f"| {label} | {len(steps)} of {len(members)} | "
-                     f"{'-' if median is None else f'{median:g}'} |")
+             f"{len(runs)} runs; solved = evaluation MSE < {first['solve_mse']:g}; varying: "
+             + (", ".join(f"{s}.{k}" for s, k in varying) or "seed only")
+             + f". The same tables, each run linked to its report: {folder.name}/index.html.", "",
+             *_markdown_table(GROUP_HEADER, group_rows(runs)), "",
+             f"The median is {MEDIAN_IS}.", "",
+             *_markdown_table(RUN_HEADER, [run_texts(folder, r) for r in runs])]
     md = folder / "sweep_report.md"
     md.write_text("\n".join(lines) + "\n")
+    write_index(folder, runs)  # titled "Sweep NAME", as `invperm report` writes it again
 
     x_label = (("d (task size)" if x_key == ("model", "layout") else f"{x_key[0]}.{x_key[1]}")
                if x_key else "run")
-    points = [{"group": label, "d": _value(r, *x_key) if x_key else i, "seed": r["train"].get("seed"),
-               "steps_to_solve": r["steps_to_solve"], "steps": r["step"]}
-              for label, members in groups.items() for i, r in enumerate(members)]
-    fig = plot_sweep(points, solve, f"sweep {folder.name}: {len(runs)} runs", x_label)
+    points = [{"group": r.group, "seed": r.seed, "steps_to_solve": r.steps_to_solve,
+               "steps": r.steps, "mechanism": r.mechanism,
+               "d": _value(records[Path(os.path.relpath(r.dir, folder)).as_posix()], *x_key) if x_key else i}
+              for i, r in enumerate(runs)]
+    fig = plot_sweep(points, first["solve_mse"], f"sweep {folder.name}: {len(runs)} runs", x_label)
     png, _ = save_figures(fig, folder / "sweep_report.png")
     return md, png

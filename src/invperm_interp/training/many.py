@@ -27,13 +27,14 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from .. import memory
-from ..config import ModelConfig, TrainConfig, learning_rate
+from ..config import ModelConfig, TrainConfig
 from ..runs.directory import RunDir
 from ..task import mse, sample_batch
 from .cpu import threads_for
 from .footprint import training_estimate
 from .optim import ADAM_BETAS, ADAM_EPS
 from .run import Run, resolve_device
+from .schedule import learning_rate
 from .signals import StopRequest
 from .single import effective_configs, train
 from .trainer import Diverged, Trainer

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
 from ..task import Batch
 
 
+class Scores(NamedTuple):
+    """What :func:`evaluate` measures (the fields of a run's ``runs.evaluation.Evaluation``)."""
+
+    mse: float
+    entry_acc: float
+    row_acc: float
+    sample_acc: float
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, batch: Batch, chunk: int = 1024) -> dict:
+def evaluate(model: nn.Module, batch: Batch, chunk: int = 1024) -> Scores:
     """The note's MSE and exactness of ``model`` (either model; hooks attached to a hooked one
     run) on ``batch``: ``mse`` (squared error summed over
     columns, averaged over rows and samples), ``entry_acc`` (entries right after rounding),
@@ -26,5 +37,4 @@ def evaluate(model: nn.Module, batch: Batch, chunk: int = 1024) -> dict:
         totals += torch.stack([((out - Y) ** 2).sum(), hit.sum(), rows_right.sum(),
                                rows_right.all(-1).sum()]).double()
     sq, entries, rows, samples = totals.tolist()
-    return {"mse": sq / (n * d), "entry_acc": entries / (n * d * d), "row_acc": rows / (n * d),
-            "sample_acc": samples / n}
+    return Scores(sq / (n * d), entries / (n * d * d), rows / (n * d), samples / n)

@@ -21,6 +21,7 @@ from ..model.disentangled import DisentangledTransformer
 from ..model.standard import StandardTransformer
 from ..runs import checkpoint as ckpt
 from ..runs.directory import RunDir, RunWarning
+from ..runs.evaluation import Evaluation
 
 if TYPE_CHECKING:
     from ..model.hooked import HookedDisentangledTransformer
@@ -49,13 +50,14 @@ class Run:
     model_cfg: ModelConfig
     train_cfg: TrainConfig
     weights: DisentangledTransformer | StandardTransformer
-    metrics: list[dict]
+    metrics: list[Evaluation]
     step: int
     dir: Path | None = None
 
     @property
-    def final_metrics(self) -> dict:
-        return self.metrics[-1] if self.metrics else {}
+    def final_metrics(self) -> Evaluation | None:
+        """The last evaluation (None for a run without one)."""
+        return self.metrics[-1] if self.metrics else None
 
     @cached_property
     def model(self) -> HookedDisentangledTransformer | HookedStandardTransformer:
@@ -87,11 +89,19 @@ class Run:
         model = plain_model(weights.model_cfg, seed=0)
         ckpt.load_model_tensors(model, weights.tensors, weights.path)
         model = model.to(resolve_device(device))
-        metrics = [m for m in run.read_metrics() if m["step"] <= weights.step]
-        last = weights.meta.get("metrics")  # the final weights file keeps the last record
-        if isinstance(last, dict) and (not metrics or metrics[-1]["step"] < last.get("step", -1)):
+        metrics = [m for m in run.read_metrics() if m.step <= weights.step]
+        last = kept_evaluation(weights.meta)  # the final weights file keeps the last record
+        if last is not None and (not metrics or metrics[-1].step < last.step):
             warnings.warn(f"{run.metrics} lacks the records up to step {weights.step} "
                           "(deleted or replaced?): only the final record, kept in "
                           "the final weights, is known", RunWarning, stacklevel=2)
             metrics = [last]
         return cls(weights.model_cfg, weights.train_cfg, model, metrics, weights.step, run.path)
+
+
+def kept_evaluation(meta: dict) -> Evaluation | None:
+    """The last evaluation a final weights file keeps in its metadata, if it holds one."""
+    try:
+        return Evaluation.from_dict(meta["metrics"]) if meta.get("metrics") else None
+    except ValueError:
+        return None

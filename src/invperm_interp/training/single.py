@@ -21,11 +21,13 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import memory
-from ..config import ModelConfig, TrainConfig, check_horizon, config_diffs
+from ..config import ModelConfig, TrainConfig
+from ..runs.config_file import config_diffs
 from ..runs.directory import RunDir
 from .cpu import threads_for
 from .footprint import training_estimate
 from .run import Run, resolve_device
+from .schedule import check_horizon
 from .signals import StopRequest
 from .trainer import Diverged, Trainer
 

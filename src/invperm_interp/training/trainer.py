@@ -11,23 +11,27 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..config import ModelConfig, TrainConfig, config_diffs, config_hash, learning_rate
+from ..config import ModelConfig, TrainConfig
 from ..maths.floors import causal_floor
 from ..model.build import forward, plain_model
 from ..runs import checkpoint as ckpt
+from ..runs.config_file import config_diffs, config_hash
 from ..runs.directory import RunDir, RunWarning
+from ..runs.evaluation import Evaluation
 from ..runs.lock import RunLock
 from ..task import mse, sample_batch
 from .cpu import keep_freed_memory
 from .metrics import evaluate
 from .optim import make_optimizer
-from .run import Run, resolve_device
+from .run import Run, kept_evaluation, resolve_device
+from .schedule import learning_rate
 from .signals import StopRequest
 from .stopping import stop_reason
 
@@ -40,10 +44,10 @@ def seed_streams(seed: int) -> dict[str, int]:
     return {"init": 4 * seed, "data": 4 * seed + 1, "eval": 4 * seed + 2}
 
 
-def solved_before(cfg: TrainConfig, metrics: list[dict], step: int) -> bool:
+def solved_before(cfg: TrainConfig, metrics: list[Evaluation], step: int) -> bool:
     """Whether an evaluation before ``step`` had MSE < ``cfg.checkpoint_dense_until``: from then on
     a run writes no dense checkpoints (``TrainConfig.checkpoint_due``)."""
-    return any(m["mse"] < cfg.checkpoint_dense_until for m in metrics if m["step"] < step)
+    return any(m.mse < cfg.checkpoint_dense_until for m in metrics if m.step < step)
 
 
 def on_schedule(run_dir: str | Path | RunDir, cfg: TrainConfig) -> set[int]:
@@ -151,21 +155,21 @@ class Trainer:
         self.step, self.elapsed = step, meta["elapsed"]
         self.loss_sum, self.loss_count = meta["loss_sum"], meta["loss_count"]
 
-    def _metrics_until(self, step: int) -> list[dict]:
+    def _metrics_until(self, step: int) -> list[Evaluation]:
         """The evaluation records up to ``step``; a record cut from the end of ``metrics.jsonl``
         (a torn line) is taken back from the final weights' metadata where they hold it, else
         the evaluations lost are named in a warning."""
-        metrics = [m for m in self.run_dir.read_metrics() if m["step"] <= step]
-        last = metrics[-1]["step"] if metrics else -1
+        metrics = [m for m in self.run_dir.read_metrics() if m.step <= step]
+        last = metrics[-1].step if metrics else -1
         if last == step:
             return metrics
         final = self.run_dir.final
         if final.is_file():
             try:
-                kept = ckpt.load(final)[1].get("metrics")
+                kept = kept_evaluation(ckpt.load(final)[1])
             except ValueError:
                 kept = None
-            if isinstance(kept, dict) and kept.get("step") == step:
+            if kept is not None and kept.step == step:
                 return metrics + [kept]
         lost = [s for s in range(last + 1, step + 1) if s % self.cfg.eval_every == 0]
         if lost:
@@ -277,7 +281,7 @@ class Trainer:
         final = self.run_dir.final if self.run_dir is not None else None
         done = self.step == cfg.steps or self.stopped is not None
         if final is not None and done and (stepped or not final.exists()):
-            meta = {"step": self.step, "config_hash": self.hash, "metrics": self.metrics[-1],
+            meta = {"step": self.step, "config_hash": self.hash, "metrics": self.metrics[-1].to_dict(),
                     "stopped": self.stopped}
             try:
                 ckpt.save(final, ckpt.model_tensors(model), meta)
@@ -305,16 +309,16 @@ class Trainer:
 
     def _evaluate(self, lr: float) -> None:
         chunk = max(self.cfg.batch_size, 1024)  # small training batches: fewer, larger eval chunks
-        metrics = {"step": self.step, **evaluate(self.model, self.eval_batch, chunk)}
-        if not math.isfinite(metrics["mse"]):  # finite weights, overflowing scores
-            raise self._diverged(f"the evaluation MSE is {metrics['mse']}", self.step)
+        scores = evaluate(self.model, self.eval_batch, chunk)
+        if not math.isfinite(scores.mse):  # finite weights, overflowing scores
+            raise self._diverged(f"the evaluation MSE is {scores.mse}", self.step)
         train_mse = self.loss_sum / self.loss_count if self.loss_count else None
-        metrics.update(train_mse=train_mse, lr=lr, causal_floor=self.floor,
-                       attention_dir=self.model_cfg.attention_dir, wall_time=self.elapsed)
+        metrics = Evaluation(self.step, **scores._asdict(), train_mse=train_mse, lr=lr,
+                             causal_floor=self.floor, wall_time=self.elapsed)
         self.loss_sum, self.loss_count = 0.0, 0
         self.stopped = stop_reason(self.cfg, self.metrics + [metrics], self.model_cfg.causal)
         if self.stopped is not None:
-            metrics["stopped"] = self.stopped
+            metrics = replace(metrics, stopped=self.stopped)
         self.metrics.append(metrics)
         if self.dir is not None:
             try:

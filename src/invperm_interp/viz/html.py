@@ -11,7 +11,9 @@ from urllib.parse import quote
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-_URL_SAFE = " !$&'()*+,-./:;=?@[]^_`{|}~"  # kept as is in a data URL (not %, #, ", <, >, newlines)
+# Kept as is in a data URL: not %, #, ", <, >, newlines, nor & (the page's parser would read the
+# SVG's "&lt;" in the attribute as "<" and the image would not draw).
+_URL_SAFE = " !$'()*+,-./:;=?@[]^_`{|}~"
 # A number, a percentage or 1e-3 form, optionally with a count in brackets ("9 (10)") or the mark
 # of a passed or failed condition ("99.9% ✓")
 _NUMBER = re.compile(r"[-+−]?[\d.,%×]+(?:e[-+−]?\d+)?%?(?: \(\d+\))?(?: [✓✗])?")

@@ -11,17 +11,19 @@ first eval step with MSE below the target, and the mechanism when an analysis ha
 from __future__ import annotations
 
 import html
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..config import ModelConfig
 from ..labels import excess_text
 from ..runs.directory import RunDir
+from ..runs.evaluation import Evaluation
 from ..sweep.collect import SWEEP_FILE, read_sweep
-from .html import figure
+from .html import figure, table
 from .page import page
-from .sweep import plot_sweep
+from .sweep import GROUP_HEADER, MEDIAN_IS, group_rows, how_text, median_steps, plot_sweep
 from .training import SOLVED_BELOW, plot_runs
 
 AT_FLOOR = 0.01  # a causal run within 1% of its floor sits on it
@@ -70,13 +72,21 @@ def _model(model: dict) -> ModelConfig:
 
 
 def _group(cfg: ModelConfig) -> str:
-    """``"bidirectional [P; Y] → P"``: the model kind, the same for every d."""
-    return (f"{cfg.attention_dir} [{'; '.join(s.name for s in cfg.layout.segments)}] "
+    """``"bidirectional [P; Y] → P"``: the model kind, the same for every d; for a standard model
+    also its shape and the disentangled widths its exact map reads it in (or why there is none)."""
+    kind = (f"{cfg.attention_dir} [{'; '.join(s.name for s in cfg.layout.segments)}] "
             f"→ {cfg.readout}")
+    if cfg.arch != "standard":
+        return kind
+    shape = (f"standard, d_model {cfg.d_model}, d_head {cfg.d_head}"
+             + (", LayerNorm" if cfg.layernorm else "") + (f", MLP {cfg.d_mlp}" if cfg.d_mlp else ""))
+    if cfg.layernorm or cfg.d_mlp is not None:
+        return f"{kind} ({shape}; no exact map)"
+    return f"{kind} ({shape}; read as disentangled, widths {' → '.join(map(str, cfg.widths))})"
 
 
-def _first_below(metrics: list[dict], target: float) -> int | None:
-    return next((m["step"] for m in metrics if m.get("mse", float("inf")) < target), None)
+def _first_below(metrics: list[Evaluation], target: float) -> int | None:
+    return next((m.step for m in metrics if m.mse < target), None)
 
 
 def _mechanism(run_dir: Path) -> str | None:
@@ -95,22 +105,24 @@ def _mechanism(run_dir: Path) -> str | None:
 def _row_from_dir(run_dir: Path) -> RunRow:
     model, train = RunDir(run_dir).read_config()
     metrics = RunDir(run_dir).read_metrics()
-    last = metrics[-1] if metrics else {}
-    return RunRow(run_dir, _group(model), model.d, train.seed,
-                  int(last.get("step", 0)), last.get("mse"), last.get("causal_floor"),
-                  last.get("row_acc"), _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir),
-                  model.causal)
+    last = metrics[-1] if metrics else None
+    return RunRow(run_dir, _group(model), model.d, train.seed, last.step if last else 0,
+                  last and last.mse, last and last.causal_floor, last and last.row_acc,
+                  _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir), model.causal)
 
 
-def _under(analysis) -> dict:
-    """The names a sweep's record (``SweepRecord``) gives under other ablation styles; none for a
-    record of another version."""
+def _sweep_record(analysis, run_dir: Path):
+    """The run's typed record (``SweepRecord``): from its sweep line's ``analysis``, else its
+    ``mechanism.json``; None without one this version reads."""
     from ..analysis.sweep_record import SweepRecord
 
     try:
-        return dict(SweepRecord.from_dict(analysis).under) if isinstance(analysis, dict) else {}
+        if isinstance(analysis, dict):
+            return SweepRecord.from_dict(analysis)
+        path = RunDir(run_dir).mechanism
+        return SweepRecord.read(path) if path.is_file() else None
     except (ValueError, KeyError, TypeError):
-        return {}
+        return None
 
 
 def _row_from_record(root: Path, record: dict) -> RunRow:
@@ -118,22 +130,30 @@ def _row_from_record(root: Path, record: dict) -> RunRow:
     sweep), ``status``, ``step``, ``steps_to_solve``, ``final`` (the last metrics), ``mechanism``,
     ``model`` and ``train``)."""
     model, train = _model(record["model"]), record.get("train", {})
-    final = record.get("final") or {}
+    final = record.get("final")  # an Evaluation (read_sweep), or None
     name = record.get("name") or record.get("run_dir")
     run_dir = root / name if name else Path(train.get("out_dir") or root)
-    mechanism = record.get("mechanism")
+    typed = _sweep_record(record.get("analysis"), run_dir)
+    mechanism = str(typed.answer) if typed else record.get("mechanism")
     if isinstance(mechanism, dict):
         mechanism = mechanism.get("name")
     solve = record.get("steps_to_solve")
     status = record.get("status")
-    others = tuple((style, str(answer)) for style, answer in _under(record.get("analysis")).items()
+    others = tuple((style, str(answer)) for style, answer in (typed.under if typed else {}).items()
                    if str(answer) != mechanism)
     return RunRow(run_dir, _group(model), model.d, int(train.get("seed", 0)),
-                  int(record.get("step") or final.get("step") or 0), final.get("mse"),
-                  final.get("causal_floor"), final.get("row_acc"),
+                  int(record.get("step") or (final and final.step) or 0), final and final.mse,
+                  final and final.causal_floor, final and final.row_acc,
                   None if solve is None else int(solve), mechanism or _mechanism(run_dir),
                   model.causal, None if status in (None, "finished", "stopped") else status,
                   others)
+
+
+def _varying_training(records: list[dict]) -> list[str]:
+    """The training settings that differ between a sweep's runs (seed and folder aside): they
+    join the model kind in a group's label, so runs trained otherwise are not counted together."""
+    keys = sorted({k for r in records for k in r["train"]} - {"seed", "out_dir"})
+    return [k for k in keys if len({json.dumps(r["train"].get(k)) for r in records}) > 1]
 
 
 def find_runs(directory: str | Path) -> list[RunRow]:
@@ -144,12 +164,15 @@ def find_runs(directory: str | Path) -> list[RunRow]:
         raise ValueError(f"directory {root} does not exist")
     sweep = root / SWEEP_FILE
     if sweep.is_file():
-        rows = []
-        for i, record in read_sweep(root):
+        rows, records = [], read_sweep(root)
+        varying = _varying_training([record for _, record in records])
+        for i, record in records:
             try:
-                rows.append(_row_from_record(root, record))
+                row = _row_from_record(root, record)
             except (AttributeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{sweep} line {i} is not a run record: {err}") from None
+            rows.append(replace(row, group=", ".join(
+                [row.group, *(f"{k}={record['train'].get(k)}" for k in varying)])))
     else:
         rows = [_row_from_dir(p.parent) for p in sorted(root.rglob(RunDir.CONFIG))
                 if p.parent != root]
@@ -206,20 +229,25 @@ def _group_sentence(group: str, runs: list[RunRow]) -> str:
         if r.mse is None:
             return f"The {name} model has no evaluation yet."
         exact = "" if r.row_acc is None else f", {r.row_acc:.1%} of rows exact"
+        how = "" if r.mechanism is None else f" Mechanism by the rule: {_breakable(r.mechanism)}."
         if r.solved:
-            return f"The {name} model <b>learns the task</b>: final MSE {r.mse:.3g}{exact}."
+            return f"The {name} model <b>learns the task</b>: final MSE {r.mse:.3g}{exact}.{how}"
         if r.at_floor:
             return (f"The {name} model <b>sits on its causal floor</b>: "
                     f"{html.escape(excess_text(r.mse, r.causal_floor))}. Under the mask a read-out "
-                    "row cannot see the input rows it needs (Lemma 1), so no model can do better.")
-        return f"The {name} model does not learn the task: final MSE {r.mse:.3g}{exact}."
+                    "row cannot see the input rows it needs (Lemma 1), so no model can do better."
+                    + how)
+        return f"The {name} model does not learn the task: final MSE {r.mse:.3g}{exact}.{how}"
     parts = []
     if any(r.solvable for r in runs):
+        median = median_steps(r.steps_to_solve for r in solved if r.steps_to_solve is not None)
         parts.append(f"{len(solved)} of {len(runs)} runs <b>learn the task</b> "
-                     f"(MSE &lt; {SOLVED_BELOW:g})")
+                     f"(MSE &lt; {SOLVED_BELOW:g})"
+                     + ("" if median is None else f" in a median {median:,g} steps"))
     if floored or not all(r.solvable for r in runs):
         parts.append(f"{len(floored)} of {len(runs)} end <b>on their causal floor</b> (within "
                      f"{AT_FLOOR:.0%}; under the mask no model can do better)")
+    parts.append(f"mechanism by the rule: {html.escape(how_text(runs))}")
     return f"{name}: {'; '.join(parts)}."
 
 
@@ -241,21 +269,28 @@ def _figure(root: Path, rows: list[RunRow]) -> str:
     """Steps to solve against d; when the runs share one d, their training curves instead (a
     single column of dots says nothing)."""
     plotted = [r for r in rows if r.solvable]
+    how = any(r.mechanism is not None for r in plotted)
     if _by_d(rows):
         return figure(
             plot_sweep([{"group": r.group, "d": r.d, "seed": r.seed, "steps": r.steps,
-                         "steps_to_solve": r.steps_to_solve} for r in plotted], SOLVED_BELOW),
+                         "steps_to_solve": r.steps_to_solve, "mechanism": r.mechanism}
+                        for r in plotted], SOLVED_BELOW),
             f"Steps to MSE below {SOLVED_BELOW:g} against d, one colour per model and one marker "
-            "per seed; runs that never got there sit in the strip on top.",
+            "per seed; runs that never got there sit in the strip on top"
+            + ("; below, each d's runs of each model stacked by the mechanism the rule names."
+               if how else "."),
             "Steps to solve by d" + (". Hollow markers in the top strip: not solved in the run's "
-                                     "steps." if any(r.steps_to_solve is None for r in plotted)
-                                     else "."))
+                                     "steps" if any(r.steps_to_solve is None for r in plotted)
+                                     else "")
+            + (". Below: how, the runs of each model and d counted by mechanism, one colour per "
+               "name, the bar's edge in its model's colour." if how else "."))
     curves = {os.path.relpath(r.dir, root): RunDir(r.dir).read_metrics() for r in rows}
     curves = {name: m for name, m in curves.items() if m}
     if not curves:
         return ""
+    causal = {os.path.relpath(r.dir, root) for r in rows if r.causal}
     return figure(
-        plot_runs(curves), "Eval MSE against step for every run (log scale), and, for causal runs, "
+        plot_runs(curves, causal), "Eval MSE against step for every run (log scale), and, for causal runs, "
         "their excess over the causal floor.",
         "Training curves: eval MSE of each run on its fixed eval batch"
         + ("; right: the causal runs' excess over their floor, where a run on its floor is a flat "
@@ -283,18 +318,38 @@ def report_links(root: str | Path, rows: list[RunRow], run: RunRow) -> list[tupl
     return [(label, Path(url).as_posix()) for label, url in links]
 
 
+RUN_HEADER = ["run", "model", "d", "seed", "steps", "final MSE", "rows exact",
+              f"steps to MSE < {SOLVED_BELOW:g}", "mechanism"]
+
+
+def run_texts(root: Path, r: RunRow) -> list[str]:
+    """The run's cells under :data:`RUN_HEADER`, as plain text (the index's run table and the
+    sweep report's)."""
+    mse = "—" if r.mse is None else excess_text(r.mse, r.causal_floor if r.causal else None)
+    how = (r.mechanism or "—") + "".join(f" ({style}: {name})" for style, name in r.other_styles)
+    return [os.path.relpath(r.dir, root), r.group, str(r.d), str(r.seed), str(r.steps), mse,
+            "—" if r.row_acc is None else f"{r.row_acc:.1%}", _solve_text(r), how]
+
+
+def _group_table(rows: list[RunRow]) -> str:
+    """The runs counted per model kind, when some kind has more than one run."""
+    groups = group_rows(rows)
+    if all(g[1] == 1 for g in groups):
+        return ""
+    return table(GROUP_HEADER, groups, f"<b>By model.</b> The median is {MEDIAN_IS}.")
+
+
 def index_html(directory: str | Path, rows: list[RunRow], title: str | None = None) -> str:
     """The index page (a string) for ``rows`` found under ``directory``."""
     root = Path(directory)
-    title = title or f"Runs in {root}"
+    title = title or (f"Sweep {root.name}" if (root / SWEEP_FILE).is_file() else f"Runs in {root}")
     body = []
     for r in rows:
         report = RunDir(r.dir).report
-        name = os.path.relpath(r.dir, root)
+        name, _, _, _, _, mse, exact, solve, _ = run_texts(root, r)
         link = (f'<a href="{html.escape(os.path.relpath(report, root))}">{_breakable(name)}</a>'
                 if report.is_file() else f"{_breakable(name)} <span class='meta'>(no report)</span>")
-        mse = "—" if r.mse is None else html.escape(excess_text(r.mse, r.causal_floor
-                                                                if r.causal else None))
+        mse = html.escape(mse)
         if " = " in mse:  # the floor and the excess may wrap as one piece: a narrower column
             value, rest = mse.split(" = ", 1)
             mse = f"{value} = <span class='nowrap'>{rest}</span>"
@@ -302,15 +357,13 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
             _td(link, html.escape(name)), _td(html.escape(r.group)), _td(str(r.d), r.d, True),
             _td(str(r.seed), r.seed, True), _td(str(r.steps), r.steps, True),
             _td(mse, "inf" if r.mse is None else r.mse, True, cls="wrap"),
-            _td("—" if r.row_acc is None else f"{r.row_acc:.1%}", r.row_acc or 0, True),
-            _td(_solve_text(r), "inf" if r.steps_to_solve is None else r.steps_to_solve, True,
-                cls="wrap"),
+            _td(exact, r.row_acc or 0, True),
+            _td(solve, "inf" if r.steps_to_solve is None else r.steps_to_solve, True, cls="wrap"),
             _td(_breakable(r.mechanism or "—") + "".join(
                 f" <span class='meta'>({html.escape(style)}: {_breakable(name)})</span>"
                 for style, name in r.other_styles), r.mechanism or "—"),
         ]) + "</tr>")
-    header = ["run", "model", "d", "seed", "steps", "final MSE", "rows exact",
-              f"steps to MSE < {SOLVED_BELOW:g}", "mechanism"]
+    header = RUN_HEADER
     head = "".join(f"<th title='click to sort'>{html.escape(h)}</th>" for h in header)
     solved = sum(r.steps_to_solve is not None for r in rows)
     cannot = sum(not r.solvable for r in rows)
@@ -327,6 +380,7 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
            "ablation of the cells outside the circuit, where it differs."
            if any(r.other_styles for r in rows) else "") + "</p>",
         _figure(root, rows),
+        _group_table(rows),
         f"<div class='table'><table class='sortable'><thead><tr>{head}</tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></div>"]
     return page(title, "\n".join(p for p in parts if p), style=" th { cursor: pointer; }",

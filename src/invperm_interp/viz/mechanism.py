@@ -256,8 +256,9 @@ def sweep_verdict_section(record: SweepRecord | None) -> str:
     if record is None:
         return ""
 
-    def name(value) -> str:
-        return f"<b>{html.escape(str(value))}</b>"
+    def name(value) -> str:  # an Answer: a tie is the set of names the batch cannot rank
+        tie = " (a tie: this batch cannot rank them)" if value.tied else ""
+        return f"<b>{html.escape(str(value))}</b>{tie}"
 
     also = record.mechanism.also_faithful
     lines = [f"the rule names {name(record.answer)}"

@@ -43,8 +43,11 @@ figure { margin: 8px 0; } figcaption { font-size: 13px; color: #444; max-width: 
 .figs { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
 img { max-width: 100%; height: auto; }
 .wide { overflow-x: auto; }
-.attn-row { display: flex; flex-wrap: wrap; gap: 16px; }  /* a view draws 15 px past its box */
-figure.attn { width: 460px; max-width: calc(100% - 16px); margin: 0; padding-right: 16px; }
+.attn-row { display: flex; flex-wrap: wrap; gap: 16px; }
+figure.attn { width: 460px; max-width: 100%; margin: 0; }
+/* circuitsvis lays a view out in a grid row with -15 px gutters: the canvas drew 15 px past its
+   figure on both sides (at 800 px, to the window's edge); the row is kept inside its box */
+.cv div[style*="margin-left: -15px"] { margin-left: 0 !important; margin-right: 0 !important; }
 figure.attn figcaption { font-weight: 600; }
 details > summary { cursor: pointer; color: #2b6cb0; }
 """

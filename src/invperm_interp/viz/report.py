@@ -31,6 +31,7 @@ from ..config import TrainConfig
 from ..labels import excess_text, layer_name, name_streams
 from ..model.hooked import HookedDisentangledTransformer
 from ..runs.directory import RunDir
+from ..runs.evaluation import Evaluation
 from ..task import Batch
 from ..training.metrics import evaluate
 from .attention import attention_views
@@ -47,7 +48,7 @@ def _esc(value) -> str:
 
 
 def _setup(model: HookedDisentangledTransformer, train_cfg: TrainConfig | None,
-           metrics: list[dict] | None) -> str:
+           metrics: list[Evaluation] | None) -> str:
     """What was run, said once: the model and, for a trained run, how it was trained."""
     cfg = model.cfg
     model_text = (f"{cfg.attention_dir} attention on {_esc(cfg.layout)}, "
@@ -56,13 +57,13 @@ def _setup(model: HookedDisentangledTransformer, train_cfg: TrainConfig | None,
     parts = [f"<b>Model</b>: {model_text}."]
     if train_cfg is not None:
         t = train_cfg.resolved()
-        steps = metrics[-1]["step"] if metrics else t.steps
+        steps = metrics[-1].step if metrics else t.steps
         schedule = t.schedule + (f" over {t.schedule_steps} steps" if t.schedule == "cosine" else "")
         parts.append(f"<b>Training</b>: {steps} steps of {t.optimizer} (recipe {t.recipe}), "
                      f"lr {t.lr:g} ({schedule}), batch size {t.batch_size}, seed {t.seed}, "
                      f"evaluated every {t.eval_every} steps on a fixed batch of {t.eval_size}.")
     elif metrics:
-        parts.append(f"<b>Training</b>: {metrics[-1]['step']} steps (no config.json given).")
+        parts.append(f"<b>Training</b>: {metrics[-1].step} steps (no config.json given).")
     return f'<p class="meta">{"<br>".join(parts)}</p>'
 
 
@@ -88,7 +89,7 @@ def _through_map(result: ModelAnalysis) -> str:
 
 
 def _results(model: HookedDisentangledTransformer, result: ModelAnalysis, batch: Batch,
-             metrics: list[dict] | None, train_cfg: TrainConfig | None) -> str:
+             metrics: list[Evaluation] | None, train_cfg: TrainConfig | None) -> str:
     """The numbers: MSE against the floor on the eval batch and on the analysis batch, accuracies."""
     floor = result.causal_floor
     causal = model.cfg.causal
@@ -96,11 +97,12 @@ def _results(model: HookedDisentangledTransformer, result: ModelAnalysis, batch:
     if metrics:
         last = metrics[-1]
         size = f"{train_cfg.eval_size} " if train_cfg is not None else ""
-        rows.append([f"training's eval batch ({size}samples), step {last['step']}",
-                     excess_text(last["mse"], last.get("causal_floor", floor) if causal else None),
-                     *(f"{last[k]:.2%}" if last.get(k) is not None else "—"
-                       for k in ("entry_acc", "row_acc", "sample_acc"))])
-    acc = result.accuracy or evaluate(model, batch.to(model.device, model.cfg.torch_dtype))
+        at = last.causal_floor if last.causal_floor is not None else floor
+        rows.append([f"training's eval batch ({size}samples), step {last.step}",
+                     excess_text(last.mse, at if causal else None),
+                     *(f"{a:.2%}" if a is not None else "—"
+                       for a in (last.entry_acc, last.row_acc, last.sample_acc))])
+    acc = result.accuracy or evaluate(model, batch.to(model.device, model.cfg.torch_dtype))._asdict()
     rows.append([f"this analysis's fresh batch ({result.n_samples} samples)",
                  excess_text(result.mse, floor if causal else None),
                  *(f"{acc[k]:.2%}" for k in ("entry_acc", "row_acc", "sample_acc"))])
@@ -268,7 +270,7 @@ class ReportContext:
     relative URL)`` pairs above the title (the index, the run's twin)."""
 
     title: str = "invperm-interp report"
-    metrics: list[dict] | None = None
+    metrics: list[Evaluation] | None = None
     train_cfg: TrainConfig | None = None
     timeline: Timeline | None = None
     checkpoints: int = 0
@@ -316,8 +318,8 @@ def report_html(model: HookedDisentangledTransformer, result: ModelAnalysis, bat
     if metrics:
         accuracy = plot_accuracy(metrics)
         parts += ["<h2>Training</h2>", '<div class="figs">', figure(
-            plot_training(metrics), "Training curve: eval loss against step.",
-            training_caption(metrics))]
+            plot_training(metrics, model.cfg.causal), "Training curve: eval loss against step.",
+            training_caption(metrics, model.cfg.causal))]
         if accuracy is not None:
             parts.append(figure(accuracy, "Fraction of entries, rows and samples exact against step.",
                                 "Entries, rows and whole samples exact after rounding."))

@@ -16,61 +16,63 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from ..runs.evaluation import Evaluation  # noqa: E402
 from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
 
 ACCURACIES = (("entry_acc", "entries exact"), ("row_acc", "rows exact"),
-              ("sample_acc", "samples exact (whole Y)"))
+              ("sample_acc", "samples exact (whole Y)"))  # Evaluation's fields
 SOLVED_BELOW = 1e-3  # a model with MSE below this solves the task ("steps to solve": first step below)
 EXCESS_LINEAR = 1e-4  # symlog: linear within ±1e-4 of the floor, logarithmic beyond
 
 
-def is_causal(metrics: list[dict]) -> bool:
-    return bool(metrics) and metrics[-1].get("attention_dir") == "causal"
+def _floor(metrics: list[Evaluation]) -> float:
+    """The run's causal floor (the last record's; 0 when it has none)."""
+    return (metrics[-1].causal_floor or 0.0) if metrics else 0.0
 
 
-def drawn_as_excess(metrics: list[dict]) -> bool:
-    """Whether :func:`plot_training` draws the run as its excess over the floor: a causal run
-    whose floor is above 0 (a causal model reading scratch rows has floor 0: its MSE is drawn)."""
-    return is_causal(metrics) and (metrics[-1].get("causal_floor") or 0.0) > 0
+def drawn_as_excess(metrics: list[Evaluation], causal: bool) -> bool:
+    """Whether :func:`plot_training` draws the run (``causal`` or not: its configuration's
+    attention) as its excess over the floor: a causal run whose floor is above 0 (a causal model
+    reading scratch rows has floor 0: its MSE is drawn)."""
+    return causal and _floor(metrics) > 0
 
 
-def training_caption(metrics: list[dict]) -> str:
+def training_caption(metrics: list[Evaluation], causal: bool) -> str:
     """The caption of :func:`plot_training`'s figure for ``metrics``: says what the axis shows."""
-    if drawn_as_excess(metrics):
+    if drawn_as_excess(metrics, causal):
         how = (f"drawn as its excess over the causal floor (linear within ±{EXCESS_LINEAR:g} of the "
                "floor, logarithmic beyond), so a run at its floor is visible")
-    elif is_causal(metrics):
+    elif causal:
         how = ("on a log scale; this causal model's floor is 0 (its read-out rows come after every "
                "input row they need), so it is drawn as the MSE itself")
-    elif (metrics[-1].get("causal_floor") or 0.0) > 0:
+    elif _floor(metrics) > 0:
         how = "on a log scale, with the causal floor of its causal twin (dotted) for reference"
     else:
         how = "on a log scale"
     return f"Eval loss on the run's fixed eval batch, {how}."
 
 
-def plot_loss(ax: Axes, metrics: list[dict], label: str = "eval MSE", color: str = "C0",
-              causal: bool | None = None) -> None:
+def plot_loss(ax: Axes, metrics: list[Evaluation], causal: bool, label: str = "eval MSE",
+              color: str = "C0") -> None:
     """One run's eval curve on ``ax``: ``MSE − floor`` for a causal run, else the MSE (log)."""
-    causal = is_causal(metrics) if causal is None else causal
-    steps = [m["step"] for m in metrics]
-    floor = metrics[-1].get("causal_floor") or 0.0
+    steps = [m.step for m in metrics]
+    floor = _floor(metrics)
     if causal and floor > 0:
-        ax.plot(steps, [m["mse"] - floor for m in metrics], color=color, label=label)
+        ax.plot(steps, [m.mse - floor for m in metrics], color=color, label=label)
         ax.set_yscale("symlog", linthresh=EXCESS_LINEAR)
         ax.axhline(0.0, color="C3", linestyle=":", linewidth=1.2)
     else:
-        ax.plot(steps, [m["mse"] for m in metrics], color=color, label=label)
+        ax.plot(steps, [m.mse for m in metrics], color=color, label=label)
         ax.set_yscale("log")
 
 
-def plot_training(metrics: list[dict], title: str = "") -> Figure:
-    """Eval loss against step: the excess over the floor for a causal run, else the MSE (log) with
-    the causal floor (of the causal twin) for reference, and the train loss."""
-    excess, floor = drawn_as_excess(metrics), metrics[-1].get("causal_floor") or 0.0
+def plot_training(metrics: list[Evaluation], causal: bool, title: str = "") -> Figure:
+    """Eval loss against step: the excess over the floor for a ``causal`` run, else the MSE (log)
+    with the causal floor (of the causal twin) for reference, and the train loss."""
+    excess, floor = drawn_as_excess(metrics, causal), _floor(metrics)
     fig, ax = plt.subplots(figsize=(5.0, 3.1))
-    plot_loss(ax, metrics)
-    train = [(m["step"], m["train_mse"]) for m in metrics if m.get("train_mse") is not None]
+    plot_loss(ax, metrics, causal)
+    train = [(m.step, m.train_mse) for m in metrics if m.train_mse is not None]
     if train and not excess:
         ax.plot(*zip(*train), color="C0", alpha=0.45, linestyle="--", label="train MSE")
     if excess:
@@ -78,7 +80,7 @@ def plot_training(metrics: list[dict], title: str = "") -> Figure:
         ax.set_title(title or f"excess over the causal floor {floor:.4g} (dotted: at the floor)",
                      fontsize=TITLE_PT)
     else:
-        if floor > 0 and not is_causal(metrics):
+        if floor > 0 and not causal:
             ax.axhline(floor, color="C3", linestyle=":", label=f"causal floor {floor:.4g}")
         ax.set_ylabel("MSE (the note's loss)", fontsize=LABEL_PT)
         ax.set_title(title or "eval MSE", fontsize=TITLE_PT)
@@ -91,16 +93,16 @@ def plot_training(metrics: list[dict], title: str = "") -> Figure:
     return fig
 
 
-def plot_accuracy(metrics: list[dict]) -> Figure | None:
+def plot_accuracy(metrics: list[Evaluation]) -> Figure | None:
     """The accuracies the run recorded (entries, rows, whole samples exact) against step; ``None``
     when it recorded none."""
-    accuracies = [(k, name) for k, name in ACCURACIES if metrics[-1].get(k) is not None]
+    accuracies = [(k, name) for k, name in ACCURACIES if getattr(metrics[-1], k) is not None]
     if not accuracies:
         return None
     fig, acc = plt.subplots(figsize=(4.6, 3.1))
-    steps = [m["step"] for m in metrics]
+    steps = [m.step for m in metrics]
     for (key, name), style in zip(accuracies, ("-", "--", ":")):
-        acc.plot(steps, [m.get(key) for m in metrics], linestyle=style, color="k", label=name)
+        acc.plot(steps, [getattr(m, key) for m in metrics], linestyle=style, color="k", label=name)
     acc.set_ylim(-0.02, 1.02)
     acc.set_xlabel("step", fontsize=LABEL_PT)
     acc.set_ylabel("fraction exact after rounding", fontsize=LABEL_PT)
@@ -113,19 +115,20 @@ def plot_accuracy(metrics: list[dict]) -> Figure | None:
     return fig
 
 
-def plot_runs(curves: dict[str, list[dict]], title: str = "") -> Figure:
+def plot_runs(curves: dict[str, list[Evaluation]], causal_runs: set[str],
+              title: str = "") -> Figure:
     """Several runs' eval curves: the MSE of every run (log, left, legend outside) and, when some
-    runs are causal with a floor, their excess over it (right), where a run at its floor is visible
-    instead of lying under the floor line."""
-    causal = {name: m for name, m in curves.items() if is_causal(m) and m[-1].get("causal_floor")}
+    runs (those named in ``causal_runs``) are causal with a floor, their excess over it (right),
+    where a run at its floor is visible instead of lying under the floor line."""
+    causal = {name: m for name, m in curves.items() if name in causal_runs and _floor(m) > 0}
     fig, axes = plt.subplots(1, 2 if causal else 1, figsize=(11 if causal else 7.5, 3.4),
                              squeeze=False, gridspec_kw={"wspace": 0.28})
     ax = axes[0, 0]
     colors = {name: f"C{i}" for i, name in enumerate(curves)}
     for name, metrics in curves.items():
-        ax.plot([m["step"] for m in metrics], [m["mse"] for m in metrics], color=colors[name],
+        ax.plot([m.step for m in metrics], [m.mse for m in metrics], color=colors[name],
                 label=name)
-    floors = sorted({m[-1]["causal_floor"] for m in causal.values()})
+    floors = sorted({_floor(m) for m in causal.values()})
     for floor in floors:
         ax.axhline(floor, color="k", linestyle=":", linewidth=1)
         ax.annotate(f"causal floor {floor:g}", (1.0, floor), xycoords=("axes fraction", "data"),
@@ -139,7 +142,7 @@ def plot_runs(curves: dict[str, list[dict]], title: str = "") -> Figure:
     if causal:
         ex = axes[0, 1]
         for name, metrics in causal.items():
-            plot_loss(ex, metrics, label=name, color=colors[name], causal=True)
+            plot_loss(ex, metrics, True, label=name, color=colors[name])
         ex.set_xlabel("step", fontsize=LABEL_PT)
         ex.set_ylabel("eval MSE − causal floor", fontsize=LABEL_PT)
         ex.set_title("causal runs: excess over their floor (dotted: at the floor)", fontsize=TITLE_PT)

@@ -1,0 +1,134 @@
+"""Import of a native TransformerLens model into the standard model: the same function, our weights.
+
+``standard_from_transformer_lens(bridge, layout, readout)`` reads a ``TransformerBridge`` built
+by ``TransformerBridge.boot_native`` (TransformerLens 4's native model; ``HookedTransformer`` is
+gone from it) of the form ``standard_to_transformer_lens`` produces: attention-only, no
+LayerNorm, standard positional embeddings, scores scaled by ``√d_head``, every bias 0. It returns
+the ``StandardTransformer`` computing the same function on the task's inputs, so the exact map
+(``note_map.to_disentangled``) and every analysis read it.
+
+The native model embeds token ids; the standard model reads real rows, ``X W_E``. ``W_E`` is read
+off the token embedding: with ``d_vocab = d`` token ``j`` is ``e_j`` (``W_E`` is the embedding);
+with ``d_vocab`` the task's vocabulary size (``tokens.vocabulary``: every binary row, then the
+scratch vector if it is not binary) the embedding must be ``vocabulary @ W_E``, which is solved
+for and checked. What the standard model cannot hold, or the map could not read exactly, is one
+``ValueError`` naming it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..task import Layout
+from . import tokens
+from .export import MAX_TOKEN_D
+from .standard import StandardTransformer
+
+__all__ = ["standard_from_transformer_lens"]
+
+LINEAR_TOL = 1e-5  # a token embedding off vocabulary @ W_E by more (relative to its scale) is refused
+
+
+def standard_from_transformer_lens(bridge, layout: Layout, readout: str = "P") -> StandardTransformer:
+    """The ``StandardTransformer`` (plain, in ``bridge``'s dtype, on the CPU) computing the native
+    attention-only ``bridge``'s function on ``layout``'s inputs, reading the rows of ``readout``.
+
+    ``bridge``'s ``head`` output width must be ``layout.d`` and its ``n_ctx`` at least
+    ``layout.T`` (the first ``T`` positional rows are used); its attention direction is kept."""
+    if not isinstance(layout, Layout):
+        raise ValueError(f"layout must be a Layout, got {type(layout).__name__}")
+    native, tl_cfg = _native(bridge)
+    _check_form(native, tl_cfg, layout)
+    H, dh, m = tl_cfg.n_heads, tl_cfg.d_head, tl_cfg.d_model
+    dtype = native.head.weight.dtype
+    cfg = ModelConfig(layout, n_layers=tl_cfg.n_layers, n_heads=H, attention_dir=_direction(native),
+                      readout=readout, dtype=str(dtype).removeprefix("torch."), arch="standard",
+                      d_model=m, d_head=dh)
+    model = StandardTransformer(cfg, seed=0)
+    with torch.no_grad():
+        model.embed.W_E.copy_(_read_in(native, layout))
+        model.pos_embed.W_pos.copy_(native.pos.weight[:layout.T])
+        for block, layer in zip(model.blocks, native.layers):
+            for ours, theirs in (("W_Q", "q"), ("W_K", "k"), ("W_V", "v")):  # (H·dh, m) → (H, m, dh)
+                getattr(block.attn, ours).copy_(
+                    getattr(layer.attn, theirs).weight.detach().reshape(H, dh, m).transpose(1, 2))
+            block.attn.W_O.copy_(layer.attn.o.weight.detach().T.reshape(H, dh, m))
+        model.unembed.W_U.copy_(native.head.weight.detach().T)
+    return model
+
+
+def _native(bridge) -> tuple[nn.Module, object]:
+    from transformer_lens import TransformerBridge
+
+    native = getattr(bridge, "original_model", None)
+    if not isinstance(bridge, TransformerBridge) or type(native).__name__ != "NativeModel":
+        raise ValueError(f"bridge must be a native TransformerBridge (TransformerBridge.boot_native), "
+                         f"got {type(bridge).__name__}")
+    return native, bridge.cfg
+
+
+def _check_form(native: nn.Module, cfg, layout: Layout) -> None:
+    """One ``ValueError`` naming the first thing of the native model the standard model lacks."""
+    norms = [native.ln_out] + [layer.ln1 for layer in native.layers]
+    if not cfg.attn_only or any(hasattr(layer, "mlp") for layer in native.layers):
+        raise ValueError("the import takes attention-only models (attn_only=True): the map to the "
+                         "note's blocks is not exact through an MLP")
+    if any(not isinstance(getattr(n, "original_component", n), nn.Identity) for n in norms):
+        raise ValueError(f"the import takes models without normalization (normalization_type=None, "
+                         f"final_rms=False), got normalization_type={cfg.normalization_type!r}: "
+                         f"a LayerNorm divides each row by its own norm, which the map cannot hold")
+    if native.pos is None or getattr(native, "rotary", None) is not None:
+        raise ValueError(f"the import takes learned positional embeddings (positional_embedding_type="
+                         f"'standard'), got {cfg.positional_embedding_type!r}")
+    if (cfg.n_key_value_heads or cfg.n_heads) != cfg.n_heads:
+        raise ValueError(f"the import takes one key and value per head, got n_key_value_heads="
+                         f"{cfg.n_key_value_heads} for n_heads={cfg.n_heads}")
+    for layer in native.layers:
+        scale = layer.attn.original_component.scale
+        if not math.isclose(scale, math.sqrt(cfg.d_head), rel_tol=1e-9):
+            raise ValueError(f"the import takes scores scaled by √d_head = {math.sqrt(cfg.d_head):g} "
+                             f"(attn_scale=-1), got a scale of {scale:g}")
+    if cfg.attn_scores_soft_cap > 0 or cfg.output_logits_soft_cap > 0:
+        raise ValueError("the import takes models without soft caps (attn_scores_soft_cap and "
+                         "output_logits_soft_cap <= 0)")
+    if native.head.weight.shape[0] != layout.d:
+        raise ValueError(f"the model's output width (d_vocab_out) must be layout.d = {layout.d}, "
+                         f"got {native.head.weight.shape[0]}")
+    if cfg.n_ctx < layout.T:
+        raise ValueError(f"the model's n_ctx must be at least layout.T = {layout.T}, got {cfg.n_ctx}")
+    biases = {"unembed.b_U": native.head} | {
+        f"blocks.{i}.attn.b_{k.upper()}": getattr(layer.attn, k)
+        for i, layer in enumerate(native.layers) for k in "qkvo"}
+    for name, linear in biases.items():
+        bias = getattr(linear, "bias", None)
+        if bias is not None and bool(bias.detach().ne(0).any()):
+            raise ValueError(f"{name} is not zero: the standard model has no attention or read-out "
+                             f"biases (a bias adds terms the map to the note's blocks cannot hold)")
+
+
+def _direction(native: nn.Module) -> str:
+    return "causal" if native.layers[0].attn.original_component.causal else "bidirectional"
+
+
+def _read_in(native: nn.Module, layout: Layout) -> Tensor:
+    """``W_E (d, d_model)`` with ``embedding(token of row x) = x W_E`` on every row of the task."""
+    E = native.tok_embed.weight.detach()
+    d = layout.d
+    if E.shape[0] == d:
+        return E
+    size = tokens.vocabulary_size(layout) if d <= MAX_TOKEN_D else None
+    if E.shape[0] != size:
+        raise ValueError(f"the token embedding must have d = {d} rows (token j is e_j) or, for "
+                         f"d <= {MAX_TOKEN_D}, one per row of the task's vocabulary ({size}), got "
+                         f"d_vocab = {E.shape[0]}")
+    vocab = tokens.vocabulary(layout)  # (V, d), float64
+    W_E = torch.linalg.lstsq(vocab, E.double()).solution  # (d, d_model)
+    error = (vocab @ W_E - E.double()).abs().max().item()
+    if error > LINEAR_TOL * max(1.0, E.abs().max().item()):
+        raise ValueError(f"the token embedding is not linear in the task's rows (token v must embed "
+                         f"as vocabulary[v] @ W_E; off by {error:.2g}), so no W_E reads X")
+    return W_E.to(E.dtype)
