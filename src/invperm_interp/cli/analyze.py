@@ -17,15 +17,19 @@ def analyse_and_report(model, out_dir, context, *, n: int, seed: int, quiet: boo
     (nothing written when ``out_dir`` is None); returns the record. ``context``: the report's
     ``viz.report.ReportContext`` (what ``out_dir`` holds is added to it)."""
 
+    from pathlib import Path
+
     import torch
 
     from .. import memory, sample_batch
     from ..analysis.budget import analysis_estimate
     from ..analysis.record import analyze, headline
     from ..analysis.templates import explain_and_match
-    from ..runs.directory import RunDir
+    from ..runs.directory import RunDir, check_writable
     from ..viz.report import write_report
 
+    if out_dir is not None:  # checked before the analysis, not after it
+        check_writable(Path(out_dir), "write the record and report elsewhere with --out")
     analysed = model
     if model.cfg.arch == "standard":
         from ..model.note_map import to_disentangled
