@@ -61,8 +61,11 @@ class _StopOnSignal:
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.signum is not None:
-            raise KeyboardInterrupt
+        from ..training.signals import Interrupted
+
+        if self.signum is not None:  # exits 128 + signal, as the first one would have
+            raise Interrupted(f"sweep stopped at once by a second {signal.Signals(signum).name}; "
+                              f"{RESUME_HINT}", signum)
         self.signum = signum
 
     def __exit__(self, *exc) -> None:
