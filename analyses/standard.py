@@ -1,21 +1,27 @@
-"""Claim (the note's, on standard transformers): causal models reading the P rows sit on the floor.
+"""Claims (the note's, on standard transformers): causal models sit on the exact floor; where the
+note's model can solve, how often and how fast standard models do, and what they learn.
 
-A small measured experiment (docs/standard.md), not the census: standard 2-layer, 1-head models at
-d = 10, `d_model` 64, on `[P; Y_P]` reading the `P` rows, a few seeds each:
+Reads two sweeps (docs/standard.md), each run by `invperm sweep` (resumable):
 
-- causal, attention-only, and causal with LayerNorm and MLPs (`d_mlp` 128): final MSE against the
-  exact causal floor d/4 = 2.5 (they cannot beat it; do they sit on it?);
-- bidirectional, attention-only: how often and how fast they solve (MSE < 1e-3), and the mechanism
-  of each solved run named through the exact map to the disentangled model, by the library's rule.
+- analyses/grids/standard.toml (runs/standard): causal standard 2-layer, 1-head models at d = 10,
+  attention-only and with LayerNorm and MLPs, d_model 32, 64, 128, reading the P rows (floor d/4)
+  or the Y_P rows (floor (d-1)/8), 8 seeds each. Each final model is evaluated on 16,384 fresh
+  samples: its MSE − floor, with the standard error of that MSE over samples;
+- analyses/grids/standard_solve.toml (runs/standard_solve): bidirectional [P; Y_P] reading P and
+  causal scratch [P; Y_P; S] reading S, d_model 64, both architectures: solved (MSE < 1e-3) with
+  Wilson 95% intervals, the steps to solve, and each solved attention-only run's mechanism named by
+  the library's rule through the exact map.
 
-Runs go to runs/standard (reused when rerun); writes assets/standard.{json,md,png}.
-Usage: python analyses/standard.py [--out runs/standard]
+Runs not yet trained are not counted. Writes assets/standard.{json,md,png}.
+Usage: python analyses/standard.py [--floor runs/standard] [--solve runs/standard_solve]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+from collections import Counter
 from pathlib import Path
 
 import matplotlib
@@ -23,91 +29,190 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
+from census_report import share_text, wilson  # noqa: E402
 from common import asset  # noqa: E402
 
-from invperm_interp import Layout, ModelConfig  # noqa: E402
-from invperm_interp.config import TrainConfig  # noqa: E402
 from invperm_interp.maths.floors import causal_floor  # noqa: E402
+from invperm_interp.runs.directory import RunDir  # noqa: E402
+from invperm_interp.sweep.grid import load_grid  # noqa: E402
 from invperm_interp.sweep.tasks import write_analysis  # noqa: E402
-from invperm_interp.training.single import train_or_reuse  # noqa: E402
+from invperm_interp.task import sample_batch  # noqa: E402
+from invperm_interp.training.run import Run  # noqa: E402
 
-D, D_MODEL = 10, 64
-KINDS = {  # name: (attention, model fields, most steps, seeds)
-    "causal, attention-only": ("causal", {}, 600, 3),
-    "causal, LayerNorm + MLP": ("causal", {"layernorm": True, "d_mlp": 128}, 400, 2),
-    "bidirectional, attention-only": ("bidirectional", {}, 1500, 3),
-}
+GRIDS = Path(__file__).resolve().parent / "grids"
+FRESH, FRESH_SEED = 16384, 12345  # the fresh samples each causal run's final MSE is measured on
+ANALYSIS = {"samples": 4096, "seed": 12345}  # a solved run's mechanism, as the census names it
 
 
-def train_kind(name: str, seed: int, out: Path):
-    attention, fields, steps, _ = KINDS[name]
-    model_cfg = ModelConfig(Layout.plain(D), attention_dir=attention, arch="standard",
-                            d_model=D_MODEL, **fields)
-    stop = {"stop_at_floor": 0.01} if attention == "causal" else {"stop_at_mse": 1e-3}
-    train_cfg = TrainConfig(steps=steps, eval_every=50, eval_size=4096, seed=seed, device="cpu",
-                            threads=1, checkpoint_every=10**6, **stop)  # the adam recipe
-    tag = name.replace(", ", "_").replace(" + ", "_").replace(" ", "_")
-    return train_or_reuse(model_cfg, train_cfg, out / f"{tag}_seed{seed}", progress=False)
+def architecture(cfg) -> str:
+    return "LayerNorm + MLP" if cfg.layernorm or cfg.d_mlp else "attention-only"
+
+
+def finished_runs(grid_file: str, out: Path):
+    """(job, Run) for every job of the grid whose run has finished, in the grid's order."""
+    for job in load_grid(GRIDS / grid_file, allow_large=True).jobs:
+        if RunDir(out / job.name).is_finished:
+            yield job, Run.load(out / job.name)
+
+
+@torch.no_grad()
+def fresh_mse(run: Run) -> tuple[float, float]:
+    """The final model's MSE on ``FRESH`` fresh samples and its standard error over samples."""
+    layout = run.model_cfg.layout
+    batch = sample_batch(layout, FRESH, torch.Generator().manual_seed(FRESH_SEED))
+    out = torch.cat([run.weights(batch.X[i:i + 4096]) for i in range(0, FRESH, 4096)])
+    per_sample = ((out.double() - batch.Y.double()) ** 2).sum(-1).mean(-1)  # (n,)
+    return per_sample.mean().item(), per_sample.std().item() / FRESH ** 0.5
+
+
+def floor_rows(out: Path) -> list[dict]:
+    rows = []
+    for job, run in finished_runs("standard.toml", out):
+        cfg = run.model_cfg
+        floor = causal_floor(cfg.layout, cfg.readout)
+        mse, se = fresh_mse(run)
+        last = run.metrics[-1]
+        rows.append({"run": job.name, "readout": cfg.readout, "architecture": architecture(cfg),
+                     "d_model": cfg.d_model, "seed": run.train_cfg.seed, "steps": run.step,
+                     "stopped": last.stopped, "floor": floor, "fresh_mse": mse,
+                     "fresh_se": se, "excess": mse - floor, "eval_mse": last.mse,
+                     "curve": [(m.step, m.mse) for m in run.metrics]})
+    return rows
+
+
+def floor_groups(rows: list[dict]) -> list[dict]:
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["readout"], r["architecture"], r["d_model"]), []).append(r)
+    table = []
+    for (readout, arch, d_model), rs in groups.items():
+        excess = [r["excess"] for r in rs]
+        table.append({"readout": readout, "architecture": arch, "d_model": d_model, "runs": len(rs),
+                      "floor": rs[0]["floor"], "at_floor": sum(r["stopped"] == "causal_floor" for r in rs),
+                      "median_steps": statistics.median(r["steps"] for r in rs),
+                      "excess_min": min(excess), "excess_median": statistics.median(excess),
+                      "excess_max": max(excess),
+                      "below_floor": sum(e < 0 for e in excess),
+                      "below_by_2se": sum(r["excess"] < -2 * r["fresh_se"] for r in rs),
+                      "se_median": statistics.median(r["fresh_se"] for r in rs)})
+    return table
+
+
+def solve_rows(out: Path) -> list[dict]:
+    rows = []
+    for job, run in finished_runs("standard_solve.toml", out):
+        cfg = run.model_cfg
+        solved = next((m.step for m in run.metrics if m.mse < 1e-3), None)
+        mechanism = None
+        if solved is not None and architecture(cfg) == "attention-only":
+            mechanism = str(write_analysis(run.dir, **ANALYSIS).answer)  # through the exact map
+        rows.append({"run": job.name, "setting": job.variant.split("_")[0],
+                     "architecture": architecture(cfg), "d_model": cfg.d_model,
+                     "seed": run.train_cfg.seed, "steps": run.step, "solved_at": solved,
+                     "final_mse": run.metrics[-1].mse, "mechanism": mechanism,
+                     "curve": [(m.step, m.mse) for m in run.metrics]})
+    return rows
+
+
+def solve_groups(rows: list[dict]) -> list[dict]:
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["setting"], r["architecture"]), []).append(r)
+    table = []
+    for (setting, arch), rs in groups.items():
+        steps = [r["solved_at"] for r in rs if r["solved_at"] is not None]
+        lo, hi = wilson(len(steps), len(rs))
+        names = Counter(r["mechanism"] for r in rs if r["mechanism"] is not None)
+        table.append({"setting": setting, "architecture": arch, "runs": len(rs),
+                      "solved": len(steps), "solved_low": lo, "solved_high": hi,
+                      "solved_text": share_text(len(steps), len(rs)),
+                      "steps_to_solve": sorted(steps),
+                      "median_steps": statistics.median(steps) if steps else None,
+                      "unsolved_final_mse": sorted(r["final_mse"] for r in rs if r["solved_at"] is None),
+                      "mechanisms": dict(names.most_common())})
+    return table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="runs/standard")
+    parser.add_argument("--floor", default="runs/standard")
+    parser.add_argument("--solve", default="runs/standard_solve")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    out, rows, curves = Path(args.out), [], {}
-    floor = causal_floor(Layout.plain(D), "P")
-    for name, (_, _, _, seeds) in KINDS.items():
-        for seed in range(seeds):
-            run = train_kind(name, seed, out)
-            last = run.metrics[-1]
-            solved = next((m.step for m in run.metrics if m.mse < 1e-3), None)
-            mechanism = "—"
-            if solved is not None and run.model_cfg.d_mlp is None and not run.model_cfg.layernorm:
-                mechanism = write_analysis(run.dir, samples=4096).name
-            rows.append({"model": name, "seed": seed, "steps": run.step, "final_mse": last.mse,
-                         "floor": floor if run.model_cfg.causal else None,
-                         "excess_over_floor": last.mse - floor if run.model_cfg.causal else None,
-                         "solved_at": solved, "mechanism": mechanism,
-                         "stopped": last.stopped})
-            curves[(name, seed)] = [(m.step, m.mse) for m in run.metrics]
-    asset("standard.json").write_text(json.dumps(rows, indent=2) + "\n")
-    write_markdown(rows, floor)
-    plot(curves, floor)
+    floors, solves = floor_rows(Path(args.floor)), solve_rows(Path(args.solve))
+    result = {"fresh_samples": FRESH, "floor_groups": floor_groups(floors),
+              "solve_groups": solve_groups(solves),
+              "floor_runs": [{k: v for k, v in r.items() if k != "curve"} for r in floors],
+              "solve_runs": [{k: v for k, v in r.items() if k != "curve"} for r in solves]}
+    asset("standard.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_markdown(result)
+    plot(floors, solves)
 
 
-def write_markdown(rows: list[dict], floor: float) -> None:
-    lines = ["# Standard transformers on the task: the causal floor and what bidirectional models "
-             "learn", "",
-             f"Standard 2-layer, 1-head transformers at d = {D}, d_model {D_MODEL}, on [P; Y_P] "
-             f"reading the P rows; the adam recipe (Adam lr 1e-2, batch 1024), init N(0, 0.1²); "
-             f"2 or 3 seeds per model (a small experiment, not a census). Causal runs stop once three "
-             f"evaluations lie within 1% of the floor; bidirectional ones at MSE < 1e-3. The "
-             f"mechanism of a solved attention-only run is named by the library's rule on the "
-             f"disentangled model its weights map to exactly (docs/standard.md).", "",
-             "| model | seed | steps | final MSE | causal floor | MSE − floor | solved at | "
-             "mechanism |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        excess = "—" if r["excess_over_floor"] is None else f"{r['excess_over_floor']:+.4f}"
-        lines.append(f"| {r['model']} | {r['seed']} | {r['steps']} | {r['final_mse']:.4g} | "
-                     f"{'—' if r['floor'] is None else f'{floor:g}'} | {excess} | "
-                     f"{r['solved_at'] or '—'} | {r['mechanism']} |")
+def write_markdown(result: dict) -> None:
+    lines = ["# Standard transformers on the task: the causal floor, over seeds, and what solves", "",
+             "Standard 2-layer, 1-head transformers at d = 10 (docs/standard.md), attention-only or "
+             "with pre-LayerNorm and ReLU MLPs of width 128, init N(0, 0.1²), Adam lr 1e-2. Produced "
+             "by `make standard` (the grids analyses/grids/standard.toml and standard_solve.toml run "
+             "by `invperm sweep`, then analyses/standard.py); runs not yet trained are not counted.",
+             "", "## Causal models against the exact floor", "",
+             "Batch 256, evaluated every 25 steps on 4,096 held-out samples and stopped once three "
+             "evaluations in a row lie within 0.1% of the floor (*at floor*; else at 400 steps). "
+             f"**MSE − floor**: the final model's MSE on {result['fresh_samples']:,} fresh samples "
+             "minus the exact floor (d/4 = 2.5 reading P, (d−1)/8 = 1.125 reading Y_P); *below*: "
+             "runs under the floor, *by 2 SE*: under it by more than twice the MSE's standard "
+             "error over samples.", "",
+             "| reads | model | d_model | runs | at floor | median steps | MSE − floor: min / median "
+             "/ max | below | by 2 SE | median SE |", "| --- | --- | --- | --- | --- | --- | --- | "
+             "--- | --- | --- |"]
+    for g in result["floor_groups"]:
+        reads = "Y_P" if g["readout"] == "Y" else g["readout"]
+        lines.append(f"| {reads} (floor {g['floor']:g}) | {g['architecture']} | {g['d_model']} | "
+                     f"{g['runs']} | {g['at_floor']} | {g['median_steps']:g} | "
+                     f"{g['excess_min']:+.2g} / {g['excess_median']:+.2g} / {g['excess_max']:+.2g} | "
+                     f"{g['below_floor']} | {g['below_by_2se']} | {g['se_median']:.2g} |")
+    lines += ["", "## Where the note's model can solve", "",
+              "d_model 64, the adam recipe (batch 1024), evaluated every 50 steps on 1,024 held-out "
+              "samples, stopped at the first evaluation with MSE < 1e-3 (*solved*, Wilson 95% "
+              "interval) or at 800 steps. The mechanism of a solved attention-only run is named "
+              "by the library's rule on the disentangled model its weights map to exactly (4,096 "
+              "samples); models with LayerNorm or MLPs have no exact map.", "",
+              "| setting | model | runs | solved | steps to solve | final MSE of the others | "
+              "mechanisms |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for g in result["solve_groups"]:
+        steps = ", ".join(str(s) for s in g["steps_to_solve"]) or "—"
+        others = ", ".join(f"{m:.3g}" for m in g["unsolved_final_mse"]) or "—"
+        names = ", ".join(f"{k}: {v}" for k, v in g["mechanisms"].items()) or "—"
+        lines.append(f"| {g['setting']} | {g['architecture']} | {g['runs']} | {g['solved_text']} | "
+                     f"{steps} | {others} | {names} |")
     asset("standard.md").write_text("\n".join(lines) + "\n")
     print("wrote assets/standard.json and assets/standard.md")
 
 
-def plot(curves: dict, floor: float) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4))
-    colors = {name: f"C{i}" for i, name in enumerate(KINDS)}
-    for (name, seed), points in curves.items():
-        steps, mse = zip(*points)
-        ax.plot(steps, mse, color=colors[name], alpha=0.8, label=name if seed == 0 else None)
-    ax.axhline(floor, color="k", ls="--", lw=1, label=f"causal floor d/4 = {floor:g}")
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("eval MSE")
-    ax.set_title(f"standard transformers, d = {D}, d_model {D_MODEL}, reading P")
-    ax.legend(fontsize=8)
+def plot(floors: list[dict], solves: list[dict]) -> None:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    labels = sorted({(r["readout"], r["architecture"], r["d_model"]) for r in floors})
+    for i, key in enumerate(labels):
+        ys = [r["excess"] for r in floors if (r["readout"], r["architecture"], r["d_model"]) == key]
+        left.scatter([i] * len(ys), ys, s=12, color="C0" if key[1] == "attention-only" else "C1")
+    left.axhline(0, color="k", lw=1, ls="--")
+    left.set_xticks(range(len(labels)))
+    left.set_xticklabels([f"{'Y_P' if r == 'Y' else r}\n{'attn' if a == 'attention-only' else 'LN+MLP'}"
+                          f"\n{m}" for r, a, m in labels], fontsize=7)
+    left.set_ylabel("final MSE − exact floor (fresh samples)")
+    left.set_title("causal models: MSE − floor (C0 attention-only, C1 LN+MLP)", fontsize=9)
+    colors = {}
+    for r in solves:
+        key = f"{r['setting']}, {r['architecture']}"
+        color = colors.setdefault(key, f"C{len(colors)}")
+        steps, mse = zip(*r["curve"])
+        right.plot(steps, mse, color=color, alpha=0.8, label=key if r["seed"] == 0 else None)
+    right.axhline(1e-3, color="k", lw=1, ls=":", label="solved: MSE < 1e-3")
+    right.set_yscale("log")
+    right.set_xlabel("step")
+    right.set_ylabel("eval MSE")
+    right.set_title("bidirectional and scratch, d_model 64", fontsize=9)
+    right.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(asset("standard.png"), dpi=120)
     print("wrote assets/standard.png")

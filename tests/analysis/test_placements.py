@@ -38,10 +38,10 @@ def batch_for(model, n: int = 128):
 def test_a_placed_construction_is_named_at_its_placement(name, shape, layers, heads):
     placed = Placement(name, layers, heads, shape)
     model = build(placed, 4, dtype=torch.float32)
-    named = str(name_on(model, batch_for(model)))
-    assert named in {str(Placement(n, layers, heads, shape)) for n in NAMED_AS.get(name, (name,))}
+    named = name_on(model, batch_for(model)).names  # the best and those the batch cannot rank below it
+    assert {str(Placement(n, layers, heads, shape)) for n in NAMED_AS.get(name, (name,))} & set(named)
     if name == "theorem3_superposed" and layers[0] == 0:
-        assert named == str(Placement("theorem3", layers, heads, shape))
+        assert str(Placement("theorem3", layers, heads, shape)) in named
 
 
 def test_two_heads_that_copy_one_circuit_are_named_by_one_and_the_other_is_also_faithful():

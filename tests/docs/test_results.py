@@ -148,14 +148,20 @@ def test_the_readme_numbers_come_from_the_assets():
 
 def test_the_readme_beyond_the_note_numbers_come_from_the_assets():
     readme = text("README.md")
-    rows = load("standard.json")
-    causal = [r for r in rows if r["model"].startswith("causal")]
-    bidirectional = [r for r in rows if r["model"].startswith("bidirectional")]
-    solved = [r for r in bidirectional if r["solved_at"] is not None]
-    assert {r["floor"] for r in causal} == {2.5} and all(r["stopped"] == "causal_floor" for r in causal)
-    top = max(r["excess_over_floor"] for r in causal)
-    assert (f"all {len(causal)} causal runs sit on the floor 2.5 (at most +{top:.2g} above it) and "
-            f"{len(solved)} of {len(bidirectional)} bidirectional runs solve") in readme
+    result = load("standard.json")
+    reads = {r: [g for g in result["floor_groups"] if g["readout"] == r] for r in ("P", "Y")}
+    assert {g["floor"] for g in reads["P"]} == {floor(10, "P")}
+    assert {g["floor"] for g in reads["Y"]} == {floor(10, "Y")}
+    assert sum(g["below_floor"] for g in result["floor_groups"]) == 0
+    solve = {(g["setting"], g["architecture"]): g["solved_text"] for g in result["solve_groups"]}
+    assert (f"all {sum(g['runs'] for g in reads['P'])} causal runs reading `P` (attention-only or "
+            f"with LayerNorm and MLPs, `d_model` 32 to 128) end within "
+            f"{max(g['excess_max'] for g in reads['P']):.2g} above the exact floor d/4 and none below "
+            f"it; the {sum(g['runs'] for g in reads['Y'])} reading `Y_P` end "
+            f"{min(g['excess_min'] for g in reads['Y']):.2g} to "
+            f"{max(g['excess_max'] for g in reads['Y']):.2g} above (d−1)/8 after 400 steps, none below; "
+            f"bidirectional attention-only runs solve in {solve[('bidirectional', 'attention-only')]} "
+            f"and causal scratch ones in {solve[('scratch', 'attention-only')]}") in readme
     page = (REPO / "assets" / "scrubbing.md").read_text()
     (resample,) = [line for line in page.splitlines() if line.startswith("| resample |")]
     _, _, _, alone, guarded, _ = [c.strip() for c in resample.split("|")[:6]]

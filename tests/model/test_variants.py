@@ -6,7 +6,7 @@ import torch
 
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.model.hooked import HookedDisentangledTransformer
-from invperm_interp.model.variants import forward_many
+from invperm_interp.model.variants import forward_many, forward_stacked
 from invperm_interp.task import sample_batch
 
 CONFIGS = [
@@ -51,3 +51,36 @@ def test_forward_many_is_the_model_forward_for_sparse_and_dense_variants(cfg):
             torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
 
 
+
+
+def _plain_streams(cfg, As, h):
+    """``[h^0, …, h^L]`` from ``h^0 (B, T, D_0)`` by the note's definition, with einsum."""
+    T = h.shape[1]
+    hidden = torch.ones(T, T, dtype=torch.bool).triu(1) if cfg.causal else torch.zeros(T, T, dtype=torch.bool)
+    streams = [h]
+    for A in As:
+        scores = torch.einsum("bid,kde,bje->bkij", h, A, h).masked_fill(hidden, float("-inf"))
+        z = torch.einsum("bkij,bjd->bikd", scores.softmax(-1), h).flatten(2)
+        h = torch.cat([h, z], dim=-1)
+        streams.append(h)
+    return streams
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["bidirectional-3x2", "causal-scratch"])
+def test_an_edited_embedding_and_the_read_out_stream_match_the_plain_forward(cfg):
+    """``h0`` replaces ``[X, I_T]`` (here with two rows zeroed and the content scaled), and
+    ``readout=False`` gives the read-out rows of ``h^L`` that ``W_U`` reads."""
+    g = torch.Generator().manual_seed(1)
+    X = sample_batch(cfg.layout, 16, g, dtype=torch.float64).X
+    As = [torch.randn(h, w, w, generator=g, dtype=torch.float64) for h, w in zip(cfg.heads, cfg.widths)]
+    W_U = torch.randn(cfg.widths[-1], cfg.d, generator=g, dtype=torch.float64)
+    h0 = torch.cat([2.0 * X, torch.eye(cfg.T, dtype=torch.float64).expand(len(X), -1, -1)], -1)
+    h0[:, [1, cfg.T - 1]] = 0.0
+    final = _plain_streams(cfg, As, h0)[-1][:, cfg.readout_rows]  # (B, d, D_L)
+    stacked = [A[None] for A in As]
+    out = forward_stacked(cfg, stacked, W_U[None], X, h0=h0)[0]
+    torch.testing.assert_close(out, final @ W_U, rtol=1e-10, atol=1e-10)
+    read = forward_stacked(cfg, stacked, torch.ones(cfg.widths[-1], 1, dtype=torch.float64)[None], X,
+                           h0=h0, readout=False)[0]
+    torch.testing.assert_close(read, final, rtol=1e-10, atol=1e-10)
+    assert not torch.allclose(out, forward_stacked(cfg, stacked, W_U[None], X)[0])  # h0 was used

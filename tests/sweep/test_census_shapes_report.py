@@ -40,7 +40,7 @@ def test_names_placements_and_roles_are_counted_per_shape(tmp_path, report):
     assert deep["named"].startswith("1 of 2 (") and deep["none"].startswith("1 of 2 (")
     assert deep["zero_ablation"] == {"appendix_b": 1, "none": 1}
     text = (tmp_path / "census_shapes.md").read_text()
-    assert "| bidirectional | 3x2 | 3 | 2 |" in text and "appendix_b @ L1h1→L3h0 ×1" in text
+    assert "| bidirectional | 3x2 | 3 | 3 | 2 |" in text and "appendix_b @ L1h1→L3h0 ×1" in text
     assert (tmp_path / "census_shapes.png").stat().st_size > 1000
 
 
@@ -48,3 +48,24 @@ def test_a_folder_without_sweep_jsonl_is_one_line(tmp_path, report, capsys):
     assert report.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sweep.jsonl" in err[0]
+
+
+def test_knocking_out_heads_finds_the_placement_and_an_idle_layer(report, monkeypatch, tmp_path):
+    """A placed construction on 3 layers of 2 heads, every other cell zero: only the placement's
+    two heads are needed, layer 2 is idle, and the run's role is 'alone'; with a head of the
+    placement not needed (a copy covers it) it is 'copied', with another head needed 'split'."""
+    from types import SimpleNamespace
+
+    from invperm_interp.maths.placement import Placement, build
+
+    placed = Placement("two_block", (0, 2), (0, 1), (2, 2, 2))
+    model = build(placed, 5, 100.0)
+    monkeypatch.setattr(report.Run, "load", lambda path: SimpleNamespace(model=model))
+    found = report.knockouts(tmp_path, samples=64)
+    needed = report.needed_heads(found)
+    assert needed == ["L1h0", "L3h1"] and found["L2h0"] == found["L1h1"] == 1.0
+    assert report.idle_layers((2, 2, 2), needed) == [2]
+    named = analysed(str(placed))
+    assert report.role(named, (2, 2, 2), needed) == "alone"
+    assert report.role(named, (2, 2, 2), ["L3h1"]) == "copied"  # L1h0 not needed: a copy covers it
+    assert report.role(named, (2, 2, 2), ["L1h0", "L2h0", "L3h1"]) == "split"

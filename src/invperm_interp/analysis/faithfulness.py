@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from ..errors import check_choice
+from ..model.disentangled import readout_forward
 from ..model.hooked import HookedDisentangledTransformer
 from ..model.variants import forward_many
 from ..task import Batch, mse
@@ -194,7 +195,7 @@ class Tester:
         self.batch = batch.to(model.device, model.cfg.torch_dtype)
         self.baseline = 0.25 * model.cfg.d
         with torch.no_grad():
-            self.output = model(self.batch.X, check_input=False)  # (B, d, d)
+            self.output = readout_forward(model, self.batch.X)  # (B, d, d), the read-out rows only
         Y = self.batch.Y.to(self.output)
         self.clean_errors = (self.output.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,)
         self.clean = score(self.output, self.batch, self.baseline, float(mse(self.output, Y)),
@@ -247,7 +248,7 @@ class Tester:
     def _circuit(self, hyp: Hypothesis, proj: Projection | None = None):
         """``((kept, W_U read), removed)``: the circuit-only variant and what it removed."""
         proj = proj or self.project(hyp, betas=False)
-        return ((proj.kept, read_out(self.model, hyp.read)),
+        return ((proj.raw, read_out(self.model, hyp.read)),
                 [f - k for f, k in zip(proj.fixed, proj.kept)])
 
     def circuits(self, hyps: Sequence[Hypothesis]) -> list[Score]:
@@ -284,7 +285,7 @@ class Tester:
             less = [hyp.without(i) for i in range(len(hyp))] if minimality else []
             start = len(variants)
             rest = [f - k for f, k in zip(proj.fixed, proj.kept)]
-            variants += [(proj.kept, read_out(self.model, hyp.read)), (rest, W_U)]
+            variants += [(proj.raw, read_out(self.model, hyp.read)), (rest, W_U)]
             removed += [rest, list(proj.kept)]
             for h in less:
                 variant, r = self._circuit(h)
@@ -301,6 +302,13 @@ class Tester:
                                     atoms.betas, proj.weight_share, self.baseline, self.clean,
                                     circuit, without, tuple(minimal)))
         return out
+
+    def minimality(self, hyps: Sequence[Hypothesis]) -> list[tuple[Score, ...]]:
+        """Per hypothesis, its circuit less each atom (:attr:`Faithfulness.minimality`), all run
+        together: what a test without minimality lacks."""
+        pairs = [self._circuit(h.without(i)) for h in hyps for i in range(len(h))]
+        scores = iter(self.run_many([v for v, _ in pairs], [r for _, r in pairs]))
+        return [tuple(next(scores) for _ in range(len(h))) for h in hyps]
 
     def test(self, hyp: Hypothesis, minimality: bool = True) -> Faithfulness:
         """Faithfulness (the circuit alone), completeness (the model without it) and minimality

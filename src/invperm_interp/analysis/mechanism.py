@@ -27,7 +27,7 @@ A model no construction can fit gets no name, with the reason in ``Mechanism.unt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..maths.placement import Placement, parse
 from ..model.hooked import HookedDisentangledTransformer
@@ -211,8 +211,9 @@ def test_constructions(model: HookedDisentangledTransformer, tester: Tester, *,
                 tested[i] = t
     redo = [i for i, v in enumerate(verdicts) if minimality and not every and (
         v == FAITHFUL or (v == BORDERLINE and resolve in (None, tester)))]
-    for i, t in zip(redo, tester.test_many([hyps[i] for i in redo], True)):
-        tested[i] = t
+    # their circuit and the model without it were run on this tester already
+    for i, less in zip(redo, tester.minimality([hyps[i] for i in redo])):
+        tested[i] = replace(tested[i], minimality=less)
     return tested
 
 

@@ -21,13 +21,17 @@ from .pursuit import basis
 
 @dataclass(frozen=True)
 class Projection:
-    """Per layer ``(H, D, D)``: ``gauge_fix(A)`` and its part on the hypothesis; per cell the fitted
-    β (the template's least-squares scale in the fitted raw cell) and the share of the norm² kept."""
+    """Per layer ``(H, D, D)``: ``gauge_fix(A)``, its part on the hypothesis ``kept`` and the same
+    part before gauge fixing, ``raw`` (nonzero on the hypothesis's cells only; it differs from
+    ``kept`` by gauge directions, so it gives the same attention, and a forward of it reads only
+    the cells' blocks); per cell the fitted β (the template's least-squares scale in the fitted
+    raw cell) and the share of the norm² kept."""
 
     fixed: tuple[Tensor, ...]
     kept: tuple[Tensor, ...]
     betas: tuple[float, ...]
     weight_share: float  # ||kept||² / ||fixed||², averaged over the layers
+    raw: tuple[Tensor, ...] = ()
 
 
 def _template_at(model: HookedDisentangledTransformer, cell: AtomCell) -> Tensor:
@@ -117,11 +121,11 @@ def project(model: HookedDisentangledTransformer, hyp: Hypothesis, *,
     by its cells, for a caller testing many hypotheses of one model; ``betas=False`` skips the
     per-cell β (zeros), which only the faithfulness record reports."""
     fixed = fixed if fixed is not None else fixed_weights(model)
-    kept, shares = [], []
+    kept, raw, shares = [], [], []
     betas_out = [0.0] * len(hyp.cells)
     fit = _fit_cells if hyp.unit == "cells" else _fit_atoms
     for layer, F in enumerate(fixed):
-        K = torch.zeros_like(F)
+        K, R = torch.zeros_like(F), torch.zeros_like(F)
         for head in range(F.shape[0]):
             mine = [i for i, c in enumerate(hyp.cells) if c[0] == layer and c[1] == head]
             if not mine:
@@ -138,6 +142,7 @@ def project(model: HookedDisentangledTransformer, hyp: Hypothesis, *,
                     fits[key] = found
             if fits is not None:
                 M, K[head] = fits[key]
+            R[head] = M
             if not betas:
                 continue
             for group in {hyp.cells[i][:4] for i in mine}:  # β: the templates' least-squares
@@ -149,5 +154,7 @@ def project(model: HookedDisentangledTransformer, hyp: Hypothesis, *,
                     betas_out[i] = b
         total = float(F.pow(2).sum())
         kept.append(K)
+        raw.append(R)
         shares.append(float(K.pow(2).sum()) / total if total > 0 else 0.0)
-    return Projection(tuple(fixed), tuple(kept), tuple(betas_out), sum(shares) / len(shares))
+    return Projection(tuple(fixed), tuple(kept), tuple(betas_out), sum(shares) / len(shares),
+                      tuple(raw))

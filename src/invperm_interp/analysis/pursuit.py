@@ -41,37 +41,60 @@ def build_dictionary(stream: Stream, layer: int, library: dict[str, TemplateFn])
     D = stream.width(layer)
     P_null, P_key = gauge_projectors(stream, layer)
     U, V = basis(P_null), basis(P_key)  # orthonormal bases of the two projectors' ranges
-    cells, names, templates, rows, cols, vals, fixed_norm = [], [], [], [], [], [], []
+    made: dict[tuple[str, int, int], Tensor | None] = {}  # a template depends on the widths only
+    atoms: list[tuple[Block, Block, str, Tensor]] = []
     blocks = stream.blocks(layer)
     for q in blocks:
         for k in blocks:
             for name, make in library.items():
-                T = make(q.width, k.width)
-                if T is None or not bool(T.any()):
-                    continue
-                T = T.to(torch.float64)
-                if tuple(T.shape) != (q.width, k.width):
-                    raise ValueError(f"template {name!r} made shape {tuple(T.shape)} for a "
-                                     f"({q.width}, {k.width}) cell")
-                i, j = T.nonzero(as_tuple=True)
-                rows += [len(cells)] * len(i)
-                cols.append((q.start + i) * D + (k.start + j))
-                vals.append(T[i, j])
-                # ||(1-UUᵀ) M (1-VVᵀ)||² = ||M||² - ||UᵀM||² - ||MV||² + ||UᵀMV||², M nonzero on one cell.
-                Uq, Vk = U[q.slice], V[k.slice]
-                UM, MV = Uq.T @ T, T @ Vk
-                sq = T.pow(2).sum() - UM.pow(2).sum() - MV.pow(2).sum() + (UM @ Vk).pow(2).sum()
-                fixed_norm.append(float(sq.clamp_min(0)) ** 0.5)
-                cells.append((q, k))
-                names.append(name)
-                templates.append(T)
-    index = torch.stack([torch.tensor(rows, dtype=torch.long), torch.cat(cols)])
-    M = torch.sparse_coo_tensor(index, torch.cat(vals), (len(cells), D * D),
+                key = (name, q.width, k.width)
+                if key not in made:
+                    made[key] = _template(name, make, q.width, k.width)
+                if made[key] is not None:
+                    atoms.append((q, k, name, made[key]))
+    index, vals = [], []
+    for a, (q, k, _, T) in enumerate(atoms):
+        i, j = T.nonzero(as_tuple=True)
+        index.append(torch.stack([torch.full_like(i, a), (q.start + i) * D + (k.start + j)]))
+        vals.append(T[i, j])
+    M = torch.sparse_coo_tensor(torch.cat(index, 1), torch.cat(vals), (len(atoms), D * D),
                                 check_invariants=True).coalesce()
+    templates = tuple(T for *_, T in atoms)
     raw_norm = torch.tensor([float(t.norm()) for t in templates], dtype=torch.float64)
-    return Dictionary(tuple(cells), tuple(names), tuple(templates), M,
-                       torch.tensor(fixed_norm, dtype=torch.float64), raw_norm, D,
-                       U.shape[1], V.shape[1])
+    return Dictionary(tuple((q, k) for q, k, *_ in atoms), tuple(n for _, _, n, _ in atoms),
+                      templates, M, _fixed_norms(atoms, U, V), raw_norm, D, U.shape[1], V.shape[1])
+
+
+def _template(name: str, make: TemplateFn, rows: int, cols: int) -> Tensor | None:
+    """The template ``name`` for a ``(rows, cols)`` cell in float64, ``None`` where it does not
+    apply or is zero."""
+    T = make(rows, cols)
+    if T is None or not bool(T.any()):
+        return None
+    if tuple(T.shape) != (rows, cols):
+        raise ValueError(f"template {name!r} made shape {tuple(T.shape)} for a ({rows}, {cols}) cell")
+    return T.to(torch.float64)
+
+
+def _fixed_norms(atoms: list[tuple[Block, Block, str, Tensor]], U: Tensor, V: Tensor) -> Tensor:
+    """``||gauge_fix(M_a)||`` of each atom, ``M_a`` nonzero on one cell:
+    ``||(1-UUᵀ) M (1-VVᵀ)||² = ||M||² - ||UᵀM||² - ||MV||² + ||UᵀMV||²``, for the atoms of one
+    template and cell shape at once."""
+    out = torch.zeros(len(atoms), dtype=torch.float64)
+    groups: dict[int, list[int]] = {}
+    for a, (*_, T) in enumerate(atoms):
+        groups.setdefault(id(T), []).append(a)
+    for members in groups.values():
+        T = atoms[members[0]][3]
+        rows = torch.stack([torch.arange(atoms[a][0].start, atoms[a][0].stop) for a in members])
+        cols = torch.stack([torch.arange(atoms[a][1].start, atoms[a][1].stop) for a in members])
+        Uq, Vk = U[rows], V[cols]  # (n, q, rank_U), (n, k, rank_V)
+        UM = Uq.transpose(1, 2) @ T  # (n, rank_U, k)
+        MV = T @ Vk  # (n, q, rank_V)
+        sq = (T.pow(2).sum() - UM.pow(2).sum((1, 2)) - MV.pow(2).sum((1, 2))
+              + (UM @ Vk).pow(2).sum((1, 2)))
+        out[members] = sq.clamp_min(0).sqrt()
+    return out
 
 
 def basis(projector: Tensor) -> Tensor:

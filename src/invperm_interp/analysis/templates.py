@@ -229,10 +229,22 @@ class _Explained:
     atoms: tuple[Atom, ...]
 
 
-def _explain_head(model: HookedDisentangledTransformer, layer: int, head: int,
-                  library: dict[str, TemplateFn], limits: PursuitLimits) -> _Explained:
+def _explain_heads(model: HookedDisentangledTransformer, selection: list[tuple[int, int]],
+                   library: dict[str, TemplateFn], limits: PursuitLimits) -> list[_Explained]:
+    """:func:`_explain_head` of each selected ``(layer, head)``; a layer's dictionary (the same for
+    every head of it) is built once."""
+    dictionaries: dict[int, Dictionary] = {}
+    out = []
+    for layer, head in selection:
+        if layer not in dictionaries:
+            dictionaries[layer] = build_dictionary(model.stream, layer, library)
+        out.append(_explain_head(model, layer, head, dictionaries[layer], limits))
+    return out
+
+
+def _explain_head(model: HookedDisentangledTransformer, layer: int, head: int, dic: Dictionary,
+                  limits: PursuitLimits) -> _Explained:
     stream = model.stream
-    dic = build_dictionary(stream, layer, library)
     A = _weights(model, layer, head)
     fit = pursue(A, stream, layer, dic, limits)
     atoms = []
@@ -269,7 +281,7 @@ def explain(model: HookedDisentangledTransformer, layer: int | None = None, head
     """
     library = _library(templates)
     limits = PursuitLimits(min_share, tol, max_atoms, significance)
-    parts = [_explain_head(model, lay, h, library, limits) for lay, h in _selection(model, layer, head)]
+    parts = _explain_heads(model, _selection(model, layer, head), library, limits)
     return _circuit_of(parts)
 
 
@@ -284,8 +296,7 @@ def _circuit_of(parts: list[_Explained]) -> Circuit:
 def explain_and_match(model: HookedDisentangledTransformer) -> tuple[Circuit, list[CellMatch]]:
     """:func:`explain` and :func:`match_templates` of every head with their defaults, from one fit."""
     library = _library(None)
-    parts = [_explain_head(model, lay, h, library, PursuitLimits())
-             for lay, h in _selection(model, None, None)]
+    parts = _explain_heads(model, _selection(model, None, None), library, PursuitLimits())
     return _circuit_of(parts), [row for part in parts for row in _cell_rows(model, part)]
 
 
@@ -299,11 +310,8 @@ def match_templates(model: HookedDisentangledTransformer, layer: int | None = No
     Arguments as in :func:`explain`; ``layer``/``head`` restrict the table (``None``: all).
     """
     library, limits = _library(templates), PursuitLimits(min_share, tol, max_atoms, significance)
-    rows = []
-    for lay, h in _selection(model, layer, head):
-        part = _explain_head(model, lay, h, library, limits)
-        rows += _cell_rows(model, part)
-    return rows
+    parts = _explain_heads(model, _selection(model, layer, head), library, limits)
+    return [row for part in parts for row in _cell_rows(model, part)]
 
 
 def _cell_rows(model: HookedDisentangledTransformer, part: _Explained) -> list[CellMatch]:

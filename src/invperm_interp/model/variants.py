@@ -76,20 +76,24 @@ def _cols(h: Tensor, index: Tensor) -> Tensor:
 
 
 def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tensor, *,
-                    patterns: bool = False, offsets: Sequence[Tensor | None] | None = None
-                    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+                    patterns: bool = False, offsets: Sequence[Tensor | None] | None = None,
+                    h0: Tensor | None = None,
+                    readout: bool = True) -> Tensor | tuple[Tensor, list[Tensor]]:
     """``As[l] (V, H_l, D_l, D_l)``, ``W_U (V, D_L, d)``, ``X (B, T, d)`` → the outputs
     ``(V, B, d, d)``; with ``patterns``, also each layer's attention ``(V, B, H_l, T, T)`` (then
     every head's attention is computed, for every query row). ``offsets``: per layer ``None`` or
     a term added to every head's scores before the softmax, ``(V, H_l, T, T)`` or, per sample,
     ``(V, B, H_l, T, T)`` (what a mean or resample ablation puts in place of removed cells).
+    ``h0``: the stream ``h^0 (B, T, D_0)`` to start from instead of ``[X, I_T]`` (an ablation's
+    edited embedding). ``readout=False``: instead of the outputs, the read-out rows of the columns
+    of ``h^L`` that ``W_U`` reads, ``(V, B, d, n)`` (``W_U`` nonzero on every row: all of them).
     Differentiable in ``X`` (``torch.func`` works through it)."""
     V, (B, T, _) = W_U.shape[0], X.shape
     dtype, device = W_U.dtype, X.device
     cols, layers = _plan(cfg, As, W_U, patterns)
-    pos = torch.eye(T, dtype=dtype, device=device).expand(B, T, T)
-    h0 = _cols(torch.cat([X.to(dtype), pos], dim=-1), cols[0])  # (B, T, |cols_0|)
-    h = h0.unsqueeze(0).expand(V, -1, -1, -1)  # (V, B, T, n): the needed columns only
+    if h0 is None:
+        h0 = torch.cat([X.to(dtype), torch.eye(T, dtype=dtype, device=device).expand(B, T, T)], -1)
+    h = _cols(h0.to(device, dtype), cols[0]).unsqueeze(0).expand(V, -1, -1, -1)  # (V, B, T, n)
     mask = torch.ones(T, T, dtype=torch.bool, device=device).triu(1) if cfg.causal else None
     rows, pats, n_layers = cfg.readout_rows, [], len(As)
     for layer, (A, heads) in enumerate(zip(As, layers)):
@@ -125,6 +129,8 @@ def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tens
             pats.append(layer_pats)
         h = torch.cat(parts, dim=-1)  # (V, B, R, |cols_{l+1}|)
     read = h if not patterns and n_layers else h[:, :, rows]
+    if not readout:
+        return (read, pats) if patterns else read
     out = read @ _cols(W_U.transpose(1, 2), cols[-1]).transpose(1, 2).unsqueeze(1)  # (V, B, d, d)
     return (out, pats) if patterns else out
 
