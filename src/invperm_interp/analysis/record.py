@@ -171,7 +171,7 @@ def analyze(model: HookedDisentangledTransformer, batch: Batch, source: str = ""
         through_map, model = map_summary(model), to_disentangled(model)
     if not isinstance(model, HookedDisentangledTransformer):
         raise ValueError(f"model must be a HookedDisentangledTransformer, got {type(model).__name__}")
-    _check_finite_norm(model)
+    check_finite_norm(model)
     tester = Tester(model, batch)  # the clean run and gauge_fix(A), shared by every part
     circuit, cells = explained or explain_and_match(model)  # the atoms, fitted once
     mech = mechanism(model, batch, circuit=circuit, tester=tester)
@@ -207,7 +207,7 @@ def _sample_patterns(model: HookedDisentangledTransformer, batch: Batch) -> tupl
     return tuple(p[0].double().cpu().tolist() for p in patterns)
 
 
-def _check_finite_norm(model: HookedDisentangledTransformer) -> None:
+def check_finite_norm(model: HookedDisentangledTransformer) -> None:
     """Shares and cosines square the weights: weights whose squared norm overflows float64 (a
     construction at beta ~1e155 or more) are refused rather than reported as NaN."""
     square = sum(float(p.detach().double().pow(2).sum()) for p in model.parameters())

@@ -23,7 +23,7 @@ def analyse_and_report(model, out_dir, context, *, n: int, seed: int, quiet: boo
 
     from .. import memory, sample_batch
     from ..analysis.budget import analysis_estimate
-    from ..analysis.record import analyze, headline
+    from ..analysis.record import analyze, check_finite_norm, headline
     from ..analysis.templates import explain_and_match
     from ..runs.directory import RunDir, check_writable
     from ..viz.report import write_report
@@ -38,6 +38,7 @@ def analyse_and_report(model, out_dir, context, *, n: int, seed: int, quiet: boo
     cfg = model.cfg
     floor = memory.analysis_estimate(cfg, n, circuits=0)  # refused before the atoms are fitted
     memory.check(floor, max_memory, model.device)
+    check_finite_norm(model)  # before the atoms are fitted: their shares square the weights
     explained = explain_and_match(model)  # what the searches will hold depends on the atoms
     memory.check(analysis_estimate(model, n, explained[0]), max_memory, model.device)
     generator = torch.Generator(device=model.device).manual_seed(seed)
