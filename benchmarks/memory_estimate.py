@@ -1,9 +1,12 @@
 """The memory budget's estimates against measured peaks, side by side, at a few sizes.
 
 Each job runs in a fresh process on one torch thread: a tiny warm-up run (so the kernels' one-off
-allocations are not counted; an analysis job also analyses a tiny model on another stream first),
-then ``VmHWM`` is reset to the current RSS (``/proc/self/clear_refs``) and the job runs; measured =
-peak RSS growth. This is what runs out on a real machine, allocator slack included. Linux only.
+allocations are not counted), then ``VmHWM`` is reset to the current RSS (``/proc/self/clear_refs``)
+and the job runs; measured = peak RSS growth. This is what runs out on a real machine, allocator
+slack included. Linux only. An analysis job is measured as ``invperm analyze`` runs it on a saved
+run: its warm-up analyses a tiny model on another stream, nothing is trained in the process
+(training tunes malloc to keep freed memory, which a later analysis would reuse unseen), and the
+span starts after the atoms are fitted and the estimate made, where ``invperm analyze`` checks.
 tests/test_memory.py runs the small jobs (``SMALL``, ``DEPTHS``) through ``--probe``.
 
   python benchmarks/memory_estimate.py            # the table (sizes up to ~2.5 GB peak)
@@ -31,10 +34,11 @@ SMALL = {  # each peaks at 50-300 MB
     "construct theorem3 d=30, n=128 (float64)": dict(kind="verify", name="theorem3", d=30, n=128),
     "analyze theorem3 d=8, n=512 (float64)": dict(kind="analyze", name="theorem3", d=8, n=512),
 }
-DEPTHS = {  # the analysis of briefly trained models over depth and heads: each peaks at 0.1-0.4 GB
-    f"analyze d={d}, {L} layers, {H} heads, n=256": dict(kind="analyze_trained", d=d, layers=L,
-                                                          heads=H, n=256, steps=40)
-    for d, L, H in ((8, 2, 2), (8, 3, 1), (4, 3, 2))
+DEPTHS = {  # the analysis of briefly trained models over depth and heads (3 layers of 2 heads at
+    # initialisation too, where no circuit search runs): each peaks at 40-100 MB
+    f"analyze d={d}, {L} layers, {H} heads, n=256{'' if steps else ', untrained'}":
+        dict(kind="analyze_trained", d=d, layers=L, heads=H, n=256, steps=steps)
+    for d, L, H, steps in ((8, 2, 2, 40), (8, 3, 1, 40), (4, 3, 2, 40), (4, 3, 2, 0))
 }
 WIDE = {  # 3 layers of 2 heads at d = 6 (D = 270 at the last layer), trained (40 steps) and at init
     f"analyze d=6, 3 layers, 2 heads, n=512, {'trained' if steps else 'untrained'}":
@@ -66,28 +70,23 @@ def probe(job: dict) -> dict:
         with open("/proc/self/status") as f:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
 
-    train(ModelConfig(Layout.plain(2)), TrainConfig(steps=1, batch_size=2, eval_size=2, device="cpu"),
-          progress=False)
-    C.verify(C.build("theorem2", 2), n=2)
-    if job["kind"].startswith("analyze"):  # the analysis's one-off allocations, on another stream
-        from invperm_interp.analysis.record import analyze
+    if job["kind"].startswith("analyze"):  # as `invperm analyze` on a saved run: nothing trained
+        from invperm_interp.analysis.budget import analysis_estimate  # in this process (training
+        from invperm_interp.analysis.record import analyze  # tunes malloc to keep freed memory)
+        from invperm_interp.analysis.templates import explain_and_match
 
-        tiny = C.build("theorem2", 2)
+        tiny = C.build("theorem2", 2)  # the analysis's one-off allocations, on another stream
         analyze(tiny, sample_batch(tiny.cfg.layout, 4, torch.Generator().manual_seed(1),
                                    dtype=torch.float64))
-    if job["kind"] == "analyze_trained":  # made (or trained) before the peak is reset
-        cfg = ModelConfig(Layout.plain(job["d"]), n_layers=job["layers"], n_heads=job["heads"],
-                          attention_dir="bidirectional")
-        if job["steps"]:
-            model = train(cfg, TrainConfig(steps=job["steps"], batch_size=64, eval_size=64,
-                                           eval_every=job["steps"], device="cpu"),
-                          progress=False).model
-        else:  # at initialisation
-            from invperm_interp import HookedDisentangledTransformer
-
-            model = HookedDisentangledTransformer(cfg, seed=0)
+        model = saved_model(job) if job["kind"] == "analyze_trained" else C.build(job["name"], job["d"])
         generator = torch.Generator().manual_seed(0)
-        batch = sample_batch(cfg.layout, job["n"], generator, dtype=cfg.torch_dtype)
+        batch = sample_batch(model.cfg.layout, job["n"], generator, dtype=model.cfg.torch_dtype)
+        explained = explain_and_match(model)  # the atoms, then the estimate: where the CLI checks
+        estimate = analysis_estimate(model, job["n"], explained[0])
+    else:
+        train(ModelConfig(Layout.plain(2)), TrainConfig(steps=1, batch_size=2, eval_size=2,
+                                                        device="cpu"), progress=False)
+        C.verify(C.build("theorem2", 2), n=2)
     base = status("VmRSS:")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # VmHWM := VmRSS
@@ -96,19 +95,45 @@ def probe(job: dict) -> dict:
         estimate = footprint.training_estimate(cfg, "adam", job["B"], job["E"])
         train(cfg, TrainConfig(steps=3, batch_size=job["B"], eval_size=job["E"], eval_every=1,
                                device="cpu"), progress=False)
-    elif job["kind"] == "analyze_trained":
-        estimate = memory.analysis_estimate(cfg, job["n"])
-        analyze(model, batch)
+    elif job["kind"].startswith("analyze"):
+        analyze(model, batch, explained=explained)
     else:
         model = C.build(job["name"], job["d"])
-        estimate = (memory.evaluation_estimate(model.cfg, job["n"]) if job["kind"] == "verify"
-                    else memory.analysis_estimate(model.cfg, job["n"]))
-        if job["kind"] == "verify":
-            C.verify(model, n=job["n"])
-        else:
-            generator = torch.Generator().manual_seed(0)
-            analyze(model, sample_batch(model.cfg.layout, job["n"], generator, dtype=torch.float64))
+        estimate = memory.evaluation_estimate(model.cfg, job["n"])
+        C.verify(model, n=job["n"])
     return {"estimate": estimate.total, "peak": status("VmHWM:") - base}
+
+
+def saved_model(job: dict):
+    """``job``'s model: trained for ``steps`` in another process and loaded from its run
+    directory, or at initialisation (``steps`` = 0)."""
+    import tempfile
+
+    from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig
+
+    cfg = ModelConfig(Layout.plain(job["d"]), n_layers=job["layers"], n_heads=job["heads"],
+                      attention_dir="bidirectional")
+    if not job["steps"]:
+        return HookedDisentangledTransformer(cfg, seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        return _trained(job, Path(tmp) / "run")
+
+
+def _trained(job: dict, out: Path):
+    from invperm_interp.training.run import Run
+
+    script = ("import sys, json\n"
+              "from invperm_interp import Layout, ModelConfig\n"
+              "from invperm_interp.config import TrainConfig\n"
+              "from invperm_interp.training.single import train\n"
+              "job = json.loads(sys.argv[1])\n"
+              "cfg = ModelConfig(Layout.plain(job['d']), n_layers=job['layers'], "
+              "n_heads=job['heads'], attention_dir='bidirectional')\n"
+              "train(cfg, TrainConfig(steps=job['steps'], batch_size=64, eval_size=64, "
+              "eval_every=job['steps'], device='cpu', out_dir=sys.argv[2]), progress=False)\n")
+    subprocess.run([sys.executable, "-c", script, json.dumps(job), str(out)], check=True,
+                   capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    return Run.load(out).model
 
 
 def measure(job: dict) -> subprocess.Popen:

@@ -4,7 +4,8 @@
 # polls) works. One node with the machine's CPUs, one partition "debug". The daemons are started
 # by hand (no systemd needed), as root. Rerunning it restarts what is down. Each daemon it starts
 # is recorded (name and PID) in $STARTED; `stop` stops only those, never a munge or MariaDB the
-# machine already ran.
+# machine already ran. SLURM_CPUS may declare more CPUs than the machine has (the soak test runs
+# 20 one-CPU tasks at once on fewer cores): slurmd then takes the configured count.
 #   sudo sh benchmarks/slurm_local.sh          # install (apt) if needed, configure, start
 #   sudo sh benchmarks/slurm_local.sh stop     # stop the daemons this script started
 set -eu
@@ -95,6 +96,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
+SlurmdParameters=config_overrides
 KillWait=30
 MinJobAge=300
 NodeName=$HOST CPUs=$CPUS RealMemory=$MEM State=UNKNOWN

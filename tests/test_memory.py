@@ -60,25 +60,93 @@ def test_estimates_are_within_2x_of_measured_peaks(name):
     assert 0.5 <= ratio <= 2.0, (name, ratio)
 
 
+#: One job's peak RSS growth spreads about 2x run to run (the allocator: the same trained d = 4,
+#: 3 x 2 analysis grew 26-68 MB, the trained d = 6, 3 x 2 one 132-275 MB, the trained d = 8, 3 x 1
+#: one 37-90 MB), so "within 2x of the
+#: largest peak" is checked from one measurement as within 4x of it.
+SPREAD = 2.0
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not _can_reset_peak(), reason="needs Linux /proc/self/clear_refs")
-@pytest.mark.parametrize("name", [k for k, v in memory_estimate.DEPTHS.items()
-                                  if (v["layers"], v["heads"]) != (3, 2)])
-def test_the_analysis_estimate_is_within_2x_over_depth_and_heads(name):
-    """``invperm analyze``'s estimate against the measured peak of analysing briefly trained models
-    of 2-3 layers and 1-2 heads (benchmarks/memory_estimate.py ``DEPTHS``), where the circuit tests'
-    gauge bases, growing as ``D³``, come to dominate the forward passes. Depth and heads vary one
-    at a time (their peaks add up otherwise); the benchmark's third size, 3 layers of 2 heads,
-    spends minutes in the minimal-circuit search and is left to it."""
-    ratio = _estimate_over_peak(memory_estimate.DEPTHS[name], timeout=900)
-    assert 0.5 <= ratio <= 2.0, (name, ratio)
+@pytest.mark.parametrize("name", memory_estimate.DEPTHS)
+def test_the_analysis_estimate_covers_the_peak_over_depth_and_heads(name):
+    """``invperm analyze``'s model-aware estimate (``analysis.budget``) against the measured peak
+    of analysing saved models of 2-3 layers and 1-2 heads, briefly trained (the circuit searches
+    run) and, at 3 layers of 2 heads, at initialisation (none runs; the same configuration peaks
+    several times lower): at or above the peak, within twice the largest peak (``SPREAD``)."""
+    proc = memory_estimate.measure(memory_estimate.DEPTHS[name])
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0 and out, err[-2000:]
+    got = json.loads(out)
+    assert got["peak"] <= got["estimate"] <= 2 * SPREAD * got["peak"], (name, got)
+
+
+def test_a_search_holds_a_bounded_number_of_circuits_and_fits(monkeypatch):
+    """Scoring many sets of cells builds at most ``CIRCUITS_HELD`` circuit variants at once and
+    keeps at most ``fits_kept_bytes`` of fits, with the same scores as all at once."""
+    import importlib
+
+    import torch
+
+    from invperm_interp import HookedDisentangledTransformer, sample_batch
+    from invperm_interp.analysis.hypothesis import Hypothesis
+
+    F = importlib.import_module("invperm_interp.analysis.faithfulness")
+    cfg = ModelConfig(Layout.plain(3), n_layers=2, n_heads=2, attention_dir="bidirectional")
+    model = HookedDisentangledTransformer(cfg, seed=0)
+    batch = sample_batch(cfg.layout, 16, torch.Generator().manual_seed(0), dtype=torch.float64)
+    blocks = [b.name for b in model.stream.blocks(0)]
+    cells = [(0, h, q, k, "cell") for h in range(2) for q in blocks for k in blocks]
+    hyps = [Hypothesis("h", tuple(c for c in cells if c != left), None, "cells") for left in cells]
+    hyps += [Hypothesis("h", (c,), None, "cells") for c in cells]  # 2 x 18 sets, > CIRCUITS_HELD / 2
+    sizes = []
+    run_many = F.Tester.run_many
+    monkeypatch.setattr(F.Tester, "run_many", lambda self, v, r=None: sizes.append(len(v))
+                        or run_many(self, v, r))
+    monkeypatch.setattr(F, "CIRCUITS_HELD", 8)
+    tester = F.Tester(model, batch)
+    chunked = tester.circuits(hyps)
+    assert max(sizes) == 8 and sum(sizes) == len(hyps)
+    assert tester._fits.nbytes <= F.fits_kept_bytes(cfg)
+    monkeypatch.setattr(F, "CIRCUITS_HELD", 10**6)
+    whole = F.Tester(model, batch).circuits(hyps)
+    assert [s.mse for s in chunked] == pytest.approx([s.mse for s in whole], rel=1e-12)
+
+
+def test_the_fit_cache_drops_the_least_recently_used_first():
+    import torch
+
+    from invperm_interp.analysis.faithfulness import FitCache
+
+    cache = FitCache(limit=3 * 80)  # three 10-float64 values
+    for key in "abc":
+        cache[key] = (torch.zeros(10, dtype=torch.float64),)
+    cache["a"]  # noqa: B018 - a read makes "a" the most recent
+    cache["d"] = (torch.zeros(10, dtype=torch.float64),)
+    assert list(cache) == ["c", "a", "d"] and cache.nbytes == 240
+    cache["big"] = (torch.zeros(100, dtype=torch.float64),)  # over the limit alone: kept alone
+    assert list(cache) == ["big"] and cache.nbytes == 800
+
+
+def test_an_untrained_model_is_estimated_below_a_searched_one():
+    """The same configuration: at initialisation no atom occupies a cell and no search runs; the
+    construction's own weights are searched (its cells are candidates)."""
+    from invperm_interp import HookedDisentangledTransformer
+    from invperm_interp.analysis.budget import analysis_estimate
+
+    built = C.build("theorem2", 6)
+    fresh = HookedDisentangledTransformer(built.cfg, seed=0)
+    searched, idle = analysis_estimate(built, 256), analysis_estimate(fresh, 256)
+    assert idle.total < searched.total
+    assert "circuit weights" in searched.parts and "circuit weights" not in idle.parts
 
 
 # -- the estimates' shapes -----------------------------------------------------------------------
-def test_the_analysis_estimate_counts_the_circuits_a_search_scores_together():
-    from invperm_interp.analysis.minimal import CHUNK
+def test_the_analysis_estimate_counts_the_circuits_a_search_holds():
+    from invperm_interp.analysis.faithfulness import CIRCUITS_HELD
 
-    assert memory.CIRCUITS_SCORED_TOGETHER == CHUNK
+    assert memory.CIRCUITS_HELD == CIRCUITS_HELD
 
 
 def test_parameter_count_matches_the_model():

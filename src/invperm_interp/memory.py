@@ -10,10 +10,11 @@ Estimates count the tensors the code allocates. Per layer ``l`` with ``H`` heads
 - Hooked forward without gradients (evaluation, a construction's check): the peak is the largest
   of ``h + 2q + 2·scores`` (inside attention) and ``h + 2q + h_{l+1}`` (the concatenation) over the
   layers, plus the final stream and its read-out rows.
-- Analysis: two forwards' activations, a chunk of circuit-only variants run together (the circuit
-  searches' batched forwards, bounded by ``model.variants.MAX_ELEMENTS``), and the circuit fits'
-  float64 gauge factors, a few ``(D_l, D_l)`` per layer (the fits never form a ``(D_l², r)``
-  basis).
+- Analysis: the larger of two phases, the ablations' two forwards or the circuit searches' one
+  forward, a chunk of batched circuit-only variants (bounded by ``model.variants.MAX_ELEMENTS``),
+  the weights of the variants held at once and the circuit fits (both counted from the model's
+  own cells: ``analysis.budget``), plus the fits' float64 gauge factors, a few ``(D_l, D_l)`` per
+  layer.
 - Training step: counted from the code itself (``training.footprint``: the tensors autograd saves
   in one real step's forward, scaled from a few samples). Weights, their gradients and Adam's two
   moments are four copies of the parameters (two for SGD), plus the optimizer step's temporaries.
@@ -42,7 +43,11 @@ from .config import ModelConfig
 
 GB = 1e9
 SLACK = 0.5  # allocator slack, as a share of the activations (see the module docstring)
-CIRCUITS_SCORED_TOGETHER = 64  # analysis.minimal.CHUNK (tests/test_memory.py holds them equal)
+#: The analysis's records, Python objects and kernel workspaces, which do not scale with the model,
+#: and the allocator's run-to-run spread (an untrained d = 4 model whose tensors come to ~10 MB grew
+#: the process by 12-28 MB; a trained d = 8, 3 x 1 one by 37-90 MB).
+ANALYSIS_OVERHEAD = 16 * 2**20
+CIRCUITS_HELD = 64  # analysis.faithfulness.CIRCUITS_HELD (tests/test_memory.py holds them equal)
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30,
           "ti": 2**40}
 
@@ -278,23 +283,36 @@ def variant_bytes(cfg: ModelConfig, n: int) -> int:
     return forward_bytes(cfg, n * max(1, MAX_ELEMENTS // max(per_variant, 1)))
 
 
-def circuit_weights_bytes(cfg: ModelConfig) -> int:
-    """The circuit searches' variants held at once (``analysis.minimal.CHUNK`` hypotheses scored
-    together): per hypothesis its circuit-only weights and the part it removed, ``(H_l, D_l, D_l)``
-    each per layer, float64."""
-    return CIRCUITS_SCORED_TOGETHER * 2 * sum(H * D * D * 8 for H, D in zip(cfg.heads, cfg.widths))
+def circuit_weights_bytes(cfg: ModelConfig, circuits: int = CIRCUITS_HELD) -> int:
+    """``circuits`` circuit variants held at once (``analysis.faithfulness.CIRCUITS_HELD`` at
+    most): per variant its circuit-only weights and the part it removed, ``(H_l, D_l, D_l)`` each
+    per layer, float64."""
+    return circuits * 2 * sum(H * D * D * 8 for H, D in zip(cfg.heads, cfg.widths))
 
 
-def analysis_estimate(cfg: ModelConfig, n: int) -> Estimate:
-    """``invperm analyze`` on ``n`` samples: the weights, the samples, two forwards' activations
-    alive (a clean run cached beside an ablated or patched one), a chunk of batched circuit-only
-    variants (:func:`variant_bytes`), their allocator slack, the weights of the variants a circuit
-    search holds (:func:`circuit_weights_bytes`) and the circuit fits' gauge factors
-    (:func:`gauge_factor_bytes`)."""
-    activations = 2 * forward_bytes(cfg, n) + variant_bytes(cfg, n)
+def analysis_estimate(cfg: ModelConfig, n: int, *, circuits: int = CIRCUITS_HELD,
+                      fits: int = 0, dense: bool = True, gauge: bool = True) -> Estimate:
+    """``invperm analyze`` on ``n`` samples: the weights, the samples, the gauge factors
+    (:func:`gauge_factor_bytes`) and the larger of its two phases. The ablations and the gauge
+    check hold two forwards' activations (a clean run beside an ablated one) and half their slack
+    (the allocator reuses one forward's blocks for the other); the circuit tests and searches hold
+    one forward's, with ``dense`` a chunk of batched circuit-only variants (:func:`variant_bytes`;
+    a placed construction's few cells compute a sliver of it), their allocator slack, ``circuits``
+    variants' weights (:func:`circuit_weights_bytes`) and ``fits`` bytes of circuit fits. What the
+    searches hold depends on the weights: ``analysis.budget.analysis_estimate`` counts
+    ``circuits``, ``fits`` and ``dense`` from the model (the defaults: a searched model, without
+    its fits); ``gauge=False`` leaves out gauge factors already made. ``ANALYSIS_OVERHEAD`` is
+    added for what does not scale with the model."""
+    ablations = 2 * forward_bytes(cfg, n)
+    searches = forward_bytes(cfg, n) + (variant_bytes(cfg, n) if dense else 0)
+    held = circuit_weights_bytes(cfg, circuits) + fits
+    common = {"weights": cfg.n_params * _elem(cfg), "samples": batch_bytes(cfg, n)}
+    if (1 + SLACK / 2) * ablations >= (1 + SLACK) * searches + held:
+        phase = {"activations": ablations, "allocator slack": int(SLACK / 2 * ablations)}
+    else:
+        phase = {"activations": searches, "allocator slack": int(SLACK * searches),
+                 "circuit weights": circuit_weights_bytes(cfg, circuits), "circuit fits": fits}
     return Estimate(f"the analysis on n={n} samples",
-                    {"weights": cfg.n_params * _elem(cfg), "samples": batch_bytes(cfg, n),
-                     "activations": activations, "allocator slack": int(SLACK * activations),
-                     "circuit weights": circuit_weights_bytes(cfg),
-                     "gauge factors": gauge_factor_bytes(cfg)},
+                    {**common, **phase, "gauge factors": gauge_factor_bytes(cfg) if gauge else 0,
+                     "overhead": ANALYSIS_OVERHEAD},
                     lower="the number of samples (--n), d, n_layers or n_heads")

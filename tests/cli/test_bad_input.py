@@ -476,3 +476,27 @@ def test_console_script_prints_one_line_not_a_traceback(tmp_path):
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, (case, err)
         assert err.startswith(cases[case]), (case, err)
     assert not (tmp_path / "r").exists() and not (tmp_path / "nonexistent").exists()
+
+
+@pytest.mark.parametrize("command", ["analyze", "timeline"])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_analysis(
+        finished_run, tmp_path, capsys, monkeypatch, command):
+    """``--out`` below a file (what a read-only folder gives root, who ignores permissions, is
+    the same OSError): one line naming the folder, and nothing analysed first."""
+    import importlib
+
+    record = importlib.import_module("invperm_interp.analysis.record")
+    timeline = importlib.import_module("invperm_interp.analysis.timeline")
+
+    def analysed(*args, **kw):
+        raise AssertionError("analysed before the output folder was checked")
+
+    monkeypatch.setattr(record, "analyze", analysed)
+    monkeypatch.setattr(timeline, "timeline", analysed)
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    line = cli_error([command, str(finished_run), "--n", "16", "--out", str(blocked / "out")],
+                     capsys)
+    assert line.endswith(f"{blocked / 'out'} cannot be written (Not a directory); write "
+                         + ("the record and report" if command == "analyze" else "them")
+                         + " elsewhere with --out"), line

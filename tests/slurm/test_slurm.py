@@ -58,6 +58,15 @@ def queue() -> list[tuple[str, str]]:
     return [tuple(line.split()) for line in out.splitlines() if line.strip()]
 
 
+def drained(seconds: float = 60) -> bool:
+    """Whether the sweep's jobs leave the queue within ``seconds`` (a task that returned may still
+    be COMPLETING while Slurm ends its step)."""
+    deadline = time.monotonic() + seconds
+    while queue() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return not queue()
+
+
 def test_a_grid_goes_through_the_queue_survives_scancel_and_a_rerun_completes_it(tmp_path):
     path = grid_file(tmp_path)
     reference = run_sweep(path, tmp_path / "ref", executor="debug", progress=False).read_text()
@@ -94,7 +103,7 @@ def test_a_grid_goes_through_the_queue_survives_scancel_and_a_rerun_completes_it
     done = subprocess.run(sweep_cmd(path, out), env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert (out / "sweep.jsonl").read_text() == reference
-    assert not queue()  # nothing left behind
+    assert drained()  # nothing left behind
 
 
 def test_a_bad_partition_is_one_line(tmp_path):
@@ -147,4 +156,4 @@ def test_a_task_cancelled_while_training_says_it_stopped_after_a_checkpoint(tmp_
     assert err.splitlines()[0] == ("  seed0: stopped by SIGTERM (the task's time limit, scancel or "
                                    "pre-emption) after a checkpoint; rerun the same command to "
                                    "resume"), err
-    assert not queue()
+    assert drained()

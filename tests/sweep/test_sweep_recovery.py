@@ -135,6 +135,22 @@ def test_sigusr2_and_sighup_ask_training_and_the_sweep_to_stop_like_sigterm(sig)
         assert driver.signum == sig
 
 
+def test_a_second_sigterm_stops_the_sweep_at_once_with_sigterms_exit_status():
+    """The second signal stops the driver at once; it exits 143 (128 + SIGTERM) as the first
+    would have, not 130 (Ctrl-C's), and says a rerun resumes."""
+    from invperm_interp.sweep.engine import _StopOnSignal
+    from invperm_interp.training.signals import Interrupted
+
+    with pytest.raises(Interrupted) as err, _StopOnSignal() as driver:
+        for _ in range(2):
+            os.kill(os.getpid(), signal.SIGTERM)
+            deadline = time.monotonic() + 5
+            while driver.signum is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+        time.sleep(1)  # the second handler raises here, if not already
+    assert err.value.exit_code == 143 and "rerun the same command to resume" in str(err.value)
+
+
 def test_a_slurm_task_stopped_by_a_signal_returns_a_result_naming_the_stop(tmp_path, monkeypatch):
     """submitit writes no result for a task that raises (the driver then waited 15 s per task and
     said "ended without a result"): the task returns, each unfinished run noted as stopped."""

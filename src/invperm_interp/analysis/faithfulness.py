@@ -26,6 +26,7 @@ thresholds that turn these numbers into verdicts live in ``analysis.mechanism``.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -44,9 +45,55 @@ from .score import Score, read_score, score
 #: A fitted template β below this share of the largest ``|β|`` in its (layer, head) has no sign
 #: worth checking (``Faithfulness.signs_agree``).
 SIGN_RELATIVE = 0.1
+#: Circuit variants built and run together at most (each holds its kept and removed weights, per
+#: layer ``(H_l, D_l, D_l)``): bounds the analysis's memory whatever the number of cells searched
+#: or placements tested (``memory.analysis_estimate`` counts this many).
+CIRCUITS_HELD = 64
+#: A tester keeps per-head fits for reuse up to this many circuit variants' weights (least
+#: recently used dropped first; every head's fit on all candidate cells, the ones a search reuses
+#: most, take one): a search scoring thousands of sets of cells would otherwise keep them all.
+FITS_KEPT_VARIANTS = 4
+
+
+def fits_kept_bytes(cfg) -> int:
+    """Bytes of fits one :class:`Tester` keeps: ``FITS_KEPT_VARIANTS`` times a variant's
+    ``(M, gauge_fix(M))`` of every head, float64."""
+    return FITS_KEPT_VARIANTS * 2 * 8 * sum(H * D * D for H, D in zip(cfg.heads, cfg.widths))
 
 
 # -- the circuit-only model -------------------------------------------------------------------------
+class FitCache(OrderedDict):
+    """Per-head fits by key (``projection.project``'s ``fits``), at most ``limit`` bytes of
+    tensors kept; the least recently used go first (the one just stored always stays)."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit, self.nbytes = limit, 0
+
+    def __getitem__(self, key):
+        self.move_to_end(key)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key, value) -> None:
+        if key in self:
+            self.pop(key)
+        super().__setitem__(key, value)
+        self.nbytes += _nbytes(value)
+        while self.nbytes > self.limit and len(self) > 1:
+            self.pop(next(iter(self)))
+
+    def pop(self, key, *default):
+        if key not in self:
+            return super().pop(key, *default)
+        value = super().pop(key)
+        self.nbytes -= _nbytes(value)
+        return value
+
+
+def _nbytes(value) -> int:
+    return sum(t.nelement() * t.element_size() for t in value)
+
+
 def read_out(model: DisentangledModel, read: tuple[str, ...] | None) -> Tensor:
     """``W_U`` with the rows outside the ``read`` blocks zeroed (all kept for ``None``)."""
     W = model.unembed.W_U.detach().clone()
@@ -153,7 +200,7 @@ class Tester:
         self.clean = score(self.output, self.batch, self.baseline, float(mse(self.output, Y)),
                            self.clean_errors)
         self.fixed = fixed_weights(model)
-        self._fits: dict = {}
+        self._fits = FitCache(fits_kept_bytes(model.cfg))
         self._streams = None
         if ablation in ("mean", "resample"):
             ref = (reference or batch).to(model.device, model.cfg.torch_dtype)
@@ -213,7 +260,11 @@ class Tester:
 
     def circuits(self, hyps: Sequence[Hypothesis]) -> list[Score]:
         """The circuit-only model of each hypothesis (run together under zero ablation)."""
-        pairs = [self._circuit(h) for h in hyps]
+        return [s for start in range(0, len(hyps), CIRCUITS_HELD)
+                for s in self._circuits(hyps[start:start + CIRCUITS_HELD])]
+
+    def _circuits(self, hyps: Sequence[Hypothesis]) -> list[Score]:
+        pairs = [self._circuit(h) for h in hyps]  # freed before the next chunk is built
         return self.run_many([v for v, _ in pairs], [r for _, r in pairs])
 
     def circuit(self, hyp: Hypothesis, proj: Projection | None = None) -> Score:
@@ -221,7 +272,19 @@ class Tester:
         return self.run(*variant, removed)
 
     def test_many(self, hyps: Sequence[Hypothesis], minimality: bool = True) -> list[Faithfulness]:
-        """:meth:`test` of every hypothesis, all their variants run together (zero ablation)."""
+        """:meth:`test` of every hypothesis, their variants run together (zero ablation), in
+        groups of at most ``CIRCUITS_HELD`` variants (one larger hypothesis alone)."""
+        out, group, held = [], [], 0
+        for hyp in hyps:
+            n = 2 + (len(hyp) if minimality else 0)
+            if group and held + n > CIRCUITS_HELD:
+                out += self._test_group(group, minimality)
+                group, held = [], 0
+            group.append(hyp)
+            held += n
+        return out + (self._test_group(group, minimality) if group else [])
+
+    def _test_group(self, hyps: Sequence[Hypothesis], minimality: bool) -> list[Faithfulness]:
         projs = [self.project(h) for h in hyps]
         W_U = self.model.unembed.W_U.detach()
         variants, removed, spans = [], [], []

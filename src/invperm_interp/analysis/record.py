@@ -158,19 +158,21 @@ class ModelAnalysis:
 
 
 def analyze(model: DisentangledModel, batch: Batch, source: str = "", *,
-            lemma1_samples: int = 4) -> ModelAnalysis:
+            lemma1_samples: int = 4,
+            explained: tuple[Circuit, list[CellMatch]] | None = None) -> ModelAnalysis:
     """The whole analysis of ``model`` on ``batch``. The clean run, the gauge-fixed weights and the
     atom fit are computed once and shared by every part; circuit variants run as batched forwards.
     A standard attention-only model without LayerNorm (plain or hooked) is analysed through its
     exact map to the disentangled model (``through_map``; docs/standard.md); with LayerNorm or MLPs
-    it is refused in one line."""
+    it is refused in one line. ``explained``: ``explain_and_match(model)`` already computed (as
+    ``invperm analyze`` does for its memory estimate, ``analysis.budget``)."""
     through_map = None
     if isinstance(getattr(model, "cfg", None), ModelConfig) and model.cfg.arch == "standard":
         through_map, model = map_summary(model), to_disentangled(model)
     check_disentangled(model)
-    _check_finite_norm(model)
+    check_finite_norm(model)
     tester = Tester(model, batch)  # the clean run and gauge_fix(A), shared by every part
-    circuit, cells = explain_and_match(model)  # the atoms, fitted once
+    circuit, cells = explained or explain_and_match(model)  # the atoms, fitted once
     mech = mechanism(model, batch, circuit=circuit, tester=tester)
     ablations = standard_ablations(model, tester.batch, before=tester.clean.mse)
     deps = dependency_map(model, tester.batch.X[:lemma1_samples])
@@ -201,7 +203,7 @@ def _sample_patterns(model: DisentangledModel, batch: Batch) -> tuple:
     return tuple(p[0].double().cpu().tolist() for p in model_patterns(model, batch.X[:1])[1])
 
 
-def _check_finite_norm(model: DisentangledModel) -> None:
+def check_finite_norm(model: DisentangledModel) -> None:
     """Shares and cosines square the weights: weights whose squared norm overflows float64 (a
     construction at beta ~1e155 or more) are refused rather than reported as NaN."""
     square = sum(float(p.detach().double().pow(2).sum()) for p in model.parameters())

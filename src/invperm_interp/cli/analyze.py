@@ -17,23 +17,33 @@ def analyse_and_report(model, out_dir, context, *, n: int, seed: int, quiet: boo
     (nothing written when ``out_dir`` is None); returns the record. ``context``: the report's
     ``viz.report.ReportContext`` (what ``out_dir`` holds is added to it)."""
 
+    from pathlib import Path
+
     import torch
 
     from .. import memory, sample_batch
-    from ..analysis.record import analyze, headline
-    from ..runs.directory import RunDir
+    from ..analysis.budget import analysis_estimate
+    from ..analysis.record import analyze, check_finite_norm, headline
+    from ..analysis.templates import explain_and_match
+    from ..runs.directory import RunDir, check_writable
     from ..viz.report import write_report
 
+    if out_dir is not None:  # checked before the analysis, not after it
+        check_writable(Path(out_dir), "write the record and report elsewhere with --out")
     analysed = model
     if model.cfg.arch == "standard":
         from ..model.note_map import to_disentangled
 
         model = to_disentangled(model)  # what the report draws; analyze maps it again, cheaply
     cfg = model.cfg
-    memory.check(memory.analysis_estimate(cfg, n), max_memory, model.device)
+    floor = memory.analysis_estimate(cfg, n, circuits=0)  # refused before the atoms are fitted
+    memory.check(floor, max_memory, model.device)
+    check_finite_norm(model)  # before the atoms are fitted: their shares square the weights
+    explained = explain_and_match(model)  # what the searches will hold depends on the atoms
+    memory.check(analysis_estimate(model, n, explained[0]), max_memory, model.device)
     generator = torch.Generator(device=model.device).manual_seed(seed)
     batch = sample_batch(cfg.layout, n, generator=generator, dtype=cfg.torch_dtype)
-    result = analyze(analysed, batch, context.title)
+    result = analyze(analysed, batch, context.title, explained=explained)
     if not quiet:
         print(headline(result))
     if out_dir is not None:

@@ -31,12 +31,14 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
     from ..analysis.timeline import timeline
     from ..analysis.verdict import NONE
     from ..runs.checkpoint import atomic_write
-    from ..runs.directory import RunDir
+    from ..runs.directory import RunDir, check_writable
     from ..viz.heatmaps import save_figures
     from ..viz.timeline import plot_timeline
 
     torch.set_num_threads(args.threads)
     run_dir = Path(args.run)
+    if run_dir.is_dir():  # where the results go, checked before the checkpoints are analysed
+        check_writable(Path(args.out) if args.out else run_dir, "write them elsewhere with --out")
     tl = timeline(run_dir, n=args.n, seed=args.seed, stride=args.stride, progress=not args.quiet)
     circuit = "minimal circuit" if tl.final_mechanism == NONE else "cells"
     print(f"{tl.run}: final mechanism {tl.final_mechanism}; its {circuit}:")

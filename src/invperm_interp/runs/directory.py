@@ -60,6 +60,21 @@ class RunWeights(NamedTuple):
     meta: dict  # the file's metadata (``checkpoint.load``)
 
 
+def check_writable(folder: Path, hint: str) -> None:
+    """Create ``folder`` if needed and write a probe file in it, before any work whose output
+    would go there; one ``ValueError`` naming it (``hint``: what to do instead) otherwise."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".invperm-write-test{os.getpid()}"
+        try:
+            probe.write_bytes(b"")
+        finally:
+            probe.unlink(missing_ok=True)
+    except OSError as err:
+        raise ValueError(f"{folder} cannot be written ({err.strerror or err}); {hint}") from None
+
+
 @dataclass(frozen=True)
 class RunDir:
     """A run directory (it need not exist yet). ``str(run_dir)`` is its path."""

@@ -9,7 +9,8 @@ logs under ``.submitit/``). Units of work are in ``plan``; what a worker does is
   ``cpus_per_task`` from the grid's ``[slurm]`` table.
 - ``debug``: submitit's in-process executor (the slurm code path, for tests).
 
-The sweep shows one progress step per finished run (done, failed, left, ETA). The first Ctrl-C,
+The sweep shows one progress step per finished run (done, failed, left, ETA) and says each run
+that failed or stopped when it sees it. The first Ctrl-C,
 SIGTERM or SIGHUP (a closed terminal) stops it and its workers (each checkpoints) and cancels its
 Slurm jobs; so does any exit.
 A run that fails does not stop the others: the sweep ends with one line per failed run and a
@@ -37,6 +38,7 @@ EXECUTORS = ("local", "slurm", "debug")
 #: what stops the sweep: Ctrl-C, ``kill`` or a scheduler, a closed terminal or ssh session
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 RESUME_HINT = "rerun the same command to resume"
+POLL_S = 0.2  # how often the sweep looks for runs that finished, failed or stopped
 __all__ = ["EXECUTORS", "SweepIncomplete", "collect", "read_sweep", "run_sweep", "units",
            "check_workers"]
 
@@ -59,8 +61,11 @@ class _StopOnSignal:
         return self
 
     def _handle(self, signum, frame) -> None:
-        if self.signum is not None:
-            raise KeyboardInterrupt
+        from ..training.signals import Interrupted
+
+        if self.signum is not None:  # exits 128 + signal, as the first one would have
+            raise Interrupted(f"sweep stopped at once by a second {signal.Signals(signum).name}; "
+                              f"{RESUME_HINT}", signum)
         self.signum = signum
 
     def __exit__(self, *exc) -> None:
@@ -142,12 +147,22 @@ def _watch(grid: Grid, out: Path, names: list[str], runner, stop: _StopOnSignal,
             new = [n for n in names if n not in seen and (
                 n in failed or job_done(out / n, grid.analysis))]
             seen.update(new)
+            for name in new:  # a stop or failure is said when seen, not only in the summary
+                if progress and name in failed:
+                    bar.write(f"  {name}: {_reason(out, name)}", file=sys.stdout)
             bar.set_postfix(failed=len(failed & set(names)), left=len(names) - len(seen),
                             **(runner.states() if progress else {}), refresh=False)
             bar.update(len(new))
             if not running or stop.signum is not None:
                 return
-            time.sleep(0.5)
+            time.sleep(POLL_S)
+
+
+def _reason(out: Path, name: str) -> str:
+    try:
+        return (failed_dir(out) / name).read_text().strip()
+    except OSError:
+        return "failed"
 
 
 def _outcome(grid: Grid, out: Path, path: Path, stopped: int | None, progress: bool) -> Path:

@@ -1,0 +1,76 @@
+"""The analysis's memory estimate from the model itself: what its searches will hold depends on
+the weights, not only on the configuration (``memory.analysis_estimate`` adds it up).
+
+A model whose atoms occupy no cell (one at initialisation, typically) is never searched: only the
+placed constructions are tested, two circuit variants each, on a few cells of the stream. A model
+with candidate cells is (``analysis.minimal``): ``faithfulness.CIRCUITS_HELD`` variants at once
+(one per cell and one more beyond ``MAX_EXACT_CELLS`` cells, where only the greedy search runs),
+each tester keeping ``faithfulness.fits_kept_bytes`` of fits. The gauge factors the fits use are
+made here, before the check, so they are not counted again. The largest single fit is the one on
+every candidate cell of a head: its ``|S|`` entries against the layer's ``r`` gauge directions
+(``projection._fit_cells``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import memory
+from ..memory import Estimate
+from ..model.hooked import HookedDisentangledTransformer
+from .faithfulness import CIRCUITS_HELD, fits_kept_bytes
+from .minimal import MAX_EXACT_CELLS, candidate_cells
+from .placements import candidate_placements, hypothesis
+from .projection import _gauge_factors, fixed_weights
+from .templates import Circuit, explain
+
+#: Testers alive together in a search (the whole batch's, the search samples', the screen's).
+SEARCH_TESTERS = 3
+#: float64 ``|S| × |S|`` matrices alive at once in a cells fit of ``|S|`` entries fewer than the
+#: ``r`` gauge directions: the Gram matrix and its factors, the pseudo-inverse's input, workspace
+#: and result (measured: 8.4 at ``|S|`` = 1,152; more where the allocator cannot reuse them) …
+FIT_MATRICES = 12
+#: … and with ``|S| ≥ r``, ``(|S|, r)`` basis rows (the two factors' and their concatenation, 2
+#: at once) and ``r × r`` matrices (measured 27.7 MB at ``|S|`` = 2,048, ``r`` = 660).
+FIT_ROWS, FIT_SQUARES = 2, 2
+
+
+def fit_bytes(model: HookedDisentangledTransformer, cells) -> int:
+    """Peak bytes of the largest per-head cells fit of ``cells`` (``(layer, head, query, key, …)``,
+    ``projection._fit_cells``)."""
+    entries: dict[tuple[int, int], int] = {}
+    for layer, head, query, key, *_ in cells:
+        size = model.stream.block(query, layer).width * model.stream.block(key, layer).width
+        entries[layer, head] = entries.get((layer, head), 0) + size
+    worst = 0
+    for (layer, _), n in entries.items():
+        U, W, V = _gauge_factors(model.stream, layer)
+        r = U.shape[1] * model.stream.width(layer) + W.shape[1] * V.shape[1]
+        worst = max(worst, 8 * (FIT_MATRICES * n * n if n < r else FIT_ROWS * n * r
+                                + FIT_SQUARES * r * r))
+    return worst
+
+
+def analysis_estimate(model: HookedDisentangledTransformer, n: int,
+                      circuit: Circuit | None = None) -> Estimate:
+    """``invperm analyze``'s peak on ``n`` samples of ``model`` (``circuit``: its ``explain``,
+    computed here when not given)."""
+    circuit = circuit if circuit is not None else explain(model)
+    cfg, cells = model.cfg, candidate_cells(circuit)
+    with torch.no_grad():
+        hyps = [hypothesis(model, p) for p in candidate_placements(model, fixed_weights(model))]
+    every = cfg.heads == (1, 1)  # minimality runs for every placement on one head of two layers
+    tested = sum(2 + (len(h) if every else 0) for h in hyps)
+    per_fit = 2 * 8 * max(D * D for D in cfg.widths[:-1])  # one head's (M, gauge_fix(M))
+    if cells:  # the exact search scores sets in chunks; beyond its size, each cell left out once
+        exact = len(cells) <= MAX_EXACT_CELLS
+        circuits = CIRCUITS_HELD if exact else min(CIRCUITS_HELD, len(cells) + 1)
+        kept = SEARCH_TESTERS * fits_kept_bytes(cfg)
+    else:
+        circuits = min(CIRCUITS_HELD, tested)
+        kept = min(fits_kept_bytes(cfg), sum(len({c[:2] for c in h.cells}) for h in hyps) * per_fit)
+    largest = max([fit_bytes(model, cells), *(fit_bytes(model, h.cells) for h in hyps)])
+    for layer in range(cfg.n_layers):  # the fits' gauge factors, now made (and cached) once
+        _gauge_factors(model.stream, layer)
+    return memory.analysis_estimate(cfg, n, circuits=max(circuits, 1), fits=kept + largest,
+                                    dense=bool(cells), gauge=False)
