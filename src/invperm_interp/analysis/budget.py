@@ -17,7 +17,7 @@ import torch
 
 from .. import memory
 from ..memory import Estimate
-from ..model.hooked import HookedDisentangledTransformer
+from ..model.disentangled import DisentangledModel
 from .faithfulness import CIRCUITS_HELD, fits_kept_bytes
 from .minimal import MAX_EXACT_CELLS, candidate_cells
 from .placements import candidate_placements, hypothesis
@@ -35,7 +35,7 @@ FIT_MATRICES = 12
 FIT_ROWS, FIT_SQUARES = 2, 2
 
 
-def fit_bytes(model: HookedDisentangledTransformer, cells) -> int:
+def fit_bytes(model: DisentangledModel, cells) -> int:
     """Peak bytes of the largest per-head cells fit of ``cells`` (``(layer, head, query, key, …)``,
     ``projection._fit_cells``)."""
     entries: dict[tuple[int, int], int] = {}
@@ -51,7 +51,7 @@ def fit_bytes(model: HookedDisentangledTransformer, cells) -> int:
     return worst
 
 
-def analysis_estimate(model: HookedDisentangledTransformer, n: int,
+def analysis_estimate(model: DisentangledModel, n: int,
                       circuit: Circuit | None = None) -> Estimate:
     """``invperm analyze``'s peak on ``n`` samples of ``model`` (``circuit``: its ``explain``,
     computed here when not given)."""
