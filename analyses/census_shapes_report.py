@@ -203,6 +203,7 @@ def plot(summary: list[dict], rows: list[dict], path: Path) -> None:
             panel.bar(labels, heights, bottom=bottom, label=group,
                       color=color.get(group, f"C{i}") if key == "construction" else f"C{i + 3}")
             bottom = [b + h for b, h in zip(bottom, heights)]
+        panel.set_ylim(0, max(bottom, default=0) * 1.08 + 0.5)  # the tallest bar clear of the frame
         panel.set_ylabel("solved runs")
         panel.yaxis.get_major_locator().set_params(integer=True)
         panel.tick_params(axis="x", labelsize=8)

@@ -1,5 +1,5 @@
 """The census over shapes as docs/shapes.md and the README quote it: every number recomputed from
-the committed assets/census_shapes.json and found, in its sentence, on the page."""
+the committed assets/census_shapes.json and found, in its row or sentence, on the page."""
 
 from collections import Counter
 
@@ -7,69 +7,116 @@ import pytest
 from claims import fill, load
 from helpers import REPO
 
+KINDS = {"bidirectional": "bidirectional", "scratch": "causal scratch"}
+
 
 def text(path: str) -> str:
     """The page with its whitespace collapsed, so a sentence may wrap anywhere."""
     return " ".join((REPO / path).read_text().split())
 
 
-def shapes() -> dict[str, int | str]:
-    """Counts over the analysed runs (those with a record) of assets/census_shapes.json."""
+def _names(counts: dict[str, int]) -> str:
+    """Names by construction, placements summed: ``theorem3_two_block_mass 2, none 1``."""
+    by = Counter()
+    for name, n in counts.items():
+        by[name.split(" @ ")[0]] += n
+    return ", ".join(f"{k} {v}" for k, v in sorted(by.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def shape_rows() -> list[str]:
+    """One table row per model and shape with a run analysed, as docs/shapes.md prints them."""
+    rows = []
+    for s in load("census_shapes.json")["summary"]:
+        if not s["analysed"]:
+            continue
+        rows.append(" | ".join([
+            f"| {KINDS[s['model']]}", s["shape"].replace("x", " × "), f"{s['analysed']} of {s['runs']}",
+            str(s["solved"]), s["named"], s["none"], _names(s["names"]) or "–",
+            _names(s["mean"]) or "–", _names(s["resample"]) or "–", s["idle_layer"]]) + " |")
+    return rows
+
+
+def totals() -> dict[str, int]:
     runs = load("census_shapes.json")["runs"]
     analysed = [r for r in runs if r["mechanism"] is not None]
     solved = [r for r in analysed if r["solved"]]
     named = [r for r in solved if r["mechanism"] not in ("none", "borderline")]
-    unnamed = [r for r in solved if r not in named]
-    roles = Counter(r["role"] for r in named)
-    (split,) = [r for r in named if "(h0+h1)" in r["mechanism"]]
+    return {"RUNS": len(runs), "ANALYSED": len(analysed), "SOLVED": len(solved),
+            "NAMED": len(named), "PAIRS": len({(r["kind"], r["shape"]) for r in analysed})}
+
+
+@pytest.mark.parametrize("row", shape_rows())
+def test_the_shapes_page_quotes_each_shape_of_the_committed_census(row):
+    assert " ".join(row.split()) in text("docs/shapes.md")
+
+
+def test_the_shapes_page_and_the_readme_quote_the_totals():
+    assert fill("ANALYSED of the RUNS runs had an analysis record", totals()) in text("docs/shapes.md")
+    assert fill("ANALYSED of RUNS runs analysed", totals()) in text("README.md")
+
+
+def test_the_readme_quotes_the_census_over_shapes():
+    runs = [r for r in load("census_shapes.json")["runs"] if r["mechanism"] is not None]
+    solved = lambda kind, shape: [r for r in runs if r["solved"] and (kind is None or r["kind"] == kind)  # noqa: E731
+                                  and r["shape"] == shape]
+    is_named = lambda name: name not in ("none", "borderline")  # noqa: E731
+    bi22 = solved("bidirectional", "2x2")
+    three1, three2 = solved(None, "3x1"), solved(None, "3x2")
+    values = {
+        "TWO1": sorted({sum(is_named(r["mechanism"]) for r in solved(k, "2x1"))
+                        for k in ("bidirectional", "scratch")}),
+        "SUMS": sum(is_named(r["mechanism"]) and "(h0+h1)" in r["mechanism"] for r in bi22),
+        "NAMED22": sum(is_named(r["mechanism"]) for r in bi22),
+        "MEAN22": sum(is_named(r["mean"]) for r in bi22),
+        "RES22": sum(is_named(r["resample"]) for r in bi22), "N22": len(bi22),
+        "N31": len(three1), "NAMED31": sum(is_named(r["mechanism"]) for r in three1),
+        "N32": len(three2), "NAMED32": sum(is_named(r["mechanism"]) for r in three2),
+    }
+    assert values["TWO1"] == [6] and all(len(solved(k, "2x1")) == 8 for k in ("bidirectional", "scratch"))
+    fragment = ("reproduce the census (6 of 8 named per layout); with two heads per layer SUMS of NAMED22 "
+                "named bidirectional runs are named on sums of heads, and under mean and resample "
+                "ablation MEAN22 and RES22 of N22 are named; with three layers the registry names "
+                "NAMED31 of N31 solved runs of one head per layer and NAMED32 of N32 of two.")
+    assert fill(fragment, values) in text("README.md")
+
+
+def test_every_shape_the_page_reports_was_analysed():
+    assert shape_rows() and len(shape_rows()) == totals()["PAIRS"]
+
+
+def findings() -> dict[str, int | str]:
+    """The counts the page's bullets quote, from the per-run rows."""
+    runs = [r for r in load("census_shapes.json")["runs"] if r["mechanism"] is not None]
+
+    def cell(kind, shape):
+        return [r for r in runs if r["kind"] == kind and r["shape"] == shape]
+
+    named = lambda rs: [r for r in rs if r["solved"] and r["mechanism"] not in ("none", "borderline")]  # noqa: E731
+    bi22 = named(cell("bidirectional", "2x2"))
+    bi32 = [r for r in cell("bidirectional", "3x2") if r["solved"]]
+    l2 = sum(h in r["needed_heads"] for r in bi32 for h in ("L2h0", "L2h1"))
+    (split,) = [r for r in named(cell("scratch", "3x2")) if "(h0+h1)" in r["mechanism"]]
     return {
-        "RUNS": len(runs), "ANALYSED": len(analysed), "MISSING": len(runs) - len(analysed),
-        "SHAPES": len({(r["kind"], r["shape"]) for r in analysed}),
-        "SOLVED": len(solved), "NAMED": len(named), "NONE": len(unnamed),
-        "MASS": sum(r["construction"] == "theorem3_two_block_mass" for r in named),
-        "SPLIT": roles["split"], "ALONE": roles["alone"], "COPIED": roles["copied"],
-        "IDLE3": sum(3 in r["idle_layers"] for r in named),
-        "NEEDED2": sum(len(r["needed_heads"]) == 2 for r in named),
-        "EVERY": sum(len(r["needed_heads"]) == r["heads"] for r in unnamed),
-        "NONE_FEWEST": min(len(r["needed_heads"]) for r in unnamed),
-        "NONE_MOST": max(len(r["needed_heads"]) for r in unnamed),
-        "MEAN_TB": sum(r["mean"].split(" @ ")[0] == "theorem3_two_block" for r in named),
-        "RES_NONE": sum(r["resample"] == "none" for r in solved),
-        "H0_KNOCK": f"{split['knockout_rows_exact']['L1h0']:.1%}",
-        "H1_KNOCK": f"{split['knockout_rows_exact']['L1h1']:.1%}",
+        "SUMS_APPB": sum(r["mechanism"] == "appendix_b @ L1(h0+h1)→L2(h0+h1)" for r in bi22),
+        "SUMS_TB": sum(r["mechanism"] == "two_block @ L1(h0+h1)→L2(h0+h1)" for r in bi22),
+        "NAMED22": len(bi22), "SPLIT22": sum(r["role"] == "split" for r in bi22),
+        "IDLE32": sum(bool(r["idle_layers"]) for r in bi32), "BI32": len(bi32),
+        "L2NEEDED": l2, "KNOCKS": 2 * len(bi32),
+        "H0": f"{split['knockout_rows_exact']['L1h0']:.1%}",
+        "H1": f"{split['knockout_rows_exact']['L1h1']:.1%}",
     }
 
 
-PAGE = [
-    "MISSING of the RUNS runs had no analysis record",
-    "ANALYSED runs analysed, all causal scratch 3 × 2; SOLVED of them solved",
-    "NAMED are named, both `theorem3_two_block_mass` (MASS of NAMED)",
-    "NONE are none.",
-    "roles: SPLIT split, ALONE alone, COPIED copied",
-    "In IDLE3 of NAMED named runs layer 3 is idle",
-    "NEEDED2 of NAMED named runs need exactly two heads",
-    "Those runs need NONE_FEWEST to NONE_MOST of their six heads (EVERY of NONE need every head): "
-    "they use all three layers.",
-    "Under mean ablation MEAN_TB of NAMED are named `theorem3_two_block` instead; under resampling "
-    "RES_NONE of SOLVED solved runs are named none.",
-    "knocking out head 0 of layer 1 leaves H0_KNOCK of the rows exact and knocking out head 1 leaves "
-    "H1_KNOCK.",
+FINDINGS = [
+    "SUMS_APPB of the NAMED22 named bidirectional 2 × 2 runs are named on the sums of both layers' "
+    "heads (`appendix_b @ L1(h0+h1)→L2(h0+h1)`, and SUMS_TB more `two_block` on the same sums), and "
+    "SPLIT22 of the NAMED22 are split.",
+    "in IDLE32 of BI32 bidirectional 3 × 2 runs a layer is idle",
+    "its heads are needed in L2NEEDED of KNOCKS knock-outs",
+    "knocking out head 0 of layer 1 leaves H0 of the rows exact and head 1 H1",
 ]
 
 
-@pytest.mark.parametrize("fragment", PAGE)
-def test_the_shapes_page_quotes_the_committed_census(fragment):
-    assert fill(fragment, shapes()) in text("docs/shapes.md")
-
-
-def test_the_readme_quotes_the_committed_census_over_shapes():
-    readme = text("README.md")
-    assert fill("ANALYSED of RUNS runs analysed", shapes()) in readme
-    assert fill("NAMED of SOLVED solved 3 × 2 scratch runs", shapes()) in readme
-    assert fill("layer 3 idle in IDLE3 of NAMED", shapes()) in readme
-
-
-def test_no_layer_of_a_run_named_none_is_idle_as_the_page_says():
-    runs = load("census_shapes.json")["runs"]
-    unnamed = [r for r in runs if r["solved"] and r["mechanism"] in ("none", "borderline")]
-    assert unnamed and all(r["idle_layers"] == [] for r in unnamed)
+@pytest.mark.parametrize("fragment", FINDINGS)
+def test_the_shapes_page_findings_are_the_committed_census(fragment):
+    assert fill(fragment, findings()) in text("docs/shapes.md")
