@@ -63,6 +63,12 @@ def ties(solved: list[dict]) -> dict[str, str]:
     return out
 
 
+def page_text(path: str) -> str:
+    """The page at ``path`` (from the repository root) with its whitespace collapsed, so a quoted
+    sentence may wrap anywhere."""
+    return " ".join((REPO / path).read_text().split())
+
+
 def fill(text: str, numbers: dict) -> str:
     """``text`` with every placeholder of ``numbers`` replaced, longest names first."""
     for key in sorted(numbers, key=len, reverse=True):

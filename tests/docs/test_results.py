@@ -5,13 +5,8 @@ import re
 
 import pytest
 from claims import census, discovery, dynamics, fill, load
+from claims import page_text as text
 from helpers import REPO
-
-
-def text(path: str) -> str:
-    """The page with its whitespace collapsed, so a sentence may wrap anywhere."""
-    return " ".join((REPO / path).read_text().split())
-
 
 CENSUS = [
     "two-block in BI_TWO of BI_SOLVED solved runs, Appendix B in BI_APPB, `theorem2` in BI_T2, "

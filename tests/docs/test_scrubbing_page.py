@@ -5,14 +5,13 @@ import math
 import statistics
 
 import pytest
-from claims import load
-from helpers import REPO
+from claims import load, page_text
 
 STYLES = ("zero", "mean", "resample", "scrub")
 
 
 def text() -> str:
-    return " ".join((REPO / "docs" / "results" / "scrubbing.md").read_text().split())
+    return page_text("docs/results/scrubbing.md")
 
 
 def share(k: int, n: int) -> str:

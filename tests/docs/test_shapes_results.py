@@ -5,14 +5,9 @@ from collections import Counter
 
 import pytest
 from claims import fill, load
-from helpers import REPO
+from claims import page_text as text
 
 KINDS = {"bidirectional": "bidirectional", "scratch": "causal scratch"}
-
-
-def text(path: str) -> str:
-    """The page with its whitespace collapsed, so a sentence may wrap anywhere."""
-    return " ".join((REPO / path).read_text().split())
 
 
 def _names(counts: dict[str, int]) -> str:
