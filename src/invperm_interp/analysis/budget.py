@@ -21,7 +21,7 @@ from ..model.disentangled import DisentangledModel
 from .faithfulness import CIRCUITS_HELD, fits_kept_bytes
 from .minimal import MAX_EXACT_CELLS, candidate_cells
 from .placements import candidate_placements, hypothesis
-from .projection import _gauge_factors, fixed_weights
+from .projection import fixed_weights, gauge_factors
 from .templates import Circuit, explain
 
 #: Testers alive together in a search (the whole batch's, the search samples', the screen's).
@@ -44,7 +44,7 @@ def fit_bytes(model: DisentangledModel, cells) -> int:
         entries[layer, head] = entries.get((layer, head), 0) + size
     worst = 0
     for (layer, _), n in entries.items():
-        U, W, V = _gauge_factors(model.stream, layer)
+        U, W, V = gauge_factors(model.stream, layer)
         r = U.shape[1] * model.stream.width(layer) + W.shape[1] * V.shape[1]
         worst = max(worst, 8 * (FIT_MATRICES * n * n if n < r else FIT_ROWS * n * r
                                 + FIT_SQUARES * r * r))
@@ -71,6 +71,6 @@ def analysis_estimate(model: DisentangledModel, n: int,
         kept = min(fits_kept_bytes(cfg), sum(len({c[:2] for c in h.cells}) for h in hyps) * per_fit)
     largest = max([fit_bytes(model, cells), *(fit_bytes(model, h.cells) for h in hyps)])
     for layer in range(cfg.n_layers):  # the fits' gauge factors, now made (and cached) once
-        _gauge_factors(model.stream, layer)
+        gauge_factors(model.stream, layer)
     return memory.analysis_estimate(cfg, n, circuits=max(circuits, 1), fits=kept + largest,
                                     dense=bool(cells), gauge=False)

@@ -47,7 +47,7 @@ def _template_at(model: DisentangledModel, cell: AtomCell) -> Tensor:
 _GAUGE_FACTORS: dict[tuple, tuple[Tensor, Tensor, Tensor]] = {}
 
 
-def _gauge_factors(stream, layer: int) -> tuple[Tensor, Tensor, Tensor]:
+def gauge_factors(stream, layer: int) -> tuple[Tensor, Tensor, Tensor]:
     """``(U, W, V)``: orthonormal bases of the query null space, of its complement and of the key
     gauge. The gauge directions of ``A`` in ``vec`` form span ``u eⱼᵀ`` (``u`` in ``U``, any ``j``)
     and ``w vᵀ`` (``w`` in ``W``, ``v`` in ``V``): the range of ``1 - (1 - Π_null) ⊗ (1 - Π_key)``,
@@ -76,7 +76,7 @@ def _fit_cells(model: DisentangledModel, layer: int, F: Tensor,
     for _, _, query, key, _ in cells:
         mask[stream.slice(query, layer), stream.slice(key, layer)] = True
     idx = mask.reshape(-1).nonzero().squeeze(1)
-    U, W, V = _gauge_factors(stream, layer)
+    U, W, V = gauge_factors(stream, layer)
     a, b = idx // D, idx % D  # the entries' query and key features
     F_S = F.reshape(-1)[idx]
     r = U.shape[1] * D + W.shape[1] * V.shape[1]  # gauge directions
