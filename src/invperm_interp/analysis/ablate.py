@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ..maths.floors import causal_floor
-from ..model.disentangled import DisentangledModel, grown
+from ..model.disentangled import DisentangledModel, embedding, grown
 from ..model.variants import forward_stacked
 from ..task import Batch, mse, sample_batch
 
@@ -80,7 +80,7 @@ def _run(model: DisentangledModel, X: Tensor, layer: int,
     ``resid_hook(layer)`` would (the edit stays in the stream as it grows): no hooks needed."""
     mask = model.blocks[0].attn.mask if model.cfg.causal else None
     with torch.no_grad():
-        h = _embedding(model, X)
+        h = embedding(X, model.pos)
         for index, block in enumerate(model.blocks):
             h = grown(edit(h) if index == layer else h, block.attn.A, mask)
         return h[:, model.unembed.rows] @ model.unembed.W_U
@@ -98,11 +98,6 @@ def _forward(model: DisentangledModel, X: Tensor, *, cfg=None, h0: Tensor | None
     with torch.no_grad():
         return forward_stacked(cfg or model.cfg, As, W_U[None], X, h0=h0, readout=not stream,
                                offsets=None if offsets is None else [o[None] for o in offsets])[0]
-
-
-def _embedding(model: DisentangledModel, X: Tensor) -> Tensor:
-    """``h^0 = [X, I_T]`` ``(B, T, D_0)``, a new tensor to edit."""
-    return torch.cat([X, model.pos.expand(X.shape[0], -1, -1)], dim=-1)
 
 
 def clean_mse(model: DisentangledModel, batch: Batch) -> float:
@@ -190,7 +185,7 @@ def ablate_scratch(model: DisentangledModel, mode: str = "remove", *, k: int | N
                        out, desc, before)
     index = torch.tensor(rows, device=model.device)
     if mode == "zero":
-        h0 = _embedding(model, batch.X)
+        h0 = embedding(batch.X, model.pos)
         h0[:, index] = 0.0  # content and position
         return _result("scratch zero", model, batch, _forward(model, batch.X, h0=h0),
                        f"the {len(rows)} scratch rows' embedding (content and position) set to 0",
@@ -257,7 +252,7 @@ def _ablate_block(model: DisentangledModel, name: str, layer: int, how: str,
         with torch.no_grad():
             out = ablate(read) @ model.unembed.W_U
     elif layer == 0:
-        out = _forward(model, batch.X, h0=ablate(_embedding(model, batch.X)))
+        out = _forward(model, batch.X, h0=ablate(embedding(batch.X, model.pos)))
     else:
         out = _run(model, batch.X, layer, ablate)
     return _result(f"{how}-ablate {name} at h^{layer}", model, batch, out,

@@ -167,10 +167,16 @@ class DisentangledModel:
         if check_input:
             X = self.check_input(X)
         mask = self.blocks[0].attn.mask if self.cfg.causal else None
-        streams = [torch.cat([X, self.pos.expand(X.shape[0], -1, -1)], dim=-1)]  # h^0 = [X, I_T]
+        streams = [embedding(X, self.pos)]
         for block in self.blocks:
             streams.append(grown(streams[-1], block.attn.A, mask))
         return streams
+
+
+def embedding(X: Float[Tensor, "batch pos d"], pos: Float[Tensor, "pos pos"]
+              ) -> Float[Tensor, "batch pos d_0"]:
+    """``h^0 = [X, I_T]`` ``(B, T, d + T)``, a new tensor, with ``pos`` the model's ``I_T`` buffer."""
+    return torch.cat([X, pos.expand(X.shape[0], -1, -1)], dim=-1)
 
 
 def grown(h: Float[Tensor, "batch pos D"], A: Float[Tensor, "head D D"],
@@ -226,7 +232,7 @@ def weights_forward(As: list[Tensor], W: Tensor, X: Float[Tensor, "batch pos d"]
                     mask: Tensor | None, rows: slice) -> Float[Tensor, "batch d d"]:
     """:func:`readout_forward` of the weights ``As[l] (H_l, D_l, D_l)`` and ``W_U (D_L, d)``, with
     ``pos`` the ``I_T`` buffer: what a standard model's map computes (``standard.py``)."""
-    h = torch.cat([X, pos.expand(X.shape[0], -1, -1)], dim=-1)  # h^0 = [X, I_T]
+    h = embedding(X, pos)
     for A in As[:-1]:
         h = grown(h, A, mask)
     A = As[-1]
