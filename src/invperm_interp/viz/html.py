@@ -43,16 +43,23 @@ def svg_bytes(fig: Figure) -> bytes:
 
 def _tight_box(fig: Figure):
     """``fig``'s tight bounding box in inches plus ``savefig.pad_inches``, its text measured as the
-    SVG backend measures it (at 72 dpi, unhinted), without drawing."""
-    from matplotlib.backends.backend_svg import RendererSVG
+    SVG backend measures it (at 72 dpi, unhinted), without drawing. One renderer measures every
+    figure of the process, so a label drawn in many figures (block names, a log axis's powers of
+    ten, parsed as mathtext) is measured once."""
+    global _MEASURE
+    if _MEASURE is None:
+        from matplotlib.backends.backend_svg import RendererSVG
 
-    width, height = fig.get_size_inches()
+        _MEASURE = RendererSVG(72, 72, io.StringIO(), image_dpi=72)  # its size draws nothing here
     dpi, fig.dpi = fig.dpi, 72  # an SVG's unit, as savefig draws it
     try:
-        box = fig.get_tightbbox(RendererSVG(width * 72, height * 72, io.StringIO(), image_dpi=72))
+        box = fig.get_tightbbox(_MEASURE)
     finally:
         fig.dpi = dpi
     return box.padded(plt.rcParams["savefig.pad_inches"])
+
+
+_MEASURE = None  # the renderer _tight_box measures with, made on first use
 
 
 def figure(fig: Figure, alt: str, caption: str = "") -> str:
