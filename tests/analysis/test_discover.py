@@ -172,9 +172,11 @@ def test_discover_measures_again_a_run_whose_mechanism_json_is_damaged(tmp_path,
 
 
 def test_discover_checks_its_arguments_and_output_before_the_analysis(tmp_path, capsys, monkeypatch):
-    """--threads 0 is refused as elsewhere; a --json into a missing folder fails before any run is
-    analysed; --quiet prints the table alone."""
+    """--threads 0 is refused as elsewhere; a --json that cannot be written (under a file, or a
+    directory) fails before any run is analysed; a missing folder is made; --quiet prints the
+    table alone."""
     finished_run(tmp_path / "sweep" / "run")
+    (tmp_path / "a_file").write_text("")
 
     def analysed(*args, **kwargs):
         raise AssertionError("the analysis ran")
@@ -182,13 +184,13 @@ def test_discover_checks_its_arguments_and_output_before_the_analysis(tmp_path, 
     with monkeypatch.context() as m:
         m.setattr(discover_module, "discover", analysed)
         for argv, message in ((["--threads", "0"], "--threads must be an integer >= 1, got 0"),
-                              (["--json", str(tmp_path / "missing" / "p.json")],
-                               f"--json {tmp_path / 'missing' / 'p.json'} cannot be written"),
-                              (["--json", str(tmp_path)], f"--json {tmp_path} cannot be written")):
+                              (["--json", str(tmp_path / "a_file" / "p.json")],
+                               f"{tmp_path / 'a_file'} cannot be written"),
+                              (["--json", str(tmp_path)], f"--json {tmp_path} is a directory")):
             assert main(["discover", str(tmp_path / "sweep"), *argv]) == 2
             err = capsys.readouterr().err.strip().splitlines()
             assert len(err) == 1 and err[0].startswith(f"invperm discover: error: {message}"), err
-    out = tmp_path / "p.json"
+    out = tmp_path / "new" / "p.json"
     assert main(["discover", str(tmp_path / "sweep"), "--n", "64", "--quiet", "--json", str(out)]) == 0
     captured = capsys.readouterr()
     assert captured.err == "" and out.is_file()
