@@ -195,3 +195,37 @@ def test_discover_checks_its_arguments_and_output_before_the_analysis(tmp_path, 
     captured = capsys.readouterr()
     assert captured.err == "" and out.is_file()
     assert captured.out.startswith("nothing to propose: ")  # the run is two_block, named
+
+
+def test_a_circuit_over_three_layers_of_one_head_is_grouped_as_it_is(monkeypatch):
+    """A faithful minimal circuit spanning three layers of a 3 x 1 model (no two-layer placement
+    holds it) is a form of its own: built and checked as a three-layer model, its snippet saying
+    the registry does not take it."""
+    from dataclasses import replace
+
+    from invperm_interp.analysis.mechanism import mechanism
+    from invperm_interp.maths.registry import ConstructionSpec
+    from invperm_interp.task import sample_batch
+
+    # two_block's copy relayed through a middle layer: layer 2 copies layer 1's copy onward
+    cells = ((0, "pos.Y", "pos.P", "I"), (1, "pos.Y", "pos.Y", "I"), (2, "pos.P", "L2.L1.x", "-1"))
+    spec = ConstructionSpec("relay", "test", "bidirectional", "plain", "P", "L3.x", True, cells)
+    monkeypatch.setitem(C.REGISTRY, "relay", spec)
+    models = {f"run{i}": perturb(C.build("relay", 4, 40.0), gauge=1.0, noise=0.01, seed=i)
+              for i in range(2)}
+    assert [m.cfg.n_layers for m in models.values()] == [3, 3]
+    monkeypatch.delitem(C.REGISTRY, "relay")
+
+    def unnamed(model):
+        mech = mechanism(model, sample_batch(model.cfg.layout, 128,
+                                             generator=torch.Generator().manual_seed(0)))
+        placed = tuple((layer, 0, q, k, label) for layer, q, k, label in cells)
+        return replace(mech, name=None, minimal=replace(mech.minimal, cells=placed, read=("L3.x",),
+                                                        faithful=True))
+
+    found = discover(models, n=128, known={k: unnamed(m) for k, m in models.items()})
+    (proposal,) = found.proposals
+    assert set(proposal.runs) == {"run0", "run1"} and proposal.form.n_layers == 3
+    assert {c[0] for c in proposal.form.cells} == {0, 1, 2}
+    assert proposal.errors and all(err == err for _, err in proposal.errors)  # built, 3 layers
+    assert "spans 3 layers" in proposal.form.snippet("relay_again")
