@@ -9,9 +9,9 @@ d: the standard models with 1 and 2 heads per layer and the disentangled census'
 same d, side by side: runs, solved (MSE < 1e-3) with Wilson 95% intervals, median steps to solve,
 what the rule names among the solved (named / borderline / none with Wilson intervals, the
 constructions), and how many keep their name under mean and under resample ablation. Beside it,
-per standard run, each head's ``W_OV = W_V W_O``: its effective rank (singular values at least
-``EFFECTIVE`` of the largest) against ``d_head`` and the width ``D_0 = d + T`` of the stream
-``[x, pos]`` that a first-layer head copies.
+per standard run, each head's ``W_OV = W_V W_O``: its effective rank (the fewest singular values
+holding ``EFFECTIVE`` of its squared norm) against ``d_head``, which bounds its rank, and the width
+``D_0 = d + T`` of the stream ``[x, pos]`` that a first-layer head copies.
 
     python analyses/census_standard_report.py runs/census_standard [--update-assets]
 """
@@ -38,8 +38,8 @@ from invperm_interp.sweep.collect import read_sweep  # noqa: E402
 from invperm_interp.training.run import Run  # noqa: E402
 
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "scratch": "causal [P; Y_P; S], reads S"}
-#: A singular value of ``W_OV`` counts towards its effective rank from this share of the largest.
-EFFECTIVE = 0.01
+#: ``W_OV``'s effective rank: the fewest singular values holding this share of its squared norm.
+EFFECTIVE = 0.9
 DISENTANGLED = "disentangled (census)"
 
 
@@ -54,8 +54,15 @@ def verdict_of(name: str) -> str:
 
 def ov_ranks(run_dir: Path) -> list[list[int]]:
     """Per layer and head, the effective rank of the final model's ``W_OV``."""
-    spectra = ov_spectra(Run.load(run_dir).model)
-    return [[sum(v >= EFFECTIVE * head[0] for v in head) for head in layer] for layer in spectra]
+    def rank(values: list[float]) -> int:
+        total, held = sum(v * v for v in values), 0.0
+        for k, v in enumerate(values, 1):
+            held += v * v
+            if held >= EFFECTIVE * total:
+                return k
+        return len(values)
+
+    return [[rank(head) for head in layer] for layer in ov_spectra(Run.load(run_dir).model)]
 
 
 def standard_rows(folder: Path) -> list[dict]:
@@ -111,7 +118,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         out.append({
             "model": kind, "d": d, "architecture": arch, "runs": len(runs), "trained": len(finished),
             "solved": share_text(len(steps), len(finished)),
-            "median steps to solve": statistics.median(steps) if steps else None,
+            "median steps to solve": f"{statistics.median(steps):g}" if steps else None,
             **{v: share_text(verdicts[v], n) for v in ("named", "borderline", "none")},
             "names": dict(Counter(construction_of(r["mechanism"]) for r in solved).most_common()),
             **{f"same under {style}": f"{same[style]} of {n}" for style in STYLES},
@@ -168,9 +175,9 @@ def write(rows: list[dict], folder: Path) -> list[Path]:
              "layer, where the rule tests placements (docs/shapes.md). Counts of the solved runs "
              "with Wilson 95% intervals; *same under* a style: solved runs whose construction "
              "(placement aside) is the same under mean or resample ablation. "
-             f"W_OV effective rank: singular values of W_V W_O at least {EFFECTIVE:.0%} of the "
-             "largest, over every head of every trained run; d_head bounds it, and D0 = d + T is "
-             "the width of the stream [x, pos] a first-layer head copies.", "",
+             f"W_OV effective rank: the fewest singular values of W_V W_O holding {EFFECTIVE:.0%} of "
+             "its squared norm, over every head of every trained run; d_head bounds its rank, and "
+             "D0 = d + T is the width of the stream [x, pos] a first-layer head copies.", "",
              "| model | d | architecture | runs | trained | solved | median steps | named | "
              "borderline | none | names | same under mean | same under resample | d_head | D0 | "
              "W_OV effective rank |",
