@@ -134,26 +134,35 @@ def plot(summary: list[dict], path: Path) -> None:
     names = sorted({n for s in summary for n in s["names"]} - {"none", "borderline"})
     colours = dict(zip(names, plt.get_cmap("tab10").colors))
     colours.update({"borderline": "#777777", "none": "#bbbbbb", "not solved": "#ffffff"})
+    order = [*names, "borderline", "none", "not solved"]
     for ax, kind in zip(axes[:, 0], kinds):
         group = [s for s in summary if s["model"] == kind]
-        labels = [f"{s['architecture']}, d = {s['d']} ({s['trained']} runs)" for s in group]
+        labels = [f"{s['architecture']}, d = {s['d']} ({s['trained']} run{'s' * (s['trained'] != 1)})"
+                  for s in group]
+        shown = set()
         for y, s in enumerate(group):
             total = s["trained"] or 1
-            unsolved = s["trained"] - int(s["solved"].split(" of ")[0])
+            unsolved = s["trained"] - int(s["solved"].split(" of ")[0]) if s["trained"] else 0
             left = 0.0
-            for name in [*names, "borderline", "none", "not solved"]:
+            for name in order:
                 k = unsolved if name == "not solved" else s["names"].get(name, 0)
                 if k:
                     ax.barh(y, k / total, left=left, height=0.7, color=colours[name],
-                            edgecolor="#333333", linewidth=0.6, label=name)
+                            edgecolor="#333333", linewidth=0.6,
+                            hatch="//" if name == "not solved" else None)
                     left += k / total
+                    shown.add(name)
+            if not s["trained"]:
+                ax.text(0.02, y, "not trained yet", va="center", fontsize=8, color="#555555")
         ax.set_yticks(range(len(group)), labels, fontsize=9)
         ax.set_ylim(len(group) - 0.5, -0.5)
         ax.set_xlim(0, 1)
         ax.set_title(KINDS[kind], fontsize=10)
         ax.set_xlabel("share of trained runs", fontsize=9)
-        handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
-        ax.legend(handles.values(), handles.keys(), fontsize=8, loc="upper left",
+        patches = [plt.Rectangle((0, 0), 1, 1, facecolor=colours[n], edgecolor="#333333",
+                                 linewidth=0.6, hatch="//" if n == "not solved" else None)
+                   for n in order if n in shown]
+        ax.legend(patches, [n for n in order if n in shown], fontsize=8, loc="upper left",
                   bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
