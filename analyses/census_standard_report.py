@@ -44,8 +44,11 @@ DISENTANGLED = "disentangled (census)"
 
 
 def construction_of(name: str | None) -> str | None:
-    """``"two_block @ L1h0→L2h1"`` → ``"two_block"``; ``"none"``, ``"borderline"`` and ties as they are."""
-    return None if name is None else " = ".join(part.split(" @ ")[0] for part in name.split(" = "))
+    """``"two_block @ L1h0→L2h1"`` → ``"two_block"``; a tie of placements of one construction is that
+    construction; ``"none"``, ``"borderline"`` and ties of several constructions as they are."""
+    if name is None:
+        return None
+    return " = ".join(dict.fromkeys(part.split(" @ ")[0] for part in name.split(" = ")))
 
 
 def verdict_of(name: str) -> str:

@@ -68,3 +68,9 @@ def test_a_folder_without_sweep_jsonl_is_one_line(tmp_path, report, capsys):
     assert report.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "sweep.jsonl" in err[0]
+
+
+def test_a_tie_of_one_constructions_placements_is_that_construction(report):
+    assert report.construction_of("two_block @ L1h1→L2h0 = two_block @ L1(h0+h1)→L2h0") == "two_block"
+    assert report.construction_of("a @ L1h0→L2h0 = b @ L1h1→L2h0") == "a = b"
+    assert report.construction_of("none") == "none" and report.construction_of(None) is None
