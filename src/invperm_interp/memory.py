@@ -44,9 +44,10 @@ from .config import ModelConfig
 
 GB = 1e9
 SLACK = 0.5  # allocator slack, as a share of the activations (see the module docstring)
-#: The analysis's records, Python objects and kernel workspaces, which do not scale with the model,
-#: and the allocator's run-to-run spread (an untrained d = 4 model whose tensors come to ~10 MB grew
-#: the process by 12-28 MB; a trained d = 8, 3 x 1 one by 37-90 MB).
+#: The analysis's records, Python objects and kernel workspaces, which do not scale with the model
+#: (the smallest analysis, d = 3 on 16 samples, grew the process by 1-5 MB), and the allocator's
+#: run-to-run spread on small models (an untrained d = 4, 3 x 2 model whose forwards come to ~14 MB
+#: grew it by 22-35 MB in five fresh processes).
 ANALYSIS_OVERHEAD = 16 * 2**20
 CIRCUITS_HELD = 64  # analysis.faithfulness.CIRCUITS_HELD (tests/test_memory.py holds them equal)
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30,
