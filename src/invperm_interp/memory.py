@@ -329,11 +329,12 @@ def analysis_estimate(cfg: ModelConfig, n: int, *, circuits: int = CIRCUITS_HELD
     searched model, without its fits); ``gauge=False`` leaves out gauge factors already made.
     ``ANALYSIS_OVERHEAD`` is added for what does not scale with the model."""
     forwards = forward_bytes(cfg, n * min(2, chunk_variants(cfg, n)))
-    transient = max(variant_bytes(cfg, n, max(circuits, 1)) if dense else 0, fits)
+    chunk = variant_bytes(cfg, n, max(circuits, 1)) if dense else 0
+    transient = max(chunk, fits)  # named for the larger: the variants running, or a fit
     weights = circuit_weights_bytes(cfg, circuits)
     phases = [{"activations": forwards, "allocator slack": int(SLACK * forwards)},
-              {"activations": transient, "allocator slack": int(SLACK * transient),
-               "circuit weights": weights},
+              {"activations" if chunk >= fits else "largest circuit fit": transient,
+               "allocator slack": int(SLACK * transient), "circuit weights": weights},
               {"activations": compared[0], "allocator slack": int(SLACK * compared[0]),
                "constructions compared": compared[1]}]
     phase = max(phases, key=lambda p: sum(p.values()))
