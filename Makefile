@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast test-slurm demo docs reproduce sweep census census-shapes dynamics scrubbing discovery standard setup lint bench clean
+.PHONY: test test-fast test-slurm demo docs reproduce sweep census census-shapes census-standard dynamics scrubbing discovery standard setup lint bench clean
 
 setup: $(STAMP)
 
@@ -92,6 +92,13 @@ scrubbing: $(STAMP)
 discovery: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/discovery.toml --out runs/discovery --workers 1
 	$(PY) analyses/discovery.py runs/discovery
+
+# Beyond the note: the census on standard transformers beside the disentangled one (docs/standard.md):
+# the grid analyses/grids/census_standard.toml (224 runs, attention-only, d_model 64; its dry run
+# says at most 6 CPU hours), then assets/census_standard.{md,json,png}. Resumable like `make census`.
+census-standard: $(STAMP)
+	$(VENV)/bin/invperm sweep analyses/grids/census_standard.toml --out runs/census_standard
+	$(PY) analyses/census_standard_report.py runs/census_standard --update-assets
 
 # Beyond the note: standard transformers (docs/standard.md). Causal standard models against the
 # exact floors, d_model 32/64/128, with and without LayerNorm and MLPs, 8 seeds each (64 runs); then

@@ -15,7 +15,7 @@ the peak RSS beside ``memory.analysis_estimate``, and 10 forwards of each model 
 With ``--cli``, each ``--run`` is also analysed by ``invperm analyze RUN`` in a fresh process,
 timed against ``python -c "import torch"`` (wall and CPU seconds, peak RSS of each process).
 Usage: python benchmarks/analyze.py [--before /tmp/before/src] [--run DIR ...] [--repeats 3] [--cli]
-       python benchmarks/analyze.py --shapes [--repeats 3]
+       python benchmarks/analyze.py --shapes [--repeats 3] [--write]
 """
 
 from __future__ import annotations
@@ -129,9 +129,12 @@ def measure_shapes(name: str, repeats: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main_shapes(repeats: int) -> None:
-    print(f"load average {os.getloadavg()[0]:.1f}; analyze at d = 10 on 512 samples, CPU seconds, "
+def main_shapes(repeats: int, write: Path | None = None) -> None:
+    """The 2 x 1 / 3 x 2 ratio per construction; ``write``: also into ``write.{json,md}``."""
+    load = os.getloadavg()[0]
+    print(f"load average {load:.1f}; analyze at d = 10 on 512 samples, CPU seconds, "
           f"best of {repeats}, both shapes in one process")
+    rows = []
     for name in DEFAULT_MODELS:
         r = measure_shapes(name, repeats)
         small, big = r["times"]["(1, 1)"], r["times"]["(2, 2, 2)"]
@@ -141,6 +144,26 @@ def main_shapes(repeats: int) -> None:
         print(f"  10 forwards: 2 x 1 {f_small:.3f} s, 3 x 2 {f_big:.3f} s: {f_big / f_small:.1f}x")
         print(f"  peak RSS {r['peak_mib']:.0f} MiB (both); analysis_estimate 2 x 1 "
               f"{r['estimate_mib']['(1, 1)']:.0f} MiB, 3 x 2 {r['estimate_mib']['(2, 2, 2)']:.0f} MiB")
+        rows.append({"construction": name, "named_2x1": r["named"]["(1, 1)"],
+                     "named_3x2": r["named"]["(2, 2, 2)"], "analyze_2x1_s": round(small, 3),
+                     "analyze_3x2_s": round(big, 3), "ratio": round(big / small, 2),
+                     "forwards_ratio": round(f_big / f_small, 1)})
+    if write is not None:
+        write.with_suffix(".json").write_text(json.dumps(
+            {"load_average": round(load, 2), "cores": os.cpu_count(), "repeats": repeats,
+             "rows": rows}, indent=1) + "\n")
+        lines = ["# The analysis's cost at 3 layers x 2 heads against 2 x 1", "",
+                 f"`python benchmarks/analyze.py --shapes --write`: `analyze` at d = 10 on 512 "
+                 f"samples of a construction built on 2 layers x 1 head and placed on layers 1 and 3, "
+                 f"head 1, of 3 x 2 (gauge and noise added), both in one process, CPU seconds, best of "
+                 f"{repeats}, one torch thread; load average {load:.1f} on {os.cpu_count()} cores. "
+                 "10 forwards: the whole model run 10 times on the same samples, for scale.", "",
+                 "| construction | 2 x 1 | 3 x 2 | ratio | 10 forwards, ratio | named at 3 x 2 |",
+                 "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {r['construction']} | {r['analyze_2x1_s']:.2f} s | {r['analyze_3x2_s']:.2f} s | "
+                  f"{r['ratio']:.1f}x | {r['forwards_ratio']:.0f}x | {r['named_3x2']} |" for r in rows]
+        write.with_suffix(".md").write_text("\n".join(lines) + "\n")
+        print(f"wrote {write.with_suffix('.json')} and {write.with_suffix('.md')}")
 
 
 def measure(src: Path, spec: str, repeats: int) -> dict:
@@ -205,9 +228,11 @@ def main() -> None:
                         "`python -c 'import torch'` (wall, CPU, peak RSS of each process)")
     parser.add_argument("--shapes", action="store_true",
                         help="2 layers x 1 head against 3 x 2 in one process (module docstring)")
+    parser.add_argument("--write", action="store_true",
+                        help="with --shapes: also write assets/analysis_cost.{json,md}")
     args = parser.parse_args()
     if args.shapes:
-        return main_shapes(args.repeats)
+        return main_shapes(args.repeats, SRC.parent / "assets" / "analysis_cost" if args.write else None)
     specs = [f"run:{r}" for r in args.run] or list(DEFAULT_MODELS)
     trees = {"before": args.before, "after": SRC} if args.before else {"after": SRC}
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; CPU seconds, "

@@ -172,9 +172,11 @@ def test_discover_measures_again_a_run_whose_mechanism_json_is_damaged(tmp_path,
 
 
 def test_discover_checks_its_arguments_and_output_before_the_analysis(tmp_path, capsys, monkeypatch):
-    """--threads 0 is refused as elsewhere; a --json into a missing folder fails before any run is
-    analysed; --quiet prints the table alone."""
+    """--threads 0 is refused as elsewhere; a --json that cannot be written (under a file, or a
+    directory) fails before any run is analysed; a missing folder is made; --quiet prints the
+    table alone."""
     finished_run(tmp_path / "sweep" / "run")
+    (tmp_path / "a_file").write_text("")
 
     def analysed(*args, **kwargs):
         raise AssertionError("the analysis ran")
@@ -182,14 +184,48 @@ def test_discover_checks_its_arguments_and_output_before_the_analysis(tmp_path, 
     with monkeypatch.context() as m:
         m.setattr(discover_module, "discover", analysed)
         for argv, message in ((["--threads", "0"], "--threads must be an integer >= 1, got 0"),
-                              (["--json", str(tmp_path / "missing" / "p.json")],
-                               f"--json {tmp_path / 'missing' / 'p.json'} cannot be written"),
-                              (["--json", str(tmp_path)], f"--json {tmp_path} cannot be written")):
+                              (["--json", str(tmp_path / "a_file" / "p.json")],
+                               f"{tmp_path / 'a_file'} cannot be written"),
+                              (["--json", str(tmp_path)], f"--json {tmp_path} is a directory")):
             assert main(["discover", str(tmp_path / "sweep"), *argv]) == 2
             err = capsys.readouterr().err.strip().splitlines()
             assert len(err) == 1 and err[0].startswith(f"invperm discover: error: {message}"), err
-    out = tmp_path / "p.json"
+    out = tmp_path / "new" / "p.json"
     assert main(["discover", str(tmp_path / "sweep"), "--n", "64", "--quiet", "--json", str(out)]) == 0
     captured = capsys.readouterr()
     assert captured.err == "" and out.is_file()
     assert captured.out.startswith("nothing to propose: ")  # the run is two_block, named
+
+
+def test_a_circuit_over_three_layers_of_one_head_is_grouped_as_it_is(monkeypatch):
+    """A faithful minimal circuit spanning three layers of a 3 x 1 model (no two-layer placement
+    holds it) is a form of its own: built and checked as a three-layer model, its snippet saying
+    the registry does not take it."""
+    from dataclasses import replace
+
+    from invperm_interp.analysis.mechanism import mechanism
+    from invperm_interp.maths.registry import ConstructionSpec
+    from invperm_interp.task import sample_batch
+
+    # two_block's copy relayed through a middle layer: layer 2 copies layer 1's copy onward
+    cells = ((0, "pos.Y", "pos.P", "I"), (1, "pos.Y", "pos.Y", "I"), (2, "pos.P", "L2.L1.x", "-1"))
+    spec = ConstructionSpec("relay", "test", "bidirectional", "plain", "P", "L3.x", True, cells)
+    monkeypatch.setitem(C.REGISTRY, "relay", spec)
+    models = {f"run{i}": perturb(C.build("relay", 4, 40.0), gauge=1.0, noise=0.01, seed=i)
+              for i in range(2)}
+    assert [m.cfg.n_layers for m in models.values()] == [3, 3]
+    monkeypatch.delitem(C.REGISTRY, "relay")
+
+    def unnamed(model):
+        mech = mechanism(model, sample_batch(model.cfg.layout, 128,
+                                             generator=torch.Generator().manual_seed(0)))
+        placed = tuple((layer, 0, q, k, label) for layer, q, k, label in cells)
+        return replace(mech, name=None, minimal=replace(mech.minimal, cells=placed, read=("L3.x",),
+                                                        faithful=True))
+
+    found = discover(models, n=128, known={k: unnamed(m) for k, m in models.items()})
+    (proposal,) = found.proposals
+    assert set(proposal.runs) == {"run0", "run1"} and proposal.form.n_layers == 3
+    assert {c[0] for c in proposal.form.cells} == {0, 1, 2}
+    assert proposal.errors and all(err == err for _, err in proposal.errors)  # built, 3 layers
+    assert "spans 3 layers" in proposal.form.snippet("relay_again")

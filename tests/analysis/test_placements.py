@@ -7,6 +7,7 @@ import torch
 
 from invperm_interp import ModelConfig, sample_batch
 from invperm_interp.analysis.faithfulness import Tester as _Tester
+from invperm_interp.analysis.hypothesis import Hypothesis
 from invperm_interp.analysis.mechanism import Mechanism, mechanism, name_on
 from invperm_interp.analysis.placements import KEEP_SINGLE, KEEP_SUM, candidate_placements, untested_reason
 from invperm_interp.maths import constructions as C
@@ -82,6 +83,26 @@ def test_the_placements_tested_stay_few_per_construction():
     for p in found:
         per.setdefault(p.construction, []).append(p)
     assert all(len(ps) == KEEP_SINGLE + KEEP_SUM for ps in per.values())  # of 27 placements each
+
+
+def test_the_model_less_the_circuit_runs_for_the_named_and_each_constructions_best_placement():
+    model = build(Placement("theorem3", (0, 2), (1, 1), (2, 2, 2)), 4, dtype=torch.float32)
+    batch = batch_for(model)
+    mech = mechanism(model, batch)
+    run = {t.hypothesis for t in mech.tested if t.without is not None}
+    names = {t.hypothesis.split(" @ ")[0] for t in mech.tested}
+    assert mech.name in run and set(mech.also_faithful) <= run
+    # one per construction at least (its first in the rule's order), fewer than every placement
+    firsts = {n: next(t.hypothesis for t in mech.tested if t.hypothesis.startswith(n + " @ "))
+              for n in names}
+    assert set(firsts.values()) <= run and len(run) < len(mech.tested)
+    # what was run is what a whole test of that placement measures
+    named = mech.faithfulness
+    alone = _Tester(model, batch).test(Hypothesis(named.hypothesis, named.cells, named.read,
+                                                  named.unit), minimality=False)
+    assert alone.without.mse == pytest.approx(named.without.mse, rel=1e-9)
+    again = Mechanism.from_dict(mech.to_dict())  # None round-trips
+    assert [t.without for t in again.tested] == [t.without for t in mech.tested]
 
 
 @pytest.mark.parametrize("cfg, reason", [

@@ -192,3 +192,20 @@ def test_norm_share_says_how_much_of_a_circuit_a_construction_carries():
     assert circuit.norm_share(own) == pytest.approx(1.0, abs=1e-9)
     assert circuit.norm_share(other) == pytest.approx(0.0, abs=1e-9)
     assert circuit.norm_share([]) == 0.0
+
+
+def test_a_layers_dictionary_is_kept_per_stream_shape_and_gives_what_a_fresh_one_gives():
+    from invperm_interp.analysis import templates as T
+
+    T._DEFAULT_DICTIONARIES.clear()
+    model = perturb(C.build("theorem3", 4), gauge=1.0, noise=0.05, seed=0)
+    kept = match_templates(model)
+    assert len(T._DEFAULT_DICTIONARIES) == model.cfg.n_layers  # one per layer of this shape
+    first = dict(T._DEFAULT_DICTIONARIES)
+    again = match_templates(perturb(C.build("theorem3", 4), noise=0.1, seed=1))  # same shape
+    assert all(T._DEFAULT_DICTIONARIES[k] is v for k, v in first.items())
+    fresh = match_templates(model, templates={})  # the same library, its dictionaries built anew
+    assert fresh == kept and again != kept
+    for d in range(5, 5 + T.DICTIONARIES_KEPT):  # the least recently used shapes are let go
+        explain(C.build("theorem3", d))
+    assert len(T._DEFAULT_DICTIONARIES) == T.DICTIONARIES_KEPT

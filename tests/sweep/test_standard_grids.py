@@ -38,3 +38,23 @@ def test_the_standard_census_plans_32_seeds_at_d10_and_8_elsewhere_through_the_m
     assert {(j.model_cfg.arch, j.model_cfg.layernorm, j.model_cfg.d_mlp) for j in grid.jobs} == {
         ("standard", False, None)}  # the form the exact map reads
     assert grid.analysis == load_grid(GRIDS / "census.toml").analysis
+
+
+def test_the_dry_run_prices_a_standard_model_by_the_forward_it_runs():
+    from dataclasses import replace
+
+    from invperm_interp.model.standard import note_is_cheaper, row_costs
+    from invperm_interp.sweep.plan import train_seconds
+
+    grid = load_grid(GRIDS / "standard.toml")
+    job = next(j for j in grid.jobs if j.model_cfg.d_model == 32 and j.model_cfg.d_mlp is None)
+    cfg = job.model_cfg
+    assert note_is_cheaper(cfg)  # through the map: what the disentangled model of its widths costs
+    twin = replace(job, model_cfg=replace(cfg, arch="disentangled", d_model=None, d_head=None))
+    assert train_seconds(job) == train_seconds(twin)
+    # in d_model (LayerNorm, MLP): the cost grows with d_model and the MLP, as multiplications do
+    m, dh, T, mlp = 64, 64, cfg.T, 128
+    direct = replace(cfg, d_model=m, d_head=dh, layernorm=True, d_mlp=mlp)
+    assert row_costs(direct)[1] == 2 * (dh * (4 * m + 2 * T) + 2 * m * mlp)  # two layers of one head
+    small, wide = (replace(job, model_cfg=replace(direct, d_model=w, d_head=w)) for w in (32, 128))
+    assert train_seconds(wide) > 3 * train_seconds(small) > 3 * train_seconds(job)

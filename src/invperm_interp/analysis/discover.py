@@ -66,10 +66,19 @@ class Form:
     def text(self) -> str:
         return "; ".join(f"L{c[0] + 1} {c[3]} at ({c[1]}, {c[2]})" for c in self.cells)
 
+    @property
+    def n_layers(self) -> int:
+        return 1 + max((c[0] for c in self.cells), default=1)
+
     def snippet(self, name: str) -> str:
-        """Python that registers the form (``constructions.register`` checks it again)."""
+        """Python that registers the form (``constructions.register`` checks it again); a form over
+        more than two layers is built and checked as it is, but the registry, whose constructions
+        the rule places on two layers, does not take it: the snippet says so."""
         cells = ",\n    ".join(repr(c) for c in self.cells)
-        return (f"from invperm_interp.maths import constructions\n\n"
+        note = ("" if self.n_layers <= 2 else
+                f"# spans {self.n_layers} layers: constructions.build checks it, the registry "
+                f"(two-layer constructions, placed by the rule) refuses it\n")
+        return (f"{note}from invperm_interp.maths import constructions\n\n"
                 f"constructions.register(\n    {name!r},\n    [{cells}],\n"
                 f"    constructions.Wiring(layout={self.layout!r}, "
                 f"attention_dir={self.attention_dir!r}, readout={self.readout!r}, "
@@ -200,7 +209,8 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
         elif model.cfg.heads != (1, 1):
             found = _unplaced_form(model, mech.minimal.cells, mech.minimal.read)
             if found is None:
-                reasons[key] = "its minimal circuit is not on one head of each of two layers"
+                reasons[key] = ("its minimal circuit is not on one head of each of two layers, or "
+                                "of every layer of a model with one head per layer")
             else:
                 forms[key], where[key] = found
                 reasons[key] = "unnamed"
@@ -237,10 +247,14 @@ def _hypothesis(model, form: Form, name: str, where=None):
 def _unplaced_form(model: DisentangledModel, cells, read: tuple[str, ...]):
     """``(form, (layers, heads))``: the form of a circuit on one head of each of two layers of a
     deeper or wider model, in a two-layer one-head model's block names (``maths.placement.unplace``),
-    so that runs holding the same circuit on other layers or heads share a form; ``None`` otherwise."""
+    so that runs holding the same circuit on other layers or heads share a form; ``(form, None)``
+    for a circuit over more than two layers of a model with one head per layer, written as it is
+    (no two-layer placement holds it); ``None`` otherwise."""
     heads = {}
     for c in cells:
         heads.setdefault(c[0], set()).add(c[1])
+    if len(heads) > 2 and set(model.cfg.heads) == {1}:  # a circuit over more layers, as it is
+        return form_of(model, cells, read), None
     if len(heads) != 2 or any(len(h) != 1 for h in heads.values()):
         return None
     form = form_of(model, cells, read)

@@ -119,7 +119,7 @@ class Faithfulness:
     baseline: float  # MSE with everything ablated: 0.5 everywhere, d/4
     model: Score
     circuit: Score  # the circuit-only model: faithfulness
-    without: Score  # the model less the atoms: completeness
+    without: Score | None  # the model less the atoms: completeness (None: not run, see Tester)
     minimality: tuple[Score, ...] = field(default=())  # circuit less each cell, in ``cells`` order
 
     @property
@@ -155,7 +155,8 @@ class Faithfulness:
                 "template_betas": list(self.template_betas),
                 "weight_share": self.weight_share, "baseline": self.baseline,
                 "model": vars(self.model), "circuit": vars(self.circuit),
-                "without": vars(self.without), "minimality": [vars(s) for s in self.minimality]}
+                "without": None if self.without is None else vars(self.without),
+                "minimality": [vars(s) for s in self.minimality]}
 
     @classmethod
     def from_dict(cls, data: dict) -> Faithfulness:
@@ -163,7 +164,8 @@ class Faithfulness:
                    None if data["read"] is None else tuple(data["read"]), tuple(data["betas"]),
                    tuple(data["template_betas"]),
                    data["weight_share"], data["baseline"], read_score(data["model"]),
-                   read_score(data["circuit"]), read_score(data["without"]),
+                   read_score(data["circuit"]),
+                   None if data["without"] is None else read_score(data["without"]),
                    tuple(read_score(s) for s in data["minimality"]))
 
 
@@ -271,38 +273,52 @@ class Tester:
         variant, removed = self._circuit(hyp, proj)
         return self.run(*variant, removed)
 
-    def test_many(self, hyps: Sequence[Hypothesis], minimality: bool = True) -> list[Faithfulness]:
+    def test_many(self, hyps: Sequence[Hypothesis], minimality: bool = True,
+                  complete: bool = True) -> list[Faithfulness]:
         """:meth:`test` of every hypothesis, their variants run together (zero ablation), in
-        groups of at most ``CIRCUITS_HELD`` variants (one larger hypothesis alone)."""
+        groups of at most ``CIRCUITS_HELD`` variants (one larger hypothesis alone).
+        ``complete=False``: without the whole-model run less each circuit (``without`` is
+        ``None``; :meth:`completeness` runs it for those that need it)."""
         out, group, held = [], [], 0
         for hyp in hyps:
-            n = 2 + (len(hyp) if minimality else 0)
+            n = 1 + complete + (len(hyp) if minimality else 0)
             if group and held + n > CIRCUITS_HELD:
-                out += self._test_group(group, minimality)
+                out += self._test_group(group, minimality, complete)
                 group, held = [], 0
             group.append(hyp)
             held += n
-        return out + (self._test_group(group, minimality) if group else [])
+        return out + (self._test_group(group, minimality, complete) if group else [])
 
-    def _test_group(self, hyps: Sequence[Hypothesis], minimality: bool) -> list[Faithfulness]:
+    def _without(self, hyp: Hypothesis, proj: Projection):
+        """``((the model less the circuit), removed)``: the completeness variant."""
+        rest = [f - k for f, k in zip(proj.fixed, proj.kept)]
+        return (rest, self.model.unembed.W_U.detach()), list(proj.kept)
+
+    def completeness(self, hyps: Sequence[Hypothesis]) -> list[Score]:
+        """Per hypothesis, the whole model less its circuit (:attr:`Faithfulness.without`), all run
+        together: what a test with ``complete=False`` lacks."""
+        pairs = [self._without(h, self.project(h, betas=False)) for h in hyps]
+        return self.run_many([v for v, _ in pairs], [r for _, r in pairs])
+
+    def _test_group(self, hyps: Sequence[Hypothesis], minimality: bool,
+                    complete: bool = True) -> list[Faithfulness]:
         projs = [self.project(h) for h in hyps]
-        W_U = self.model.unembed.W_U.detach()
         variants, removed, spans = [], [], []
         for hyp, proj in zip(hyps, projs):
             less = [hyp.without(i) for i in range(len(hyp))] if minimality else []
             start = len(variants)
-            rest = [f - k for f, k in zip(proj.fixed, proj.kept)]
-            variants += [(proj.raw, read_out(self.model, hyp.read)), (rest, W_U)]
-            removed += [rest, list(proj.kept)]
-            for h in less:
-                variant, r = self._circuit(h)
-                variants.append(variant)
-                removed.append(r)
+            pairs = [((proj.raw, read_out(self.model, hyp.read)),
+                      [f - k for f, k in zip(proj.fixed, proj.kept)])]
+            pairs += [self._without(hyp, proj)] if complete else []
+            pairs += [self._circuit(h) for h in less]
+            variants += [v for v, _ in pairs]
+            removed += [r for _, r in pairs]
             spans.append((start, len(variants)))
         scores = self.run_many(variants, removed)
         out = []
         for hyp, proj, (start, stop) in zip(hyps, projs, spans):
-            circuit, without, *minimal = scores[start:stop]
+            circuit, *rest = scores[start:stop]
+            without, minimal = (rest[0], rest[1:]) if complete else (None, rest)
             atoms = proj if hyp.unit == "atoms" else self.project(
                 Hypothesis(hyp.name, hyp.cells, hyp.read, "atoms"))
             out.append(Faithfulness(hyp.name, hyp.unit, hyp.cells, hyp.read, proj.betas,

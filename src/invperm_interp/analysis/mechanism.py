@@ -171,11 +171,7 @@ def ranked(tested: list[Faithfulness], rule: Rule = RULE
     faithful, then the borderline, then the rest; within each, the most loss recovered (equal to
     1e-4, as two exact forms are, the fewest atoms)."""
     verdicts = {t.hypothesis: verdict_of(t, rule) for t in tested}
-    # a placement on one head before one on a sum of heads (the simpler claim), then as below
-    rank = lambda t: (summed(t.hypothesis), -round(t.circuit.loss_recovered or -1e9, 4),  # noqa: E731
-                      t.n_atoms)
-    order = {FAITHFUL: 0, BORDERLINE: 1}
-    tested.sort(key=lambda t: (order.get(verdicts[t.hypothesis], 2), *rank(t)))
+    tested.sort(key=lambda t: _order(t, verdicts[t.hypothesis]))
     return ([t for t in tested if verdicts[t.hypothesis] == FAITHFUL],
             [t for t in tested if verdicts[t.hypothesis] == BORDERLINE])
 
@@ -198,23 +194,51 @@ def test_constructions(model: DisentangledModel, tester: Tester, *,
     larger batch, or a function making one) measures again those whose interval straddles a
     threshold there. ``minimality``: the per-cell runs, for every test on two layers of one head
     (one placement per construction); beyond, where placements multiply, only for those that pass
-    or straddle (the others' ``minimality`` is empty)."""
+    or straddle (the others' ``minimality`` is empty). Likewise the model less the circuit
+    (``without``, a whole-model run: most of the cost on a wide model) is run, beyond two layers of
+    one head, only for those that pass or straddle and for each construction's best placement
+    (the others' ``without`` is ``None``)."""
     hyps = [hypothesis(model, p) for p in candidate_placements(model, tester.fixed)]
-    every = minimality and model.cfg.heads == (1, 1)
-    tested = tester.test_many(hyps, every)
+    single = model.cfg.heads == (1, 1)  # one placement per construction
+    tested = tester.test_many(hyps, minimality and single, complete=single)
     verdicts = [verdict_of(t, rule) for t in tested]
     again = [i for i, v in enumerate(verdicts) if v == BORDERLINE]
+    resolved = False
     if again and resolve is not None:
         resolve = resolve() if callable(resolve) else resolve
         if resolve is not tester:
+            resolved = True
             for i, t in zip(again, resolve.test_many([hyps[i] for i in again], minimality)):
                 tested[i] = t
-    redo = [i for i, v in enumerate(verdicts) if minimality and not every and (
-        v == FAITHFUL or (v == BORDERLINE and resolve in (None, tester)))]
-    # their circuit and the model without it were run on this tester already
+    if not single:
+        kept = _completed(tested, verdicts, rule)
+        todo = [i for i in kept if tested[i].without is None]
+        for i, without in zip(todo, tester.completeness([hyps[i] for i in todo])):
+            tested[i] = replace(tested[i], without=without)
+    redo = [i for i, v in enumerate(verdicts) if minimality and not single and (
+        v == FAITHFUL or (v == BORDERLINE and not resolved))]
+    # their circuit was run on this tester already
     for i, less in zip(redo, tester.minimality([hyps[i] for i in redo])):
         tested[i] = replace(tested[i], minimality=less)
     return tested
+
+
+def _completed(tested: list[Faithfulness], verdicts: list[str], rule: Rule) -> list[int]:
+    """Which tests the model less the circuit is run for, beyond one placement per construction:
+    those that pass or straddle, and each construction's best placement in the rule's order."""
+    best: dict[str, int] = {}
+    for i, t in enumerate(tested):
+        name = t.hypothesis.split(" @ ", 1)[0]
+        if name not in best or _order(t, verdicts[i]) < _order(tested[best[name]], verdicts[best[name]]):
+            best[name] = i
+    return sorted(set(best.values()) | {i for i, v in enumerate(verdicts) if v in (FAITHFUL, BORDERLINE)})
+
+
+def _order(test: Faithfulness, verdict: str) -> tuple:
+    """The rule's order: faithful, then borderline, then the rest; within each a placement on one
+    head first, then the most loss recovered (to 1e-4), then the fewest atoms."""
+    return ({FAITHFUL: 0, BORDERLINE: 1}.get(verdict, 2), summed(test.hypothesis),
+            -round(test.circuit.loss_recovered or -1e9, 4), test.n_atoms)
 
 
 def _screen_and_whole(model: DisentangledModel, batch: Batch, screen: int,

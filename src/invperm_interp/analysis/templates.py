@@ -16,6 +16,7 @@ pursuit; atoms equal modulo gauge tie, and the tie goes to the atom the raw weig
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -229,15 +230,37 @@ class _Explained:
     atoms: tuple[Atom, ...]
 
 
+#: The default library's dictionaries of the last few stream shapes, by (layout, heads, layer): a
+#: timeline or a sweep report analyses many models of one shape (6,480 atoms, ~15 MB, at the last
+#: layer of 3 layers × 2 heads at d = 10).
+_DEFAULT_DICTIONARIES: OrderedDict[tuple, Dictionary] = OrderedDict()
+DICTIONARIES_KEPT = 8
+
+
+def _dictionary(stream, layer: int, library: dict[str, TemplateFn], default: bool) -> Dictionary:
+    """A layer's dictionary (the same for every head of it); the default library's is kept."""
+    if not default:
+        return build_dictionary(stream, layer, library)
+    key = (stream.layout, stream.heads, layer)
+    if key in _DEFAULT_DICTIONARIES:
+        _DEFAULT_DICTIONARIES.move_to_end(key)
+    else:
+        _DEFAULT_DICTIONARIES[key] = build_dictionary(stream, layer, library)
+        while len(_DEFAULT_DICTIONARIES) > DICTIONARIES_KEPT:
+            _DEFAULT_DICTIONARIES.popitem(last=False)
+    return _DEFAULT_DICTIONARIES[key]
+
+
 def _explain_heads(model: DisentangledModel, selection: list[tuple[int, int]],
-                   library: dict[str, TemplateFn], limits: PursuitLimits) -> list[_Explained]:
-    """:func:`_explain_head` of each selected ``(layer, head)``; a layer's dictionary (the same for
-    every head of it) is built once."""
+                   library: dict[str, TemplateFn], limits: PursuitLimits,
+                   default: bool = False) -> list[_Explained]:
+    """:func:`_explain_head` of each selected ``(layer, head)``, a layer's dictionary built once
+    (``default``: ``library`` is the default one, whose dictionaries are kept across calls)."""
     dictionaries: dict[int, Dictionary] = {}
     out = []
     for layer, head in selection:
         if layer not in dictionaries:
-            dictionaries[layer] = build_dictionary(model.stream, layer, library)
+            dictionaries[layer] = _dictionary(model.stream, layer, library, default)
         out.append(_explain_head(model, layer, head, dictionaries[layer], limits))
     return out
 
@@ -281,7 +304,7 @@ def explain(model: DisentangledModel, layer: int | None = None, head: int | None
     """
     library = _library(templates)
     limits = PursuitLimits(min_share, tol, max_atoms, significance)
-    parts = _explain_heads(model, _selection(model, layer, head), library, limits)
+    parts = _explain_heads(model, _selection(model, layer, head), library, limits, templates is None)
     return _circuit_of(parts)
 
 
@@ -296,7 +319,7 @@ def _circuit_of(parts: list[_Explained]) -> Circuit:
 def explain_and_match(model: DisentangledModel) -> tuple[Circuit, list[CellMatch]]:
     """:func:`explain` and :func:`match_templates` of every head with their defaults, from one fit."""
     library = _library(None)
-    parts = _explain_heads(model, _selection(model, None, None), library, PursuitLimits())
+    parts = _explain_heads(model, _selection(model, None, None), library, PursuitLimits(), True)
     return _circuit_of(parts), [row for part in parts for row in _cell_rows(model, part)]
 
 
@@ -310,8 +333,16 @@ def match_templates(model: DisentangledModel, layer: int | None = None,
     Arguments as in :func:`explain`; ``layer``/``head`` restrict the table (``None``: all).
     """
     library, limits = _library(templates), PursuitLimits(min_share, tol, max_atoms, significance)
-    parts = _explain_heads(model, _selection(model, layer, head), library, limits)
+    parts = _explain_heads(model, _selection(model, layer, head), library, limits, templates is None)
     return [row for part in parts for row in _cell_rows(model, part)]
+
+
+def _block_sums(M: Tensor, blocks) -> Tensor:
+    """``(n, n)``: the sum of ``M``'s entries in each (query block, key block) cell."""
+    P = torch.zeros(len(blocks), M.shape[0], dtype=M.dtype)
+    for i, b in enumerate(blocks):
+        P[i, b.slice] = 1.0
+    return P @ M @ P.T
 
 
 def _cell_rows(model: DisentangledModel, part: _Explained) -> list[CellMatch]:
@@ -326,23 +357,25 @@ def _cell_rows(model: DisentangledModel, part: _Explained) -> list[CellMatch]:
         if key not in by_cell or weight > by_cell[key][1]:
             by_cell[key] = (atom, weight)
     raw_best = _raw_best(A, dic)
+    blocks = model.stream.blocks(part.layer)
+    fixed, residual, raw = (_block_sums(M.pow(2), blocks).tolist()
+                            for M in (fit.fixed, fit.residual, A))
     rows = []
-    for q in model.stream.blocks(part.layer):
-        for k in model.stream.blocks(part.layer):
-            cell = A[q.slice, k.slice]
+    for i, q in enumerate(blocks):
+        for j, k in enumerate(blocks):
             name, score, beta, T = raw_best.get((q.name, k.name), (ZEROS, 0.0, 0.0, 0.0))
-            raw_res = cell - beta * T
+            raw_res = float((A[q.slice, k.slice] - beta * T).pow(2).sum()) if beta else raw[i][j]
             atom = by_cell.get((q.name, k.name), (None, 0.0))[0]
             rows.append(CellMatch(
                 layer=part.layer, head=part.head, query=q.name, key=k.name,
-                norm_share=float(fit.fixed[q.slice, k.slice].pow(2).sum()) / fixed_total,
+                norm_share=fixed[i][j] / fixed_total,
                 template=atom.template if atom else ZEROS,
                 score=atom.score if atom else 0.0,
                 beta=atom.beta if atom else 0.0,
-                residual=float(fit.residual[q.slice, k.slice].pow(2).sum()) / fixed_total,
-                raw_norm_share=float(cell.pow(2).sum()) / raw_total,
+                residual=residual[i][j] / fixed_total,
+                raw_norm_share=raw[i][j] / raw_total,
                 raw_template=name, raw_score=score, raw_beta=beta,
-                raw_residual=float(raw_res.pow(2).sum()) / raw_total,
+                raw_residual=raw_res / raw_total,
             ))
     return rows
 
@@ -350,15 +383,18 @@ def _cell_rows(model: DisentangledModel, part: _Explained) -> list[CellMatch]:
 def _raw_best(A: Tensor, dic: Dictionary) -> dict[tuple[str, str], tuple[str, float, float, Tensor]]:
     """Per nonzero raw cell: the library template of highest ``|cosine|``, its cosine, its beta and
     the template itself."""
-    proj = (dic.M @ A.reshape(-1, 1)).squeeze(1)  # <cell, T> per atom
+    proj = (dic.M @ A.reshape(-1, 1)).squeeze(1).tolist()  # <cell, T> per atom
+    raw_norm = dic.raw_norm.tolist()
+    cell_norms: dict[tuple[str, str], float] = {}
     best: dict[tuple[str, str], tuple[str, float, float, Tensor]] = {}
     for a, (q, k) in enumerate(dic.cells):
-        cell_norm = float(A[q.slice, k.slice].norm())
+        key = (q.name, k.name)
+        if key not in cell_norms:
+            cell_norms[key] = float(A[q.slice, k.slice].norm())
+        cell_norm = cell_norms[key]
         if cell_norm == 0.0:
             continue
-        cos = abs(float(proj[a])) / (cell_norm * float(dic.raw_norm[a]))
-        key = (q.name, k.name)
+        cos = abs(proj[a]) / (cell_norm * raw_norm[a])
         if key not in best or cos > best[key][1] + 1e-12:
-            best[key] = (dic.names[a], cos, float(proj[a]) / float(dic.raw_norm[a]) ** 2,
-                         dic.templates[a])
+            best[key] = (dic.names[a], cos, proj[a] / raw_norm[a] ** 2, dic.templates[a])
     return best

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 
 def _recorded(run_dir, n: int, seed: int):
@@ -32,7 +31,7 @@ def _cmd_discover(args: argparse.Namespace) -> None:
 
     from ..analysis.discover import discover, table
     from ..analysis.verdict import check_seed
-    from ..runs.directory import RunDir
+    from ..runs.directory import RunDir, check_writable
     from ..training.run import Run
     from ..viz.index import find_runs
     from .analyze import set_threads
@@ -42,10 +41,10 @@ def _cmd_discover(args: argparse.Namespace) -> None:
         raise ValueError(f"--n must be at least 2 (a standard error needs two samples), got {args.n}")
     check_seed(args.seed)
     if args.json:  # checked before the analysis, not after it
-        folder = Path(args.json).resolve().parent
-        if Path(args.json).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise ValueError(f"--json {args.json} cannot be written (a directory, or its folder "
-                             f"{folder} is missing or read-only)")
+        if Path(args.json).is_dir():
+            raise ValueError(f"--json {args.json} is a directory; give a file name")
+        check_writable(Path(args.json).resolve().parent,
+                       "give --json a path in a folder you can write")
     say = (lambda *a: None) if args.quiet else print
     root = Path(args.dir)
     runs = [r.dir for r in find_runs(root) if RunDir(r.dir).is_finished]

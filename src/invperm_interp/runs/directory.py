@@ -60,17 +60,26 @@ class RunWeights(NamedTuple):
     meta: dict  # the file's metadata (``checkpoint.load``)
 
 
+def write_probe(folder: Path, size: int = 0) -> None:
+    """Write ``size`` bytes to a probe file in ``folder``, synced to the disk, and remove it:
+    an ``OSError`` when the folder cannot be written (a read-only mount, no permission, full)."""
+    probe = Path(folder) / f".invperm-write-test{os.getpid()}"
+    try:
+        with open(probe, "wb") as f:
+            f.write(bytes(size))
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        probe.unlink(missing_ok=True)
+
+
 def check_writable(folder: Path, hint: str) -> None:
     """Create ``folder`` if needed and write a probe file in it, before any work whose output
     would go there; one ``ValueError`` naming it (``hint``: what to do instead) otherwise."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".invperm-write-test{os.getpid()}"
-        try:
-            probe.write_bytes(b"")
-        finally:
-            probe.unlink(missing_ok=True)
+        write_probe(folder)
     except OSError as err:
         raise ValueError(f"{folder} cannot be written ({err.strerror or err}); {hint}") from None
 
@@ -254,14 +263,7 @@ class RunDir:
                 run_dir.mkdir(parents=True, exist_ok=True)
             if not run_dir.is_dir():
                 return
-            probe = run_dir / f".invperm-write-test{os.getpid()}"
-            try:
-                with open(probe, "wb") as f:
-                    f.write(bytes(4096))
-                    f.flush()
-                    os.fsync(f.fileno())
-            finally:
-                probe.unlink(missing_ok=True)
+            write_probe(run_dir, 4096)
             free = shutil.disk_usage(run_dir).free
         except OSError as err:
             raise ValueError(f"out_dir {run_dir} cannot be written ({err.strerror or err}); "

@@ -23,6 +23,11 @@ STEP_PER_UNIT_S = 22.8e-12
 #: re-analysed in one process at load ~1.3): 1.8 s for the plain layout, 10.0 s with scratch rows
 #: (their minimal circuits run to 6-23 cells, and the exact search tries every 1-2-cell set).
 ANALYSIS_S = {"plain": 1.8, "scratch": 10.0}
+#: A standard model's step in ``d_model`` (its direct forward, ``model.standard.row_costs``): CPU
+#: seconds per unit of batch·T·(multiplications per row), measured beside the disentangled model's
+#: unit above on one machine (one thread, batch 128 and 1,024): 2.5 times its cost per unit. A
+#: standard model that runs through its map costs what the disentangled model of its widths does.
+STANDARD_PER_UNIT_S = 57e-12
 MAX_CPU_HOURS = 500  # a sweep estimated above this needs allow_large (--yes)
 
 
@@ -91,8 +96,14 @@ def train_seconds(job: Job) -> float:
     m, t = job.model_cfg, job.train_cfg.resolved()
     widths = m.widths
     work = t.batch_size * m.T * (m.T * sum(widths) + sum(w * w for w in widths))
+    per_unit = STEP_PER_UNIT_S
+    if m.arch == "standard":
+        from ..model.standard import note_is_cheaper, row_costs
+
+        if not note_is_cheaper(m):
+            work, per_unit = t.batch_size * m.T * row_costs(m)[1], STANDARD_PER_UNIT_S
     evals = t.steps // t.eval_every * max(1, t.eval_size // t.batch_size)
-    return (t.steps + evals) * (STEP_FIXED_S + STEP_PER_UNIT_S * work)
+    return (t.steps + evals) * (STEP_FIXED_S + per_unit * work)
 
 
 def run_memory(job: Job) -> int:

@@ -60,7 +60,7 @@ def write_sweep_report(folder: str | Path) -> tuple[Path, Path]:
     lines = [f"# Sweep {folder.name}", "",
              f"{len(runs)} runs; solved = evaluation MSE < {first['solve_mse']:g}; varying: "
              + (", ".join(f"{s}.{k}" for s, k in varying) or "seed only")
-             + f". The same tables, each run linked to its report: {folder.name}/index.html.", "",
+             + f". The same tables, each run linked to its report: {folder.as_posix()}/index.html.", "",
              *_markdown_table(GROUP_HEADER, group_rows(runs)), "",
              f"The median is {MEDIAN_IS}.", "",
              *_markdown_table(RUN_HEADER, [run_texts(folder, r) for r in runs])]

@@ -201,7 +201,8 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
                 f"{t.circuit.rows_exact:.1%} {mark(rows_ok)}",
                 f"{_pct(t.circuit.loss_recovered)} {mark(loss_ok)}",
                 ("all β > 0 ✓" if signs_ok else f"{wrong} of {len(t.template_betas)} β ≤ 0 ✗"),
-                f"{t.circuit.mse:.3g}", f"{t.without.mse:.3g}", verdict])
+                f"{t.circuit.mse:.3g}", "not run" if t.without is None else f"{t.without.mse:.3g}",
+                verdict])
         parts.append(table(
             ["construction", "cells (atoms)", f"rows exact alone (≥ {mech.rule.rows:.0%})",
              f"loss recovered (≥ {mech.rule.recovered:.0%})", "template signs", "circuit MSE",
@@ -221,7 +222,9 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
             "named and the others listed as also faithful. Rows in the rule's order: those that "
             "pass, then the borderline, then the rest, each by the most loss recovered. "
             "<b>Model MSE without its cells</b>: the full "
-            "model with them removed (completeness: high means the model needs them).",
+            "model with them removed (completeness: high means the model needs them); beyond two "
+            "layers of one head it is run only for the placements that pass or straddle and for "
+            "each construction's best placement (the others: not run).",
             attrs=' class="mechanism"'))
     if f is not None:
         parts.append(table(

@@ -1,0 +1,218 @@
+"""The census on standard transformers beside the disentangled one: reads a sweep of
+``analyses/grids/census_standard.toml`` (its analysis stage named each run's mechanism through the
+exact map to the disentangled model, docs/standard.md) and the disentangled census
+(``assets/census.json``), and writes ``census_standard.{json,md,png}`` next to the sweep, or into
+``assets/`` with ``--update-assets``. It trains and analyses nothing.
+
+One table, per setting (bidirectional [P; Y_P] reading P, causal scratch [P; Y_P; S] reading S) and
+d: the standard models with 1 and 2 heads per layer and the disentangled census's models of the
+same d, side by side: runs, solved (MSE < 1e-3) with Wilson 95% intervals, median steps to solve,
+what the rule names among the solved (named / borderline / none with Wilson intervals, the
+constructions), and how many keep their name under mean and under resample ablation. Beside it,
+per standard run, each head's ``W_OV = W_V W_O``: its effective rank (singular values at least
+``EFFECTIVE`` of the largest) against ``d_head`` and the width ``D_0 = d + T`` of the stream
+``[x, pos]`` that a first-layer head copies.
+
+    python analyses/census_standard_report.py runs/census_standard [--update-assets]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from census_report import share_text  # noqa: E402
+from common import ASSETS  # noqa: E402
+
+from invperm_interp.analysis.sweep_record import STYLES, SweepRecord  # noqa: E402
+from invperm_interp.model.note_map import ov_spectra  # noqa: E402
+from invperm_interp.sweep.collect import read_sweep  # noqa: E402
+from invperm_interp.training.run import Run  # noqa: E402
+
+KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "scratch": "causal [P; Y_P; S], reads S"}
+#: A singular value of ``W_OV`` counts towards its effective rank from this share of the largest.
+EFFECTIVE = 0.01
+DISENTANGLED = "disentangled (census)"
+
+
+def construction_of(name: str | None) -> str | None:
+    """``"two_block @ L1h0→L2h1"`` → ``"two_block"``; ``"none"``, ``"borderline"`` and ties as they are."""
+    return None if name is None else " = ".join(part.split(" @ ")[0] for part in name.split(" = "))
+
+
+def verdict_of(name: str) -> str:
+    return name if name in ("none", "borderline") else "named"
+
+
+def ov_ranks(run_dir: Path) -> list[list[int]]:
+    """Per layer and head, the effective rank of the final model's ``W_OV``."""
+    spectra = ov_spectra(Run.load(run_dir).model)
+    return [[sum(v >= EFFECTIVE * head[0] for v in head) for head in layer] for layer in spectra]
+
+
+def standard_rows(folder: Path) -> list[dict]:
+    """One row per run of the standard sweep (an unfinished or unanalysed run with ``None``s)."""
+    rows = []
+    for _, record in read_sweep(folder):
+        model = record["model"]
+        kind = "bidirectional" if model["attention_dir"] == "bidirectional" else "scratch"
+        analysis = (SweepRecord.from_dict(record["analysis"]) if record.get("analysis")
+                    and record["status"] != "unfinished" else None)
+        named = str(analysis.answer) if analysis else None
+        run_dir = folder / record["name"]
+        finished = record["status"] != "unfinished" and (run_dir / "final.safetensors").is_file()
+        d, T = model["layout"]["d"], sum(seg[2] for seg in model["layout"]["segments"])
+        heads = model["n_heads"] if isinstance(model["n_heads"], int) else model["n_heads"][0]
+        rows.append({
+            "run": record["name"], "kind": kind, "d": d, "heads": heads,
+            "architecture": f"standard, {heads} head{'s' if heads > 1 else ''}",
+            "d_model": model["d_model"], "d_head": model.get("d_head") or model["d_model"] // heads,
+            "D0": d + T, "seed": record["train"]["seed"], "finished": finished,
+            "solved": record["steps_to_solve"] is not None, "steps_to_target": record["steps_to_solve"],
+            "final_mse": record["final"] and record["final"].mse, "mechanism": named,
+            **{f"name_{style}": str(analysis.under[style]) if analysis and style in analysis.under
+               else None for style in STYLES},
+            "ov_rank": ov_ranks(run_dir) if finished else None})
+    return rows
+
+
+def disentangled_rows(census: dict, ds: set[int]) -> list[dict]:
+    """The disentangled census's runs at the sweep's ``d`` values, in this report's columns."""
+    return [{"run": r["run"], "kind": r["kind"], "d": r["d"], "architecture": DISENTANGLED,
+             "finished": True, "solved": r["steps_to_target"] is not None,
+             "steps_to_target": r["steps_to_target"], "mechanism": r["mechanism"],
+             "name_mean": r.get("name_mean_ablation"), "name_resample": r.get("name_resample_ablation")}
+            for r in census["runs"] if r["d"] in ds]
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per (model, d, architecture): solved, the rule's verdicts and names, and agreement of styles."""
+    order = lambda a: (a == DISENTANGLED, a)  # noqa: E731 - standard first, by heads
+    out = []
+    for kind, d, arch in sorted({(r["kind"], r["d"], r["architecture"]) for r in rows},
+                                key=lambda k: (k[0], k[1], order(k[2]))):
+        runs = [r for r in rows if (r["kind"], r["d"], r["architecture"]) == (kind, d, arch)]
+        finished = [r for r in runs if r["finished"]]
+        solved = [r for r in finished if r["solved"] and r["mechanism"] is not None]
+        n = len(solved)
+        verdicts = Counter(verdict_of(r["mechanism"]) for r in solved)
+        steps = [r["steps_to_target"] for r in finished if r["solved"]]
+        same = {style: sum(construction_of(r[f"name_{style}"]) == construction_of(r["mechanism"])
+                           for r in solved if r[f"name_{style}"] is not None) for style in STYLES}
+        ranks = [rank for r in finished if r.get("ov_rank") for layer in r["ov_rank"] for rank in layer]
+        out.append({
+            "model": kind, "d": d, "architecture": arch, "runs": len(runs), "trained": len(finished),
+            "solved": share_text(len(steps), len(finished)),
+            "median steps to solve": statistics.median(steps) if steps else None,
+            **{v: share_text(verdicts[v], n) for v in ("named", "borderline", "none")},
+            "names": dict(Counter(construction_of(r["mechanism"]) for r in solved).most_common()),
+            **{f"same under {style}": f"{same[style]} of {n}" for style in STYLES},
+            "d_head": runs[0].get("d_head"), "D0": runs[0].get("D0"),
+            "W_OV effective rank": f"{min(ranks)}–{max(ranks)}" if ranks else None})
+    return out
+
+
+def plot(summary: list[dict], path: Path) -> None:
+    """Per setting, each architecture's trained runs: unsolved, then the solved by name."""
+    kinds = [k for k in KINDS if any(s["model"] == k for s in summary)]
+    fig, axes = plt.subplots(len(kinds), 1, figsize=(7.5, 1.2 + 1.3 * len(kinds) * 1.4), squeeze=False)
+    names = sorted({n for s in summary for n in s["names"]} - {"none", "borderline"})
+    colours = dict(zip(names, plt.get_cmap("tab10").colors))
+    colours.update({"borderline": "#777777", "none": "#bbbbbb", "not solved": "#ffffff"})
+    for ax, kind in zip(axes[:, 0], kinds):
+        group = [s for s in summary if s["model"] == kind]
+        labels = [f"{s['architecture']}, d = {s['d']} ({s['trained']} runs)" for s in group]
+        for y, s in enumerate(group):
+            total = s["trained"] or 1
+            unsolved = s["trained"] - int(s["solved"].split(" of ")[0])
+            left = 0.0
+            for name in [*names, "borderline", "none", "not solved"]:
+                k = unsolved if name == "not solved" else s["names"].get(name, 0)
+                if k:
+                    ax.barh(y, k / total, left=left, height=0.7, color=colours[name],
+                            edgecolor="#333333", linewidth=0.6, label=name)
+                    left += k / total
+        ax.set_yticks(range(len(group)), labels, fontsize=9)
+        ax.set_ylim(len(group) - 0.5, -0.5)
+        ax.set_xlim(0, 1)
+        ax.set_title(KINDS[kind], fontsize=10)
+        ax.set_xlabel("share of trained runs", fontsize=9)
+        handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
+        ax.legend(handles.values(), handles.keys(), fontsize=8, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def write(rows: list[dict], folder: Path) -> list[Path]:
+    """``census_standard.{json,md,png}`` in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = summarize(rows)
+    paths = [folder / f"census_standard.{ext}" for ext in ("json", "md", "png")]
+    paths[0].write_text(json.dumps({"summary": summary, "runs": rows}, indent=1) + "\n")
+    lines = ["# Census on standard transformers, beside the disentangled census", "",
+             "Standard 2-layer attention-only transformers without LayerNorm (d_model 64; "
+             "analyses/grids/census_standard.toml) and the disentangled census's models "
+             "(assets/census.json) at the same d. A standard run's mechanism is named by the "
+             "library's rule on the disentangled model its weights map to exactly "
+             "(docs/standard.md); a model with 2 heads per layer maps to one with 2 heads per "
+             "layer, where the rule tests placements (docs/shapes.md). Counts of the solved runs "
+             "with Wilson 95% intervals; *same under* a style: solved runs whose construction "
+             "(placement aside) is the same under mean or resample ablation. "
+             f"W_OV effective rank: singular values of W_V W_O at least {EFFECTIVE:.0%} of the "
+             "largest, over every head of every trained run; d_head bounds it, and D0 = d + T is "
+             "the width of the stream [x, pos] a first-layer head copies.", "",
+             "| model | d | architecture | runs | trained | solved | median steps | named | "
+             "borderline | none | names | same under mean | same under resample | d_head | D0 | "
+             "W_OV effective rank |",
+             "|" + " --- |" * 16]
+    for s in summary:
+        names = ", ".join(f"{n} {k}" for n, k in s["names"].items()) or "-"
+        cells = [s["model"], s["d"], s["architecture"], s["runs"], s["trained"], s["solved"],
+                 s["median steps to solve"], s["named"], s["borderline"], s["none"], names,
+                 s["same under mean"], s["same under resample"], s["d_head"], s["D0"],
+                 s["W_OV effective rank"]]
+        lines.append("| " + " | ".join("-" if c is None or str(c).startswith("0 of 0")
+                                        else str(c) for c in cells) + " |")
+    untrained = [r["run"] for r in rows if not r["finished"]]
+    if untrained:
+        lines += ["", f"{len(untrained)} of {sum(r['architecture'] != DISENTANGLED for r in rows)} "
+                  "standard runs of the grid were not trained when this was written "
+                  "(`make census-standard` resumes them)."]
+    paths[1].write_text("\n".join(lines) + "\n")
+    plot(summary, paths[2])
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="the standard census sweep's output folder")
+    parser.add_argument("--census", type=Path, default=ASSETS / "census.json",
+                        help="the disentangled census (default assets/census.json)")
+    parser.add_argument("--update-assets", action="store_true", help="write into assets/")
+    args = parser.parse_args(argv)
+    if not (args.folder / "sweep.jsonl").is_file():
+        print(f"{args.folder} has no sweep.jsonl: run `invperm sweep "
+              f"analyses/grids/census_standard.toml --out {args.folder}` first", file=sys.stderr)
+        return 2
+    rows = standard_rows(args.folder)
+    if not rows:
+        print(f"no runs in {args.folder}", file=sys.stderr)
+        return 1
+    rows += disentangled_rows(json.loads(args.census.read_text()), {r["d"] for r in rows})
+    for path in write(rows, ASSETS if args.update_assets else args.folder):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
