@@ -2,7 +2,7 @@
 the weights, not only on the configuration (``memory.analysis_estimate`` adds it up).
 
 A model whose atoms occupy no cell (one at initialisation, typically) is never searched: only the
-placed constructions are tested, two circuit variants each, on a few cells of the stream. A model
+placed constructions are tested, a few circuit variants each, on a few cells of the stream. A model
 with candidate cells is (``analysis.minimal``): ``faithfulness.CIRCUITS_HELD`` variants at once
 (one per cell and one more beyond ``MAX_EXACT_CELLS`` cells, where only the greedy search runs),
 the tester and those it hands the search (``Tester.head``) sharing one cache of
@@ -64,15 +64,18 @@ def analysis_estimate(model: DisentangledModel, n: int,
     cfg, cells = model.cfg, candidate_cells(circuit)
     with torch.no_grad():
         hyps = [hypothesis(model, p) for p in candidate_placements(model, fixed_weights(model))]
-    every = cfg.heads == (1, 1)  # minimality runs for every placement on one head of two layers
-    tested = sum(2 + (len(h) if every else 0) for h in hyps)
+    # on two layers of one head every placement runs its circuit, the model less it and its
+    # per-cell runs in groups of CIRCUITS_HELD; beyond, its circuit alone in such groups, then the
+    # model less the circuit of those that pass or lead, all of them at once at most
+    every = cfg.heads == (1, 1)
+    tests = min(CIRCUITS_HELD, sum(2 + len(h) for h in hyps)) if every else len(hyps)
     per_fit = 2 * 8 * max(D * D for D in cfg.widths[:-1])  # one head's (M, gauge_fix(M))
     if cells:  # the exact search scores sets in chunks; beyond its size, each cell left out once
         exact = len(cells) <= MAX_EXACT_CELLS
-        circuits = CIRCUITS_HELD if exact else min(CIRCUITS_HELD, len(cells) + 1)
+        circuits = max(CIRCUITS_HELD if exact else min(CIRCUITS_HELD, len(cells) + 1), tests)
         kept = fits_kept_bytes(cfg)  # one cache: the search's testers share it (Tester.head)
     else:
-        circuits = min(CIRCUITS_HELD, tested)
+        circuits = tests
         kept = min(fits_kept_bytes(cfg), sum(len({c[:2] for c in h.cells}) for h in hyps) * per_fit)
     largest = max([fit_bytes(model, cells), *(fit_bytes(model, h.cells) for h in hyps)])
     for layer in range(cfg.n_layers):  # the fits' gauge factors, now made (and cached) once
