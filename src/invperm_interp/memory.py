@@ -44,11 +44,10 @@ from .config import ModelConfig
 
 GB = 1e9
 SLACK = 0.5  # allocator slack, as a share of the activations (see the module docstring)
-#: The analysis's records, Python objects and kernel workspaces, which do not scale with the model
-#: (the smallest analysis, d = 3 on 16 samples, grew the process by 1-5 MB), and the allocator's
-#: run-to-run spread on small models (an untrained d = 4, 3 x 2 model whose forwards come to ~14 MB
-#: grew it by 22-35 MB in five fresh processes).
-ANALYSIS_OVERHEAD = 16 * 2**20
+#: The analysis's records, Python objects and kernel workspaces, which do not scale with the model:
+#: the smallest analysis (d = 3, two layers of one head, 16 samples) grew the process by 1-5 MB in
+#: ten fresh processes; the allocator's slack on what scales is ``SLACK``.
+ANALYSIS_OVERHEAD = 8 * 2**20
 CIRCUITS_HELD = 64  # analysis.faithfulness.CIRCUITS_HELD (tests/test_memory.py holds them equal)
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30,
           "ti": 2**40}
@@ -318,9 +317,9 @@ def analysis_estimate(cfg: ModelConfig, n: int, *, circuits: int = CIRCUITS_HELD
     - Forwards on the whole batch, one at a time (the clean run, each ablation) or two together
       (the gauge check's two weights, when a chunk of ``model.variants`` holds both).
     - Circuit tests and searches: the weights of ``circuits`` variants built before they run
-      (:func:`circuit_weights_bytes`), and beside them either the largest fit (``fits`` bytes,
-      made while the variants are built) or, with ``dense``, one chunk of them running
-      (:func:`variant_bytes`; a placed construction's few cells compute a sliver of it).
+      (:func:`circuit_weights_bytes`) and their outputs, and beside them either the largest fit
+      (``fits`` bytes, made while the variants are built) or, with ``dense``, one chunk of them
+      running (:func:`variant_bytes`; a placed construction's few cells compute a sliver of it).
     - ``compared``: ``(activations, held)`` of the comparison with the registry's constructions
       at several β (two layers of one head only), counted by ``analysis.budget``.
 
@@ -332,6 +331,7 @@ def analysis_estimate(cfg: ModelConfig, n: int, *, circuits: int = CIRCUITS_HELD
     chunk = variant_bytes(cfg, n, max(circuits, 1)) if dense else 0
     transient = max(chunk, fits)  # named for the larger: the variants running, or a fit
     weights = circuit_weights_bytes(cfg, circuits)
+    weights += circuits * n * cfg.d * cfg.d * elem(cfg)  # their outputs, (n, d, d) each, scored last
     phases = [{"activations": forwards, "allocator slack": int(SLACK * forwards)},
               {"activations" if chunk >= fits else "largest circuit fit": transient,
                "allocator slack": int(SLACK * transient), "circuit weights": weights},
