@@ -23,6 +23,7 @@ from ..memory import Estimate
 from ..model.disentangled import DisentangledModel
 from .compare import BETAS, candidates, closest_construction
 from .faithfulness import CIRCUITS_HELD, fits_kept_bytes
+from .mechanism import SCREEN_SAMPLES
 from .minimal import MAX_EXACT_CELLS, candidate_cells
 from .placements import candidate_placements, hypothesis
 from .projection import fixed_weights, gauge_factors
@@ -73,7 +74,9 @@ def analysis_estimate(model: DisentangledModel, n: int,
     if cells:  # the exact search scores sets in chunks; beyond its size, each cell left out once
         exact = len(cells) <= MAX_EXACT_CELLS
         circuits = max(CIRCUITS_HELD if exact else min(CIRCUITS_HELD, len(cells) + 1), tests)
-        kept = fits_kept_bytes(cfg)  # one cache: the search's testers share it (Tester.head)
+        # one cache: the search's testers share it (Tester.head); beyond SCREEN_SAMPLES the
+        # mechanism searches on a screen tester of its own, beside the whole batch's
+        kept = (1 if n <= SCREEN_SAMPLES else 2) * fits_kept_bytes(cfg)
     else:
         circuits = tests
         kept = min(fits_kept_bytes(cfg), sum(len({c[:2] for c in h.cells}) for h in hyps) * per_fit)
