@@ -286,16 +286,17 @@ def variant_bytes(cfg: ModelConfig, n: int, variants: int = CIRCUITS_HELD) -> in
     """One chunk of circuit-only variants run together (``model.variants.forward_stacked``, as the
     circuit searches do): :func:`chunk_variants`, and no more than the ``variants`` run at
     once, ``b = V·n`` samples. Per layer, one head at a time: the stream ``h_l`` (``b·T·D``), the
-    next stream's pieces and their concatenation (``b·R·D·(1 + H)`` each), and the head's query,
-    gathered keys and values, scores, pattern and output (``2·b·R·D + 2·b·T·D + 2·b·R·T``), with
-    ``R = T`` query rows but the read-out rows alone in the last layer; every column counted (a
-    variant computes only those it reads)."""
+    next stream's pieces and their concatenation (``b·R·D·(1 + H)`` each), and the head's query
+    rows gathered, query, gathered keys and values, scores, pattern and output
+    (``3·b·R·D + 2·b·T·D + 2·b·R·T``), beside the previous head's values until they are replaced
+    (``b·T·D``), with ``R = T`` query rows but the read-out rows alone in the last layer; every
+    column counted (a variant computes only those it reads)."""
     b, e, T, peak = n * min(variants, chunk_variants(cfg, n)), elem(cfg), cfg.T, 0
     last = len(cfg.heads) - 1
     for layer, (H, D) in enumerate(zip(cfg.heads, cfg.widths)):
         R = cfg.layout.segment(cfg.readout).n_rows if layer == last else T
         nxt = b * R * D * (1 + H)
-        head = 2 * b * R * D + 2 * b * T * D + 2 * b * R * T
+        head = 3 * b * R * D + 2 * b * T * D + 2 * b * R * T + (b * T * D if H > 1 else 0)
         peak = max(peak, b * T * D + nxt + max(nxt, head))
     return peak * e
 
