@@ -9,9 +9,9 @@ d: the standard models with 1 and 2 heads per layer and the disentangled census'
 same d, side by side: runs, solved (MSE < 1e-3) with Wilson 95% intervals, median steps to solve,
 what the rule names among the solved (named / borderline / none with Wilson intervals, the
 constructions), and how many keep their name under mean and under resample ablation. Beside it,
-per standard run, each head's ``W_OV = W_V W_O``: its effective rank (singular values at least
-``EFFECTIVE`` of the largest) against ``d_head`` and the width ``D_0 = d + T`` of the stream
-``[x, pos]`` that a first-layer head copies.
+per standard run, each head's ``W_OV = W_V W_O``: its effective rank (the fewest singular values
+holding ``EFFECTIVE`` of its squared norm) against ``d_head``, which bounds its rank, and the width
+``D_0 = d + T`` of the stream ``[x, pos]`` that a first-layer head copies.
 
     python analyses/census_standard_report.py runs/census_standard [--update-assets]
 """
@@ -38,14 +38,17 @@ from invperm_interp.sweep.collect import read_sweep  # noqa: E402
 from invperm_interp.training.run import Run  # noqa: E402
 
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "scratch": "causal [P; Y_P; S], reads S"}
-#: A singular value of ``W_OV`` counts towards its effective rank from this share of the largest.
-EFFECTIVE = 0.01
+#: ``W_OV``'s effective rank: the fewest singular values holding this share of its squared norm.
+EFFECTIVE = 0.9
 DISENTANGLED = "disentangled (census)"
 
 
 def construction_of(name: str | None) -> str | None:
-    """``"two_block @ L1h0→L2h1"`` → ``"two_block"``; ``"none"``, ``"borderline"`` and ties as they are."""
-    return None if name is None else " = ".join(part.split(" @ ")[0] for part in name.split(" = "))
+    """``"two_block @ L1h0→L2h1"`` → ``"two_block"``; a tie of placements of one construction is that
+    construction; ``"none"``, ``"borderline"`` and ties of several constructions as they are."""
+    if name is None:
+        return None
+    return " = ".join(dict.fromkeys(part.split(" @ ")[0] for part in name.split(" = ")))
 
 
 def verdict_of(name: str) -> str:
@@ -54,8 +57,15 @@ def verdict_of(name: str) -> str:
 
 def ov_ranks(run_dir: Path) -> list[list[int]]:
     """Per layer and head, the effective rank of the final model's ``W_OV``."""
-    spectra = ov_spectra(Run.load(run_dir).model)
-    return [[sum(v >= EFFECTIVE * head[0] for v in head) for head in layer] for layer in spectra]
+    def rank(values: list[float]) -> int:
+        total, held = sum(v * v for v in values), 0.0
+        for k, v in enumerate(values, 1):
+            held += v * v
+            if held >= EFFECTIVE * total:
+                return k
+        return len(values)
+
+    return [[rank(head) for head in layer] for layer in ov_spectra(Run.load(run_dir).model)]
 
 
 def standard_rows(folder: Path) -> list[dict]:
@@ -111,7 +121,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         out.append({
             "model": kind, "d": d, "architecture": arch, "runs": len(runs), "trained": len(finished),
             "solved": share_text(len(steps), len(finished)),
-            "median steps to solve": statistics.median(steps) if steps else None,
+            "median steps to solve": f"{statistics.median(steps):g}" if steps else None,
             **{v: share_text(verdicts[v], n) for v in ("named", "borderline", "none")},
             "names": dict(Counter(construction_of(r["mechanism"]) for r in solved).most_common()),
             **{f"same under {style}": f"{same[style]} of {n}" for style in STYLES},
@@ -127,26 +137,35 @@ def plot(summary: list[dict], path: Path) -> None:
     names = sorted({n for s in summary for n in s["names"]} - {"none", "borderline"})
     colours = dict(zip(names, plt.get_cmap("tab10").colors))
     colours.update({"borderline": "#777777", "none": "#bbbbbb", "not solved": "#ffffff"})
+    order = [*names, "borderline", "none", "not solved"]
     for ax, kind in zip(axes[:, 0], kinds):
         group = [s for s in summary if s["model"] == kind]
-        labels = [f"{s['architecture']}, d = {s['d']} ({s['trained']} runs)" for s in group]
+        labels = [f"{s['architecture']}, d = {s['d']} ({s['trained']} run{'s' * (s['trained'] != 1)})"
+                  for s in group]
+        shown = set()
         for y, s in enumerate(group):
             total = s["trained"] or 1
-            unsolved = s["trained"] - int(s["solved"].split(" of ")[0])
+            unsolved = s["trained"] - int(s["solved"].split(" of ")[0]) if s["trained"] else 0
             left = 0.0
-            for name in [*names, "borderline", "none", "not solved"]:
+            for name in order:
                 k = unsolved if name == "not solved" else s["names"].get(name, 0)
                 if k:
                     ax.barh(y, k / total, left=left, height=0.7, color=colours[name],
-                            edgecolor="#333333", linewidth=0.6, label=name)
+                            edgecolor="#333333", linewidth=0.6,
+                            hatch="//" if name == "not solved" else None)
                     left += k / total
+                    shown.add(name)
+            if not s["trained"]:
+                ax.text(0.02, y, "not trained yet", va="center", fontsize=8, color="#555555")
         ax.set_yticks(range(len(group)), labels, fontsize=9)
         ax.set_ylim(len(group) - 0.5, -0.5)
         ax.set_xlim(0, 1)
         ax.set_title(KINDS[kind], fontsize=10)
         ax.set_xlabel("share of trained runs", fontsize=9)
-        handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
-        ax.legend(handles.values(), handles.keys(), fontsize=8, loc="upper left",
+        patches = [plt.Rectangle((0, 0), 1, 1, facecolor=colours[n], edgecolor="#333333",
+                                 linewidth=0.6, hatch="//" if n == "not solved" else None)
+                   for n in order if n in shown]
+        ax.legend(patches, [n for n in order if n in shown], fontsize=8, loc="upper left",
                   bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -168,9 +187,9 @@ def write(rows: list[dict], folder: Path) -> list[Path]:
              "layer, where the rule tests placements (docs/shapes.md). Counts of the solved runs "
              "with Wilson 95% intervals; *same under* a style: solved runs whose construction "
              "(placement aside) is the same under mean or resample ablation. "
-             f"W_OV effective rank: singular values of W_V W_O at least {EFFECTIVE:.0%} of the "
-             "largest, over every head of every trained run; d_head bounds it, and D0 = d + T is "
-             "the width of the stream [x, pos] a first-layer head copies.", "",
+             f"W_OV effective rank: the fewest singular values of W_V W_O holding {EFFECTIVE:.0%} of "
+             "its squared norm, over every head of every trained run; d_head bounds its rank, and "
+             "D0 = d + T is the width of the stream [x, pos] a first-layer head copies.", "",
              "| model | d | architecture | runs | trained | solved | median steps | named | "
              "borderline | none | names | same under mean | same under resample | d_head | D0 | "
              "W_OV effective rank |",

@@ -30,3 +30,15 @@ def test_report_directory_analyses_runs_in_workers_and_reuses_their_records(tmp_
     assert "the rule names <b>two_block</b> on 64 fresh samples (seed 3)" in \
         RunDir(tmp_path / "run0").report.read_text()
     assert "The sweep's verdict" not in RunDir(tmp_path / "run1").report.read_text()
+
+
+@pytest.mark.slow
+def test_failing_jobs_in_this_process_and_a_worker_are_raised_and_none_counts_done(tmp_path):
+    from invperm_interp.cli.analyze import _run_jobs
+
+    missing = [(tmp_path / f"missing{i}", dict(n=8, seed=0, bundle=None, threads=1, max_memory=None))
+               for i in range(4)]
+    finished = []
+    with pytest.raises(ValueError, match="must hold a run"):
+        _run_jobs(missing, 2, lambda: finished.append(1))
+    assert finished == []

@@ -232,3 +232,24 @@ def test_every_link_on_the_front_page_resolves():
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (REPO / "README.md").read_text())
     assert len(links) > 10
     assert [link for link in links if not link.startswith("http") and not (REPO / link).exists()] == []
+
+
+def test_the_standard_census_numbers_come_from_its_asset():
+    """docs/standard.md's census table and the README's sentence, from assets/census_standard.json."""
+    summary = {(s["model"], s["architecture"]): s for s in load("census_standard.json")["summary"]}
+    page = text("docs/standard.md")
+    labels = {"bidirectional": "bidirectional", "scratch": "causal scratch"}
+    for (kind, arch), s in summary.items():
+        named = "–" if s["named"].startswith("0 of 0") else s["named"]
+        assert f"| {labels[kind]} | {arch} | {s['solved']} | {named} |" in page, (kind, arch)
+    one = summary["bidirectional", "standard, 1 head"]
+    census = summary["bidirectional", "disentangled (census)"]
+    solved_one = int(one["solved"].split(" of ")[0])
+    solved_census = int(census["solved"].split(" of ")[0])
+    scratch = [s for (kind, arch), s in summary.items() if kind == "scratch" and arch.startswith("standard")]
+    assert (f"the rule names `theorem2` in {one['names']['theorem2']} of {solved_one} solved one-head "
+            f"bidirectional standard runs (the disentangled census: {census['names']['theorem2']} of "
+            f"{solved_census}) and `two_block` in {one['names']['two_block']} of {solved_one} "
+            f"({census['names']['two_block']} of {solved_census}); causal scratch standard runs solved "
+            f"in {sum(int(s['solved'].split(' of ')[0]) for s in scratch)} of "
+            f"{sum(s['trained'] for s in scratch)} within 2,500 steps") in text("README.md")

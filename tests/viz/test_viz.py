@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 from conftest import loads_from_network
 
@@ -113,6 +114,46 @@ def test_a_figure_with_less_than_and_ampersand_in_its_text_reaches_the_browser_a
     texts = [t.firstChild.data for t in xml.dom.minidom.parseString(svg).getElementsByTagName("text")
              if t.firstChild]
     assert "MSE < 0.001 & rows > 99%" in texts
+
+
+def test_a_figure_is_cropped_as_matplotlibs_tight_bounding_box_crops_it():
+    """One draw instead of a layout draw and a draw: the SVG's size and every drawn coordinate are
+    those of ``savefig(bbox_inches="tight")`` (a heatmap with colorbar and a log-scale curve with
+    a legend below its axes, both laid out by ``tight_layout``, and a figure with no layout)."""
+    import io
+    import re
+
+    import matplotlib.pyplot as plt
+
+    from invperm_interp.runs.evaluation import Evaluation
+    from invperm_interp.viz.heatmaps import head_figure
+    from invperm_interp.viz.html import svg_bytes
+    from invperm_interp.viz.training import plot_training
+
+    def reference(fig) -> bytes:
+        buffer = io.BytesIO()
+        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "x"}):
+            fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
+        return buffer.getvalue()
+
+    def numbers(svg: bytes) -> list[float]:  # ids aside, every coordinate and size
+        drawn = re.sub(rb'id="[^"]*"|#\w+', b"", svg)
+        return [float(v) for v in re.findall(rb"-?\d+\.?\d*(?:e-?\d+)?", drawn)]
+
+    metrics = [Evaluation(step=s, mse=m, train_mse=m * 1.1, causal_floor=0.25)
+               for s, m in ((0, 2.5), (50, 0.3), (100, 0.004))]
+    plain, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([1, 2, 3], [3, 1, 2])
+    ax.set_xlabel("a label reaching past the axes' left and right edges")
+    makers = [lambda: head_figure(constructions.build("theorem3", 4), 1),
+              lambda: plot_training(metrics, causal=False), lambda: plain]
+    for make in makers:
+        expected = reference(make())
+        with plt.rc_context({"svg.hashsalt": "x"}):
+            got = svg_bytes(make())
+        assert re.search(rb'width="[\d.]+pt" height="[\d.]+pt"', got)[0] == re.search(
+            rb'width="[\d.]+pt" height="[\d.]+pt"', expected)[0]
+        assert numbers(got) == pytest.approx(numbers(expected), rel=1e-6, abs=1e-5)
 
 
 def test_sweep_markers_sit_nearer_their_own_d_than_the_midpoint():

@@ -205,9 +205,7 @@ def _report_directory(root, args: argparse.Namespace) -> None:
     """``invperm report DIR`` on a directory of runs: a report for each run that has none (sharing
     one circuitsvis bundle, ``DIR/circuitsvis.js``, unless ``--inline-bundle``), analysed in
     ``--workers`` processes (default: one per core), then ``DIR/index.html``."""
-    import multiprocessing
     import os
-    from concurrent.futures import ProcessPoolExecutor, as_completed
     from pathlib import Path
 
     from tqdm import tqdm
@@ -232,20 +230,57 @@ def _report_directory(root, args: argparse.Namespace) -> None:
                                else Path(os.path.relpath(shared, row.dir)).as_posix()))
                 for row in todo]
         progress = tqdm(total=len(jobs), desc="run reports", unit="run")
-        if workers == 1 or len(jobs) == 1:
-            for run_dir, kw in jobs:
-                report_run(run_dir, **kw)
-                progress.update()
-        else:  # spawned, not forked: a forked torch can hang in its thread pools
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context) as pool:
-                for done in as_completed([pool.submit(report_run, d, **kw) for d, kw in jobs]):
-                    done.result()
-                    progress.update()
+        _run_jobs(jobs, min(workers, len(jobs)), progress.update)
         progress.close()
         rows = find_runs(root)  # the new analyses name mechanisms
     path = write_index(root, rows)
     print(f"wrote {path} ({len(rows)} runs, {len(todo) if not args.index_only else 0} new reports)")
+
+
+def _run_jobs(jobs: list, workers: int, done) -> None:
+    """``report_run(run_dir, **kw)`` for each ``(run_dir, kw)`` of ``jobs`` in order, in ``workers``
+    processes: this one (it has loaded torch and matplotlib for the index already: one start-up
+    fewer) and ``workers - 1`` spawned ones, each taking the next job when free; ``done()`` after
+    each. The first error is raised once the jobs under way have ended; no new job starts after it."""
+    import multiprocessing
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+    from contextlib import nullcontext
+
+    queue, lock, futures = list(reversed(jobs)), threading.Lock(), []
+
+    def take():
+        with lock:
+            return queue.pop() if queue else None
+
+    def submit(pool) -> None:  # the next job, to a free worker (also from the pool's own thread)
+        job = take()
+        if job is not None:
+            futures.append(future := pool.submit(report_run, job[0], **job[1]))
+            future.add_done_callback(lambda f: finished(pool, f))
+
+    def finished(pool, future) -> None:
+        if future.exception() is None:
+            done()
+            submit(pool)
+        else:
+            queue.clear()
+
+    # spawned, not forked: a forked torch can hang in its thread pools
+    spawned = workers - 1
+    with (ProcessPoolExecutor(spawned, mp_context=multiprocessing.get_context("spawn"))
+          if spawned else nullcontext()) as pool:
+        for _ in range(spawned):
+            submit(pool)
+        try:
+            while (job := take()) is not None:
+                report_run(job[0], **job[1])
+                done()
+        except BaseException:
+            queue.clear()
+            raise
+    for future in list(futures):
+        future.result()
 
 
 def _analysis_cost(run_dir) -> int:
