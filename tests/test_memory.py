@@ -10,6 +10,7 @@ import json
 import os
 import re
 import resource
+import statistics
 import subprocess
 import sys
 
@@ -60,11 +61,13 @@ def test_estimates_are_within_2x_of_measured_peaks(name):
     assert 0.5 <= ratio <= 2.0, (name, ratio)
 
 
-#: One job's peak RSS growth spreads about 2x run to run (the allocator: the same trained d = 4,
-#: 3 x 2 analysis grew 26-68 MB, the trained d = 6, 3 x 2 one 132-275 MB, the trained d = 8, 3 x 1
-#: one 37-90 MB), so "within 2x of the
-#: largest peak" is checked from one measurement as within 4x of it.
-SPREAD = 2.0
+#: Measurements of each analysis job; the check is on their median. One job's peak RSS growth
+#: spreads up to 1.5x run to run (the trained d = 4, 3 x 2 analysis grew 36-55 MB in five fresh
+#: processes): glibc raises its mmap threshold to the size of each mapped block it frees, so later
+#: blocks come from the heap, where how much freed memory stays resident depends on the order of
+#: allocations, which moves with address-space randomisation and the string hash seed (with both
+#: fixed the same job grew 36 MB four times in five).
+REPEATS = 3
 
 
 @pytest.mark.slow
@@ -74,12 +77,17 @@ def test_the_analysis_estimate_covers_the_peak_over_depth_and_heads(name):
     """``invperm analyze``'s model-aware estimate (``analysis.budget``) against the measured peak
     of analysing saved models of 2-3 layers and 1-2 heads, briefly trained (the circuit searches
     run) and, at 3 layers of 2 heads, at initialisation (none runs; the same configuration peaks
-    several times lower): at or above the peak, within twice the largest peak (``SPREAD``)."""
-    proc = memory_estimate.measure(memory_estimate.DEPTHS[name])
-    out, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0 and out, err[-2000:]
-    got = json.loads(out)
-    assert got["peak"] <= got["estimate"] <= 2 * SPREAD * got["peak"], (name, got)
+    about half as high): at or above the median peak of ``REPEATS`` fresh processes, within twice
+    it (single measurements spread too much for a 2x band: ``REPEATS``). The wider d = 6 jobs
+    (``memory_estimate.WIDE``, ~40 s each) are printed by the benchmark, not run here."""
+    runs = []
+    for _ in range(REPEATS):
+        proc = memory_estimate.measure(memory_estimate.DEPTHS[name])
+        out, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0 and out, err[-2000:]
+        runs.append(json.loads(out))
+    estimate, peak = runs[0]["estimate"], statistics.median(r["peak"] for r in runs)
+    assert peak <= estimate <= 2 * peak, (name, estimate, [r["peak"] for r in runs])
 
 
 def test_a_search_holds_a_bounded_number_of_circuits_and_fits(monkeypatch):
@@ -140,6 +148,22 @@ def test_an_untrained_model_is_estimated_below_a_searched_one():
     searched, idle = analysis_estimate(built, 256), analysis_estimate(fresh, 256)
     assert idle.total < searched.total
     assert "circuit weights" in searched.parts and "circuit weights" not in idle.parts
+
+
+def test_the_comparison_with_constructions_is_counted_where_it_runs():
+    """``compare.closest_construction`` runs the registry's constructions at several β only on
+    models it can compare (two layers of one head): the estimate counts that phase exactly there."""
+    import torch
+
+    from invperm_interp import HookedDisentangledTransformer, sample_batch
+    from invperm_interp.analysis.budget import compared_bytes
+    from invperm_interp.analysis.compare import closest_construction
+
+    for cfg in (ModelConfig(Layout.plain(4)), ModelConfig(Layout.plain(4), n_heads=2)):
+        model = HookedDisentangledTransformer(cfg, seed=0)
+        batch = sample_batch(cfg.layout, 8, torch.Generator().manual_seed(0))
+        activations, held = compared_bytes(model)
+        assert bool(closest_construction(model, batch)) == (activations > 0) == (held > 0)
 
 
 # -- the estimates' shapes -----------------------------------------------------------------------

@@ -10,11 +10,12 @@ Estimates count the tensors the code allocates. Per layer ``l`` with ``H`` heads
 - Hooked forward without gradients (evaluation, a construction's check): the peak is the largest
   of ``h + 2q + 2·scores`` (inside attention) and ``h + 2q + h_{l+1}`` (the concatenation) over the
   layers, plus the final stream and its read-out rows.
-- Analysis: the larger of two phases, the ablations' two forwards or the circuit searches' one
-  forward, a chunk of batched circuit-only variants (bounded by ``model.variants.MAX_ELEMENTS``),
-  the weights of the variants held at once and the circuit fits (both counted from the model's
-  own cells: ``analysis.budget``), plus the fits' float64 gauge factors, a few ``(D_l, D_l)`` per
-  layer.
+- Analysis: the largest of its phases: the forwards on the whole batch (one at a time, or the
+  gauge check's two together); the circuit searches' variants held at once with either the largest
+  circuit fit or a chunk of them running (bounded by ``model.variants.MAX_ELEMENTS``), both
+  counted from the model's own cells (``analysis.budget``); the comparison with constructions at
+  several β. Plus the fits the tester keeps and their float64 gauge factors, a few
+  ``(D_l, D_l)`` per layer.
 - Training step: counted from the code itself (``training.footprint``: the tensors autograd saves
   in one real step's forward, scaled from a few samples). Weights, their gradients and Adam's two
   moments are four copies of the parameters (two for SGD), plus the optimizer step's temporaries.
@@ -43,10 +44,10 @@ from .config import ModelConfig
 
 GB = 1e9
 SLACK = 0.5  # allocator slack, as a share of the activations (see the module docstring)
-#: The analysis's records, Python objects and kernel workspaces, which do not scale with the model,
-#: and the allocator's run-to-run spread (an untrained d = 4 model whose tensors come to ~10 MB grew
-#: the process by 12-28 MB; a trained d = 8, 3 x 1 one by 37-90 MB).
-ANALYSIS_OVERHEAD = 16 * 2**20
+#: The analysis's records, Python objects and kernel workspaces, which do not scale with the model:
+#: the smallest analysis (d = 3, two layers of one head, 16 samples) grew the process by 1-5 MB in
+#: ten fresh processes; the allocator's slack on what scales is ``SLACK``.
+ANALYSIS_OVERHEAD = 8 * 2**20
 CIRCUITS_HELD = 64  # analysis.faithfulness.CIRCUITS_HELD (tests/test_memory.py holds them equal)
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2**10, "mi": 2**20, "gi": 2**30,
           "ti": 2**40}
@@ -210,7 +211,8 @@ def check(estimate: Estimate, max_memory: int | str | None = None,
 
 
 # -- what a job needs -------------------------------------------------------------------------------
-def _elem(cfg: ModelConfig) -> int:
+def elem(cfg: ModelConfig) -> int:
+    """Bytes per element of the model's dtype."""
     return 8 if cfg.dtype == "float64" else 4
 
 
@@ -218,14 +220,14 @@ def batch_bytes(cfg: ModelConfig, n: int) -> int:
     """A ``Batch`` of ``n`` samples (``X``, ``P``, ``Y``, ``Y_P``, ``perm``) plus the int64 draw of
     ``Y`` that ``sample_batch`` converts."""
     d = cfg.d
-    return n * ((cfg.T * d + 3 * d * d) * _elem(cfg) + d * 8 + d * d * 8)
+    return n * ((cfg.T * d + 3 * d * d) * elem(cfg) + d * 8 + d * d * 8)
 
 
 def forward_bytes(cfg: ModelConfig, b: int) -> int:
     """Peak bytes of the hooked forward on ``b`` samples without gradients, beyond the weights and
     the input (a standard model: its stream, queries, keys, values, scores and MLP; the
     disentangled model's widths ``D_l`` otherwise)."""
-    e, T, peak = _elem(cfg), cfg.T, 0
+    e, T, peak = elem(cfg), cfg.T, 0
     if cfg.arch == "standard":
         return e * max(b * T * (2 * cfg.d_model + 3 * H * cfg.d_head + 2 * (cfg.d_mlp or 0))
                        + 2 * b * H * T * T for H in cfg.heads)
@@ -238,7 +240,7 @@ def forward_bytes(cfg: ModelConfig, b: int) -> int:
 
 
 def model_estimate(cfg: ModelConfig, what: str = "the model") -> Estimate:
-    return Estimate(what, {"weights": cfg.n_params * _elem(cfg)},
+    return Estimate(what, {"weights": cfg.n_params * elem(cfg)},
                     lower="d, n_layers or n_heads (the widths grow as (d + T)·(1 + H)^L)")
 
 
@@ -248,7 +250,7 @@ def evaluation_estimate(cfg: ModelConfig, n: int, chunk: int | None = None,
     ``chunk`` is None), weights included."""
     b = n if chunk is None else min(n, chunk)
     activations = forward_bytes(cfg, b)
-    return Estimate(what, {"weights": cfg.n_params * _elem(cfg),
+    return Estimate(what, {"weights": cfg.n_params * elem(cfg),
                            "samples": batch_bytes(cfg, n), "activations": activations,
                            "allocator slack": int(SLACK * activations)},
                     lower="the number of samples (n) or d")
@@ -272,15 +274,31 @@ def gauge_factor_bytes(cfg: ModelConfig) -> int:
     return sum(4 * D * D * 8 for D in cfg.widths)
 
 
-def variant_bytes(cfg: ModelConfig, n: int) -> int:
-    """One chunk of circuit-only variants run together (``model.variants.forward_many``, as the
-    circuit searches and ablations do): ``V`` variants of the ``n`` samples, ``V·n·T·D_L`` at most
-    ``MAX_ELEMENTS`` (one variant when a single one is larger), counted as a forward on ``V·n``
-    samples (a variant computes only the columns it reads, but gathers its keys and values)."""
+def chunk_variants(cfg: ModelConfig, n: int) -> int:
+    """Variants of ``n`` samples that ``model.variants.forward_many`` runs in one chunk: ``V``
+    with ``V·n·T·D_L`` at most ``MAX_ELEMENTS`` (one when a single one is larger)."""
     from .model.variants import MAX_ELEMENTS
 
-    per_variant = n * cfg.T * cfg.widths[-1]
-    return forward_bytes(cfg, n * max(1, MAX_ELEMENTS // max(per_variant, 1)))
+    return max(1, MAX_ELEMENTS // max(n * cfg.T * cfg.widths[-1], 1))
+
+
+def variant_bytes(cfg: ModelConfig, n: int, variants: int = CIRCUITS_HELD) -> int:
+    """One chunk of circuit-only variants run together (``model.variants.forward_stacked``, as the
+    circuit searches do): :func:`chunk_variants`, and no more than the ``variants`` run at
+    once, ``b = V·n`` samples. Per layer, one head at a time: the stream ``h_l`` (``b·T·D``), the
+    next stream's pieces and their concatenation (``b·R·D·(1 + H)`` each), and the head's query
+    rows gathered, query, gathered keys and values, scores, pattern and output
+    (``3·b·R·D + 2·b·T·D + 2·b·R·T``), beside the previous head's values until they are replaced
+    (``b·T·D``), with ``R = T`` query rows but the read-out rows alone in the last layer; every
+    column counted (a variant computes only those it reads)."""
+    b, e, T, peak = n * min(variants, chunk_variants(cfg, n)), elem(cfg), cfg.T, 0
+    last = len(cfg.heads) - 1
+    for layer, (H, D) in enumerate(zip(cfg.heads, cfg.widths)):
+        R = cfg.layout.segment(cfg.readout).n_rows if layer == last else T
+        nxt = b * R * D * (1 + H)
+        head = 3 * b * R * D + 2 * b * T * D + 2 * b * R * T + (b * T * D if H > 1 else 0)
+        peak = max(peak, b * T * D + nxt + max(nxt, head))
+    return peak * e
 
 
 def circuit_weights_bytes(cfg: ModelConfig, circuits: int = CIRCUITS_HELD) -> int:
@@ -291,28 +309,39 @@ def circuit_weights_bytes(cfg: ModelConfig, circuits: int = CIRCUITS_HELD) -> in
 
 
 def analysis_estimate(cfg: ModelConfig, n: int, *, circuits: int = CIRCUITS_HELD,
-                      fits: int = 0, dense: bool = True, gauge: bool = True) -> Estimate:
+                      fits: int = 0, kept: int = 0, dense: bool = True, gauge: bool = True,
+                      compared: tuple[int, int] = (0, 0)) -> Estimate:
     """``invperm analyze`` on ``n`` samples: the weights, the samples, the gauge factors
-    (:func:`gauge_factor_bytes`) and the larger of its two phases. The ablations and the gauge
-    check hold two forwards' activations (a clean run beside an ablated one) and half their slack
-    (the allocator reuses one forward's blocks for the other); the circuit tests and searches hold
-    one forward's, with ``dense`` a chunk of batched circuit-only variants (:func:`variant_bytes`;
-    a placed construction's few cells compute a sliver of it), their allocator slack, ``circuits``
-    variants' weights (:func:`circuit_weights_bytes`) and ``fits`` bytes of circuit fits. What the
-    searches hold depends on the weights: ``analysis.budget.analysis_estimate`` counts
-    ``circuits``, ``fits`` and ``dense`` from the model (the defaults: a searched model, without
-    its fits); ``gauge=False`` leaves out gauge factors already made. ``ANALYSIS_OVERHEAD`` is
-    added for what does not scale with the model."""
-    ablations = 2 * forward_bytes(cfg, n)
-    searches = forward_bytes(cfg, n) + (variant_bytes(cfg, n) if dense else 0)
-    held = circuit_weights_bytes(cfg, circuits) + fits
-    common = {"weights": cfg.n_params * _elem(cfg), "samples": batch_bytes(cfg, n)}
-    if (1 + SLACK / 2) * ablations >= (1 + SLACK) * searches + held:
-        phase = {"activations": ablations, "allocator slack": int(SLACK / 2 * ablations)}
-    else:
-        phase = {"activations": searches, "allocator slack": int(SLACK * searches),
-                 "circuit weights": circuit_weights_bytes(cfg, circuits), "circuit fits": fits}
+    (:func:`gauge_factor_bytes`) and the largest of its phases, each transient with its allocator
+    slack (``SLACK``), plus ``kept`` bytes of fits the tester keeps for the whole analysis.
+
+    - Forwards on the whole batch, one at a time (the clean run, each ablation) or two together
+      (the gauge check's two weights, when a chunk of ``model.variants`` holds both).
+    - Circuit tests and searches: the weights of ``circuits`` variants built before they run
+      (:func:`circuit_weights_bytes`) and their outputs, and beside them either the largest fit
+      (``fits`` bytes, made while the variants are built) or, with ``dense``, one chunk of them
+      running (:func:`variant_bytes`; a placed construction's few cells compute a sliver of it).
+    - ``compared``: ``(activations, held)`` of the comparison with the registry's constructions
+      at several β (two layers of one head only), counted by ``analysis.budget``.
+
+    What the searches hold depends on the weights: ``analysis.budget.analysis_estimate`` counts
+    ``circuits``, ``fits``, ``kept``, ``dense`` and ``compared`` from the model (the defaults: a
+    searched model, without its fits); ``gauge=False`` leaves out gauge factors already made.
+    ``ANALYSIS_OVERHEAD`` is added for what does not scale with the model."""
+    forwards = forward_bytes(cfg, n * min(2, chunk_variants(cfg, n)))
+    chunk = variant_bytes(cfg, n, max(circuits, 1)) if dense else 0
+    transient = max(chunk, fits)  # named for the larger: the variants running, or a fit
+    weights = circuit_weights_bytes(cfg, circuits)
+    weights += circuits * n * cfg.d * cfg.d * elem(cfg)  # their outputs, (n, d, d) each, scored last
+    phases = [{"activations": forwards, "allocator slack": int(SLACK * forwards)},
+              {"activations" if chunk >= fits else "largest circuit fit": transient,
+               "allocator slack": int(SLACK * transient), "circuit weights": weights},
+              {"activations": compared[0], "allocator slack": int(SLACK * compared[0]),
+               "constructions compared": compared[1]}]
+    phase = max(phases, key=lambda p: sum(p.values()))
+    common = {"weights": cfg.n_params * elem(cfg), "samples": batch_bytes(cfg, n)}
     return Estimate(f"the analysis on n={n} samples",
-                    {**common, **phase, "gauge factors": gauge_factor_bytes(cfg) if gauge else 0,
+                    {**common, **phase, "circuit fits": kept,
+                     "gauge factors": gauge_factor_bytes(cfg) if gauge else 0,
                      "overhead": ANALYSIS_OVERHEAD},
                     lower="the number of samples (--n), d, n_layers or n_heads")

@@ -2,10 +2,11 @@
 the weights, not only on the configuration (``memory.analysis_estimate`` adds it up).
 
 A model whose atoms occupy no cell (one at initialisation, typically) is never searched: only the
-placed constructions are tested, two circuit variants each, on a few cells of the stream. A model
+placed constructions are tested, a few circuit variants each, on a few cells of the stream. A model
 with candidate cells is (``analysis.minimal``): ``faithfulness.CIRCUITS_HELD`` variants at once
 (one per cell and one more beyond ``MAX_EXACT_CELLS`` cells, where only the greedy search runs),
-each tester keeping ``faithfulness.fits_kept_bytes`` of fits. The gauge factors the fits use are
+the tester and those it hands the search (``Tester.head``) sharing one cache of
+``faithfulness.fits_kept_bytes`` of fits, alive for the whole analysis. The gauge factors the fits use are
 made here, before the check, so they are not counted again. The largest single fit is the one on
 every candidate cell of a head: its ``|S|`` entries against the layer's ``r`` gauge directions
 (``projection._fit_cells``).
@@ -13,19 +14,24 @@ every candidate cell of a head: its ``|S|`` entries against the layer's ``r`` ga
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from .. import memory
 from ..memory import Estimate
 from ..model.disentangled import DisentangledModel
+from .compare import BETAS, candidates, closest_construction
 from .faithfulness import CIRCUITS_HELD, fits_kept_bytes
+from .mechanism import SCREEN_SAMPLES
 from .minimal import MAX_EXACT_CELLS, candidate_cells
 from .placements import candidate_placements, hypothesis
 from .projection import fixed_weights, gauge_factors
 from .templates import Circuit, explain
 
-#: Testers alive together in a search (the whole batch's, the search samples', the screen's).
-SEARCH_TESTERS = 3
+#: Samples ``compare.closest_construction`` runs its constructions on (its default).
+COMPARED_SAMPLES = inspect.signature(closest_construction).parameters["max_samples"].default
+
 #: float64 ``|S| × |S|`` matrices alive at once in a cells fit of ``|S|`` entries fewer than the
 #: ``r`` gauge directions: the Gram matrix and its factors, the pseudo-inverse's input, workspace
 #: and result (measured: 8.4 at ``|S|`` = 1,152; more where the allocator cannot reuse them) …
@@ -59,18 +65,38 @@ def analysis_estimate(model: DisentangledModel, n: int,
     cfg, cells = model.cfg, candidate_cells(circuit)
     with torch.no_grad():
         hyps = [hypothesis(model, p) for p in candidate_placements(model, fixed_weights(model))]
-    every = cfg.heads == (1, 1)  # minimality runs for every placement on one head of two layers
-    tested = sum(2 + (len(h) if every else 0) for h in hyps)
+    # on two layers of one head every placement runs its circuit, the model less it and its
+    # per-cell runs in groups of CIRCUITS_HELD; beyond, its circuit alone in such groups, then the
+    # model less the circuit of those that pass or lead, all of them at once at most
+    every = cfg.heads == (1, 1)
+    tests = min(CIRCUITS_HELD, sum(2 + len(h) for h in hyps)) if every else len(hyps)
     per_fit = 2 * 8 * max(D * D for D in cfg.widths[:-1])  # one head's (M, gauge_fix(M))
     if cells:  # the exact search scores sets in chunks; beyond its size, each cell left out once
         exact = len(cells) <= MAX_EXACT_CELLS
-        circuits = CIRCUITS_HELD if exact else min(CIRCUITS_HELD, len(cells) + 1)
-        kept = SEARCH_TESTERS * fits_kept_bytes(cfg)
+        circuits = max(CIRCUITS_HELD if exact else min(CIRCUITS_HELD, len(cells) + 1), tests)
+        # one cache: the search's testers share it (Tester.head); beyond SCREEN_SAMPLES the
+        # mechanism searches on a screen tester of its own, beside the whole batch's
+        kept = (1 if n <= SCREEN_SAMPLES else 2) * fits_kept_bytes(cfg)
     else:
-        circuits = min(CIRCUITS_HELD, tested)
+        circuits = tests
         kept = min(fits_kept_bytes(cfg), sum(len({c[:2] for c in h.cells}) for h in hyps) * per_fit)
     largest = max([fit_bytes(model, cells), *(fit_bytes(model, h.cells) for h in hyps)])
     for layer in range(cfg.n_layers):  # the fits' gauge factors, now made (and cached) once
         gauge_factors(model.stream, layer)
-    return memory.analysis_estimate(cfg, n, circuits=max(circuits, 1), fits=kept + largest,
-                                    dense=bool(cells), gauge=False)
+    return memory.analysis_estimate(cfg, n, circuits=max(circuits, 1), fits=largest, kept=kept,
+                                    dense=bool(cells), gauge=False, compared=compared_bytes(model))
+
+
+def compared_bytes(model: DisentangledModel) -> tuple[int, int]:
+    """``(activations, held)`` of ``compare.closest_construction``: every registry construction
+    fitting the model, built at each of ``BETAS`` and run on ``COMPARED_SAMPLES`` samples as
+    chunks of variants with their attention patterns; each construction's runs hold every β's
+    patterns ``(b, H_l, T, T)`` per layer (and the model's own) and its float64 weights."""
+    names, cfg = candidates(model), model.cfg
+    if not names:
+        return 0, 0
+    b, betas = COMPARED_SAMPLES, len(BETAS)
+    activations = memory.forward_bytes(cfg, b * min(betas, memory.chunk_variants(cfg, b)))
+    patterns = (betas + 1) * b * sum(H * cfg.T * cfg.T for H in cfg.heads) * memory.elem(cfg)
+    weights = betas * 8 * (sum(D * D for D in cfg.widths[:-1]) + cfg.widths[-1] * cfg.d)
+    return activations, patterns + weights
