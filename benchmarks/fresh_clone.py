@@ -3,10 +3,10 @@
 each timed apart (wall seconds), with the machine's cores, CPU and load average before each step.
 Writes ``assets/timings.{json,md}``, which the README quotes (tests/docs/test_results.py).
 
-The set-up's time depends on the network and on pip's cache (a warm cache on this machine is
-said so in the record: ``--pip-cache warm|cold``); the other two do not download anything.
+The set-up's time depends on the network and on what pip has cached (it downloads torch and the
+other packages); the other two do not download anything.
 
-    python benchmarks/fresh_clone.py [--pip-cache warm] [--keep]
+    python benchmarks/fresh_clone.py [--keep]
 """
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ def write(record: dict, folder: Path) -> None:
     (folder / "timings.json").write_text(json.dumps(record, indent=1) + "\n")
     lines = ["# The two commands, timed from a fresh clone", "",
              f"A fresh clone of commit {record['commit']} on {record['date']}: {record['cores']} "
-             f"cores ({record['cpu']}), Python {record['python']}, pip's cache {record['pip_cache']}. "
+             f"cores ({record['cpu']}), Python {record['python']}. "
              "Produced by `python benchmarks/fresh_clone.py`. The set-up is what the first `make` "
-             "of either command does (it downloads and installs the packages); `make test` and "
+             "of either command does (it downloads and installs the packages, so its time depends on "
+             "the network); `make test` and "
              "`make demo` then run on the installed set-up.", "",
              "| step | wall | load average before | last line |", "| --- | --- | --- | --- |"]
     for t in record["steps"]:
@@ -70,8 +71,6 @@ def write(record: dict, folder: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pip-cache", choices=("warm", "cold"), default="warm",
-                        help="whether pip's cache already held the packages (recorded, not set)")
     parser.add_argument("--out", type=Path, default=ROOT / "assets")
     parser.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
     args = parser.parse_args()
@@ -81,7 +80,7 @@ def main() -> None:
     clone = tmp / "invperm-interp"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     record = {"commit": commit, "date": datetime.date.today().isoformat(), "cores": os.cpu_count(),
-              "cpu": cpu_name(), "python": platform.python_version(), "pip_cache": args.pip_cache,
+              "cpu": cpu_name(), "python": platform.python_version(),
               "steps": []}
     try:
         for step in STEPS:

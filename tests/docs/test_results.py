@@ -253,3 +253,16 @@ def test_the_standard_census_numbers_come_from_its_asset():
             f"({census['names']['two_block']} of {solved_census}); causal scratch standard runs solved "
             f"in {sum(int(s['solved'].split(' of ')[0]) for s in scratch)} of "
             f"{sum(s['trained'] for s in scratch)} within 2,500 steps") in text("README.md")
+
+
+def test_the_readmes_times_are_the_fresh_clone_record():
+    """The README's set-up, test and demo times are assets/timings.json's (benchmarks/fresh_clone.py)."""
+    steps = {t["step"]: t["wall_s"] for t in load("timings.json")["steps"]}
+
+    def minutes(seconds: float) -> str:
+        m, s = divmod(round(seconds), 60)
+        return f"{m} min {s:02d} s"
+
+    assert (f"the set-up took {minutes(steps['make setup'])} here (it downloads the packages: the "
+            f"network sets its time), then `make test` {minutes(steps['make test'])} and `make demo` "
+            f"{minutes(steps['make demo'])}") in text("README.md")
