@@ -35,6 +35,7 @@ from census_report import share_text  # noqa: E402
 from common import ASSETS  # noqa: E402
 
 from invperm_interp.analysis.mechanism import RULE  # noqa: E402
+from invperm_interp.analysis.placements import construction_of  # noqa: E402
 from invperm_interp.analysis.sweep_record import STYLES, SweepRecord  # noqa: E402
 from invperm_interp.maths.placement import Placement, parse  # noqa: E402
 from invperm_interp.sweep.collect import read_sweep  # noqa: E402
@@ -56,11 +57,6 @@ def shape_of(model: dict) -> str:
     heads = heads_of(model)
     width = str(heads[0]) if len(set(heads)) == 1 else f"({','.join(map(str, heads))})"
     return f"{model['n_layers']}x{width}"
-
-
-def construction_of(name: str) -> str:
-    """``"two_block @ L1h0→L3h1"`` → ``"two_block"`` (a bare name, 'none', 'borderline' as it is)."""
-    return name.split(" @ ", 1)[0]
 
 
 def head_names(heads: tuple[int, ...]) -> list[str]:

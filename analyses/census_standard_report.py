@@ -32,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from census_report import share_text  # noqa: E402
 from common import ASSETS  # noqa: E402
 
+from invperm_interp.analysis.placements import construction_of as placed_construction  # noqa: E402
 from invperm_interp.analysis.sweep_record import STYLES, SweepRecord  # noqa: E402
 from invperm_interp.model.note_map import ov_spectra  # noqa: E402
 from invperm_interp.sweep.collect import read_sweep  # noqa: E402
@@ -48,7 +49,7 @@ def construction_of(name: str | None) -> str | None:
     construction; ``"none"``, ``"borderline"`` and ties of several constructions as they are."""
     if name is None:
         return None
-    return " = ".join(dict.fromkeys(part.split(" @ ")[0] for part in name.split(" = ")))
+    return " = ".join(dict.fromkeys(placed_construction(part) for part in name.split(" = ")))
 
 
 def verdict_of(name: str) -> str:

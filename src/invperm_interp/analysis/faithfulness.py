@@ -307,8 +307,7 @@ class Tester:
         for hyp, proj in zip(hyps, projs):
             less = [hyp.without(i) for i in range(len(hyp))] if minimality else []
             start = len(variants)
-            pairs = [((proj.raw, read_out(self.model, hyp.read)),
-                      [f - k for f, k in zip(proj.fixed, proj.kept)])]
+            pairs = [self._circuit(hyp, proj)]
             pairs += [self._without(hyp, proj)] if complete else []
             pairs += [self._circuit(h) for h in less]
             variants += [v for v, _ in pairs]

@@ -35,7 +35,7 @@ from ..task import Batch
 from .faithfulness import Ablation, Faithfulness, Tester
 from .hypothesis import Hypothesis
 from .minimal import EXACT, MinimalCircuit, minimal_circuit
-from .placements import candidate_placements, hypothesis, summed, untested_reason
+from .placements import candidate_placements, construction_of, hypothesis, summed, untested_reason
 from .templates import Circuit
 from .ties import tied_with
 from .verdict import (
@@ -228,7 +228,7 @@ def _completed(tested: list[Faithfulness], verdicts: list[str], rule: Rule) -> l
     those that pass or straddle, and each construction's best placement in the rule's order."""
     best: dict[str, int] = {}
     for i, t in enumerate(tested):
-        name = t.hypothesis.split(" @ ", 1)[0]
+        name = construction_of(t.hypothesis)
         if name not in best or _order(t, verdicts[i]) < _order(tested[best[name]], verdicts[best[name]]):
             best[name] = i
     return sorted(set(best.values()) | {i for i, v in enumerate(verdicts) if v in (FAITHFUL, BORDERLINE)})

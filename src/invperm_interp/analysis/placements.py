@@ -113,6 +113,12 @@ def heads_used(placement: Placement) -> int:
     return len(placement.head_list(0)) + len(placement.head_list(1))
 
 
+def construction_of(name: str) -> str:
+    """The construction of a tested hypothesis's name: ``"two_block @ L1h0→L3h1"`` →
+    ``"two_block"`` (an unplaced name as it is)."""
+    return name.split(" @ ", 1)[0]
+
+
 def summed(name: str) -> bool:
     """Whether a tested hypothesis's name is a placement on a sum of heads (``"L1(h0+h1)"``)."""
     return " @ " in name and "(" in name.split(" @ ", 1)[1]
