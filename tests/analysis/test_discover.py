@@ -225,7 +225,7 @@ def test_a_circuit_over_three_layers_of_one_head_is_grouped_as_it_is(monkeypatch
 
     found = discover(models, n=128, known={k: unnamed(m) for k, m in models.items()})
     (proposal,) = found.proposals
-    assert set(proposal.runs) == {"run0", "run1"} and proposal.form.n_layers == 3
+    assert set(proposal.runs) == {"run0", "run1"} and proposal.form.spec("relay_again").n_layers == 3
     assert {c[0] for c in proposal.form.cells} == {0, 1, 2}
     assert proposal.errors and all(err == err for _, err in proposal.errors)  # built, 3 layers
     assert "spans 3 layers" in proposal.form.snippet("relay_again")

@@ -119,12 +119,7 @@ def test_the_shapes_page_findings_are_the_committed_census(fragment):
 
 def test_the_cost_of_a_wide_analysis_is_the_benchmarks():
     """The README's and docs/shapes.md's 3 x 2 / 2 x 1 ratios are assets/analysis_cost.json's."""
-    import json
-
-    from claims import REPO, page_text
-
-    rows = {r["construction"]: r for r in json.loads(
-        (REPO / "assets" / "analysis_cost.json").read_text())["rows"]}
+    rows = {r["construction"]: r for r in load("analysis_cost.json")["rows"]}
     t2, t3 = (f"{rows[n]['ratio']:.1f}×" for n in ("theorem2", "theorem3"))
-    assert f"costs {t3} (theorem3) to {t2} (theorem2) a 2 × 1 one" in page_text("README.md")
-    assert f"now takes {t3} the 2 × 1 one for theorem3 and {t2} for theorem2" in page_text("docs/shapes.md")
+    assert f"costs {t3} (theorem3) to {t2} (theorem2) a 2 × 1 one" in text("README.md")
+    assert f"now takes {t3} the 2 × 1 one for theorem3 and {t2} for theorem2" in text("docs/shapes.md")

@@ -66,17 +66,14 @@ class Form:
     def text(self) -> str:
         return "; ".join(f"L{c[0] + 1} {c[3]} at ({c[1]}, {c[2]})" for c in self.cells)
 
-    @property
-    def n_layers(self) -> int:
-        return 1 + max((c[0] for c in self.cells), default=1)
-
     def snippet(self, name: str) -> str:
         """Python that registers the form (``constructions.register`` checks it again); a form over
         more than two layers is built and checked as it is, but the registry, whose constructions
         the rule places on two layers, does not take it: the snippet says so."""
         cells = ",\n    ".join(repr(c) for c in self.cells)
-        note = ("" if self.n_layers <= 2 else
-                f"# spans {self.n_layers} layers: constructions.build checks it, the registry "
+        layers = self.spec(name).n_layers
+        note = ("" if layers <= 2 else
+                f"# spans {layers} layers: constructions.build checks it, the registry "
                 f"(two-layer constructions, placed by the rule) refuses it\n")
         return (f"{note}from invperm_interp.maths import constructions\n\n"
                 f"constructions.register(\n    {name!r},\n    [{cells}],\n"

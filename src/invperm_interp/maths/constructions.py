@@ -68,8 +68,7 @@ def _config(name: str, d: int, beta, dtype: torch.dtype, scratch) -> tuple:
         raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-    layers = max(2, 1 + max((c[0] for c in spec.cells), default=0))  # beyond 2: a discovered form
-    cfg = ModelConfig(spec.make_layout(d, scratch), n_layers=layers, n_heads=1,
+    cfg = ModelConfig(spec.make_layout(d, scratch), n_layers=spec.n_layers, n_heads=1,
                       attention_dir=spec.attention_dir, readout=spec.readout,
                       dtype="float64" if dtype == torch.float64 else "float32", init="zeros")
     return spec, cfg, beta

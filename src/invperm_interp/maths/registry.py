@@ -68,6 +68,11 @@ class ConstructionSpec:
     max_d: int = 16  # the largest d that beta_exact is verified at
 
     @property
+    def n_layers(self) -> int:
+        """Layers its cells span, at least two (beyond two: a discovered form, not registered)."""
+        return max(2, 1 + max((c[0] for c in self.cells), default=0))
+
+    @property
     def read_terms(self) -> tuple[tuple[str, float], ...]:
         """``read_block`` as ``((block, sign), ...)``: ``"L2.x - L1.x"`` → ``(("L2.x", 1), ("L1.x", -1))``."""
         return parse_read(self.read_block)
