@@ -42,3 +42,25 @@ def test_failing_jobs_in_this_process_and_a_worker_are_raised_and_none_counts_do
     with pytest.raises(ValueError, match="must hold a run"):
         _run_jobs(missing, 2, lambda: finished.append(1))
     assert finished == []
+
+
+@pytest.mark.slow
+def test_an_interrupted_report_of_a_directory_keeps_its_reports_and_says_how_to_resume(
+        tmp_path, monkeypatch, capsys):
+    """Ctrl-C (or SIGTERM) during ``invperm report DIR``: one line saying how many reports were
+    written and that the same command writes the rest; exit 130 (143)."""
+    import signal
+
+    from invperm_interp.cli import analyze as cli_analyze
+    from invperm_interp.training.signals import Interrupted
+
+    model_cfg, train_cfg = small(3, seed=0, out_dir=str(tmp_path / "run0"))
+    run(model_cfg, train_cfg)
+    for stop, code in ((KeyboardInterrupt(), 130), (Interrupted("", signal.SIGTERM), 143)):
+        def stopped(jobs, workers, done, stop=stop):
+            raise stop
+
+        monkeypatch.setattr(cli_analyze, "_run_jobs", stopped)
+        assert main(["report", str(tmp_path), "--n", "16", "--workers", "1"]) == code
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert "0 of 1 reports written; rerun the same command to write the rest" in err, err

@@ -5,6 +5,7 @@ Kept out of ``cli`` so the command line loads nothing heavy until a command runs
 from __future__ import annotations
 
 import argparse
+import signal
 
 from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, describe, examples, size
 
@@ -230,7 +231,15 @@ def _report_directory(root, args: argparse.Namespace) -> None:
                                else Path(os.path.relpath(shared, row.dir)).as_posix()))
                 for row in todo]
         progress = tqdm(total=len(jobs), desc="run reports", unit="run")
-        _run_jobs(jobs, min(workers, len(jobs)), progress.update)
+        try:
+            _run_jobs(jobs, min(workers, len(jobs)), progress.update)
+        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the reports written are kept
+            from ..training.signals import Interrupted
+
+            progress.close()
+            raise Interrupted(f"{progress.n} of {len(jobs)} reports written; rerun the same command "
+                              f"to write the rest (runs that have a report are skipped)",
+                              getattr(err, "signum", signal.SIGINT)) from None
         progress.close()
         rows = find_runs(root)  # the new analyses name mechanisms
     path = write_index(root, rows)
