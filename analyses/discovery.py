@@ -10,16 +10,17 @@ Two groupings of the minimal circuits the census's rule leaves unnamed ('none'),
   scored (its cells, zero ablation) on every other run: the runs whose circuits run each other.
 - **the recount**: the superposed forms plus the layer-1 **content-mass guard** (:data:`GUARD`:
   the query row's content lifts the ``P`` keys, lowers the ``Y_P`` keys and lowers keys by their
-  own content) are registered (``constructions.register``, which checks them exact at every d of
-  their range) and every run is named again by the rule under zero, mean and resample ablation and
-  scrubbing (``analysis.scrub``), ties reported (``analysis.ties``), with the named circuit's
-  completeness (the model without it) under every style.
+  own content), found here and now in the library's registry (``maths.registry``:
+  ``theorem3_superposed_guarded`` and its complement twin), and every run is named again by the
+  rule under zero, mean and resample ablation and scrubbing (``analysis.scrub``), ties reported
+  (``analysis.ties``), with the named circuit's completeness (the model without it) under every
+  style. "Before" is the name the census's sweep recorded, by the registry it ran with.
 
 The guard is exact as β grows because it changes no lookup: a scratch row's content is 0, so its
 queries get nothing; a ``P`` row's query (mass 1) lifts every ``P`` key by β and lowers it by β (net
 0; the ``Y_P`` rows come after it); a ``Y_P`` row's query of mass ``m`` leaves the ``P`` keys as they
 were and lowers every ``Y_P`` key by ``βm(1 + its mass)``, widening the margin by which the
-``Y_P`` rows attend to the ``P`` rows. ``tests/analysis/test_ties.py`` holds the registered forms to it.
+``Y_P`` rows attend to the ``P`` rows. ``tests/maths/test_guarded_forms.py`` holds the registered forms to it.
 
 Run: invperm sweep analyses/grids/discovery.toml --out runs/discovery --workers 1
      python analyses/discovery.py runs/discovery   (each run's row is kept in its discovery.json)
@@ -49,7 +50,7 @@ from invperm_interp.analysis.mechanism import (
 from invperm_interp.analysis.scrub import completeness, scrub_tester
 from invperm_interp.analysis.sweep_record import SweepRecord
 from invperm_interp.analysis.verdict import RULE, UNNAMED, evaluation_batch
-from invperm_interp.maths import constructions, registry
+from invperm_interp.maths import registry
 
 SAMPLES, SEED = 4096, 12345  # the census's evaluation batch
 BEHAVIOUR_SAMPLES = 1024  # one circuit's cells scored on another run
@@ -57,24 +58,16 @@ STYLES = ("zero", "mean", "resample", "scrub")
 #: The style the headline's "this circuit is the mechanism" uses (docs/results/scrubbing.md).
 HEADLINE = "resample"
 #: The layer-1 content-mass guard, with the signs trained models fit (assets/discovery.md).
-GUARD = ((0, "x", "pos.P", "1"), (0, "x", "pos.Y", "-1"), (0, "x", "x", "-1"))
+GUARD = registry.CONTENT_MASS_GUARD
 FORMS = {"theorem3_superposed_guarded": "theorem3_superposed",
          "theorem3_superposed_complement_guarded": "theorem3_superposed_complement"}
 FAMILY = "theorem3_superposed"
 
 
-def register_forms(max_d: int = 16) -> dict[str, float]:
-    """Register the guarded superposed forms (checked exact at every d from their base's
-    ``min_d`` to ``max_d``); their ``beta_exact``."""
-    out = {}
-    for name, base in FORMS.items():
-        spec = registry.get(base)
-        made = constructions.register(
-            name, [*spec.cells, *GUARD], constructions.Wiring(layout="scratch", attention_dir="causal"),
-            description=f"{base} with the layer-1 content-mass guard", min_d=spec.min_d,
-            max_d=max_d, replace=True)
-        out[name] = made.beta_exact
-    return out
+def beta_exact() -> dict[str, float]:
+    """The guarded forms' ``beta_exact`` in the registry (each checked exact at every d of its
+    range by tests/maths/test_constructions.py)."""
+    return {name: registry.get(name).beta_exact for name in FORMS}
 
 
 # -- by cell set (the committed census) --------------------------------------------------------------
@@ -219,9 +212,9 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
               + ", ".join(f"{c}: {k}" for c, k in guard.most_common()) + ".", "",
               "## The guarded forms, registered", "",
               "`theorem3_superposed` and its complement twin, each with the layer-1 content-mass "
-              "guard (1 at (x, pos.P), −1 at (x, pos.Y), −1 at (x, x)), registered with "
-              "`constructions.register`: exact (max error < 1e-6, float64) at every d of their "
-              "range at β " + ", ".join(f"{k} = {v:g}" for k, v in betas.items()) + ".", "",
+              "guard (1 at (x, pos.P), −1 at (x, pos.Y), −1 at (x, x)), in the library's registry: "
+              "exact (max error < 1e-6, float64) at every d of their range at β "
+              + ", ".join(f"{k} = {v:g}" for k, v in betas.items()) + ".", "",
               "The guard's fitted β in the re-trained runs' gauge-fixed weights (each atom with "
               "its sign; positive where the run agrees): " + "; ".join(
                   f"({q}, {k}) {label}: {sum(r['guard_betas'][i] > 0 for r in rows)} of "
@@ -235,8 +228,8 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
               "intervals overlap (`analysis.ties`). **without**: the loss the model recovers with "
               "the named circuit removed (the guarded superposed form where the headline style, "
               f"{HEADLINE} ablation, names none).", "",
-              "| style | census 'none' runs named before (the sweep's names: the census's rule and "
-              "registry) | named with the guarded forms | of them ties | median loss recovered "
+              "| style | census 'none' runs named before (the sweep's names: the rule and registry the "
+              "census ran with) | named with the guarded forms | of them ties | median loss recovered "
               "without the named circuit (every run) | names |",
               "| --- | --- | --- | --- | --- | --- |"]
     for style in STYLES:
@@ -276,7 +269,7 @@ def main() -> None:
     parser.add_argument("runs", type=Path, help="the sweep folder of analyses/grids/discovery.toml")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    betas = register_forms()
+    betas = beta_exact()
     census = by_cell_set(json.loads((ASSETS / "census.json").read_text())["runs"])
     rows = []
     for run_dir in sorted(p for p in args.runs.glob("scratch_d*_seed*")

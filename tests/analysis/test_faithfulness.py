@@ -23,10 +23,12 @@ from invperm_interp.maths import constructions as C
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]
 
 # Learned forms written with every cell the trained models need: at exact β the analytic model needs
-# less (one of the superposed lookups; not the L1.pos.P half of the mass guard), and the rule names
-# what it needs.
+# less (one of the superposed lookups; not the L1.pos.P half of the mass guard; not the content-mass
+# guard), and the rule names what it needs.
 MORE_THAN_ANALYTIC = {"theorem3_superposed": "theorem3",
                       "theorem3_superposed_complement": "theorem3_complement",
+                      "theorem3_superposed_guarded": "theorem3",
+                      "theorem3_superposed_complement_guarded": "theorem3_complement",
                       "theorem3_two_block_mass": "theorem3_two_block_mass"}
 
 

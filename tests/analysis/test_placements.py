@@ -21,9 +21,11 @@ WORKING = [n for n in C.names() if C.REGISTRY[n].works]
 # constructions its cells contain. Which one depends on the placement: after an idle first layer
 # (l1 > 0) the P-row lookup of theorem3_superposed is no longer faithful alone (its cells, fitted
 # in the gauge-fixed frame of a stream that holds the idle layer's prefix averages, get β 156 and
-# 101 instead of 130) and the complement lookup, also inside it, is named.
+# 101 instead of 130) and the complement lookup, also inside it, is named. A guarded form is named as
+# its base: at exact β its lookups alone are exact and its content-mass guard is not needed.
 NAMED_AS = {"theorem3_superposed": ("theorem3", "theorem3_complement"),
             "theorem3_superposed_complement": ("theorem3_complement",)}
+NAMED_AS |= {f"{base}_guarded": NAMED_AS[base] for base in list(NAMED_AS)}
 # Shapes 2 × 2, 3 × 1 and 3 × 2; non-adjacent layers, head 1, and a read-out from a sum of heads
 # (the read-out reads both copies: no one head of the sum passes alone).
 PLACES = [((2, 2), (0, 1), (1, 0)), ((1, 1, 1), (0, 2), (0, 0)), ((2, 2, 2), (0, 2), (1, 1)),

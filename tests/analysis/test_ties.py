@@ -27,13 +27,14 @@ from invperm_interp.viz.mechanism import sweep_verdict_section
 SCRATCH = comparable("scratch", "causal")
 
 
-def test_zero_ablation_tells_every_registered_pair_apart_and_the_others_two_pairs_by_signs_only():
+def test_zero_ablation_tells_every_registered_pair_apart_and_the_others_three_pairs_by_signs_only():
     assert untold_pairs(SCRATCH, "zero") == [] == untold_pairs(comparable("plain", "bidirectional"),
                                                                "mean")
     for style in ("mean", "resample", "scrub"):
         assert untold_pairs(SCRATCH, style) == [
             ("theorem3_two_block", "theorem3_complement", SIGNS),
-            ("theorem3_superposed", "theorem3_superposed_complement", SIGNS)]
+            ("theorem3_superposed", "theorem3_superposed_complement", SIGNS),
+            ("theorem3_superposed_guarded", "theorem3_superposed_complement_guarded", SIGNS)]
     # two_block's position-only guard is invisible to mean ablation; mass's guard reads L1.x: seen
     assert (1, "pos.S", "pos.P") not in visible_sites(registry.get("theorem3_two_block"), "mean")
     assert relation("theorem3_two_block", "theorem3_two_block_mass", "mean") == CELLS

@@ -28,7 +28,8 @@ def special_inputs(d: int):
 def test_registry_lists_every_row_of_the_design_table():
     assert WORKING[:5] == ["theorem2", "two_block", "appendix_b", "theorem3", "theorem3_two_block"]
     assert WORKING[5:] == ["theorem3_two_block_mass", "theorem3_complement",  # learned, not in the note
-                           "theorem3_superposed", "theorem3_superposed_complement"]
+                           "theorem3_superposed", "theorem3_superposed_complement",
+                           "theorem3_superposed_guarded", "theorem3_superposed_complement_guarded"]
     assert PRINTED == ["theorem2_as_printed", "appendix_b_as_printed", "theorem3_as_printed"]
     for spec in C.REGISTRY.values():
         assert (spec.beta_exact is not None) == spec.works

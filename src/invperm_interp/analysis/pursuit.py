@@ -142,6 +142,9 @@ def pursue(A: Tensor, stream: Stream, layer: int, dic: Dictionary, limits: Pursu
     residual is already gauge-fixed); atoms parallel to it modulo gauge tie, and the tie goes to the
     atom whose raw cell carries the most of the raw ``A`` (so ``-1`` at (pos.P, pos.Y) is reported
     as the constructions write it, not as its twin ``+1`` at (pos.P, pos.P)); the others are kept as twins.
+    Atoms equally correlated but not parallel are decided by the smaller fit (:func:`_smallest_reading`):
+    ``+1`` at (x, pos.P) with ``-1`` at (x, pos.Y) spans what ``+2`` at (x, pos.P) with ``+1`` at
+    (x, pos.S) spans, and the first is the reading with the smaller βs, whatever the gauge.
     Forward steps stop (``limits``) after ``max_atoms``, once the residual share is below ``tol`` or
     when the best atom would explain less than ``min_share`` of the norm²; then :func:`_prune` drops the
     atoms that do not stand out from the residual.
@@ -165,6 +168,9 @@ def pursue(A: Tensor, stream: Stream, layer: int, dic: Dictionary, limits: Pursu
         if selected:
             corr[selected] = 0.0
         best = int(corr.argmax())
+        near = torch.nonzero(corr >= float(corr[best]) * (1 - tie_tol)).flatten().tolist()
+        if len(near) > 1:
+            best = _smallest_reading(near, phis, f, dic, stream, layer, tie_tol)
         if float(corr[best]) ** 2 < min_share * total:
             break
         phi = gauge_fix(placed(dic, best), stream, layer)
@@ -190,6 +196,17 @@ def pursue(A: Tensor, stream: Stream, layer: int, dic: Dictionary, limits: Pursu
     betas, fitted = refit(phis, f)
     return Fit(tuple(selected[i] for i in keep), tuple(float(b) for b in betas), tuple(phis),
                 tuple(twins[i] for i in keep), fixed, (f - fitted).reshape(fixed.shape))
+
+
+def _smallest_reading(near: list[int], phis: list[Tensor], f: Tensor, dic: Dictionary,
+                      stream: Stream, layer: int, tie_tol: float) -> int:
+    """Of atoms ``near`` equally correlated with the residual, the one whose refit with ``phis``
+    has the smallest ``||β||²`` (gauge-invariant: read from gauge-fixed atoms); library order (the
+    lowest index) breaks what is still tied."""
+    size = {t: float(refit([*phis, gauge_fix(placed(dic, t), stream, layer)], f)[0].pow(2).sum())
+            for t in near}
+    least = min(size.values())
+    return min(t for t in near if size[t] <= least * (1 + tie_tol))
 
 
 def refit(phis: list[Tensor], f: Tensor) -> tuple[Tensor, Tensor]:

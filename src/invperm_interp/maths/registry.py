@@ -112,6 +112,10 @@ _Y_COMPLEMENT = [(0, "pos.Y", "pos.P", "-I"), (0, "pos.Y", "pos.P", "1"), (0, "p
 _S_COMPLEMENT_LOOKUPS = [(1, "pos.S", "L1.x", "-I"), (1, "pos.S", "pos.Y", "1"),
                          (1, "L1.pos.S", "L1.x", "-I"), (1, "L1.pos.S", "pos.Y", "1")]
 
+#: Layer 1's content-mass guard: the query row's content lifts the P keys, lowers the Y_P keys and
+#: lowers keys by their own content (a scratch row's content is 0: its queries are untouched).
+CONTENT_MASS_GUARD = ((0, "x", "pos.P", "1"), (0, "x", "pos.Y", "-1"), (0, "x", "x", "-1"))
+
 REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
     # Theorem 2 (Appendix C.2) as printed: L1 gives row-reversed P, L2 then looks up Y_P rows by
     # J·(row-reversed P); that is Y only when (JP)² = I.
@@ -191,6 +195,26 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
         [(0, "pos.S", "x", "-I"), (0, "pos.S", "pos.P", "1"), (0, "pos.S", "pos.S", "I"),
          *_Y_COMPLEMENT, (1, "L1.pos.P", "pos.Y", "-I"), (1, "L1.pos.P", "pos.Y", "1"),
          *_S_COMPLEMENT_LOOKUPS], 125, min_d=2),
+    # The two superposed forms as most trained scratch models run them (assets/discovery.md): plus a
+    # layer-1 content-mass guard. A query row's content lifts the P keys (1 at (x, pos.P)), lowers
+    # the Y_P keys (-1 at (x, pos.Y)) and lowers keys by their own content (-1 at (x, x)). It changes
+    # no lookup, so it stays exact as β grows: a scratch row's content is 0, so its queries get
+    # nothing; a P row's query (mass 1) lifts every earlier P key by β and lowers it by β; a Y_P
+    # row's query of mass m leaves the P keys and lowers every Y_P key, widening the margin by which
+    # Y_P rows attend to P rows. Its weight is what resampling layer 1's query rows breaks in the
+    # unguarded forms (assets/scrubbing.md). β as its base's: the guard moves no margin's minimum.
+    ConstructionSpec("theorem3_superposed_guarded", "Theorem 3, superposed with a content-mass guard "
+        "(learned): theorem3_superposed plus layer-1 queries by content that lift P keys and lower "
+        "Y_P keys",
+        "causal", "scratch", "S", "L2.x", True,
+        [(0, "pos.S", "x", "I"), (0, "pos.S", "pos.S", "I"), *_Y_COMPLEMENT, *CONTENT_MASS_GUARD,
+         (1, "L1.pos.P", "pos.Y", "I"), *_S_COMPLEMENT_LOOKUPS], 130),
+    ConstructionSpec("theorem3_superposed_complement_guarded", "Theorem 3, superposed complement with "
+        "a content-mass guard (learned): theorem3_superposed_complement plus the same guard",
+        "causal", "scratch", "S", "L2.x", True,
+        [(0, "pos.S", "x", "-I"), (0, "pos.S", "pos.P", "1"), (0, "pos.S", "pos.S", "I"),
+         *_Y_COMPLEMENT, *CONTENT_MASS_GUARD, (1, "L1.pos.P", "pos.Y", "-I"),
+         (1, "L1.pos.P", "pos.Y", "1"), *_S_COMPLEMENT_LOOKUPS], 125, min_d=2),
 )}
 
 
