@@ -76,15 +76,27 @@ def run_columns(record: SweepRecord) -> dict:
         "minimal_rows_exact": m.score.rows_exact, "minimal_loss_recovered": m.score.loss_recovered,
         "minimal_weight_share": m.weight_share, "minimal_read": list(m.read),
         "minimal_cells": [cell_text(c) for c in m.cells],
-        "tested": [{"name": t.hypothesis, "rows_exact": t.circuit.rows_exact,
-                    "rows_se": t.circuit.rows_se, "loss_recovered": t.circuit.loss_recovered,
-                    "recovered_se": t.circuit.recovered_se, "n": t.circuit.n,
-                    "signs_agree": t.signs_agree, "n_atoms": t.n_atoms,
-                    "verdict": verdict_of(t, rule)} for t in mech.tested],
+        "tested": tested_columns(mech.tested, rule),
         "names_by_batch": [str(a) for a in record.names_by_batch],
         "name_mean_ablation": _text(record.under.get("mean")),
         "resample_ablation": "resample" in record.under,
-        "name_resample_ablation": _text(record.under.get("resample"))}
+        "name_resample_ablation": _text(record.under.get("resample")),
+        **{f"tested_{style}": tested_columns(record.tested_under[style], rule)
+           for style in record.tested_under},
+        **{f"without_{style}": _without(record.named_test(style)) for style in record.tested_under}}
+
+
+def tested_columns(tested, rule) -> list[dict]:
+    """Each construction test's scores and verdict as ``census.json`` keeps them."""
+    return [{"name": t.hypothesis, "rows_exact": t.circuit.rows_exact, "rows_se": t.circuit.rows_se,
+             "loss_recovered": t.circuit.loss_recovered, "recovered_se": t.circuit.recovered_se,
+             "n": t.circuit.n, "signs_agree": t.signs_agree, "n_atoms": t.n_atoms,
+             "verdict": verdict_of(t, rule)} for t in tested]
+
+
+def _without(test) -> float | None:
+    """The loss the model recovers less the named circuit (its test's ``without``), if run."""
+    return None if test is None or test.without is None else test.without.loss_recovered
 
 
 def _text(answer) -> str | None:
@@ -95,6 +107,12 @@ def rows_from_json(path: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
     """The rows and planned counts a ``census.json`` was written from."""
     data = json.loads(path.read_text())
     return data["runs"], {(s["model"], s["d"]): s["planned"] for s in data["summary"]}
+
+
+def _median_text(values) -> str:
+    """The median of the values recorded (None: not measured) to 3 decimals; "-" when none was."""
+    values = [v for v in values if v is not None]
+    return f"{statistics.median(values):.3f}" if values else "-"
 
 
 def _median(values) -> float | None:
@@ -124,12 +142,13 @@ def name_at(row: dict, rows_min: float, recovered_min: float) -> str:
     return str(name_by_rule(recorded_tests(row), Rule(rows_min, recovered_min, row.get("z", Z))))
 
 
-def recorded_tests(row: dict) -> list:
-    """A run's recorded construction tests, as ``analysis.mechanism.name_by_rule`` reads them."""
+def recorded_tests(row: dict, key: str = "tested") -> list:
+    """A run's recorded construction tests (``key``: ``tested``, zero ablation, or
+    ``tested_mean``/``tested_resample``), as ``analysis.mechanism.name_by_rule`` reads them."""
     return [SimpleNamespace(hypothesis=t["name"], signs_agree=t["signs_agree"], n_atoms=t["n_atoms"],
                             circuit=read_score({"mse": 0.0, "n": t["n"], **{k: t[k] for k in (
                                 "rows_exact", "rows_se", "loss_recovered", "recovered_se")}}))
-            for t in row["tested"]]
+            for t in row[key]]
 
 
 def without_recovered(row: dict) -> float | None:
@@ -144,20 +163,26 @@ def without_recovered(row: dict) -> float | None:
 
 
 def ties(rows: list[dict]) -> list[dict]:
-    """Per model: solved runs named under zero ablation, those with another faithful construction,
-    and those whose named construction is tied with one (``analysis.ties``), recounted from the
-    recorded intervals; the names under mean and resample ablation were recorded without the
-    scores behind them, so their ties cannot be recounted here."""
+    """Per model and ablation style: solved runs named under it, those with another faithful
+    construction (zero ablation), and those whose named construction is tied with one
+    (``analysis.ties``), recounted from the recorded intervals (under mean and resample ablation
+    from the tests the sweep kept beside the name; a record without them is left out)."""
     out = []
     for kind in KINDS:
-        named = [r for r in rows if r["kind"] == kind and r["steps_to_target"] is not None
-                 and r["mechanism"] not in ("none", "borderline")]
-        answers = [name_by_rule(recorded_tests(r)) for r in named]
-        out.append({"model": kind, "named under zero ablation": len(named),
-                    "another construction faithful too": sum(bool(r["also_faithful"]) for r in named),
-                    "tied (intervals overlap)": share_text(sum(bool(a.tied) for a in answers),
-                                                           len(named)),
-                    "ties": ", ".join(sorted({str(a) for a in answers if a.tied})) or "-"})
+        solved = [r for r in rows if r["kind"] == kind and r["steps_to_target"] is not None]
+        for style, key in (("zero", "tested"), ("mean", "tested_mean"), ("resample", "tested_resample")):
+            answers = [name_by_rule(recorded_tests(r, key)) for r in solved if key in r]
+            named = [a for a in answers if a.name is not None]
+            if style != "zero" and not answers:
+                continue
+            also = (str(sum(bool(r["also_faithful"]) for r in solved
+                            if r["mechanism"] not in ("none", "borderline")))
+                    if style == "zero" else "-")
+            out.append({"model": kind, "style": style, "named": len(named),
+                        "another construction faithful too": also,
+                        "tied (intervals overlap)": share_text(sum(bool(a.tied) for a in named),
+                                                               len(named)),
+                        "ties": ", ".join(sorted({str(a) for a in named if a.tied})) or "-"})
     return out
 
 
@@ -236,8 +261,10 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
                 ", ".join(f"{k} cells x{v}" for k, v in sorted(Counter(
                     r["minimal_size"] for r in none).items())) if none else "-"),
             "'none' with no faithful circuit": sum(not r["minimal_faithful"] for r in none),
-            "named circuit removed: median loss recovered (zero ablation)": (
-                f"{_median(without_recovered(r) for r in named):.3f}" if named else "-"),
+            "named circuit removed: median loss recovered (zero / mean / resample ablation)": " / ".join(
+                _median_text(values) for values in (
+                    [without_recovered(r) for r in named],
+                    *([r.get(f"without_{style}") for r in solved] for style in ("mean", "resample")))),
         })
     return out
 
@@ -256,7 +283,8 @@ def _styles(row: dict) -> set[str]:
 README_COLUMNS = ("model", "d", "solved (MSE < 1e-3)", "mechanisms (of solved)", "named (95% CI)",
                   "borderline", "same name on 3 batches", "flips between two names (borderline aside)",
                   "same name under mean ablation", "same name under resample ablation",
-                  "one name under all three ablation styles", "'none' under every style")
+                  "one name under all three ablation styles", "'none' under every style",
+                  "named circuit removed: median loss recovered (zero / mean / resample ablation)")
 
 
 def readme_table(summary: list[dict]) -> str:
@@ -385,7 +413,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
 
 def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: Path) -> list[Path]:
     """``census.{json,md,png,svg}`` in ``folder``."""
-    from invperm_interp.analysis.mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS
+    from invperm_interp.analysis.mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS, SCREEN_SAMPLES
     from invperm_interp.analysis.minimal import MAX_EVALUATIONS, SEARCH_SAMPLES
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -428,13 +456,16 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         f"{FAITHFUL_RECOVERED:.0%} of the loss (baseline: 0.5 everywhere, MSE d/4), both 95% "
         "intervals above the thresholds; among several, the one recovering the most loss "
         "(the others: *also_faithful*), named together with those whose loss-recovered intervals "
-        "overlap its own (a tie, `a = b`: none in this census under zero ablation); "
+        "overlap its own (a tie, `a = b`: counted below); "
         "**borderline** when an interval straddles a threshold; "
         "'none' otherwise. Intervals are binomial/delta-method over samples; shares over seeds "
         "carry Wilson 95% intervals. **same name on 3 batches**: the rule on two more fresh "
         "batches of the same size names the same; **mean ablation**: the rule with removed cells' "
         "score contributions replaced by their mean instead of zero; **resample ablation**: by "
         "their value on another input (each sample paired with its own reference sample). "
+        "**named circuit removed**: the median loss the model recovers with the circuit each style "
+        f"names removed in that style (completeness), over the runs that style names (the first "
+        f"{SCREEN_SAMPLES} samples, or all of them where an interval straddled a threshold there). "
         "**minimal circuit**: the "
         "fewest cells found whose circuit-only model is faithful; *optimal* when the exact search "
         f"(every smaller set, on {SEARCH_SAMPLES} samples, within {MAX_EVALUATIONS:,} sets) proved "
@@ -458,9 +489,9 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         *table_lines(apart), "",
         "Beyond these, two constructions tie when their loss-recovered intervals overlap: the "
         "rule then names the set of them (`theorem3_two_block = theorem3_two_block_mass`), not "
-        "one by its tie-break. Recounted from the recorded intervals (zero ablation, the rule's "
-        "style; the names under mean and resample ablation were recorded without the scores "
-        "behind them, so their ties need the runs analysed again):", "",
+        "one by its tie-break. Recounted from the recorded intervals under each style (under mean "
+        "and resample ablation from the tests the sweep keeps beside each name; runs whose record "
+        "lacks them are left out):", "",
         *table_lines(tied), "",
         "## Where the ablation styles disagree", "",
         "Solved runs whose name under mean ablation (each removed cell's score contribution "

@@ -143,7 +143,8 @@ def analysed(mechanism, tests=None, names=None, mean=None, candidates=10, optima
              resample=None, also=(), samples=4096, seed=12345):
     """A sweep's record (``SweepRecord``) of a run the rule calls ``mechanism`` (a construction, or
     the verdict "none" or "borderline"): its first test the named (or straddling) one, the answers
-    on 3 batches, under mean and resample ablation (default: the same), written as text."""
+    on 3 batches, under mean and resample ablation (default: the same), written as text, each
+    style's tests the same ``tests``."""
     from invperm_interp.analysis.faithfulness import Score
     from invperm_interp.analysis.mechanism import Mechanism
     from invperm_interp.analysis.minimal import MinimalCircuit
@@ -161,4 +162,5 @@ def analysed(mechanism, tests=None, names=None, mean=None, candidates=10, optima
     under = {"mean": mechanism if mean is None else mean,
              "resample": mechanism if resample is None else resample}
     return SweepRecord(mech, samples, seed, tuple(map(Answer.of_label, names or [mechanism] * 3)),
-                       {style: Answer.of_label(text) for style, text in under.items()})
+                       {style: Answer.of_label(text) for style, text in under.items()},
+                       {style: tested for style in under})

@@ -18,6 +18,18 @@ SETTINGS = {"samples": 4096, "seed": 12345, "batches": 3, "mean_ablation": True,
             "resample_ablation": False}
 
 
+def test_the_test_behind_each_styles_name_is_the_named_ones():
+    tests = [scored("theorem2", recovered=0.5), scored("two_block", recovered=0.98)]
+    record = analysed("two_block", tests=tests[::-1], mean="none")
+    record = record.with_names({}, {"resample": tuple(tests)})
+    assert record.named_test("zero") is record.mechanism.faithfulness
+    assert record.named_test("resample").hypothesis == "two_block"
+    assert record.named_test("resample").without.loss_recovered == 0.0
+    assert record.named_test("mean") is None  # the style names none
+    again = SweepRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+    assert again == record and again.named_test("resample") == tests[1]
+
+
 def test_a_sweep_record_reads_back_equal_through_json():
     record = analysed("two_block", tests=[scored(), scored("theorem2", rows=0.5)],
                       names=["two_block", "borderline", "two_block"], resample="none")
@@ -40,6 +52,10 @@ def test_the_record_says_which_ablation_styles_a_grid_still_asks_for():
     only_zero = SweepRecord(record.mechanism, 4096, 12345, record.names_by_batch)
     assert only_zero.lacks({**SETTINGS, "resample_ablation": True}) == ["mean", "resample"]
     assert only_zero.with_names({"resample": "none"}).under == {"resample": "none"}
+    # a name kept without the tests behind it (an older record) is measured again
+    names_only = SweepRecord(record.mechanism, 4096, 12345, record.names_by_batch, record.under)
+    assert names_only.lacks(SETTINGS) == ["mean"]
+    assert names_only.with_names({}, {"mean": record.tested_under["mean"]}).lacks(SETTINGS) == []
     assert record.lacks({**SETTINGS, "samples": 64}) is None  # measured otherwise: redo
     assert record.lacks({**SETTINGS, "batches": 1}) is None
     with pytest.raises(ValueError, match="ablation styles must be among"):

@@ -124,3 +124,32 @@ def test_the_committed_census_md_is_what_census_json_makes(tmp_path, census_repo
     rows, planned = census_report.rows_from_json(REPO / "assets" / "census.json")
     census_report.write_census(rows, planned, tmp_path)
     assert (tmp_path / "census.md").read_text() == (REPO / "assets" / "census.md").read_text()
+
+
+def test_ties_and_completeness_are_recounted_under_every_style_the_sweep_kept_tests_for(
+        tmp_path, census_report):
+    apart = [scored("theorem3_superposed", recovered=0.97, recovered_se=1e-3),
+             scored("theorem3", recovered=0.90, recovered_se=1e-3)]
+    close = [scored("theorem3_superposed", recovered=0.97, recovered_se=1e-3),
+             scored("theorem3_superposed_guarded", recovered=0.969, recovered_se=1e-3)]
+    run = analysed("theorem3_superposed", tests=apart).with_names(
+        {"resample": ("faithful", "theorem3_superposed", ("theorem3_superposed_guarded",))},
+        {"resample": tuple(close)})
+    line = record("scratch_d6_seed0", "causal", 6, 0, "theorem3_superposed")
+    line["analysis"] = run.to_dict()
+    (tmp_path / "sweep.jsonl").write_text(json.dumps(line) + "\n")
+    assert census_report.main([str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "census.json").read_text())
+    ties = {t["style"]: t for t in data["ties"]}
+    assert ties["zero"]["tied (intervals overlap)"].startswith("0 of 1")
+    assert ties["mean"]["tied (intervals overlap)"].startswith("0 of 1")
+    assert ties["resample"]["tied (intervals overlap)"].startswith("1 of 1")
+    assert ties["resample"]["ties"] == "theorem3_superposed = theorem3_superposed_guarded"
+    (s,) = data["summary"]
+    # scored()'s model less the circuit recovers 0.0 of the loss under mean and resample ablation;
+    # zero ablation's is recounted from the recorded MSEs
+    zero = census_report.without_recovered(data["runs"][0])
+    assert s["named circuit removed: median loss recovered (zero / mean / resample ablation)"] == (
+        f"{zero:.3f} / 0.000 / 0.000")
+    assert data["runs"][0]["without_resample"] == 0.0
+    assert [t["name"] for t in data["runs"][0]["tested_resample"]] == [t.hypothesis for t in close]

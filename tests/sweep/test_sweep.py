@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, analysed, tiny_grid_text
+from helpers import REPO, analysed, scored, tiny_grid_text
 
 from invperm_interp.cli import main
 from invperm_interp.sweep.engine import run_sweep, units
@@ -180,7 +180,7 @@ def test_a_run_whose_local_worker_is_killed_says_so(tmp_path, capsys):
 def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     import importlib
 
-    from invperm_interp.analysis.verdict import Answer
+    from invperm_interp.analysis.sweep_record import SweepRecord
 
     mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
     seen = []
@@ -199,19 +199,23 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     run_sweep(grid_file(tmp_path, text), out, executor="debug", progress=False)
     assert len(seen) == 4  # cached: a rerun does not analyse again
 
-    # Asking for a second ablation style adds its name to each record, analysing nothing else.
+    # Asking for a second ablation style adds its name and the tests behind it to each record,
+    # analysing nothing else.
     styles = []
 
-    def fake_name_on(model, batch, *, ablation="zero", reference=None, **kwargs):
+    def fake_tested_on(model, batch, *, ablation="zero", reference=None, **kwargs):
         styles.append((ablation, len(batch), len(reference)))
-        return Answer("faithful", "theorem2")
+        return [scored("theorem2", recovered=0.99), scored("two_block", recovered=0.5)]
 
-    monkeypatch.setattr(mech_mod, "name_on", fake_name_on)
+    monkeypatch.setattr(mech_mod, "tested_on", fake_tested_on)
     more = text.replace("mechanism = true", "mechanism = {resample_ablation = true}")
     rows = lines(run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False))
     assert len(seen) == 4 and styles == [("resample", 4096, 4096)] * 4
     record = json.loads((out / "d2_seed0" / "mechanism.json").read_text())
     assert record["name"] == "appendix_b" and record["under"] == {"resample": ["faithful", "theorem2", []]}
+    again = SweepRecord.read(out / "d2_seed0" / "mechanism.json")
+    assert [t.hypothesis for t in again.tested_under["resample"]] == ["theorem2", "two_block"]
+    assert again.named_test("resample").circuit.loss_recovered == 0.99
     run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False)
     assert len(styles) == 4  # now complete: nothing left to do
     # Other samples redo the whole analysis.

@@ -54,7 +54,7 @@ from .verdict import (
 
 __all__ = ["FAITHFUL_RECOVERED", "FAITHFUL_ROWS", "Mechanism", "MinimalCircuit", "is_faithful",
            "is_minimal", "mechanism", "minimal_circuit", "name_by_rule", "name_on", "test_constructions",
-           "verdict_of"]
+           "tested_on", "verdict_of"]
 
 #: ``Mechanism.to_dict``'s format, in ``analysis.json`` and in a sweep's ``mechanism.json``
 #: (``analysis.sweep_record``): 2 added the verdict's intervals, ``also_faithful``, ``borderline``
@@ -255,14 +255,24 @@ def _screen_and_whole(model: DisentangledModel, batch: Batch, screen: int,
     return Tester(model, batch.head(screen), ablation, reference), full
 
 
+def tested_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "zero",
+              reference: Batch | None = None, rule: Rule = RULE,
+              screen: int = SCREEN_SAMPLES) -> list[Faithfulness]:
+    """Every fitting construction tested on ``batch`` under ``ablation`` as the rule tests them
+    (screened on the first ``screen`` samples, a straddling one again on all), without the
+    minimal circuit or the per-cell runs: the scores behind :func:`name_on`'s answer, each with
+    the model less its circuit (``without``) where :func:`test_constructions` runs it."""
+    first, full = _screen_and_whole(model, batch, screen, ablation, reference)
+    return test_constructions(model, first, resolve=full, rule=rule, minimality=False)
+
+
 def name_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "zero",
             reference: Batch | None = None, rule: Rule = RULE,
             screen: int = SCREEN_SAMPLES) -> Answer:
     """The rule's answer (a construction named, borderline or none) on ``batch``, without the
     minimal circuit: what a second evaluation batch or a second ablation style says."""
-    first, full = _screen_and_whole(model, batch, screen, ablation, reference)
-    tested = test_constructions(model, first, resolve=full, rule=rule, minimality=False)
-    return name_by_rule(tested, rule)
+    return name_by_rule(tested_on(model, batch, ablation=ablation, reference=reference, rule=rule,
+                                  screen=screen), rule)
 
 
 def mechanism(model: DisentangledModel, batch: Batch, *, circuit: Circuit | None = None,

@@ -1,7 +1,8 @@
 """What ``invperm sweep`` records of a finished run (its ``mechanism.json``): the same
 :class:`analysis.mechanism.Mechanism` record ``invperm analyze`` writes, measured on ``samples``
 fresh samples from ``seed``, plus the rule's name on more batches (seeds ``seed + 1``, …) and under
-other ablation styles of the cells outside the circuit. One format, one version
+other ablation styles of the cells outside the circuit, with the scores behind each such name (so a
+census can recount its ties and completeness under every style). One format, one version
 (``mechanism.VERSION``): the sweep's fields sit beside the mechanism's in one JSON object.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .faithfulness import Faithfulness
 from .mechanism import Mechanism
 from .verdict import Answer
 
@@ -25,18 +27,25 @@ class SweepRecord:
     """A run's :class:`Mechanism` on ``samples`` samples from ``seed``; ``names_by_batch``: the
     rule's :class:`Answer` on each of the sweep's batches (the first is ``mechanism.answer``);
     ``under``: its answer under each other ablation style measured (a :data:`STYLES` entry →
-    answer)."""
+    answer); ``tested_under``: the construction tests behind each such answer, as
+    ``mechanism.tested`` holds them for zero ablation (each with the model less its circuit,
+    ``without``, where the rule ran it), on the first ``mechanism.SCREEN_SAMPLES`` samples or, for
+    one whose interval straddled a threshold there, on all ``samples``."""
 
     mechanism: Mechanism
     samples: int
     seed: int
     names_by_batch: tuple[Answer, ...]
     under: Mapping[str, Answer] = field(default_factory=dict)
+    tested_under: Mapping[str, tuple[Faithfulness, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if set(self.under) - set(STYLES):
-            raise ValueError(f"under: ablation styles must be among {STYLES}, got {sorted(self.under)}")
+        for label, styles in (("under", self.under), ("tested_under", self.tested_under)):
+            if set(styles) - set(STYLES):
+                raise ValueError(f"{label}: ablation styles must be among {STYLES}, got {sorted(styles)}")
         object.__setattr__(self, "under", {s: self.under[s] for s in STYLES if s in self.under})
+        object.__setattr__(self, "tested_under", {s: tuple(self.tested_under[s]) for s in STYLES
+                                                  if s in self.tested_under})
 
     @property
     def answer(self) -> Answer:
@@ -48,21 +57,38 @@ class SweepRecord:
 
     def lacks(self, settings: Mapping) -> list[str] | None:
         """The ablation styles a grid's analysis ``settings`` (``samples``, ``seed``, ``batches``,
-        ``<style>_ablation``) asks for that this record has no name under; None when it was measured
-        otherwise (other samples, seed or batches: analyse again)."""
+        ``<style>_ablation``) asks for that this record has no name under, or no tests behind the
+        name (a record written before they were kept); None when it was measured otherwise (other
+        samples, seed or batches: analyse again)."""
         if (self.samples, self.seed, self.batches) != (
                 settings["samples"], settings["seed"], settings["batches"]):
             return None
-        return [s for s in STYLES if settings.get(f"{s}_ablation") and s not in self.under]
+        return [s for s in STYLES if settings.get(f"{s}_ablation")
+                and (s not in self.under or s not in self.tested_under)]
 
-    def with_names(self, names: Mapping[str, Answer]) -> SweepRecord:
-        """This record with the answers under more ablation styles."""
-        return replace(self, under={**self.under, **names})
+    def with_names(self, names: Mapping[str, Answer],
+                   tested: Mapping[str, tuple[Faithfulness, ...]] | None = None) -> SweepRecord:
+        """This record with the answers under more ablation styles (and the tests behind them)."""
+        return replace(self, under={**self.under, **names},
+                       tested_under={**self.tested_under, **(tested or {})})
+
+    def named_test(self, style: str) -> Faithfulness | None:
+        """The test of the construction named under ``style`` (``"zero"``: the mechanism's own),
+        whose ``without`` is the model less that circuit; None when the style names none or its
+        tests were not kept."""
+        if style == "zero":
+            return self.mechanism.faithfulness if self.mechanism.name is not None else None
+        answer = self.under.get(style)
+        if answer is None or answer.name is None:
+            return None
+        return next((t for t in self.tested_under.get(style, ()) if t.hypothesis == answer.name), None)
 
     def to_dict(self) -> dict:
         return {**self.mechanism.to_dict(), "samples": self.samples, "seed": self.seed,
                 "names_by_batch": list(self.names_by_batch),
-                "under": dict(self.under)}
+                "under": dict(self.under),
+                "tested_under": {s: [t.to_dict() for t in tests]
+                                 for s, tests in self.tested_under.items()}}
 
     @classmethod
     def from_dict(cls, data: dict) -> SweepRecord:
@@ -71,7 +97,9 @@ class SweepRecord:
         answer = Answer.read if data["version"] > 3 else Answer.of_label
         return cls(mechanism, data["samples"], data["seed"],
                    tuple(answer(a) for a in data["names_by_batch"]),
-                   {s: answer(a) for s, a in data.get("under", {}).items()})
+                   {s: answer(a) for s, a in data.get("under", {}).items()},
+                   {s: tuple(Faithfulness.from_dict(t) for t in tests)
+                    for s, tests in data.get("tested_under", {}).items()})
 
     @classmethod
     def read(cls, path: str | Path) -> SweepRecord:

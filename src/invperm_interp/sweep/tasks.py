@@ -144,10 +144,10 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
     library's rule on ``samples`` fresh samples of generator ``seed`` (every tested construction's
     scores with standard errors, so that a report can recount at other thresholds, and the minimal
     circuit); ``batches`` > 1 also names it on the batches of seeds ``seed + 1``, …,
-    ``mean_ablation`` and ``resample_ablation`` under those ablation styles. Cached in
-    ``run_dir/mechanism.json``: redone when the version, samples, seed or batches differ; a name
-    under an ablation style the record lacks is added to it. None for an unfinished or diverged
-    run."""
+    ``mean_ablation`` and ``resample_ablation`` under those ablation styles (with the tests behind
+    each name). Cached in ``run_dir/mechanism.json``: redone when the version, samples, seed or
+    batches differ; a name (or its tests) under an ablation style the record lacks is added to it.
+    None for an unfinished or diverged run."""
     from ..analysis.sweep_record import STYLES, SweepRecord
 
     settings = {"samples": samples, "seed": seed, "batches": batches,
@@ -162,6 +162,7 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
         return cached
     if not RunDir(run_dir).is_finished:
         return None
+    from ..analysis.mechanism import name_by_rule
     from ..analysis.verdict import evaluation_batch
     from ..runs.checkpoint import atomic_write
     from ..training.run import Run
@@ -171,24 +172,24 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
     if missing is None:
         cached = _sweep_record(model, batch, samples, seed, batches)
         missing = [s for s in STYLES if settings[f"{s}_ablation"]]
-    record = cached.with_names({s: _name_under(s, model, batch, samples, seed + batches)
-                                for s in missing})
+    tested = {s: _tested_under(s, model, batch, samples, seed + batches) for s in missing}
+    record = cached.with_names({s: name_by_rule(t) for s, t in tested.items()}, tested)
     atomic_write(path, (json.dumps(record.to_dict()) + "\n").encode())
     return record
 
 
-def _name_under(style: str, model, batch, samples: int, reference_seed: int):
-    """The rule's answer with the cells outside the circuit mean-ablated (means over
-    ``MEAN_REFERENCE`` reference samples) or resample-ablated (each sample's removed scores taken
-    on its own reference sample, ``samples`` of them)."""
-    from ..analysis.mechanism import name_on
+def _tested_under(style: str, model, batch, samples: int, reference_seed: int) -> tuple:
+    """The constructions tested as the rule tests them with the cells outside the circuit
+    mean-ablated (means over ``MEAN_REFERENCE`` reference samples) or resample-ablated (each
+    sample's removed scores taken on its own reference sample, ``samples`` of them)."""
+    from ..analysis.mechanism import tested_on
     from ..analysis.verdict import evaluation_batch
 
     if style == "mean":
         reference = evaluation_batch(model, min(samples, MEAN_REFERENCE), reference_seed)
-        return name_on(model, batch, ablation="mean", reference=reference)
+        return tuple(tested_on(model, batch, ablation="mean", reference=reference))
     reference = evaluation_batch(model, samples, reference_seed + 1)
-    return name_on(model, batch, ablation="resample", reference=reference)
+    return tuple(tested_on(model, batch, ablation="resample", reference=reference))
 
 
 def _sweep_record(model, batch, samples: int, seed: int, batches: int):
