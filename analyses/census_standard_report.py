@@ -95,6 +95,11 @@ def standard_rows(folder: Path) -> list[dict]:
     return rows
 
 
+def rows_from_json(path: Path) -> list[dict]:
+    """The standard runs' rows of a ``census_standard.json`` this script wrote."""
+    return [r for r in json.loads(path.read_text())["runs"] if r["architecture"] != DISENTANGLED]
+
+
 def disentangled_rows(census: dict, ds: set[int]) -> list[dict]:
     """The disentangled census's runs at the sweep's ``d`` values, in this report's columns."""
     return [{"run": r["run"], "kind": r["kind"], "d": r["d"], "architecture": DISENTANGLED,
@@ -215,21 +220,29 @@ def write(rows: list[dict], folder: Path) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=Path, help="the standard census sweep's output folder")
+    parser.add_argument("folder", type=Path, help="the standard census sweep's output folder, or "
+                        "a census_standard.json with --from-json")
     parser.add_argument("--census", type=Path, default=ASSETS / "census.json",
                         help="the disentangled census (default assets/census.json)")
+    parser.add_argument("--from-json", action="store_true",
+                        help="the standard runs' rows from a census_standard.json this script wrote "
+                        "(the disentangled ones from --census again)")
     parser.add_argument("--update-assets", action="store_true", help="write into assets/")
     args = parser.parse_args(argv)
-    if not (args.folder / "sweep.jsonl").is_file():
+    if args.from_json:
+        rows = rows_from_json(args.folder)
+    elif not (args.folder / "sweep.jsonl").is_file():
         print(f"{args.folder} has no sweep.jsonl: run `invperm sweep "
               f"analyses/grids/census_standard.toml --out {args.folder}` first", file=sys.stderr)
         return 2
-    rows = standard_rows(args.folder)
+    else:
+        rows = standard_rows(args.folder)
     if not rows:
         print(f"no runs in {args.folder}", file=sys.stderr)
         return 1
     rows += disentangled_rows(json.loads(args.census.read_text()), {r["d"] for r in rows})
-    for path in write(rows, ASSETS if args.update_assets else args.folder):
+    out = ASSETS if args.update_assets else args.folder.parent if args.from_json else args.folder
+    for path in write(rows, out):
         print(f"wrote {path}")
     return 0
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import analysed, analyses_script
+from helpers import REPO, analysed, analyses_script
 
 
 @pytest.fixture
@@ -74,3 +74,14 @@ def test_a_tie_of_one_constructions_placements_is_that_construction(report):
     assert report.construction_of("two_block @ L1h1→L2h0 = two_block @ L1(h0+h1)→L2h0") == "two_block"
     assert report.construction_of("a @ L1h0→L2h0 = b @ L1h1→L2h0") == "a = b"
     assert report.construction_of("none") == "none" and report.construction_of(None) is None
+
+
+def test_the_committed_report_is_what_its_json_and_the_committed_census_make(tmp_path, report):
+    """assets/census_standard.md is regenerated from its own JSON's standard rows and the committed
+    disentangled census, so a re-run census updates it without the standard runs."""
+    committed = REPO / "assets" / "census_standard.json"
+    (tmp_path / committed.name).write_text(committed.read_text())
+    assert report.main([str(tmp_path / committed.name), "--from-json"]) == 0
+    for ext in ("json", "md"):
+        assert (tmp_path / f"census_standard.{ext}").read_text() == (
+            REPO / "assets" / f"census_standard.{ext}").read_text()
