@@ -54,7 +54,7 @@ def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
                      "step": record["step"], "steps_to_target": record["steps_to_solve"],
                      "final_mse": record["final"] and record["final"].mse,
                      "rows_exact": record["final"] and record["final"].row_acc,
-                     "mechanism": str(analysis.answer), **run_columns(analysis)})
+                     "mechanism": _text(analysis.answer), **run_columns(analysis)})
     return rows, dict(planned)
 
 
@@ -77,7 +77,7 @@ def run_columns(record: SweepRecord) -> dict:
         "minimal_weight_share": m.weight_share, "minimal_read": list(m.read),
         "minimal_cells": [cell_text(c) for c in m.cells],
         "tested": tested_columns(mech.tested, rule),
-        "names_by_batch": [str(a) for a in record.names_by_batch],
+        "names_by_batch": [_text(a) for a in record.names_by_batch],
         "name_mean_ablation": _text(record.under.get("mean")),
         "resample_ablation": "resample" in record.under,
         "name_resample_ablation": _text(record.under.get("resample")),
@@ -100,7 +100,19 @@ def _without(test) -> float | None:
 
 
 def _text(answer) -> str | None:
-    return None if answer is None else str(answer)
+    """An answer as the census counts it: a tie as its set, names in alphabetical order (which
+    one a batch put first is the tie-break's, not a finding), so one tie is one name in every
+    style and batch."""
+    if answer is None:
+        return None
+    return " = ".join(sorted(answer.names)) if answer.tied else str(answer)
+
+
+def flips(names: list[str]) -> bool:
+    """Whether two batches name disjoint sets of constructions (a name and a tie holding it, as
+    ``a`` and ``a = b``, do not flip; ``none`` is a name of its own, ``borderline`` set aside)."""
+    sets = [set(n.split(" = ")) for n in names if n != "borderline"]
+    return any(not a & b for i, a in enumerate(sets) for b in sets[i + 1:])
 
 
 def rows_from_json(path: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
@@ -182,7 +194,37 @@ def ties(rows: list[dict]) -> list[dict]:
                         "another construction faithful too": also,
                         "tied (intervals overlap)": share_text(sum(bool(a.tied) for a in named),
                                                                len(named)),
-                        "ties": ", ".join(sorted({str(a) for a in named if a.tied})) or "-"})
+                        "ties": ", ".join(sorted({_text(a) for a in named if a.tied})) or "-"})
+    return out
+
+
+#: The forms found in this census's unnamed scratch runs and registered after them
+#: (assets/discovery.md): the census is recounted without them to show what they add.
+GUARDED = ("theorem3_superposed_guarded", "theorem3_superposed_complement_guarded")
+
+
+def guarded_recount(rows: list[dict]) -> list[dict]:
+    """Per style, the solved causal-scratch runs named, borderline and none by the rule from the
+    recorded tests with the guarded forms (:data:`GUARDED`) and without them (the same tests, those
+    forms left out), and how many the guarded form alone names (not tied)."""
+    solved = [r for r in rows if r["kind"] == "scratch" and r["steps_to_target"] is not None]
+    out = []
+    for style, key in (("zero", "tested"), ("mean", "tested_mean"), ("resample", "tested_resample")):
+        mine = [r for r in solved if key in r]
+        if not mine:
+            continue
+        line = {"style": style, "solved": len(mine)}
+        for label, leave in (("with the guarded forms", ()), ("without them", GUARDED)):
+            answers = [name_by_rule([t for t in recorded_tests(r, key) if t.hypothesis not in leave])
+                       for r in mine]
+            verdicts = Counter(a.verdict for a in answers)
+            line[f"{label}: named / borderline / none"] = (
+                f"{len(mine) - verdicts['borderline'] - verdicts['none']} / {verdicts['borderline']} / "
+                f"{verdicts['none']}")
+            if not leave:
+                line["'none' with them"] = share_text(verdicts["none"], len(mine))
+                line["a guarded form alone"] = sum(a.name in GUARDED and not a.tied for a in answers)
+        out.append(line)
     return out
 
 
@@ -241,8 +283,7 @@ def summarize(rows: list[dict], planned: dict[tuple[str, int], int]) -> list[dic
             "named (95% CI)": share_text(len(named), len(solved)),
             "borderline": counts.get("borderline", 0),
             "same name on 3 batches": share_text(len(stable), len(solved)),
-            "flips between two names (borderline aside)": sum(
-                len(set(r["names_by_batch"]) - {"borderline"}) > 1 for r in solved),
+            "flips between two names (borderline aside)": sum(flips(r["names_by_batch"]) for r in solved),
             "same name under mean ablation": (
                 f"{sum(r['name_mean_ablation'] == r['mechanism'] for r in mean)} of {len(mean)}"),
             "same name under resample ablation": (
@@ -330,9 +371,16 @@ def agreement(row: dict) -> str:
     return groups[2] if named else groups[3]
 
 
+def shares(a: str, b: str) -> bool:
+    """Whether two names (a construction, or a tie ``x = y``) hold a construction in common."""
+    return bool(set(a.split(" = ")) & set(b.split(" = ")) - {"none", "borderline"})
+
+
 def by_style(rows: list[dict]) -> list[dict]:
     """Per model and name the rule gives (solved runs with all three names): how many runs keep it
-    under mean ablation, under resample ablation and under both."""
+    under mean ablation, under resample ablation and under both, and how many are named there by
+    a name sharing a construction with it (alone or in a tie: the styles agree on it, if not on
+    whether it is tied)."""
     counts: dict[tuple[str, str], Counter] = {}
     for r in rows:
         if r["steps_to_target"] is None or not _has_all_styles(r):
@@ -340,20 +388,25 @@ def by_style(rows: list[dict]) -> list[dict]:
         c = counts.setdefault((r["kind"], r["mechanism"]), Counter())
         mean, resample = (r["name_mean_ablation"] == r["mechanism"],
                           r["name_resample_ablation"] == r["mechanism"])
-        c.update(runs=1, mean=mean, resample=resample, both=mean and resample)
+        c.update(runs=1, mean=int(mean), resample=int(resample), both=int(mean and resample),
+                 held_mean=int(shares(r["mechanism"], r["name_mean_ablation"])),
+                 held_resample=int(shares(r["mechanism"], r["name_resample_ablation"])))
     return [{"model": kind, "name by the rule": name, "runs": c["runs"],
              "same under mean ablation": c["mean"], "same under resample ablation": c["resample"],
-             "same under both": c["both"]}
+             "same under both": c["both"],
+             "shares a construction with it under mean / resample ablation":
+             f"{c['held_mean']} / {c['held_resample']}"}
             for (kind, name), c in sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[1]["runs"]))]
 
 
 def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
     """Top left: every tested construction of every solved run, rows exact against loss recovered
-    (the rule's thresholds dashed). Top right: mechanism counts per configuration. Bottom: how the
-    names under the three ablation styles agree, per configuration."""
+    (the rule's thresholds dashed). Top right: mechanism counts per configuration (a tie hatched in
+    its first member's colour). Bottom: how the names under the three ablation styles agree, per
+    configuration."""
     from invperm_interp.analysis.mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS
 
-    fig = plt.figure(figsize=(14, 8.6))
+    fig = plt.figure(figsize=(15, 8.6))
     grid = fig.add_gridspec(2, 2, width_ratios=(1, 1.15), height_ratios=(1, 0.7))
     left, right = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     styles = fig.add_subplot(grid[1, :])
@@ -384,7 +437,10 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
         heights = [sum(1 for r in rows if r["kind"] == s["model"] and r["d"] == s["d"]
                        and r["steps_to_target"] is not None and r["mechanism"] == mech)
                    for s in summary]
-        right.bar(labels, heights, bottom=bottom, label=mech, color=color.get(mech, "k"))
+        first = mech.split(" = ")[0]  # a tie: its first member's colour, hatched
+        right.bar(labels, heights, bottom=bottom, label=mech, color=color.get(first, "k"),
+                  hatch="///" if " = " in mech else None, edgecolor="white" if " = " in mech else None,
+                  linewidth=0)
         bottom = [b + h for b, h in zip(bottom, heights)]
     right.set_ylim(0, max(bottom, default=0) * 1.08 + 1)  # the tallest bar clear of the frame
     right.set_ylabel("solved runs")
@@ -421,9 +477,10 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
     samples = sorted({r["samples"] for r in rows}) or ["-"]
     paths = [folder / f"census.{ext}" for ext in ("json", "md", "png", "svg")]
     styles, tied, apart = by_style(rows), ties(rows), distinguishability()
+    recount = guarded_recount(rows)
     paths[0].write_text(json.dumps({"summary": summary, "sensitivity": table, "by_style": styles,
-                                    "ties": tied, "distinguishability": apart, "runs": rows},
-                                   indent=1) + "\n")
+                                    "ties": tied, "distinguishability": apart,
+                                    "guarded_recount": recount, "runs": rows}, indent=1) + "\n")
     per_run = ["run", "steps_to_target", "final_mse", "mechanism", "also_faithful",
                "circuit_rows_exact", "loss_recovered", "names_by_batch", "name_mean_ablation",
                "name_resample_ablation",
@@ -493,6 +550,11 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         "and resample ablation from the tests the sweep keeps beside each name; runs whose record "
         "lacks them are left out):", "",
         *table_lines(tied), "",
+        "## What the guarded forms add", "",
+        "The causal-scratch runs recounted from the same recorded tests with the two guarded "
+        "superposed forms (found in this census's unnamed runs: assets/discovery.md) and with "
+        "them left out, under each style:", "",
+        *(table_lines(recount) if recount else ["No causal-scratch run was analysed."]), "",
         "## Where the ablation styles disagree", "",
         "Solved runs whose name under mean ablation (each removed cell's score contribution "
         "replaced by its mean over 1,024 reference samples) or under resample ablation (by its "

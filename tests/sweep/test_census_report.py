@@ -153,3 +153,39 @@ def test_ties_and_completeness_are_recounted_under_every_style_the_sweep_kept_te
         f"{zero:.3f} / 0.000 / 0.000")
     assert data["runs"][0]["without_resample"] == 0.0
     assert [t["name"] for t in data["runs"][0]["tested_resample"]] == [t.hypothesis for t in close]
+
+
+def test_a_tie_is_counted_as_its_set_whichever_name_the_batch_put_first(census_report):
+    from invperm_interp.analysis.verdict import Answer
+
+    record = analysed("theorem3_superposed").with_names({
+        "mean": Answer("faithful", "theorem3_superposed_guarded", ("theorem3_superposed",)),
+        "resample": Answer("faithful", "theorem3_superposed", ("theorem3_superposed_guarded",))})
+    row = census_report.run_columns(record)
+    assert row["name_mean_ablation"] == row["name_resample_ablation"] == (
+        "theorem3_superposed = theorem3_superposed_guarded")
+
+
+def test_names_share_a_construction_alone_or_in_a_tie(census_report):
+    assert census_report.shares("a", "a = b") and census_report.shares("a = b", "b")
+    assert not census_report.shares("a", "b") and not census_report.shares("none", "none")
+
+
+def test_a_flip_is_two_batches_naming_disjoint_constructions(census_report):
+    assert not census_report.flips(["a", "a = b", "a"])  # a tie on one batch holds the name
+    assert not census_report.flips(["a", "borderline", "a"])
+    assert census_report.flips(["a", "b = c", "a"]) and census_report.flips(["a", "none", "a"])
+
+
+def test_the_recount_without_the_guarded_forms_leaves_them_out_of_the_same_tests(census_report):
+    tests = [scored("theorem3_superposed_guarded", recovered=0.97, recovered_se=1e-3),
+             scored("theorem3_superposed", rows=0.5)]
+    rows = [dict(census_report.run_columns(analysed("theorem3_superposed_guarded", tests=tests)),
+                 kind="scratch", steps_to_target=700),
+            dict(census_report.run_columns(analysed("two_block")), kind="scratch", steps_to_target=700)]
+    by_style = {r["style"]: r for r in census_report.guarded_recount(rows)}
+    for style in ("zero", "mean", "resample"):
+        line = by_style[style]
+        assert line["with the guarded forms: named / borderline / none"] == "2 / 0 / 0"
+        assert line["without them: named / borderline / none"] == "1 / 0 / 1"
+        assert line["a guarded form alone"] == 1
