@@ -139,9 +139,16 @@ def summarize(rows: list[dict]) -> list[dict]:
 def plot(summary: list[dict], path: Path) -> None:
     """Per setting, each architecture's trained runs: unsolved, then the solved by name."""
     kinds = [k for k in KINDS if any(s["model"] == k for s in summary)]
-    fig, axes = plt.subplots(len(kinds), 1, figsize=(7.5, 1.2 + 1.3 * len(kinds) * 1.4), squeeze=False)
+    entries = [len({n for s in summary if s["model"] == k for n in s["names"]}) + 1 for k in kinds]
+    heights = [max(1.8, 0.9 + 0.2 * n) for n in entries]  # room for each panel's legend
+    fig, axes = plt.subplots(len(kinds), 1, figsize=(7.5, sum(heights) + 0.4), squeeze=False,
+                             gridspec_kw={"height_ratios": heights, "hspace": 0.45})
     names = sorted({n for s in summary for n in s["names"]} - {"none", "borderline"})
-    colours = dict(zip(names, plt.get_cmap("tab10").colors))
+    single = [n for n in names if " = " not in n]
+    palette = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # grey is 'none'
+    colours = dict(zip(single, palette))
+    colours |= {n: colours.get(n.split(" = ")[0], "#444444") for n in names if " = " in n}  # a tie:
+    hatch = {n: "xx" for n in names if " = " in n} | {"not solved": "//"}  # its first member's, hatched
     colours.update({"borderline": "#777777", "none": "#bbbbbb", "not solved": "#ffffff"})
     order = [*names, "borderline", "none", "not solved"]
     for ax, kind in zip(axes[:, 0], kinds):
@@ -157,8 +164,7 @@ def plot(summary: list[dict], path: Path) -> None:
                 k = unsolved if name == "not solved" else s["names"].get(name, 0)
                 if k:
                     ax.barh(y, k / total, left=left, height=0.7, color=colours[name],
-                            edgecolor="#333333", linewidth=0.6,
-                            hatch="//" if name == "not solved" else None)
+                            edgecolor="#333333", linewidth=0.6, hatch=hatch.get(name))
                     left += k / total
                     shown.add(name)
             if not s["trained"]:
@@ -167,14 +173,13 @@ def plot(summary: list[dict], path: Path) -> None:
         ax.set_ylim(len(group) - 0.5, -0.5)
         ax.set_xlim(0, 1)
         ax.set_title(KINDS[kind], fontsize=10)
-        ax.set_xlabel("share of trained runs", fontsize=9)
+        if ax is axes[-1, 0]:
+            ax.set_xlabel("share of trained runs", fontsize=9)
         patches = [plt.Rectangle((0, 0), 1, 1, facecolor=colours[n], edgecolor="#333333",
-                                 linewidth=0.6, hatch="//" if n == "not solved" else None)
-                   for n in order if n in shown]
+                                 linewidth=0.6, hatch=hatch.get(n)) for n in order if n in shown]
         ax.legend(patches, [n for n in order if n in shown], fontsize=8, loc="upper left",
                   bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=130, bbox_inches="tight")  # the legends outside the axes included
     plt.close(fig)
 
 
