@@ -85,10 +85,10 @@ scrubbing: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/scrubbing.toml --out runs/scrubbing --workers 1
 	$(PY) analyses/scrubbing.py runs/scrubbing
 
-# The census's unnamed causal-scratch runs that stop by step 2,000, re-trained with four named ones
-# (21 runs, about 30 CPU minutes with their analysis), grouped by cell set and by behaviour and
-# named again with the guarded superposed forms registered: assets/discovery.{md,json}, read in
-# docs/results/census.md.
+# The causal-scratch runs the census's rule left unnamed before the guarded superposed forms were
+# registered that stop by step 2,000, re-trained with four named ones (21 runs, about 30 CPU minutes
+# with their analysis), grouped by cell set and by behaviour and named with and without the guarded
+# forms: assets/discovery.{md,json}, read in docs/results/census.md.
 discovery: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/discovery.toml --out runs/discovery --workers 1
 	$(PY) analyses/discovery.py runs/discovery

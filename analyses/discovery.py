@@ -11,10 +11,12 @@ Two groupings of the minimal circuits the census's rule leaves unnamed ('none'),
 - **the recount**: the superposed forms plus the layer-1 **content-mass guard** (:data:`GUARD`:
   the query row's content lifts the ``P`` keys, lowers the ``Y_P`` keys and lowers keys by their
   own content), found here and now in the library's registry (``maths.registry``:
-  ``theorem3_superposed_guarded`` and its complement twin), and every run is named again by the
-  rule under zero, mean and resample ablation and scrubbing (``analysis.scrub``), ties reported
+  ``theorem3_superposed_guarded`` and its complement twin), and every run is named by the rule
+  under zero, mean and resample ablation and scrubbing (``analysis.scrub``), ties reported
   (``analysis.ties``), with the named circuit's completeness (the model without it) under every
-  style. "Before" is the name the census's sweep recorded, by the registry it ran with.
+  style. "Before" is the rule's name from the same tests with the guarded forms left out
+  (:func:`without_forms`): what the registry named before they were registered, whatever registry
+  the runs' sweep ran with.
 
 The guard is exact as β grows because it changes no lookup: a scratch row's content is 0, so its
 queries get nothing; a ``P`` row's query (mass 1) lifts every ``P`` key by β and lowers it by β (net
@@ -43,13 +45,15 @@ from invperm_interp.analysis.faithfulness import Tester
 from invperm_interp.analysis.hypothesis import Hypothesis, as_hypothesis
 from invperm_interp.analysis.mechanism import (
     SCREEN_SAMPLES,
+    Answer,
     name_by_rule,
     test_constructions,
     verdict_of,
 )
+from invperm_interp.analysis.placements import construction_of
 from invperm_interp.analysis.scrub import completeness, scrub_tester
 from invperm_interp.analysis.sweep_record import SweepRecord
-from invperm_interp.analysis.verdict import RULE, UNNAMED, evaluation_batch
+from invperm_interp.analysis.verdict import RULE, evaluation_batch
 from invperm_interp.maths import registry
 
 SAMPLES, SEED = 4096, 12345  # the census's evaluation batch
@@ -68,6 +72,17 @@ def beta_exact() -> dict[str, float]:
     """The guarded forms' ``beta_exact`` in the registry (each checked exact at every d of its
     range by tests/maths/test_constructions.py)."""
     return {name: registry.get(name).beta_exact for name in FORMS}
+
+
+def without_forms(tested: list) -> Answer:
+    """The rule's answer from ``tested`` (anything :func:`name_by_rule` reads) with the guarded forms
+    (:data:`FORMS`, at any placement) left out: the name before they were registered."""
+    return name_by_rule([t for t in tested if construction_of(t.hypothesis) not in FORMS])
+
+
+def as_list(answer: Answer) -> list:
+    """``[verdict, name, tied]``: an answer as the record keeps it."""
+    return [answer.verdict, answer.name, list(answer.tied)]
 
 
 # -- by cell set (the committed census) --------------------------------------------------------------
@@ -104,7 +119,7 @@ def by_cell_set(rows: list[dict]) -> dict:
     return {"runs": len(none), "forms": len(forms),
             "forms_held_by_several": sum(n > 1 for n in forms.values()),
             "runs_in_shared_forms": sum(n for n in forms.values() if n > 1),
-            "largest_form": max(forms.values()),
+            "largest_form": max(forms.values(), default=0),
             "superposed_sites": len(superposed), "complement_sites": len(complement),
             "superposed_cells": len(recorded),
             "per_run": {run: {"cells": len(s), "superposed_held": len(s & superposed),
@@ -144,12 +159,11 @@ def analyse(run_dir: Path) -> dict:
     model = HookedDisentangledTransformer.from_run(str(run_dir))
     record = SweepRecord.read(run_dir / "mechanism.json")
     batch = evaluation_batch(model, SAMPLES, SEED)
-    names, scores = {}, {}
+    names, before, scores = {}, {}, {}
     for style in STYLES:
         screen, full = testers(model, batch, style)
         tested = test_constructions(model, screen, resolve=full, minimality=False)
-        answer = name_by_rule(tested)
-        names[style] = [answer.verdict, answer.name, list(answer.tied)]
+        names[style], before[style] = as_list(name_by_rule(tested)), as_list(without_forms(tested))
         scores[style] = {t.hypothesis: score_dict(t) for t in tested}
     head = names[HEADLINE]
     claim = head[1] or "theorem3_superposed_guarded"
@@ -158,7 +172,7 @@ def analyse(run_dir: Path) -> dict:
     return {"run": run_dir.name, "d": model.cfg.d, "census_names": {
                 "zero": str(record.answer), "mean": str(record.under.get("mean")),
                 "resample": str(record.under.get("resample"))},
-            "names": names, "scores": scores, "claim": claim,
+            "before": before, "names": names, "scores": scores, "claim": claim,
             "completeness": {s: v.loss_recovered for s, v in removed.items()},
             "minimal": {"cells": [list(c) for c in minimal.cells], "read": list(minimal.read),
                         "faithful": minimal.faithful},
@@ -184,8 +198,13 @@ def text(name: list) -> str:
     return " = ".join([named, *tied]) if named else verdict
 
 
+def unnamed_before(rows: list[dict]) -> list[dict]:
+    """The rows the rule calls 'none' under zero ablation with the guarded forms left out."""
+    return [r for r in rows if r["before"]["zero"][0] == "none"]
+
+
 def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
-    none = [r for r in rows if r["census_names"]["zero"] == "none"]
+    none = unnamed_before(rows)
     n = len(none)
     lines = [
         "# Discovery by function: the census's unnamed causal-scratch runs", "",
@@ -193,7 +212,8 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
         "analyses/grids/discovery.toml (the census's settings and seeds, re-trained); read in "
         "docs/results/census.md. Counts carry Wilson 95% intervals.", "",
         "## By cell set (the committed census)", "",
-        f"The {census['runs']} solved causal-scratch runs the rule calls 'none', each minimal circuit as "
+        f"The {census['runs']} solved causal-scratch runs the committed census's rule calls 'none' (its "
+        "registry holds the guarded forms), each minimal circuit as "
         "its set of (layer, query, key) cells with a layer's copies identified (`L1.pos.S` ~ "
         "`pos.S`, `L1.x` ~ `x`), templates and signs set aside: "
         f"**{census['forms']} cell sets**, {census['forms_held_by_several']} of them held by more than "
@@ -222,35 +242,35 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
                   f"{max(r['guard_betas'][i] for r in rows):.2f}"
                   for i, (_, q, k, label) in enumerate(GUARD)) + ".", "",
               "## The re-trained runs", "",
-              f"{len(rows)} runs ({n} the census calls 'none'), each named again by the rule on the "
-              "census's 4,096 evaluation samples (seed 12345) under every style with the guarded "
-              "forms registered; a tie is the set of faithful constructions whose loss-recovered "
+              f"{len(rows)} runs ({n} of them 'none' under zero ablation without the guarded forms), "
+              "each named by the rule on the census's 4,096 evaluation samples (seed 12345) under "
+              "every style, with the guarded forms and, **before**, from the same tests with them "
+              "left out; a tie is the set of faithful constructions whose loss-recovered "
               "intervals overlap (`analysis.ties`). **without**: the loss the model recovers with "
               "the named circuit removed (the guarded superposed form where the headline style, "
               f"{HEADLINE} ablation, names none).", "",
-              "| style | census 'none' runs named before (the sweep's names: the rule and registry the "
-              "census ran with) | named with the guarded forms | of them ties | median loss recovered "
+              f"| style | of those {n}, named before (the guarded forms left out) | named with the "
+              "guarded forms | of them ties | median loss recovered "
               "without the named circuit (every run) | names |",
               "| --- | --- | --- | --- | --- | --- |"]
     for style in STYLES:
-        before = (sum(r["census_names"][style] not in UNNAMED for r in none) if style != "scrub"
-                  else None)
+        before = sum(r["before"][style][1] is not None for r in none)
         now = [r for r in none if r["names"][style][1]]
         ties = sum(bool(r["names"][style][2]) for r in now)
         left = sorted(r["completeness"][style] for r in rows)
         median = (left[(len(left) - 1) // 2] + left[len(left) // 2]) / 2
         names = Counter(text(r["names"][style]) if not r["names"][style][2] else " = ".join(
             sorted([r["names"][style][1], *r["names"][style][2]])) for r in none)  # a tie as a set
-        lines.append(f"| {style} | {'-' if before is None else share_text(before, n)} | "
+        lines.append(f"| {style} | {share_text(before, n)} | "
                      f"{share_text(len(now), n)} | {ties} | {median:.3f} | "
                      + ", ".join(f"{k}: {v}" for k, v in names.most_common()) + " |")
     shared = Counter(frozenset(v) for v in runs_on.values())
     lines += ["", "## By behaviour", "",
               "Each run's minimal circuit (its cells, zero ablation, 1,024 samples) scored on every "
               "re-trained run: on how many it is faithful (the rule's thresholds, point estimates).",
-              "", "| run | census name (zero) | minimal cells | faithful on runs |",
+              "", "| run | before (zero) | minimal cells | faithful on runs |",
               "| --- | --- | --- | --- |"]
-    lines += [f"| {r['run']} | {r['census_names']['zero']} | {len(r['minimal']['cells'])} | "
+    lines += [f"| {r['run']} | {text(r['before']['zero'])} | {len(r['minimal']['cells'])} | "
               f"{len(runs_on[r['run']])} of {len(rows)} |" for r in rows]
     widest = max(rows, key=lambda r: len(runs_on[r["run"]]))
     lines += ["", f"Distinct sets of runs run by one circuit: {len(shared)}; the widest, "

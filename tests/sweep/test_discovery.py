@@ -1,9 +1,10 @@
 """analyses/discovery.py: the census's minimal cells are grouped with a layer's copies identified,
-and the forms it names are the registry's."""
+the forms it names are the registry's, and "before" is the same tests' name without them."""
 
 import pytest
-from helpers import analyses_script
+from helpers import analyses_script, scored
 
+from invperm_interp.analysis.mechanism import name_by_rule
 from invperm_interp.maths import registry
 
 
@@ -32,3 +33,14 @@ def test_minimal_cells_are_grouped_with_a_layers_copies_identified(discovery):
     assert (found["runs"], found["forms"], found["forms_held_by_several"]) == (3, 2, 1)
     assert found["per_run"]["r0"]["layer1_content_query"] == ["(x, pos.P)"]
     assert found["per_run"]["r2"]["superposed_cells_held"] == 1
+
+
+def test_before_is_the_rules_name_from_the_same_tests_with_the_guarded_forms_left_out(discovery):
+    tests = [scored("theorem3_superposed_guarded @ L1h0→L2h0", recovered=0.97, recovered_se=1e-3),
+             scored("theorem3_superposed_complement_guarded", recovered=0.96, recovered_se=1e-3),
+             scored("theorem3_superposed", recovered=0.93, recovered_se=1e-3),
+             scored("theorem3", recovered=0.50, recovered_se=1e-3)]
+    placed = "theorem3_superposed_guarded @ L1h0→L2h0"
+    assert discovery.as_list(name_by_rule(tests)) == ["faithful", placed, []]
+    assert discovery.as_list(discovery.without_forms(tests)) == ["faithful", "theorem3_superposed", []]
+    assert discovery.without_forms(tests[:2] + tests[3:]).verdict == "none"
