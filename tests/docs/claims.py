@@ -28,37 +28,92 @@ def census() -> dict[str, int]:
         out[f"{prefix}_NAMED"] = len(mine) - names["none"] - names["borderline"]
         for key, name in (("TWO", "two_block"), ("APPB", "appendix_b"), ("T2", "theorem2"),
                           ("SUP", "theorem3_superposed"), ("MASS", "theorem3_two_block_mass"),
-                          ("COMP", "theorem3_superposed_complement")):
+                          ("COMP", "theorem3_superposed_complement"),
+                          ("SUPG", "theorem3_superposed_guarded"),
+                          ("COMPG", "theorem3_superposed_complement_guarded")):
             out[f"{prefix}_{key}"] = names[name]
+        out[f"{prefix}_TIED"] = sum(n for name, n in names.items() if " = " in name)
     for key, name in (("TB", "two_block"), ("COMP", "theorem3_superposed_complement"),
                       ("SUP", "theorem3_superposed"), ("MASS", "theorem3_two_block_mass"),
-                      ("APPB", "appendix_b")):
+                      ("APPB", "appendix_b"), ("SUPG", "theorem3_superposed_guarded"),
+                      ("COMPG", "theorem3_superposed_complement_guarded")):
         mine = [r for r in solved if r["mechanism"] == name]
         out[f"{key}_RUNS"] = len(mine)
-        out[f"{key}_MEAN"] = sum(r["name_mean_ablation"] == name for r in mine)
-        out[f"{key}_RES"] = sum(r["name_resample_ablation"] == name for r in mine)
+        for style, field in (("MEAN", "name_mean_ablation"), ("RES", "name_resample_ablation")):
+            out[f"{key}_{style}"] = sum(r[field] == name for r in mine)
+            # named there by a tie holding it, or by its guarded twin alone
+            out[f"{key}_TIE_{style}"] = sum(" = " in r[field] and name in r[field].split(" = ")
+                                            for r in mine)
+            out[f"{key}_TO_G_{style}"] = sum(r[field] == f"{name}_guarded" for r in mine)
     out["SUP_NOT"] = out["SUP_RUNS"] - out["SUP_RES"]
+    scratch = [r for r in solved if r["kind"] == "scratch"]
+    for style, field in (("MEAN", "name_mean_ablation"), ("RES", "name_resample_ablation")):
+        none = sum(r[field] == "none" for r in scratch)
+        out[f"SC_NONE_{style}"] = (f"{none} of {len(scratch)} ({none / len(scratch):.0%}, "
+                                   f"Wilson {wilson(none, len(scratch))})")
+    out["BATCH_TIES"] = sum(len(set(r["names_by_batch"])) > 1 and all(
+        set(a.split(" = ")) & set(b.split(" = ")) for a in r["names_by_batch"] for b in r["names_by_batch"])
+        for r in solved)
     out.update(ties(solved))
     return out
 
 
-def ties(solved: list[dict]) -> dict[str, str]:
-    """The zero-ablation ties recounted from each named run's recorded intervals, independently of
-    the library: another faithful construction (signs agreeing) whose loss-recovered interval
-    (± 1.96 standard errors) overlaps the named one's, or within 1e-4 of it."""
+def guarded() -> dict[str, str]:
+    """What the guarded forms add (census.json's recount with and without them, checked against the
+    per-run names where it can be), completeness ranges per style from the summary, and the
+    guarded form's margin over the plain one where zero ablation names the plain one."""
+    data = load("census.json")
     out = {}
+    solved = [r for r in data["runs"] if r["kind"] == "scratch" and r["steps_to_target"] is not None]
+    for line in data["guarded_recount"]:
+        key, field = {"zero": ("ZER", "mechanism"), "mean": ("MEA", "name_mean_ablation"),
+                      "resample": ("RES", "name_resample_ablation")}[line["style"]]
+        with_, without = (line[f"{label}: named / borderline / none"]
+                          for label in ("with the guarded forms", "without them"))
+        names = Counter(r[field] for r in solved)
+        assert with_ == (f"{len(solved) - names['none'] - names['borderline']} / {names['borderline']}"
+                         f" / {names['none']}")  # the recount with them is the recorded names
+        out[f"G_{key}_WITH"], out[f"G_{key}_WITHOUT"] = with_, without
+    out["G_ZER_WITHOUT_NAMED"], _, out["G_ZER_WITHOUT_NONE"] = out["G_ZER_WITHOUT"].split(" / ")
+    out["G_RES_WITHOUT_NONE"] = out["G_RES_WITHOUT"].split(" / ")[2]
+    col = "named circuit removed: median loss recovered (zero / mean / resample ablation)"
+    parts = [[float(v) for v in s[col].split(" / ")] for s in data["summary"]]
+    kept = [v for p in parts for v in p[:2]]
+    out["KEEP_LO"], out["KEEP_HI"] = f"{min(kept):.2f}", f"{max(kept):.2f}"
+    out["RES_HI"], out["RES_LO"] = f"{max(p[2] for p in parts):.2f}", f"{min(p[2] for p in parts):.2f}"
+    for style, key in (("MEAN", "tested_mean"), ("RES", "tested_resample")):
+        gain = []
+        for r in solved:
+            if r["mechanism"] == "theorem3_superposed":
+                by = {t["name"]: t["loss_recovered"] for t in r[key]}
+                gain.append(by["theorem3_superposed_guarded"] - by["theorem3_superposed"])
+        gain.sort()
+        out[f"GAIN_{style}_MED"] = f"{(gain[(len(gain) - 1) // 2] + gain[len(gain) // 2]) / 2:.1g}"
+        out[f"GAIN_{style}_MAX"] = f"{gain[-1]:.2g}"
+    return out
+
+
+def ties(solved: list[dict]) -> dict[str, str]:
+    """The ties recounted from each named run's recorded intervals under zero, mean and resample
+    ablation, independently of the library: another faithful construction (signs agreeing) whose
+    loss-recovered interval (± 1.96 standard errors) overlaps the named one's, or within 1e-4 of it."""
+    out = {}
+    styles = (("", "mechanism", "tested"), ("_MEAN", "name_mean_ablation", "tested_mean"),
+              ("_RES", "name_resample_ablation", "tested_resample"))
     for kind, prefix in (("bidirectional", "BI"), ("scratch", "SC")):
+        for suffix, field, key in styles:
+            named = [r for r in solved if r["kind"] == kind and r[field] not in ("none", "borderline")]
+            tied = 0
+            for r in named:
+                by = {t["name"]: t for t in r[key]}
+                best = max((by[n] for n in r[field].split(" = ")), key=lambda t: t["loss_recovered"])
+                lo, hi = (best["loss_recovered"] + s * 1.96 * best["recovered_se"] for s in (-1, 1))
+                tied += any(t["verdict"] == "faithful" and t["name"] != best["name"] and (
+                    abs(t["loss_recovered"] - best["loss_recovered"]) <= 1e-4
+                    or (t["loss_recovered"] - 1.96 * t["recovered_se"] <= hi
+                        and lo <= t["loss_recovered"] + 1.96 * t["recovered_se"])) for t in r[key])
+            out[f"TIES_{prefix}{suffix}"] = f"{tied} of {len(named)}"
         named = [r for r in solved if r["kind"] == kind and r["mechanism"] not in ("none", "borderline")]
-        tied = 0
-        for r in named:
-            by = {t["name"]: t for t in r["tested"]}
-            best = by[r["mechanism"]]
-            lo, hi = (best["loss_recovered"] + s * 1.96 * best["recovered_se"] for s in (-1, 1))
-            tied += any(t["verdict"] == "faithful" and t["name"] != r["mechanism"] and (
-                abs(t["loss_recovered"] - best["loss_recovered"]) <= 1e-4
-                or (t["loss_recovered"] - 1.96 * t["recovered_se"] <= hi
-                    and lo <= t["loss_recovered"] + 1.96 * t["recovered_se"])) for t in r["tested"])
-        out[f"TIES_{prefix}"] = f"{tied} of {len(named)}"
         out[f"ALSO_{prefix}"] = str(sum(bool(r["also_faithful"]) for r in named))
     return out
 
@@ -81,6 +136,11 @@ def dynamics() -> dict[str, int | float | str]:
     data = load("dynamics.json")
     rows = {(t["model"], t["mechanism"]): t for t in data["table"]}
     tb, sup = rows[("bidirectional", "two_block")], rows[("causal", "theorem3_superposed")]
+    supg = rows[("causal", "theorem3_superposed_guarded")]
+    guarded = [r for r in data["runs"] if r["mechanism"] == "theorem3_superposed_guarded"]
+    xx_first = [r["cells_formed"]["L1 -1 at (x, x)"] for r in guarded
+                if r["cells_formed"]["L1 -1 at (x, x)"] < min(v for c, v in r["cells_formed"].items()
+                                                             if c != "L1 -1 at (x, x)")]
     mass = rows[("causal", "theorem3_two_block_mass")]
     faithful = [t["faithful before drop"].split("/") for t in data["table"]]
     after = [t["β progress 0.5 at or after leaving"].split("/") for t in data["table"]]
@@ -105,7 +165,11 @@ def dynamics() -> dict[str, int | float | str]:
             "MASS_SPREAD": mass["cells' formation spread (median)"], "MASS_RUNS": mass["runs"],
             "MASS_FIRST": -mass["first cell formed - drop (median)"],
             "MASS_GUARD": f"{guard_first} of {len(mass_runs)}",
-            "SUP_ORDER": sup["runs with that order"].replace("/", " of ")}
+            "SUP_ORDER": sup["runs with that order"].replace("/", " of "),
+            "SUPG_SPREAD": supg["cells' formation spread (median)"], "SUPG_RUNS": supg["runs"],
+            "SUPG_FIRST": -supg["first cell formed - drop (median)"],
+            "XX_FIRST": f"{len(xx_first)} of {len(guarded)}",
+            "XX_STEPS": f"{min(xx_first)} to {max(xx_first)}"}
 
 
 def discovery() -> dict[str, str]:
@@ -119,7 +183,7 @@ def discovery() -> dict[str, str]:
            "D_HOLD7": str(sum(v["superposed_cells_held"] >= 7 for v in per_run)),
            "D_XP": str(sum("(x, pos.P)" in v["layer1_content_query"] for v in per_run)),
            "D_XY": str(sum("(x, pos.Y)" in v["layer1_content_query"] for v in per_run))}
-    none = [r for r in data["runs"] if r["census_names"]["zero"] == "none"]
+    none = [r for r in data["runs"] if r["before"]["zero"][0] == "none"]
     out["R_NONE"], out["R_ALL"] = str(len(none)), str(len(data["runs"]))
     for style in ("zero", "mean", "resample", "scrub"):
         key = style.upper()[:3]
@@ -128,9 +192,8 @@ def discovery() -> dict[str, str]:
         out[f"R_{key}_GUARDED"] = str(sum(r["names"][style][1].endswith("_guarded")
                                           and not r["names"][style][2] for r in named))
         out[f"R_{key}_TIES"] = str(sum(bool(r["names"][style][2]) for r in named))
-        if style != "scrub":
-            before = sum(r["census_names"][style] not in ("none", "borderline") for r in none)
-            out[f"R_{key}_BEFORE"] = f"{before} of {len(none)}"
+        before = sum(r["before"][style][1] is not None for r in none)
+        out[f"R_{key}_BEFORE"] = f"{before} of {len(none)}"
         left = sorted(r["completeness"][style] for r in data["runs"])
         out[f"R_{key}_WITHOUT"] = f"{(left[(len(left) - 1) // 2] + left[len(left) // 2]) / 2:.3f}"
     unnamed = sum(r["names"]["resample"][1] is None for r in none)

@@ -4,26 +4,47 @@ assets/ (tests/docs/claims.py) and found, in its sentence, on the page."""
 import re
 
 import pytest
-from claims import census, discovery, dynamics, fill, load
+from claims import census, discovery, dynamics, fill, guarded, load
 from claims import page_text as text
 from helpers import REPO
 
 CENSUS = [
     "two-block in BI_TWO of BI_SOLVED solved runs, Appendix B in BI_APPB, `theorem2` in BI_T2, "
     "none in BI_NONE.",
-    "a named form in SC_NAMED of SC_SOLVED solved runs (`theorem3_superposed` SC_SUP, "
-    "`theorem3_two_block_mass` SC_MASS, `theorem3_superposed_complement` SC_COMP), SC_BORDER "
-    "borderline, none in SC_NONE.",
-    "two-block (TB_MEAN of TB_RUNS under mean, TB_RES under resampling)",
-    "`theorem3_superposed_complement` (COMP_MEAN and COMP_RES of COMP_RUNS)",
-    "`theorem3_superposed` keeps it under mean ablation in SUP_MEAN of SUP_RUNS but under "
-    "resampling in SUP_RES;",
-    "`theorem3_two_block_mass` under resampling in MASS_RES of MASS_RUNS but under mean ablation in "
-    "MASS_MEAN;",
+    "a named form in SC_NAMED of SC_SOLVED solved runs (`theorem3_two_block_mass` SC_MASS, "
+    "`theorem3_superposed` SC_SUP, `theorem3_superposed_guarded` SC_SUPG, "
+    "`theorem3_superposed_complement_guarded` SC_COMPG, `theorem3_superposed_complement` SC_COMP, "
+    "and a superposed form tied with its guarded twin in SC_TIED), SC_BORDER borderline, none in "
+    "SC_NONE.",
+    "in BATCH_TIES runs one batch reports a superposed form tied with its guarded twin",
+    "two-block (TB_MEAN of TB_RUNS under mean, TB_RES under resampling) and "
+    "`theorem3_superposed_guarded` (SUPG_MEAN and SUPG_RES of SUPG_RUNS) keep their names",
     "Appendix B under mean ablation in APPB_MEAN of APPB_RUNS and under resampling in APPB_RES.",
-    "in SUP_NOT of SUP_RUNS runs the name does not survive resampling",
-    "no named run of the committed census is a tie under zero ablation: TIES_BI bidirectional and "
-    "TIES_SC causal-scratch runs (another construction is faithful too in ALSO_SC of the scratch runs",
+    "`theorem3_two_block = theorem3_two_block_mass` in MASS_TIE_MEAN of MASS_RUNS runs under mean and "
+    "MASS_TIE_RES under resample ablation.",
+    "of its SUP_RUNS runs, mean ablation names the guarded form alone in SUP_TO_G_MEAN and keeps the "
+    "plain name in SUP_MEAN; resampling names the guarded form alone in SUP_TO_G_RES and keeps the "
+    "plain name in SUP_RES.",
+    "is the tie of the two in COMPG_TIE_MEAN of COMPG_RUNS runs under mean and COMPG_TIE_RES under "
+    "resample ablation.",
+    "under zero ablation TIES_BI bidirectional and TIES_SC causal-scratch named runs are ties "
+    "(another construction is faithful too in ALSO_SC of the scratch runs",
+    "under mean ablation TIES_BI_MEAN and TIES_SC_MEAN, under resample ablation TIES_BI_RES and "
+    "TIES_SC_RES",
+    "Under resample ablation, the headline test ([scrubbing](scrubbing.md)), SC_NONE_RES solved "
+    "causal-scratch runs stay unnamed; under mean ablation SC_NONE_MEAN.",
+]
+
+GUARDED = [
+    "| zero | G_ZER_WITH | G_ZER_WITHOUT |", "| mean | G_MEA_WITH | G_MEA_WITHOUT |",
+    "| resample | G_RES_WITH | G_RES_WITHOUT |",
+    "Without the guarded forms the same tests give what the census gave before they were registered "
+    "(G_ZER_WITHOUT_NAMED named under zero ablation, G_ZER_WITHOUT_NONE none).",
+    "where it left G_RES_WITHOUT_NONE.",
+    "a little of the loss (KEEP_LO to KEEP_HI by configuration), under resampling it does worse than "
+    "the baseline (RES_HI to RES_LO)",
+    "by a median GAIN_MEAN_MED (at most GAIN_MEAN_MAX) under mean ablation and a median GAIN_RES_MED "
+    "(at most GAIN_RES_MAX) under resampling.",
 ]
 
 DISCOVERY = [
@@ -35,17 +56,17 @@ DISCOVERY = [
     "| zero | R_ZER_BEFORE | R_ZER_NOW | R_ZER_GUARDED | R_ZER_TIES | R_ZER_WITHOUT |",
     "| mean | R_MEA_BEFORE | R_MEA_NOW | R_MEA_GUARDED | R_MEA_TIES | R_MEA_WITHOUT |",
     "| resample | R_RES_BEFORE | R_RES_NOW | R_RES_GUARDED | R_RES_TIES | R_RES_WITHOUT |",
-    "| scrub | - | R_SCR_NOW | R_SCR_GUARDED | R_SCR_TIES | R_SCR_WITHOUT |",
+    "| scrub | R_SCR_BEFORE | R_SCR_NOW | R_SCR_GUARDED | R_SCR_TIES | R_SCR_WITHOUT |",
     "median loss recovered without the named circuit (all R_ALL runs)",
     "the guarded superposed form alone names R_RES_WILSON, the plain one",
-    "the headline test leaves R_RES_LEFT where the census's registry left R_RES_BEFORE_LEFT.",
+    "test leaves R_RES_LEFT where the registry without the guarded forms left R_RES_BEFORE_LEFT",
     "the widest, B_WIDEST's, runs B_WIDE runs, and the R_ALL circuits run B_SETS different sets",
 ]
 
 
 def test_the_census_pages_reading_of_the_discovery_runs_is_what_their_names_say():
     runs = load("discovery.json")["runs"]
-    none = [r for r in runs if r["census_names"]["zero"] == "none"]
+    none = [r for r in runs if r["before"]["zero"][0] == "none"]
     resample = [r["names"]["resample"] for r in none]
     guarded = sum(n[1] == "theorem3_superposed_guarded" and not n[2] for n in resample)
     family = sum(bool(n[1]) and {n[1], *n[2]} <= {"theorem3_superposed", "theorem3_superposed_guarded"}
@@ -62,7 +83,7 @@ def test_the_census_pages_reading_of_the_discovery_runs_is_what_their_names_say(
     (twin,) = [r["names"]["resample"] for r in none if r["run"] == "scratch_d10_seed58"]
     assert {twin[1], *twin[2]} == {"theorem3_superposed_complement",
                                    "theorem3_superposed_complement_guarded"}
-    mass = [r for r in runs if r["census_names"]["zero"] == "theorem3_two_block_mass"]
+    mass = [r for r in runs if r["before"]["zero"][1] == "theorem3_two_block_mass"]
     assert len(mass) == 2 and all(
         {r["names"][s][1], *r["names"][s][2]} == {"theorem3_two_block", "theorem3_two_block_mass"}
         for r in mass for s in ("mean", "resample"))
@@ -75,8 +96,10 @@ DYNAMICS = [
     "β reaches half-way at or after the run leaves the plateau in TB_AFTER two-block runs, and in "
     "ALL_AFTER runs of every mechanism.",
     "by a median TB_LEAD steps in two-block runs (TB_LEADS of them)",
-    "a median SUP_SPREAD steps for `theorem3_superposed` (SUP_RUNS runs) and MASS_SPREAD for "
-    "`theorem3_two_block_mass` (MASS_RUNS runs)",
+    "a median SUPG_SPREAD steps for `theorem3_superposed_guarded` (SUPG_RUNS runs), SUP_SPREAD for "
+    "`theorem3_superposed` (SUP_RUNS runs) and MASS_SPREAD for `theorem3_two_block_mass` (MASS_RUNS runs)",
+    "the guard's `(x, x)` cell is the first to form** in XX_FIRST runs, at steps XX_STEPS, a median "
+    "SUPG_FIRST steps before the drop;",
     "the first cell forms a median MASS_FIRST steps before the drop",
     "form before its three lookup cells in MASS_GUARD runs;",
     "(its most common order in SUP_ORDER runs)",
@@ -96,6 +119,11 @@ def test_the_census_page_says_what_each_style_can_tell_apart_as_the_registry_der
         pairs = [f"{a} ~ {b}" for group in (("plain", "bidirectional"), ("scratch", "causal"))
                  for a, b, r in untold_pairs(comparable(*group), style) if r == SIGNS]
         assert f"| {style} | {', '.join(pairs) or 'none'} | none |" in page
+
+
+@pytest.mark.parametrize("fragment", GUARDED)
+def test_the_census_page_quotes_what_the_guarded_forms_add(fragment):
+    assert fill(fragment, guarded()) in text("docs/results/census.md")
 
 
 @pytest.mark.parametrize("fragment", DISCOVERY)
@@ -132,13 +160,18 @@ def test_the_readme_numbers_come_from_the_assets():
     assert all(construction(f"{t}_as_printed")["max_error"] == 1.0 for t in ("theorem2", "theorem3"))
     assert "(max error 1 at d = 10" in readme
     assert fill("two-block circuit in BI_TWO of BI_SOLVED solved census runs", numbers) in readme
-    assert fill("in SC_NAMED of their SC_SOLVED solved runs the rule names one of three registered",
-                numbers) in readme
-    assert fill("R_RES_NOW runs it leaves unnamed are named under resample ablation by a superposed "
-                "circuit, R_RES_GUARDED of them only with a layer-1 content guard", discovery()) in readme
-    assert all(r["names"]["resample"][1].startswith("theorem3_superposed")
-               for r in load("discovery.json")["runs"]
-               if r["census_names"]["zero"] == "none" and r["names"]["resample"][1])
+    scratch = [r for r in load("census.json")["runs"]
+               if r["kind"] == "scratch" and r["steps_to_target"] is not None]
+    forms = {n for r in scratch for n in r["mechanism"].split(" = ")} - {"none", "borderline"}
+    guarded = {n for n in forms if n.endswith("_guarded")}
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+    assert fill(f"in SC_NAMED of their SC_SOLVED solved runs the rule names one of {words[len(forms)]} "
+                "registered circuits", numbers) in readme
+    unnamed = sum(r["name_resample_ablation"] == "none" for r in scratch)
+    assert (f"{words[len(guarded)]} carry a layer-1 content guard found in the runs the other "
+            f"{words[len(forms - guarded)]} left unnamed") in readme
+    assert fill(f"and with them SC_NONE of the SC_SOLVED stay unnamed by the rule and {unnamed} under "
+                "resample ablation", numbers) in readme
 
 
 def test_the_readme_beyond_the_note_numbers_come_from_the_assets():
