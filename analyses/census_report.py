@@ -406,7 +406,7 @@ def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
     configuration."""
     from invperm_interp.analysis.mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS
 
-    fig = plt.figure(figsize=(15, 8.6))
+    fig = plt.figure(figsize=(15.6, 8.6))
     grid = fig.add_gridspec(2, 2, width_ratios=(1, 1.15), height_ratios=(1, 0.7))
     left, right = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     styles = fig.add_subplot(grid[1, :])
