@@ -46,10 +46,10 @@ from invperm_interp.viz.heatmaps import save_figures  # noqa: E402
 LEAVE, DROP, SOLVED = 0.8, 0.1, 1e-3  # plateau exit and drop: MSE below these times d/4
 HALF = 0.5  # a cell has formed when its β reaches this share of its final β
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "causal": "causal scratch [P; Y_P; S], reads S"}
-# The named mechanisms' colours in name order (Okabe–Ito, yellow left out): the census's names fall
-# so that each model's panel gets well-separated hues (blue, orange, green; vermillion, sky blue,
-# pink). Runs the rule names no construction are grey.
-NAMED_COLOURS = ("#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#0072B2", "#000000")
+# The named mechanisms' colours, given per model's panel in name order (Okabe–Ito): the first four
+# lie at least 58° of hue apart (vermillion, blue, green, reddish purple), so a panel of up to four
+# mechanisms tells them apart; each panel has its own legend. Runs named no construction are grey.
+NAMED_COLOURS = ("#D55E00", "#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442")
 UNNAMED_COLOUR = "#999999"
 
 
@@ -170,17 +170,18 @@ def table(runs: list[dict]) -> list[dict]:
 def figure(runs: list[dict]):
     """Per model: the eval MSE, the β progress and the circuit progress of every run, each against
     its steps after its own drop; one colour per final mechanism (grey: none named), dots where it
-    turns faithful. Progress is rescaled between the first checkpoint (0) and the final weights
-    (1), not bounded: a circuit that did better at a checkpoint than at the end passes 1."""
+    turns faithful; colours are the panel's own (its legend below it). Progress is rescaled between
+    the first checkpoint (0) and the final weights (1), not bounded: a circuit that did better at a
+    checkpoint than at the end passes 1."""
     kinds = [k for k in KINDS if any(r["kind"] == k for r in runs)]
     fig, axes = plt.subplots(3, len(kinds), figsize=(5.2 * len(kinds), 8.0), squeeze=False,
                              sharex="col")
-    names = sorted({r["mechanism"] for r in runs}, key=lambda n: (n in UNNAMED, n))
-    named = [n for n in names if n not in UNNAMED]
-    color = {**{n: NAMED_COLOURS[i % len(NAMED_COLOURS)] for i, n in enumerate(named)},
-             **{n: UNNAMED_COLOUR for n in names if n in UNNAMED}}
     for col, kind in enumerate(kinds):
         mine = [r for r in runs if r["kind"] == kind and r["drop"] is not None]
+        names = sorted({r["mechanism"] for r in mine}, key=lambda n: (n in UNNAMED, n))
+        named = [n for n in names if n not in UNNAMED]
+        color = {**{n: NAMED_COLOURS[i % len(NAMED_COLOURS)] for i, n in enumerate(named)},
+                 **{n: UNNAMED_COLOUR for n in names if n in UNNAMED}}
         for r in mine:
             c, t0 = color[r["mechanism"]], r["drop"]
             cv = r["curves"]
@@ -204,10 +205,11 @@ def figure(runs: list[dict]):
         for ax in axes[1:, col]:  # the two ends of the rescaling; a run may pass either
             for y in (0.0, 1.0):
                 ax.axhline(y, color="0.6", linestyle="--", linewidth=0.6, zorder=0)
-    handles = [plt.Line2D([], [], color=color[n], label=n) for n in names]
-    handles.append(plt.Line2D([], [], color="0.3", marker="o", linestyle="", label="turns faithful"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), fontsize=8)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+        handles = [plt.Line2D([], [], color=color[n], label=n) for n in names]
+        handles.append(plt.Line2D([], [], color="0.3", marker="o", linestyle="", label="turns faithful"))
+        axes[2, col].legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2,
+                            fontsize=8, frameon=False)  # this panel's colours
+    fig.tight_layout()
     return fig
 
 
