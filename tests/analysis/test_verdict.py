@@ -13,6 +13,7 @@ from invperm_interp.analysis.faithfulness import Faithfulness
 from invperm_interp.analysis.faithfulness import Tester as CircuitTester
 from invperm_interp.analysis.hypothesis import Hypothesis
 from invperm_interp.analysis.mechanism import Mechanism, name_on
+from invperm_interp.analysis.mechanism import tested_on as scores_behind  # not collected as a test
 from invperm_interp.analysis.minimal import ExactSearch, candidate_cells, read_candidates
 from invperm_interp.analysis.templates import explain
 from invperm_interp.analysis.verdict import Rule, is_faithful
@@ -230,6 +231,10 @@ def test_name_on_another_batch_is_the_rule_without_the_minimal_circuit():
     assert name_on(model, batch) == mechanism(model, batch, exact=False).answer \
         == ("faithful", "appendix_b", ())
     assert name_on(model, batch, ablation="mean") == ("faithful", "appendix_b", ())
+    # the tests behind the answer, with and without the model less each circuit: the same scores
+    full, bare = scores_behind(model, batch), scores_behind(model, batch, complete=False)
+    assert all(t.without is not None for t in full) and all(t.without is None for t in bare)
+    assert [(t.hypothesis, t.circuit) for t in full] == [(t.hypothesis, t.circuit) for t in bare]
 
 
 def test_head_is_the_first_samples():

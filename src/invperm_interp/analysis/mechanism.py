@@ -188,7 +188,7 @@ def name_by_rule(tested: list, rule: Rule = RULE) -> Answer:
 
 def test_constructions(model: DisentangledModel, tester: Tester, *,
                        resolve=None, rule: Rule = RULE,
-                       minimality: bool = True) -> list[Faithfulness]:
+                       minimality: bool = True, complete: bool = True) -> list[Faithfulness]:
     """Every working registry construction that fits the model, at its best-weighted placements
     (``analysis.placements``), tested on ``tester``'s batch; ``resolve`` (a :class:`Tester` on a
     larger batch, or a function making one) measures again those whose interval straddles a
@@ -197,10 +197,11 @@ def test_constructions(model: DisentangledModel, tester: Tester, *,
     or straddle (the others' ``minimality`` is empty). Likewise the model less the circuit
     (``without``, a whole-model run: most of the cost on a wide model) is run, beyond two layers of
     one head, only for those that pass or straddle and for each construction's best placement
-    (the others' ``without`` is ``None``)."""
+    (the others' ``without`` is ``None``). ``complete=False``: no model less a circuit at all (every
+    ``without`` is ``None``; the verdicts do not read it)."""
     hyps = [hypothesis(model, p) for p in candidate_placements(model, tester.fixed)]
     single = model.cfg.heads == (1, 1)  # one placement per construction
-    tested = tester.test_many(hyps, minimality and single, complete=single)
+    tested = tester.test_many(hyps, minimality and single, complete=single and complete)
     verdicts = [verdict_of(t, rule) for t in tested]
     again = [i for i, v in enumerate(verdicts) if v == BORDERLINE]
     resolved = False
@@ -208,9 +209,10 @@ def test_constructions(model: DisentangledModel, tester: Tester, *,
         resolve = resolve() if callable(resolve) else resolve
         if resolve is not tester:
             resolved = True
-            for i, t in zip(again, resolve.test_many([hyps[i] for i in again], minimality)):
+            for i, t in zip(again, resolve.test_many([hyps[i] for i in again], minimality,
+                                                     complete=complete)):
                 tested[i] = t
-    if not single:
+    if not single and complete:
         kept = _completed(tested, verdicts, rule)
         todo = [i for i in kept if tested[i].without is None]
         for i, without in zip(todo, tester.completeness([hyps[i] for i in todo])):
@@ -257,13 +259,15 @@ def _screen_and_whole(model: DisentangledModel, batch: Batch, screen: int,
 
 def tested_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "zero",
               reference: Batch | None = None, rule: Rule = RULE,
-              screen: int = SCREEN_SAMPLES) -> list[Faithfulness]:
+              screen: int = SCREEN_SAMPLES, complete: bool = True) -> list[Faithfulness]:
     """Every fitting construction tested on ``batch`` under ``ablation`` as the rule tests them
     (screened on the first ``screen`` samples, a straddling one again on all), without the
     minimal circuit or the per-cell runs: the scores behind :func:`name_on`'s answer, each with
-    the model less its circuit (``without``) where :func:`test_constructions` runs it."""
+    the model less its circuit (``without``) where :func:`test_constructions` runs it (none with
+    ``complete=False``)."""
     first, full = _screen_and_whole(model, batch, screen, ablation, reference)
-    return test_constructions(model, first, resolve=full, rule=rule, minimality=False)
+    return test_constructions(model, first, resolve=full, rule=rule, minimality=False,
+                              complete=complete)
 
 
 def name_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "zero",
@@ -272,7 +276,7 @@ def name_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "zer
     """The rule's answer (a construction named, borderline or none) on ``batch``, without the
     minimal circuit: what a second evaluation batch or a second ablation style says."""
     return name_by_rule(tested_on(model, batch, ablation=ablation, reference=reference, rule=rule,
-                                  screen=screen), rule)
+                                  screen=screen, complete=False), rule)
 
 
 def mechanism(model: DisentangledModel, batch: Batch, *, circuit: Circuit | None = None,
