@@ -31,6 +31,7 @@ from invperm_interp.analysis.mechanism import is_minimal, name_by_rule, verdict_
 from invperm_interp.analysis.score import read_score  # noqa: E402
 from invperm_interp.analysis.sweep_record import SweepRecord  # noqa: E402
 from invperm_interp.analysis.verdict import Rule, Z  # noqa: E402
+from invperm_interp.maths import registry  # noqa: E402
 from invperm_interp.sweep.collect import read_sweep  # noqa: E402
 
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "scratch": "causal [P; Y_P; S], reads S"}
@@ -122,9 +123,9 @@ def rows_from_json(path: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
 
 
 def _median_text(values) -> str:
-    """The median of the values recorded (None: not measured) to 3 decimals; "-" when none was."""
-    values = [v for v in values if v is not None]
-    return f"{statistics.median(values):.3f}" if values else "-"
+    """:func:`_median` to 3 decimals; "-" when no value was measured."""
+    median = _median(values)
+    return "-" if median is None else f"{median:.3f}"
 
 
 def _median(values) -> float | None:
@@ -200,7 +201,7 @@ def ties(rows: list[dict]) -> list[dict]:
 
 #: The forms found in this census's unnamed scratch runs and registered after them
 #: (assets/discovery.md): the census is recounted without them to show what they add.
-GUARDED = ("theorem3_superposed_guarded", "theorem3_superposed_complement_guarded")
+GUARDED = registry.GUARDED
 
 
 def guarded_recount(rows: list[dict]) -> list[dict]:

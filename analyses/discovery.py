@@ -63,8 +63,7 @@ STYLES = ("zero", "mean", "resample", "scrub")
 HEADLINE = "resample"
 #: The layer-1 content-mass guard, with the signs trained models fit (assets/discovery.md).
 GUARD = registry.CONTENT_MASS_GUARD
-FORMS = {"theorem3_superposed_guarded": "theorem3_superposed",
-         "theorem3_superposed_complement_guarded": "theorem3_superposed_complement"}
+FORMS = {name: name.removesuffix("_guarded") for name in registry.GUARDED}  # guarded form -> its base
 FAMILY = "theorem3_superposed"
 
 

@@ -217,6 +217,10 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
          (1, "L1.pos.P", "pos.Y", "1"), *_S_COMPLEMENT_LOOKUPS], 125, min_d=2),
 )}
 
+#: The registered forms that carry the layer-1 content-mass guard (:data:`CONTENT_MASS_GUARD`).
+GUARDED: tuple[str, ...] = tuple(name for name, spec in REGISTRY.items()
+                                 if set(CONTENT_MASS_GUARD) <= set(spec.cells))
+
 
 def names() -> list[str]:
     """Names of all constructions, in registry order."""
