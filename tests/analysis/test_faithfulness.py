@@ -188,6 +188,24 @@ def test_a_faithful_start_bounds_the_minimal_circuit_the_greedy_search_misses():
     assert result.size <= len({c[:4] for c in start.cells})
 
 
+def test_a_fallback_is_pruned_only_when_nothing_else_is_faithful():
+    """A faithful hypothesis given as ``fallback`` (in ``mechanism``: a construction whose circuit
+    is faithful but whose signs disagree) answers when the greedy search and the starts find
+    nothing, and is not even scored when they find a faithful set."""
+    model = perturb(C.build("theorem2", 6, 20.0), gauge=2.0, seed=4)
+    batch = batch_for(model, 256)
+    needed = C.REGISTRY["theorem2"].cells[-1]
+    atoms = [a for a in explain(model) if (a.layer, a.query, a.key) != needed[:3]]
+    start = as_hypothesis(model, "theorem2")
+    alone = minimal_circuit(model, batch, circuit=atoms, starts=[start])
+    rescued = minimal_circuit(model, batch, circuit=atoms, fallback=[start])
+    assert rescued.faithful and rescued.cells == alone.cells and rescued.read == alone.read
+    found = minimal_circuit(model, batch)  # the greedy search alone is faithful here
+    assert found.faithful
+    beside = minimal_circuit(model, batch, fallback=[start])
+    assert beside == found  # same cells, score and evaluations: the fallback was never scored
+
+
 def test_model_analysis_round_trips_through_json():
     model = C.build("theorem3_two_block", 3)
     record = analyze(model, batch_for(model, 32), "construction")

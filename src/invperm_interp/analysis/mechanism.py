@@ -292,10 +292,11 @@ def mechanism(model: DisentangledModel, batch: Batch, *, circuit: Circuit | None
     first, resolve = _screen_and_whole(model, batch, screen, whole=tester)
     tested = test_constructions(model, first, resolve=resolve, rule=rule)
     good, straddle = ranked(tested, rule)
-    passing = [t for t in tested if t.signs_agree and rule.is_faithful(t.circuit)]
-    starts = [Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in passing]
+    faithful = [t for t in tested if rule.is_faithful(t.circuit)]
+    starts, fallback = ([Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in faithful
+                         if t.signs_agree == agree] for agree in (True, False))
     minimal = minimal_circuit(model, first.batch, circuit=circuit, tester=first, rule=rule,
-                              starts=starts, exact=EXACT if exact else None)
+                              starts=starts, fallback=fallback, exact=EXACT if exact else None)
     chosen = good[0] if good else (straddle[0] if straddle else None)
     name = chosen.hypothesis if good else None
     placed = parse(name, model.cfg.heads) if good and model.cfg.heads != (1, 1) else None

@@ -171,6 +171,19 @@ class _Search:
                 cells, reads, score = trial_cells, trial_reads, trial
         return cells, reads, score
 
+    def from_starts(self, starts: Sequence[Hypothesis], reads: list[str]) -> list:
+        """Each start that is faithful (one cell per block pair, its read-out or ``reads``),
+        pruned in increasing effect of its cells."""
+        found = []
+        for start in starts:
+            unique = list({c[:4]: c for c in reversed(start.cells)}.values())
+            start_reads = list(start.read) if start.read is not None else list(reads)
+            (score,) = self.scores([(unique, start_reads)])
+            if self.ok(score):
+                rest = self.effects(unique, score)
+                found.append(self.prune(unique, start_reads, score, sorted(unique, key=rest.get)))
+        return found
+
     def greedy(self, cells: list[AtomCell], effect: dict, screen: _Search):
         """The first faithful prefix of the cells in decreasing effect, pruned. Each prefix is
         first scored by ``screen`` (fewer samples, the same fits); one it rules out
@@ -215,10 +228,14 @@ def minimal_circuit(model: DisentangledModel, batch: Batch, *,
                     circuit: Circuit | None = None, tester: Tester | None = None,
                     rule: Rule = RULE,
                     starts: Sequence[Hypothesis] = (),
+                    fallback: Sequence[Hypothesis] = (),
                     exact: ExactSearch | None = EXACT) -> MinimalCircuit:
     """The fewest cells of ``A`` (and blocks of ``W_U``) whose circuit-only model is faithful
     (module docstring). ``starts``: hypotheses known to be faithful, pruned as further answers of
-    the greedy search; ``exact``: the exact search's budget (``None`` skips it)."""
+    the greedy search; ``fallback``: more such hypotheses, pruned only when neither the greedy
+    search nor ``starts`` found a faithful set (a construction's faithful circuit whose signs
+    disagree with the model's: not its name, still a circuit); ``exact``: the exact search's
+    budget (``None`` skips it)."""
     tester = tester or Tester(model, batch)
     circuit = circuit if circuit is not None else explain(model)
     cells, reads = candidate_cells(circuit), read_candidates(model)
@@ -230,14 +247,11 @@ def minimal_circuit(model: DisentangledModel, batch: Batch, *,
     found = []
     if cells and search.ok(full):
         found.append(search.greedy(cells, effect, screen))
-    for start in starts:
-        unique = list({c[:4]: c for c in reversed(start.cells)}.values())
-        start_reads = list(start.read) if start.read is not None else list(reads)
-        (score,) = search.scores([(unique, start_reads)])
-        if search.ok(score):
-            rest = search.effects(unique, score)
-            found.append(search.prune(unique, start_reads, score, sorted(unique, key=rest.get)))
+    found += search.from_starts(starts, reads)
     found = [f for f in found if f is not None]
+    if not found and fallback:
+        found = search.from_starts(fallback, reads)
+        starts = [*starts, *fallback]  # their read-outs become options of the exact search
     bound = min((len(f[0]) for f in found), default=len(cells) + 1)
     optimal = False
     gate = bool(found) or (full.loss_recovered or 0.0) >= EXACT_GATE
