@@ -26,9 +26,9 @@ def main() -> None:
     for V, n, k in [(1, 41, 12), (8, 82, 20), (30, 82, 40), (8, 41, 30)]:
         h = torch.randn(V, 512, 31, n, dtype=torch.float64, generator=generator)
         index = torch.randperm(n, generator=generator)[:k].sort().values
-        ways = {"index_select": lambda: h.index_select(-1, index),
-                "gather": lambda: torch.gather(h, -1, index.expand(*h.shape[:-1], k)),
-                "advanced": lambda: h[..., index]}
+        ways = {"index_select": lambda h=h, i=index: h.index_select(-1, i),
+                "gather": lambda h=h, i=index, k=k: torch.gather(h, -1, i.expand(*h.shape[:-1], k)),
+                "advanced": lambda h=h, i=index: h[..., i]}
         first = ways["index_select"]()
         assert all(torch.equal(first, way()) for way in ways.values())
         best = {}

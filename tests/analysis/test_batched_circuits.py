@@ -111,3 +111,41 @@ def test_the_record_carries_what_the_report_draws_and_the_report_does_not_run_th
     assert "Attention on one sample" in report_html(model, result, batch)
 
 
+
+
+@pytest.mark.parametrize("style", ["mean", "resample"])
+def test_removed_scores_of_a_wide_model_equal_a_plain_numpy_sum(style):
+    """Under mean and resample ablation a circuit's removed part ``R = gauge_fix(A) - gauge_fix(M)``
+    and the model-less-circuit's ``gauge_fix(M)`` stand in through their cells (``Removed``, a
+    few rows and columns of ``M``), and a part on every cell through the dense sum: on a 3-layer,
+    2-head model with gauge and noise, all against ``h R hᵀ`` summed in numpy from the streams."""
+    import numpy as np
+
+    from invperm_interp.analysis.faithfulness import Removed
+    from invperm_interp.analysis.gauge import gauge_fix
+    from invperm_interp.analysis.placements import hypothesis
+    from invperm_interp.maths.placement import Placement, build
+
+    placed = Placement("theorem3", (0, 2), (1, 1), (2, 2, 2))
+    model = perturb(build(placed, 4, 10.0), gauge=1.0, noise=0.05, seed=0)
+    batch = sample_batch(model.cfg.layout, 48, torch.Generator().manual_seed(2), dtype=torch.float64)
+    tester = CircuitTester(model, batch, style)
+    proj = tester.project(hypothesis(model, placed), betas=False)
+    with torch.no_grad():
+        streams = [h.numpy() for h in model.residual_streams(batch.X)[:-1]]
+    if style == "resample":  # sample b is fed from sample b + 1
+        streams = [np.roll(h, -1, axis=0) for h in streams]
+    fixed = [gauge_fix(A.detach().double(), model.stream, layer).numpy()
+             for layer, A in enumerate(a.attn.A for a in model.blocks)]
+    kept = [gauge_fix(M, model.stream, layer).numpy() for layer, M in enumerate(proj.raw)]
+    raw = [a.attn.A.detach().double() for a in model.blocks]  # every cell: the dense path
+    paths = []
+    for whole, part, R in ((1.0, [-M for M in proj.raw], [f - k for f, k in zip(fixed, kept)]),
+                           (0.0, list(proj.raw), kept), (0.0, raw, fixed)):
+        got = tester._removed_scores(Removed(whole, tuple(part)))
+        for layer, (h, R_l) in enumerate(zip(streams, R)):
+            want = np.einsum("btd,hde,bse->bhts", h, R_l, h)
+            want = want.mean(0) if style == "mean" else want
+            np.testing.assert_allclose(got[layer].numpy(), want, rtol=1e-9, atol=1e-9)
+            paths.append(tester._few_cells(part[layer], model.cfg.T))
+    assert any(paths) and not all(paths)  # the cells' path and the dense one both checked
