@@ -230,15 +230,17 @@ def closest_construction(model: DisentangledModel, batch: Batch,
     matches = []
     for name in names:
         spec = constructions.REGISTRY[name]
-        built = [constructions.weights(name, model.cfg.d, beta, scratch=scratch) for beta in betas]
-        runs = forward_many(built[0][0], [(As, W_U) for _, As, W_U in built], X, patterns=True,
+        # every cell is β times its template: built once at β = 1 and scaled
+        cfg, unit, W_U = constructions.weights(name, model.cfg.d, 1.0, scratch=scratch)
+        built = [[beta * A for A in unit] for beta in betas]
+        runs = forward_many(cfg, [(As, W_U) for As in built], X, patterns=True,
                             dtype=model.cfg.torch_dtype)
         best_tv, best = float("inf"), 0
         for i, (_, cpats) in enumerate(runs):
             tv = sum(float(_tv(p, c.double().cpu()).mean()) for p, c in zip(pats, cpats)) / len(pats)
             if tv < best_tv:
                 best_tv, best = tv, i
-        As = built[best][1]
+        As = built[best]
         cos = sum(_signed_cosine(f, gauge_fix(As[layer], model.stream, layer))
                   for layer, f in enumerate(fixed)) / len(fixed)
         matches.append(ConstructionMatch(name, spec.works, betas[best], best_tv, cos,
