@@ -121,9 +121,9 @@ def test_removed_scores_of_a_wide_model_equal_a_plain_numpy_sum(style):
     2-head model with gauge and noise, all against ``h R hᵀ`` summed in numpy from the streams."""
     import numpy as np
 
-    from invperm_interp.analysis.faithfulness import Removed
     from invperm_interp.analysis.gauge import gauge_fix
     from invperm_interp.analysis.placements import hypothesis
+    from invperm_interp.analysis.standin import Removed, few_cells
     from invperm_interp.maths.placement import Placement, build
 
     placed = Placement("theorem3", (0, 2), (1, 1), (2, 2, 2))
@@ -142,10 +142,10 @@ def test_removed_scores_of_a_wide_model_equal_a_plain_numpy_sum(style):
     paths = []
     for whole, part, R in ((1.0, [-M for M in proj.raw], [f - k for f, k in zip(fixed, kept)]),
                            (0.0, list(proj.raw), kept), (0.0, raw, fixed)):
-        got = tester._removed_scores(Removed(whole, tuple(part)))
+        got = tester._standin(Removed(whole, tuple(part)))
         for layer, (h, R_l) in enumerate(zip(streams, R)):
             want = np.einsum("btd,hde,bse->bhts", h, R_l, h)
             want = want.mean(0) if style == "mean" else want
             np.testing.assert_allclose(got[layer].numpy(), want, rtol=1e-9, atol=1e-9)
-            paths.append(tester._few_cells(part[layer], model.cfg.T))
+            paths.append(few_cells(part[layer], model.cfg.T))
     assert any(paths) and not all(paths)  # the cells' path and the dense one both checked

@@ -38,10 +38,10 @@ from ..errors import check_choice
 from ..model.disentangled import DisentangledModel, check_disentangled, readout_forward
 from ..model.variants import forward_many
 from ..task import Batch, mse
-from .gauge import gauge_factors_of_rows, gauge_fix
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis, read_cells
 from .projection import Projection, fixed_weights, project
 from .score import Score, read_score, score
+from .standin import Removed, StandIn
 
 #: A fitted template β below this share of the largest ``|β|`` in its (layer, head) has no sign
 #: worth checking (``Faithfulness.signs_agree``).
@@ -170,18 +170,6 @@ class Faithfulness:
                    tuple(read_score(s) for s in data["minimality"]))
 
 
-@dataclass(frozen=True)
-class Removed:
-    """What a variant removed from each layer's ``A``, in a form whose mean or resample stand-in is
-    cheap: ``R_l = whole · gauge_fix(A_l) + gauge_fix(part_l)``, with ``part_l (H, D, D)`` nonzero
-    on a few cells only (a circuit removes everything but its fit, ``whole=1, part=-fit``; the model
-    less a circuit removes the fit, ``whole=0, part=fit``). The stand-in of ``gauge_fix(A)`` is
-    computed once per :class:`Tester`; the part's reads only its cells' rows and columns."""
-
-    whole: float
-    part: tuple[Tensor, ...]
-
-
 Ablation = Literal["zero", "mean", "resample"]  # how a removed part is removed (Tester)
 ABLATIONS = get_args(Ablation)
 
@@ -216,17 +204,16 @@ class Tester:
                            self.clean_errors)
         self.fixed = fixed_weights(model)
         self._fits = FitCache(fits_kept_bytes(model.cfg))
-        self._streams = None
+        self._standin = None
         if ablation in ("mean", "resample"):
             ref = (reference or batch).to(model.device, model.cfg.torch_dtype)
             with torch.no_grad():
                 streams = model.residual_streams(ref.X, check_input=False)[:-1]  # h^0 … h^{L-1}
-            self._streams = [h.to("cpu", torch.float64) for h in streams]  # (B_ref, T, D_l)
+            streams = [h.to("cpu", torch.float64) for h in streams]  # (B_ref, T, D_l)
             if ablation == "resample":  # each sample's own reference sample, paired once
                 pair = (torch.arange(len(batch)) + (1 if reference is None else 0)) % len(ref)
-                self._streams = [h[pair] for h in self._streams]  # (B, T, D_l)
-        self._whole_standin: list[Tensor | None] | None = None  # per layer: :meth:`_whole`
-        self._gauge_rows: dict[int, tuple[Tensor, Tensor]] = {}  # per layer, h N and h G
+                streams = [h[pair] for h in streams]  # (B, T, D_l)
+            self._standin = StandIn(model.stream, self.fixed, streams, per_sample=ablation == "resample")
 
     def head(self, n: int) -> Tester:
         """A tester of the same model, ablation and reference on the first ``n`` samples of the
@@ -244,90 +231,15 @@ class Tester:
     def _score(self, out: Tensor) -> Score:
         return score(out, self.batch, self.baseline, self.clean.mse, self.clean_errors)
 
-    def _standin(self, h: Tensor, R: Tensor) -> Tensor:
-        """``h R hᵀ`` for ``h (B, T, D)``, ``R (H, D, D)``: its mean over the batch ``(H, T, T)``
-        (mean ablation) or per sample ``(B, H, T, T)`` (resample ablation)."""
-        # (h R) first, then the contraction with h: ~B·T·D·(D + T) per head
-        hR = torch.einsum("btd,hde->bhte", h, R)
-        if self.ablation == "mean":
-            return torch.einsum("bhte,bse->hts", hR, h) / len(h)
-        return torch.einsum("bhte,bse->bhts", hR, h)
-
-    def _part_standin(self, layer: int, part: Tensor, whole: float) -> Tensor:
-        """``whole`` times the stand-in of ``gauge_fix(A)`` plus that of ``gauge_fix(part)``, for
-        ``part (H, D, D)`` nonzero on a few cells. ``gauge_fix(P) = (1 - Π_null) P (1 - Π_key)``,
-        so ``h gauge_fix(P) hᵀ`` is ``h_q P_QK h_kᵀ`` with ``h_q = h (1 - Π_null)`` on ``P``'s
-        rows ``Q`` and ``h_k = h (1 - Π_key)`` on its columns ``K`` (each projector of rank the
-        stream's copies, applied through its basis, never formed as ``(B, T, D)``): the sum
-        :meth:`_standin` of ``gauge_fix(part)`` gives, up to rounding, at ``B·T·|K|·(|Q| + T)``
-        per head instead of ``B·T·D·(D + T)``."""
-        h = self._streams[layer]
-        null, key = gauge_factors_of_rows(self.model.stream, layer)  # (D, k - 1), (D, k)
-        if layer not in self._gauge_rows:  # the rows' gauge coordinates (B, T, k - 1), (B, T, k)
-            self._gauge_rows[layer] = h @ null, h @ key
-        hn, hk = self._gauge_rows[layer]
-        B, T = h.shape[:2]
-        mean = self.ablation == "mean"
-        shape = (part.shape[0], T, T) if mean else (part.shape[0], B, T, T)  # heads first
-        out = whole * self._whole(layer) if whole else h.new_zeros(shape)
-        for head, P in enumerate(part):
-            Q, K = ((P != 0).any(dim).nonzero().squeeze(1) for dim in (1, 0))
-            if not len(Q):
-                continue
-            h_q = h[..., Q] - hn @ null[Q].T  # (B, T, |Q|)
-            h_k = h[..., K] - hk @ key[K].T  # (B, T, |K|)
-            a = h_q @ P[Q][:, K]  # (B, T, |K|)
-            if mean:
-                out[head] += torch.einsum("btk,bsk->ts", a, h_k) / B
-            else:
-                out[head].baddbmm_(a, h_k.transpose(1, 2))
-        return out if mean else out.transpose(0, 1)  # (B, H, T, T)
-
-    def _whole(self, layer: int) -> Tensor:
-        """The stand-in of ``gauge_fix(A)``'s scores at ``layer``, heads first: ``(H, T, T)`` or
-        ``(H, B, T, T)``; computed once per tester."""
-        if self._whole_standin is None:
-            self._whole_standin = [None] * len(self._streams)
-        if self._whole_standin[layer] is None:
-            found = self._standin(self._streams[layer], self.fixed[layer])
-            self._whole_standin[layer] = found if self.ablation == "mean" else (
-                found.transpose(0, 1).contiguous())
-        return self._whole_standin[layer]
-
-    def _removed_scores(self, removed: Removed | Sequence[Tensor]) -> list[Tensor]:
-        """Per layer, what stands in for the removed parts' scores ``h R hᵀ``: their mean over the
-        reference batch ``(H, T, T)`` (mean ablation), or each sample's value on its reference
-        sample ``(B, H, T, T)`` (resample ablation). ``removed``: a :class:`Removed`, or per
-        layer ``R (H, D, D)`` as it is."""
-        if not isinstance(removed, Removed):
-            return [self._standin(h, R) for h, R in zip(self._streams, removed)]
-        out = []
-        for layer, (h, part) in enumerate(zip(self._streams, removed.part)):
-            if self._few_cells(part, h.shape[1]):
-                out.append(self._part_standin(layer, part, removed.whole))
-            else:  # dense: R formed whole, as a plain layer R is
-                R = gauge_fix(part, self.model.stream, layer)
-                out.append(self._standin(h, removed.whole * self.fixed[layer] + R
-                                         if removed.whole else R))
-        return out
-
-    @staticmethod
-    def _few_cells(part: Tensor, T: int) -> bool:
-        """Whether ``part (H, D, D)``'s cells are few enough that :meth:`_part_standin` costs
-        less than the dense stand-in: its products ``|K|·(|Q| + T)`` per head, with a margin for
-        the picking of rows and columns it does, under a quarter of ``D·(D + T)``."""
-        D, nonzero = part.shape[-1], part != 0
-        cost = sum(int(n.any(0).sum()) * (int(n.any(1).sum()) + T) for n in nonzero)
-        return 4 * cost < part.shape[0] * D * (D + T)
-
     def run_many(self, variants: Sequence[tuple[Sequence[Tensor], Tensor]],
                  removed: Sequence[Removed | Sequence[Tensor]] | None = None) -> list[Score]:
         """Each ``(As, W_U)`` (per layer ``(H, D, D)``, and ``(D_L, d)``) run on the batch, scored,
         as batched forwards; ``removed``: per variant, the parts of ``A`` it removed (under mean or
-        resample ablation their scores, :meth:`_removed_scores`, are added to the variant's)."""
+        resample ablation what stands in for their scores, ``analysis.standin``, is added to the
+        variant's)."""
         offsets = None
         if self.ablation != "zero" and removed is not None:
-            offsets = lambda i: self._removed_scores(removed[i])  # noqa: E731 - one chunk at a time
+            offsets = lambda i: self._standin(removed[i])  # noqa: E731 - one chunk at a time
         outs = forward_many(self.model.cfg, variants, self.batch.X, offsets=offsets)
         return [self._score(out) for out in outs]
 
