@@ -183,21 +183,29 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def plot(summary: list[dict], rows: list[dict], path: Path) -> None:
     """Per (model, shape): the solved runs by what the rule names (construction; grey: none,
-    dark grey: borderline), and the named ones by role."""
+    dark grey: borderline; a tie hatched in its first member's colour), and the named ones by
+    role."""
     # stacked, not side by side: readable at 800 px as at 1400
     fig, (left, right, heads) = plt.subplots(3, 1, figsize=(9, 11))
     labels = [f"{s['model'][:5]} {s['shape']}" for s in summary]
     solved = [r for r in rows if r["solved"] and r["mechanism"] is not None]
     names = sorted({r["construction"] for r in solved} - {"none", "borderline"})
-    color = {n: f"C{i % 10}" for i, n in enumerate(names)} | {"borderline": "0.45", "none": "0.8"}
+    # one colour per construction, never a grey (the greys are borderline and none); a tie is
+    # hatched in its first member's colour
+    firsts = sorted({n.split(" = ")[0] for n in names})
+    palette = [f"C{i}" for i in range(10) if i != 7] + ["#17becf80", "#bcbd2280"]
+    color = {n: palette[i % len(palette)] for i, n in enumerate(firsts)}
+    color |= {n: color[n.split(" = ")[0]] for n in names} | {"borderline": "0.45", "none": "0.8"}
     for panel, key, groups in ((left, "construction", [*names, "borderline", "none"]),
                                (right, "role", list(ROLES))):
         bottom = [0] * len(summary)
         for i, group in enumerate(groups):
             heights = [sum(1 for r in solved if (r["kind"], r["shape"]) == (s["model"], s["shape"])
                            and r[key] == group) for s in summary]
+            tie = key == "construction" and " = " in group
             panel.bar(labels, heights, bottom=bottom, label=group,
-                      color=color.get(group, f"C{i}") if key == "construction" else f"C{i + 3}")
+                      color=color.get(group, f"C{i}") if key == "construction" else f"C{i + 3}",
+                      hatch="///" if tie else None, edgecolor="white" if tie else None)
             bottom = [b + h for b, h in zip(bottom, heights)]
         panel.set_ylim(0, max(bottom, default=0) * 1.08 + 0.5)  # the tallest bar clear of the frame
         panel.set_ylabel("solved runs")

@@ -57,9 +57,10 @@ def test_the_readme_quotes_the_census_over_shapes():
     is_named = lambda name: name not in ("none", "borderline")  # noqa: E731
     bi22 = solved("bidirectional", "2x2")
     three1, three2 = solved(None, "3x1"), solved(None, "3x2")
+    two1 = {k: f"{sum(is_named(r['mechanism']) for r in solved(k, '2x1'))} of {len(solved(k, '2x1'))}"
+            for k in ("bidirectional", "scratch")}
     values = {
-        "TWO1": sorted({sum(is_named(r["mechanism"]) for r in solved(k, "2x1"))
-                        for k in ("bidirectional", "scratch")}),
+        "BI21": two1["bidirectional"], "SC21": two1["scratch"],
         "SUMS": sum(is_named(r["mechanism"]) and "(h0+h1)" in r["mechanism"] for r in bi22),
         "NAMED22": sum(is_named(r["mechanism"]) for r in bi22),
         "MEAN22": sum(is_named(r["mean"]) for r in bi22),
@@ -67,9 +68,9 @@ def test_the_readme_quotes_the_census_over_shapes():
         "N31": len(three1), "NAMED31": sum(is_named(r["mechanism"]) for r in three1),
         "N32": len(three2), "NAMED32": sum(is_named(r["mechanism"]) for r in three2),
     }
-    assert values["TWO1"] == [6] and all(len(solved(k, "2x1")) == 8 for k in ("bidirectional", "scratch"))
-    fragment = ("reproduce the census (6 of 8 named per layout); with two heads per layer SUMS of NAMED22 "
-                "named bidirectional runs are named on sums of heads, and under mean and resample "
+    fragment = ("reproduce the census (BI21 and SC21 named, bidirectional and causal scratch); with two "
+                "heads per layer SUMS of NAMED22 named bidirectional runs are named on sums of heads, "
+                "and under mean and resample "
                 "ablation MEAN22 and RES22 of N22 are named; with three layers the registry names "
                 "NAMED31 of N31 solved runs of one head per layer and NAMED32 of N32 of two.")
     assert fill(fragment, values) in text("README.md")
@@ -91,7 +92,14 @@ def findings() -> dict[str, int | str]:
     bi32 = [r for r in cell("bidirectional", "3x2") if r["solved"]]
     l2 = sum(h in r["needed_heads"] for r in bi32 for h in ("L2h0", "L2h1"))
     (split,) = [r for r in named(cell("scratch", "3x2")) if "(h0+h1)" in r["mechanism"]]
+    sc31 = [r for r in cell("scratch", "3x1") if r["solved"]]
+    idle31 = [r for r in sc31 if r["idle_layers"] == [3]]
+    unnamed = ("none", "borderline")
     return {
+        "IDLE31": len(idle31), "SC31": len(sc31),
+        "ZERO31": sum(r["mechanism"] not in unnamed for r in idle31),
+        "MEAN31": sum(r["mean"] not in unnamed for r in idle31),
+        "RES31": sum(r["resample"] not in unnamed for r in idle31),
         "SUMS_APPB": sum(r["mechanism"] == "appendix_b @ L1(h0+h1)→L2(h0+h1)" for r in bi22),
         "SUMS_TB": sum(r["mechanism"] == "two_block @ L1(h0+h1)→L2(h0+h1)" for r in bi22),
         "NAMED22": len(bi22), "SPLIT22": sum(r["role"] == "split" for r in bi22),
@@ -106,10 +114,19 @@ FINDINGS = [
     "SUMS_APPB of the NAMED22 named bidirectional 2 × 2 runs are named on the sums of both layers' "
     "heads (`appendix_b @ L1(h0+h1)→L2(h0+h1)`, and SUMS_TB more `two_block` on the same sums), and "
     "SPLIT22 of the NAMED22 are split.",
-    "in IDLE32 of BI32 bidirectional 3 × 2 runs a layer is idle",
+    "In IDLE32 of BI32 bidirectional 3 × 2 runs a layer is idle",
     "its heads are needed in L2NEEDED of KNOCKS knock-outs",
     "knocking out head 0 of layer 1 leaves H0 of the rows exact and head 1 H1",
+    "In IDLE31 of the SC31 solved scratch 3 × 1 runs layer 3 is idle",
+    "names the superposed form at `L1→L2` in MEAN31 of the IDLE31, and resampling in RES31.",
 ]
+
+
+def test_the_readme_quotes_the_idle_layer_that_zero_ablation_misses():
+    f = findings()
+    assert f["ZERO31"] == 0  # the sentence says zero ablation names none of them
+    assert fill("In IDLE31 of SC31 solved causal-scratch 3 × 1 runs layer 3 is idle, and zero "
+                "ablation still names none of them", f) in text("README.md")
 
 
 @pytest.mark.parametrize("fragment", FINDINGS)
