@@ -56,21 +56,6 @@ def gauge_projectors(stream: Stream, layer: int, dtype=torch.float64) -> tuple[T
     return _projector(null), _projector(G)
 
 
-_ROW_FACTORS: dict[tuple, tuple[Tensor, Tensor]] = {}
-
-
-def gauge_factors_of_rows(stream: Stream, layer: int) -> tuple[Tensor, Tensor]:
-    """``(N (D, k - 1), G (D, k))`` float64, orthonormal bases of the query-null and key-gauge
-    spans (``Π_null = N Nᵀ``, ``Π_key = G Gᵀ``, ``k`` copies of ``h^0`` in ``h^layer``): a stream
-    row's part in them is ``h N``, ``h G``, ``k`` numbers. Cached per stream layout."""
-    key = (stream.layout, stream.heads, layer)
-    if key not in _ROW_FACTORS:
-        G = key_gauge_basis(stream, layer)
-        bases = [torch.linalg.qr(b).Q if b.shape[1] else b for b in (G[:, 1:] - G[:, :1], G)]
-        _ROW_FACTORS[key] = bases[0], bases[1]
-    return _ROW_FACTORS[key]
-
-
 def gauge_fix(A: Float[Tensor, "*heads D D"], stream: Stream,
               layer: int) -> Float[Tensor, "*heads D D"]:
     """Minimum-norm representative of ``A (..., D_layer, D_layer)`` modulo the gauge."""

@@ -24,7 +24,8 @@ import torch
 from torch import Tensor
 
 from ..stream import Stream
-from .gauge import gauge_factors_of_rows, gauge_fix
+from .gauge import gauge_fix
+from .projection import gauge_factors
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class StandIn:
         ``part``'s rows ``Q`` and columns ``K`` (module docstring): ``B·T·|K|·(|Q| + T)`` per
         head."""
         h = self.streams[layer]
-        null, key = gauge_factors_of_rows(self.stream, layer)  # (D, k - 1), (D, k)
+        null, _, key = gauge_factors(self.stream, layer)  # (D, k - 1), _, (D, k)
         if layer not in self._gauge_rows:  # the rows' gauge coordinates (B, T, k - 1), (B, T, k)
             self._gauge_rows[layer] = h @ null, h @ key
         hn, hk = self._gauge_rows[layer]
