@@ -7,11 +7,10 @@ Skipped (with how to install it) when no Chromium is on the machine.
 
 import json
 import re
-import shutil
-import subprocess
 
 import pytest
 import torch
+from browser import BROWSER, dump_dom_when
 
 from invperm_interp import sample_batch
 from invperm_interp.analysis.record import analyze
@@ -20,8 +19,6 @@ from invperm_interp.runs.evaluation import Evaluation
 from invperm_interp.viz.page import write_bundle
 from invperm_interp.viz.report import ReportContext, write_report
 
-BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
-                if shutil.which(b)), None)
 pytestmark = pytest.mark.skipif(
     BROWSER is None, reason="needs headless Chromium: apt-get install -y chromium (Debian/Ubuntu)")
 
@@ -37,14 +34,14 @@ Object.defineProperty(window, 'CircuitsVis', {configurable: true, get() { return
   set(v) { __cv = v; window.__bundleAt = performance.now(); }});
 </script>"""
 
-# Runs after load: once every view has drawn (or 8 s have passed; polling, since a shared bundle
+# Runs after load: once every view has drawn (or 30 s have passed; polling, since a shared bundle
 # loads after the first paint and a loaded machine takes its time), writes what it saw into the
-# DOM, which --dump-dom prints.
+# DOM, where the driver reads it.
 PROBE_END = """<script>
 window.addEventListener('load', () => { const __start = performance.now(); const __probe = () => {
   const drawn = [...document.querySelectorAll('div.cv')]
     .every(d => d.querySelectorAll('canvas, svg, table, span').length > 0);
-  if (!drawn && performance.now() - __start < 8000) { setTimeout(__probe, 100); return; }
+  if (!drawn && performance.now() - __start < 30000) { setTimeout(__probe, 100); return; }
   const out = document.createElement('pre'); out.id = '__probe';
   out.textContent = JSON.stringify({
     errors: __errors,
@@ -70,51 +67,33 @@ window.addEventListener('load', () => { const __start = performance.now(); const
     }),
   });
   document.body.appendChild(out);
-}; setTimeout(__probe, 1500); });
+}; setTimeout(__probe, 100); });
 </script>"""
 
 
 def _load(page, tmp_path, width: int = 1400) -> tuple[dict, list[str]]:
     """Open ``page`` (a file) in Chromium with the network blocked, in a window ``width`` pixels
-    wide: the probe's findings and every URL the browser's network log saw."""
+    wide, in real time until the probe has written: its findings and every URL the browser's network
+    log saw."""
     text = page.read_text()
     probed = page.with_name("probed_" + page.name)
     probed.write_text(text.replace("<head>", "<head>" + PROBE_HEAD, 1)
                       .replace("</body>", PROBE_END + "</body>", 1))
     netlog = tmp_path / "netlog.json"
-    cmd = [BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update",
-           "--proxy-server=http://127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
-           f"--log-net-log={netlog}", f"--user-data-dir={tmp_path / 'profile'}",
-           f"--window-size={width},1000",
-           "--virtual-time-budget=10000", "--dump-dom", probed.as_uri()]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    match = re.search(r'<pre id="__probe">(.*?)</pre>', result.stdout, re.S)
-    assert match, f"the page did not finish loading: {result.stderr[-2000:]}"
+    dom = dump_dom_when(probed.as_uri(), "document.getElementById('__probe')", tmp_path / "profile",
+                        width=width, flags=("--disable-background-networking",
+                                            "--disable-component-update",
+                                            "--proxy-server=http://127.0.0.1:9",
+                                            "--host-resolver-rules=MAP * ~NOTFOUND",
+                                            f"--log-net-log={netlog}"))
+    match = re.search(r'<pre id="__probe">(.*?)</pre>', dom, re.S)
+    assert match, "the page did not finish loading in 60 s"
     found = json.loads(match.group(1).replace("&quot;", '"').replace("&amp;", "&")
                        .replace("&lt;", "<").replace("&gt;", ">"))
     # Requests the page made carry an initiator; the browser's own (updates, time sync) do not.
     log = netlog.read_text() if netlog.is_file() else ""
     urls = [re.search(r'"url":"([^"]+)"', m.group(0)).group(1)
             for m in re.finditer(r'\{[^{}]*"initiator":[^{}]*"url":"[^"]+"[^{}]*\}', log)]
-    return found, urls
-
-
-def _settled(found: dict) -> bool:
-    """Every view drew and the first paint came before the bundle ran."""
-    views = found["views"]
-    return bool(views) and all(n > 0 for n in views) and found["firstPaint"] is not None \
-        and found["bundleAt"] is not None and found["firstPaint"] < found["bundleAt"]
-
-
-def _load_settled(page, tmp_path, tries: int = 3) -> tuple[dict, list[str]]:
-    """:func:`_load`, again (at most ``tries`` times) while the page has not settled: on a loaded
-    machine (the suite runs on every core) headless Chromium's virtual time can run out before the
-    bundle's first render, or present the first paint late. A page that never draws still fails."""
-    for _ in range(tries):
-        found, urls = _load(page, tmp_path)
-        if _settled(found):
-            break
     return found, urls
 
 
@@ -137,7 +116,7 @@ def report_page(tmp_path_factory):
 def test_report_loads_offline_without_errors_and_renders(report_page, which):
     tmp, single, shared = report_page
     page = single if which == "single" else shared
-    found, urls = _load_settled(page, tmp)
+    found, urls = _load(page, tmp)
     assert found["errors"] == []
     outside = [u for u in urls + found["resources"] if not u.startswith(("file:", "data:", "blob:"))]
     assert outside == [], f"requests left the file: {outside}"
@@ -224,7 +203,5 @@ def test_index_table_sorts_by_a_clicked_column(tmp_path):
         .map(r => r.cells[0].textContent.split(' ')[0]).join(',');
       document.body.appendChild(out); });</script>"""
     page.write_text(page.read_text().replace("</body>", click + "</body>"))
-    result = subprocess.run([BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu",
-                             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000",
-                             "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
-    assert re.search(r'<pre id="order">(.*?)</pre>', result.stdout).group(1) == "run1,run2,run0"
+    dom = dump_dom_when(page.as_uri(), "document.getElementById('order')", tmp_path / "profile")
+    assert re.search(r'<pre id="order">(.*?)</pre>', dom).group(1) == "run1,run2,run0"

@@ -1,0 +1,95 @@
+"""Headless Chromium driven over the DevTools protocol on a pipe, waiting in real time.
+
+``--dump-dom`` with ``--virtual-time-budget`` is not enough for pages that draw after a frame: under
+virtual time Chromium sometimes produces no frame at all, so ``requestAnimationFrame`` never fires
+and the budget runs out in well under a second of real time (1 load in 4 on a quiet machine). Here
+the page runs in real time and the DOM is read once an element the page (or a probe) writes exists.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
+                if shutil.which(b)), None)
+
+
+class _Pipe:
+    """DevTools messages on ``--remote-debugging-pipe``: JSON, each ended by a NUL byte."""
+
+    def __init__(self, write_fd: int, read_fd: int):
+        self.write_fd, self.read_fd, self.buffer, self.next_id = write_fd, read_fd, b"", 0
+
+    def call(self, method: str, session: str | None = None, timeout: float = 30.0, **params):
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        os.write(self.write_fd, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" not in self.buffer:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no answer to {method} in {timeout} s")
+                chunk = os.read(self.read_fd, 1 << 16)
+                if not chunk:
+                    raise ConnectionError(f"Chromium closed the pipe before answering {method}")
+                self.buffer += chunk
+            raw, self.buffer = self.buffer.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self.next_id:  # events and other replies are skipped
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+
+
+def dump_dom_when(url: str, ready_js: str, profile: Path, *, width: int = 1400,
+                  timeout: float = 60.0, flags: tuple[str, ...] = ()) -> str:
+    """Open ``url`` in headless Chromium (``width`` pixels wide, ``profile`` its user-data folder,
+    ``flags`` added to the command line) and return the DOM's HTML once the JavaScript expression
+    ``ready_js`` is true, or after ``timeout`` seconds of real time. The browser is closed cleanly,
+    so a ``--log-net-log`` among ``flags`` is complete when this returns."""
+    to_browser, from_us = os.pipe()
+    to_us, from_browser = os.pipe()
+    cmd = [BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--remote-debugging-pipe", f"--user-data-dir={profile}", f"--window-size={width},1000",
+           *flags, url]
+    # Chromium reads commands on fd 3 and writes replies on fd 4.
+    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               pass_fds=(3, 4), preexec_fn=lambda: (os.dup2(to_browser, 3),
+                                                                    os.dup2(from_browser, 4)))
+    os.close(to_browser), os.close(from_browser)
+    pipe = _Pipe(from_us, to_us)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            pages = [t for t in pipe.call("Target.getTargets")["targetInfos"] if t["type"] == "page"]
+            if pages:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Chromium opened no page for {url}")
+            time.sleep(0.05)
+        session = pipe.call("Target.attachToTarget", targetId=pages[0]["targetId"],
+                            flatten=True)["sessionId"]
+        while time.monotonic() < deadline:
+            ready = pipe.call("Runtime.evaluate", session, expression=f"!!({ready_js})",
+                              returnByValue=True)["result"].get("value")
+            if ready:
+                break
+            time.sleep(0.1)
+        return pipe.call("Runtime.evaluate", session, returnByValue=True,
+                         expression="document.documentElement.outerHTML")["result"]["value"]
+    finally:
+        try:
+            pipe.call("Browser.close", timeout=10)
+        except (ConnectionError, TimeoutError, RuntimeError, OSError):
+            pass
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        os.close(from_us), os.close(to_us)
