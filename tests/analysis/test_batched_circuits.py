@@ -56,6 +56,23 @@ def test_tester_reuses_fits_without_changing_them(learned_like):
     assert first == again == CircuitTester(model, batch).test(hyp)
 
 
+def test_a_tester_given_the_clean_output_scores_as_one_that_ran_it(learned_like):
+    """``output``: the model's own output, computed once by the analysis (``model_run``)."""
+    from invperm_interp.model.variants import model_run
+
+    model, batch = learned_like
+    final, _ = model_run(model, batch.X)
+    given = CircuitTester(model, batch, output=final @ model.unembed.W_U.detach())
+    ran = CircuitTester(model, batch)
+    assert given.clean.rows_exact == ran.clean.rows_exact
+    assert given.clean.mse == pytest.approx(ran.clean.mse, rel=1e-12)
+    hyp = as_hypothesis(model, "theorem3")
+    assert given.test(hyp).circuit.loss_recovered == pytest.approx(
+        ran.test(hyp).circuit.loss_recovered, rel=1e-9)
+    with pytest.raises(ValueError, match="output must be the model's output on the batch"):
+        CircuitTester(model, batch, output=final[:3] @ model.unembed.W_U.detach())
+
+
 
 
 def test_mean_ablation_circuits_equal_the_hooked_model_with_the_mean_removed_scores_added(

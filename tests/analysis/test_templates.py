@@ -209,3 +209,17 @@ def test_a_layers_dictionary_is_kept_per_stream_shape_and_gives_what_a_fresh_one
     for d in range(5, 5 + T.DICTIONARIES_KEPT):  # the least recently used shapes are let go
         explain(C.build("theorem3", d))
     assert len(T._DEFAULT_DICTIONARIES) == T.DICTIONARIES_KEPT
+
+
+def test_gauge_check_reads_the_model_patterns_it_is_given():
+    """Given the model's own patterns it runs the gauge-fixed twin only; given other patterns
+    (here the uniform attention), it reports how far those are from the twin's."""
+    from invperm_interp.model.variants import model_run
+
+    model = perturb(C.build("theorem3", 4, 3.0), gauge=1.0, noise=0.05, seed=0)
+    X = sample_batch(model.cfg.layout, 32, torch.Generator().manual_seed(0), dtype=F64).X
+    _, own = model_run(model, X)
+    assert gauge_check(model, X, patterns=own) == pytest.approx(gauge_check(model, X), abs=1e-15)
+    uniform = [torch.full_like(p, 1.0 / p.shape[-1]) for p in own]
+    assert gauge_check(model, X, patterns=uniform) == pytest.approx(
+        max(float((p - u).abs().max()) for p, u in zip(own, uniform)), abs=1e-9)

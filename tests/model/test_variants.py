@@ -84,3 +84,28 @@ def test_an_edited_embedding_and_the_read_out_stream_match_the_plain_forward(cfg
                            h0=h0, readout=False)[0]
     torch.testing.assert_close(read, final, rtol=1e-10, atol=1e-10)
     assert not torch.allclose(out, forward_stacked(cfg, stacked, W_U[None], X)[0])  # h0 was used
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["bidirectional-3x2", "causal-scratch"])
+def test_model_run_gives_the_read_out_stream_with_unread_columns_zero_and_every_pattern(cfg):
+    """What an analysis shares between its clean scores, gauge check and read-out ablations."""
+    from invperm_interp.model.variants import model_patterns, model_run
+
+    g = torch.Generator().manual_seed(2)
+    model = HookedDisentangledTransformer(cfg)
+    X = sample_batch(cfg.layout, 16, g, dtype=torch.float64).X
+    read = torch.rand(cfg.widths[-1], generator=g) < 0.5  # W_U reads about half the columns
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.A.normal_(generator=g)
+        model.unembed.W_U.normal_(generator=g).mul_(read[:, None].double())
+    As = [block.attn.A.detach() for block in model.blocks]
+    h0 = torch.cat([X, torch.eye(cfg.T, dtype=torch.float64).expand(len(X), -1, -1)], -1)
+    want = _plain_streams(cfg, As, h0)[-1][:, cfg.readout_rows] * read.double()  # (B, d, D_L)
+    final, patterns = model_run(model, X)
+    torch.testing.assert_close(final, want, rtol=1e-10, atol=1e-10)
+    assert bool((final[..., ~read] == 0).all())
+    out, ref_patterns = _reference(model, As, model.unembed.W_U.detach().clone(), X)
+    for p, q in zip(patterns, ref_patterns):
+        torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(model_patterns(model, X)[0], out, rtol=1e-10, atol=1e-10)

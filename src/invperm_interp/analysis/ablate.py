@@ -269,11 +269,13 @@ def read_blocks(model: DisentangledModel) -> list[str]:
 
 
 def standard_ablations(model: DisentangledModel, batch: Batch | None = None, *,
-                       n: int = 512, seed: int = 0, before: float | None = None) -> list[AblationResult]:
+                       n: int = 512, seed: int = 0, before: float | None = None,
+                       final: Tensor | None = None) -> list[AblationResult]:
     """The mask, every scratch mode (when the layout has ``S``), the token block ``x`` of ``h^0``
     and each block ``W_U`` reads, zero-ablated. The clean run is computed once for all of them
     (``before``: its MSE on ``batch``, when already known); the read-out blocks are ablated in
-    the read-out rows of its ``h^L``, computed once."""
+    the read-out rows of its ``h^L`` ``(B, d, D_L)`` (``final``, when already computed:
+    ``model.variants.model_run``), computed once."""
     batch = _batch(model, batch, n, seed)
     before = clean_mse(model, batch) if before is None else before
     out = [_mask_result(model, batch, before)]
@@ -283,7 +285,7 @@ def standard_ablations(model: DisentangledModel, batch: Batch | None = None, *,
             k = n_scratch // 2 if mode == "fewer" else None
             out.append(ablate_scratch(model, mode, k=k, batch=batch, seed=seed, before=before))
     out.append(_ablate_block(model, "x", 0, "zero", batch, before))
-    final = _forward(model, batch.X, stream=True)
+    final = _forward(model, batch.X, stream=True) if final is None else final
     for name in read_blocks(model):
         out.append(_ablate_block(model, name, model.cfg.n_layers, "zero", batch, before, final))
     return out

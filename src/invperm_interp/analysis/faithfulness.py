@@ -184,10 +184,11 @@ class Tester:
     clean run's stream) is replaced by its mean over the ``reference`` batch (default: the batch
     itself), per head and (query, key) position. ``"resample"``: replaced by its value on another
     input, sample ``b`` taking the ``reference`` batch's sample ``b`` (by default the batch's own
-    next sample, ``b + 1``). Removed read-out rows are zeroed either way."""
+    next sample, ``b + 1``). Removed read-out rows are zeroed either way. ``output``: the model's
+    own output on ``batch`` ``(B, d, d)``, when already computed (``model.variants.model_run``)."""
 
     def __init__(self, model: DisentangledModel, batch: Batch, ablation: Ablation = "zero",
-                 reference: Batch | None = None):
+                 reference: Batch | None = None, output: Tensor | None = None):
         if not isinstance(batch, Batch):
             raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
         if batch.layout != model.cfg.layout:
@@ -196,8 +197,13 @@ class Tester:
         self.model, self.ablation, self.reference = model, ablation, reference
         self.batch = batch.to(model.device, model.cfg.torch_dtype)
         self.baseline = 0.25 * model.cfg.d
-        with torch.no_grad():
-            self.output = readout_forward(model, self.batch.X)  # (B, d, d), the read-out rows only
+        if output is None:
+            with torch.no_grad():
+                output = readout_forward(model, self.batch.X)  # (B, d, d), the read-out rows only
+        elif output.shape != (len(batch), model.cfg.d, model.cfg.d):
+            raise ValueError(f"output must be the model's output on the batch, shape "
+                             f"{(len(batch), model.cfg.d, model.cfg.d)}, got {tuple(output.shape)}")
+        self.output = output
         Y = self.batch.Y.to(self.output)
         self.clean_errors = (self.output.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,)
         self.clean = score(self.output, self.batch, self.baseline, float(mse(self.output, Y)),

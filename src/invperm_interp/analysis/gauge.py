@@ -94,14 +94,15 @@ def gauge_fixed(model: DisentangledModel) -> DisentangledModel:
     return twin
 
 
-def gauge_check(model: DisentangledModel, X: Tensor,
-                fixed: Sequence[Tensor] | None = None) -> float:
+def gauge_check(model: DisentangledModel, X: Tensor, fixed: Sequence[Tensor] | None = None,
+                patterns: Sequence[Tensor] | None = None) -> float:
     """Largest attention-pattern difference between ``model`` and :func:`gauge_fixed` on ``X``.
 
     The gauge directions come from the layout; this checks them against data:
     ~1e-15 in float64, ~1e-6 in float32; more would mean a direction was not gauge after all.
-    ``fixed``: per layer ``gauge_fix(A)`` (float64) already computed. Both weights run as two
-    variants of one forward (``model.variants``).
+    ``fixed``: per layer ``gauge_fix(A)`` (float64) already computed; ``patterns``: the model's own
+    per layer ``(B, H_l, T, T)`` on ``X`` (``model.variants.model_run``), else computed. The weights
+    run as variants of one forward (``model.variants``).
     """
     As = [block.attn.A.detach() for block in model.blocks]
     if fixed is None:
@@ -109,7 +110,10 @@ def gauge_check(model: DisentangledModel, X: Tensor,
     W_U = model.unembed.W_U.detach()
     twin = [f.to(A.device, A.dtype) for f, A in zip(fixed, As)]
     X = X.to(model.device, model.cfg.torch_dtype)
-    (_, a), (_, b) = forward_many(model.cfg, [(As, W_U), (twin, W_U)], X, patterns=True)
+    if patterns is None:
+        (_, a), (_, b) = forward_many(model.cfg, [(As, W_U), (twin, W_U)], X, patterns=True)
+    else:
+        a, ((_, b),) = patterns, forward_many(model.cfg, [(twin, W_U)], X, patterns=True)
     return max(float((p - q).abs().max()) for p, q in zip(a, b))
 
 

@@ -21,7 +21,7 @@ from ..labels import excess_text, name_streams
 from ..maths.floors import dependency_map
 from ..model.disentangled import DisentangledModel, check_disentangled
 from ..model.note_map import map_summary, to_disentangled
-from ..model.variants import model_patterns
+from ..model.variants import model_patterns, model_run
 from ..task import Batch
 from .ablate import AblationResult, standard_ablations
 from .compare import ConstructionMatch, closest_construction
@@ -171,10 +171,12 @@ def analyze(model: DisentangledModel, batch: Batch, source: str = "", *,
         through_map, model = map_summary(model), to_disentangled(model)
     check_disentangled(model)
     check_finite_norm(model)
-    tester = Tester(model, batch)  # the clean run and gauge_fix(A), shared by every part
+    X = batch.X.to(model.device, model.cfg.torch_dtype)
+    final, patterns = model_run(model, X)  # the clean run, shared by every part
+    tester = Tester(model, batch, output=final @ model.unembed.W_U.detach())  # and gauge_fix(A)
     circuit, cells = explained or explain_and_match(model)  # the atoms, fitted once
     mech = mechanism(model, batch, circuit=circuit, tester=tester)
-    ablations = standard_ablations(model, tester.batch, before=tester.clean.mse)
+    ablations = standard_ablations(model, tester.batch, before=tester.clean.mse, final=final)
     deps = dependency_map(model, tester.batch.X[:lemma1_samples])
     later = torch.arange(deps.norms.shape[-1])[None, :] > torch.tensor(deps.positions)[:, None]
     norms = deps.norms.double().cpu()
@@ -183,7 +185,7 @@ def analyze(model: DisentangledModel, batch: Batch, source: str = "", *,
         rows_exact=tester.clean.rows_exact, causal_floor=ablations[0].causal_floor,
         mechanism=mech, circuit=circuit, cells=tuple(cells),
         closest=closest_construction(model, tester.batch, circuit=circuit, fixed=tester.fixed),
-        ablations=tuple(ablations), gauge_check=gauge_check(model, tester.batch.X, tester.fixed),
+        ablations=tuple(ablations), gauge_check=gauge_check(model, X, tester.fixed, patterns),
         lemma1=Lemma1(deps.causal_ok, float(norms[later].max()) if bool(later.any()) else 0.0,
                       tuple(deps.positions), tuple(tuple(r) for r in norms.tolist())),
         accuracy=_accuracy(tester.output, tester.batch.Y), sample_patterns=_sample_patterns(model, batch),

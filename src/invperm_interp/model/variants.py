@@ -184,10 +184,24 @@ def forward_many(cfg: ModelConfig, variants: Sequence[tuple[Sequence[Tensor], Te
     return results
 
 
+def model_run(model, X: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """A disentangled model's (plain or hooked) read-out rows of ``h^L`` ``(B, d, D_L)`` (zero in
+    the columns ``W_U`` does not read) and every layer's attention ``(B, H_l, T, T)`` on
+    ``X (B, T, d)``: one plain forward (no hooks), in its dtype. Its output is the first times
+    ``model.unembed.W_U``; an analysis shares this run between the clean scores, the gauge check and
+    the read-out ablations."""
+    As = [block.attn.A.detach()[None] for block in model.blocks]
+    W_U = model.unembed.W_U.detach()
+    X = X.to(model.device, model.cfg.torch_dtype)
+    with torch.no_grad():
+        read, patterns = forward_stacked(model.cfg, As, W_U[None], X, patterns=True, readout=False)
+    final = read.new_zeros(*read.shape[1:-1], W_U.shape[0])
+    final[..., (W_U != 0).any(-1)] = read[0]
+    return final, [p[0] for p in patterns]
+
+
 def model_patterns(model, X: Tensor) -> tuple[Tensor, list[Tensor]]:
     """A disentangled model's (plain or hooked) own output ``(B, d, d)`` and every layer's
     attention ``(B, H_l, T, T)`` on ``X (B, T, d)``: one plain forward (no hooks), in its dtype."""
-    weights = ([b.attn.A.detach() for b in model.blocks], model.unembed.W_U.detach())
-    (out, patterns), = forward_many(model.cfg, [weights], X.to(model.device, model.cfg.torch_dtype),
-                                    patterns=True)
-    return out, patterns
+    final, patterns = model_run(model, X)
+    return final @ model.unembed.W_U.detach(), patterns
