@@ -16,6 +16,7 @@ pursuit; atoms equal modulo gauge tie, and the tie goes to the atom the raw weig
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -356,15 +357,17 @@ def _cell_rows(model: DisentangledModel, part: _Explained) -> list[CellMatch]:
         key = (atom.query, atom.key)
         if key not in by_cell or weight > by_cell[key][1]:
             by_cell[key] = (atom, weight)
-    raw_best = _raw_best(A, dic)
     blocks = model.stream.blocks(part.layer)
     fixed, residual, raw = (_block_sums(M.pow(2), blocks).tolist()
                             for M in (fit.fixed, fit.residual, A))
+    raw_best = _raw_best(A, dic, {(q.name, k.name): raw[i][j] for i, q in enumerate(blocks)
+                                  for j, k in enumerate(blocks)})
     rows = []
     for i, q in enumerate(blocks):
         for j, k in enumerate(blocks):
-            name, score, beta, T = raw_best.get((q.name, k.name), (ZEROS, 0.0, 0.0, 0.0))
-            raw_res = float((A[q.slice, k.slice] - beta * T).pow(2).sum()) if beta else raw[i][j]
+            name, score, beta, proj = raw_best.get((q.name, k.name), (ZEROS, 0.0, 0.0, 0.0))
+            # ||A_cell - beta T||² = ||A_cell||² - beta <A_cell, T>, beta = <A_cell, T> / ||T||²
+            raw_res = max(raw[i][j] - beta * proj, 0.0)
             atom = by_cell.get((q.name, k.name), (None, 0.0))[0]
             rows.append(CellMatch(
                 layer=part.layer, head=part.head, query=q.name, key=k.name,
@@ -380,21 +383,19 @@ def _cell_rows(model: DisentangledModel, part: _Explained) -> list[CellMatch]:
     return rows
 
 
-def _raw_best(A: Tensor, dic: Dictionary) -> dict[tuple[str, str], tuple[str, float, float, Tensor]]:
+def _raw_best(A: Tensor, dic: Dictionary,
+              cell_sq: dict[tuple[str, str], float]) -> dict[tuple[str, str], tuple[str, float, float, float]]:
     """Per nonzero raw cell: the library template of highest ``|cosine|``, its cosine, its beta and
-    the template itself."""
+    ``<A_cell, T>``; ``cell_sq``: each cell's ``||A_cell||²``."""
     proj = (dic.M @ A.reshape(-1, 1)).squeeze(1).tolist()  # <cell, T> per atom
     raw_norm = dic.raw_norm.tolist()
-    cell_norms: dict[tuple[str, str], float] = {}
-    best: dict[tuple[str, str], tuple[str, float, float, Tensor]] = {}
+    best: dict[tuple[str, str], tuple[str, float, float, float]] = {}
     for a, (q, k) in enumerate(dic.cells):
         key = (q.name, k.name)
-        if key not in cell_norms:
-            cell_norms[key] = float(A[q.slice, k.slice].norm())
-        cell_norm = cell_norms[key]
+        cell_norm = math.sqrt(cell_sq[key])
         if cell_norm == 0.0:
             continue
         cos = abs(proj[a]) / (cell_norm * raw_norm[a])
         if key not in best or cos > best[key][1] + 1e-12:
-            best[key] = (dic.names[a], cos, proj[a] / raw_norm[a] ** 2, dic.templates[a])
+            best[key] = (dic.names[a], cos, proj[a] / raw_norm[a] ** 2, proj[a])
     return best
