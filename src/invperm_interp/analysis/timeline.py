@@ -21,15 +21,17 @@ the first from which it stays faithful to the end.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from ..model.build import load_analysed
+from ..runs.checkpoint import model_tensors
 from ..runs.directory import RunDir
 from ..task import Batch, sample_batch
+from ..training.replay import Replay, replay
 from ..training.run import Run
 from .faithfulness import Score, Tester
 from .hypothesis import AtomCell, Hypothesis
@@ -255,3 +257,36 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
         bar.update()
     curve = tuple((m.step, float(m.mse)) for m in RunDir(run_dir).read_metrics())
     return Timeline(run_dir.name, name, hyp, 0.25 * model.cfg.d, tuple(steps), curve, n, seed)
+
+
+def refine(tl: Timeline, run: str | Path, start: int, end: int, every: int, *,
+           rule: Rule = RULE, progress: bool = False) -> tuple[Timeline, Replay]:
+    """``tl`` (``run``'s timeline) with every ``every``-th step of ``(start, end]`` analysed too, on
+    weights trained again from the run's checkpoint at ``start`` (``training.replay``), and the
+    run's own evaluations of them added to its curve: a transition seen at the resolution it needs,
+    with no checkpoint written. Steps ``tl`` holds keep its analysis of the stored weights. Also
+    returns the :class:`Replay` record (how many stored checkpoints the replay met bit for bit)."""
+    run_dir = Path(run)
+    final = Run.load(run_dir)
+    model = final.analysis_model
+    batch = sample_batch(model.cfg.layout, tl.n, torch.Generator().manual_seed(tl.seed),
+                         dtype=model.cfg.torch_dtype)
+    tests = {str(p): placed(model, p) for p in candidate_placements(model, fixed_weights(model))}
+    named = tl.final_mechanism != NONE
+    record, new, curve = Replay(), {}, dict(tl.curve)
+    bar = tqdm(total=(end - start) // every, desc=f"refine {run_dir.name}", unit="step",
+               disable=not progress)
+    with bar:
+        final_weights = {k: v.clone() for k, v in model.state_dict().items()}
+        try:
+            for step, live, scores in replay(run_dir, start, end, every, record):
+                curve.setdefault(step, scores.mse)
+                with torch.no_grad():
+                    load_analysed(model, final.model_cfg, model_tensors(live), f"step {step}")
+                    new[step] = analyse_step(model, batch, tl.hypothesis, tests, named, step, rule)
+                bar.update()
+        finally:
+            model.load_state_dict(final_weights)
+    steps = {**new, **{s.step: s for s in tl.steps}}
+    return replace(tl, steps=tuple(steps[s] for s in sorted(steps)),
+                   curve=tuple(sorted(curve.items()))), record

@@ -130,6 +130,15 @@ class Trainer:
         run_dir.write_metrics(self.metrics)
 
     def _restore(self, step: int, path: Path) -> None:
+        meta = self.load_state(step, path)
+        self.metrics = self._metrics_until(step)
+        self.step, self.elapsed = step, meta["elapsed"]
+        self.loss_sum, self.loss_count = meta["loss_sum"], meta["loss_count"]
+
+    def load_state(self, step: int, path: Path) -> dict:
+        """Load checkpoint ``path`` of step ``step`` of this run (its weights, optimizer and data
+        stream state; checked to be this configuration's) and return its metadata; the counters
+        are left to the caller."""
         tensors, meta = ckpt.load(path)
         ckpt.check_meta(meta, path, ckpt.TRAINING_META)
         if meta.get("config_hash") != self.hash or meta.get("step") != step:
@@ -151,9 +160,7 @@ class Trainer:
             self.generator.set_state(rng)
         except RuntimeError as err:
             raise ValueError(f"checkpoint {path}: rng.data is not a generator state: {err}") from None
-        self.metrics = self._metrics_until(step)
-        self.step, self.elapsed = step, meta["elapsed"]
-        self.loss_sum, self.loss_count = meta["loss_sum"], meta["loss_count"]
+        return meta
 
     def _metrics_until(self, step: int) -> list[Evaluation]:
         """The evaluation records up to ``step``; a record cut from the end of ``metrics.jsonl``
@@ -209,9 +216,7 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self, end: int, interrupt: StopRequest, progress: bool) -> Run:
-        cfg, model, opt = self.cfg, self.model, self.optimizer
-        params = list(model.parameters())
-        layout, dtype = self.model_cfg.layout, self.model_cfg.torch_dtype
+        cfg = self.cfg
         self.begin()
         bar = tqdm(total=cfg.steps, initial=self.step, unit="step", disable=not progress,
                    desc=self.dir.name if self.dir else "train", mininterval=0.5)
@@ -219,19 +224,9 @@ class Trainer:
         with bar:
             while self.step < end and not interrupt.requested and self.stopped is None:
                 lr = learning_rate(cfg, self.step)
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                batch = sample_batch(layout, cfg.batch_size, self.generator, dtype=dtype)
-                out = forward(model, batch.X)  # (B, d, d)
-                loss = mse(out, batch.Y)  # the note's loss
-                opt.zero_grad()
-                loss.backward()
-                if cfg.recipe == "paper":  # the note's clipping of every gradient entry to ±1
-                    for p in params:
-                        p.grad.clamp_(-1.0, 1.0)
-                opt.step()
+                loss = self.update(lr)
                 bar.update()
-                self.after_step(loss.detach(), lr, end, interrupt.requested, bar, started)
+                self.after_step(loss, lr, end, interrupt.requested, bar, started)
             self.flush(bar)
         if interrupt.requested and self.step < end:
             # the signal came after this step's checkpoint was decided; before the first step
@@ -242,6 +237,23 @@ class Trainer:
             raise interrupt.interrupted(f"training stopped at step {self.step}"
                                         + (f"; resume with --resume {self.dir}" if self.dir else ""))
         return self.finish(stepped=self.step > start)
+
+    def update(self, lr: float) -> Tensor:
+        """One training step at learning rate ``lr`` on the next batch of the run's data stream
+        (the counters are :meth:`after_step`'s): returns the loss, not read back."""
+        cfg, opt = self.cfg, self.optimizer
+        for group in opt.param_groups:
+            group["lr"] = lr
+        batch = sample_batch(self.model_cfg.layout, cfg.batch_size, self.generator,
+                             dtype=self.model_cfg.torch_dtype)
+        loss = mse(forward(self.model, batch.X), batch.Y)  # the note's loss, on (B, d, d)
+        opt.zero_grad()
+        loss.backward()
+        if cfg.recipe == "paper":  # the note's clipping of every gradient entry to ±1
+            for p in self.model.parameters():
+                p.grad.clamp_(-1.0, 1.0)
+        opt.step()
+        return loss.detach()
 
     def begin(self) -> None:
         """Evaluate the initial weights of a fresh run; decide whether the run is already over."""
