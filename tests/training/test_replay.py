@@ -4,6 +4,8 @@ bit for bit, and the same analysis as of the stored checkpoints."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from helpers import run, small
@@ -73,3 +75,24 @@ def test_a_refined_timeline_is_the_timeline_of_the_stored_checkpoints(trained):
         assert analysed == want[step], step
     assert set(coarse.curve) <= set(fine.curve)  # the run's evaluations kept, the replay's added
     assert {s for s, _ in fine.curve} - {s for s, _ in coarse.curve} == {8, 10, 14, 16}
+
+
+@pytest.mark.slow
+def test_cli_timeline_refine_adds_the_replayed_steps_and_names_a_bad_window(trained, tmp_path, capsys):
+    from invperm_interp.cli.main import main
+
+    _, out = trained
+    assert main(["timeline", str(out), "--stride", "4", "--refine", "4:10:3", "--quiet", "--n", "64",
+                 "--out", str(tmp_path)]) == 0
+    assert "3 steps up to 10 (the multiples of 3) trained again from the checkpoint at step 4: " \
+           "3 of 3 stored checkpoints met bit for bit" in capsys.readouterr().out
+    data = json.loads((tmp_path / "timeline.json").read_text())
+    assert {6, 9, 10} <= {s["step"] for s in data["steps"]}
+    with pytest.raises(SystemExit) as stop:
+        main(["timeline", str(out), "--refine", "9:3", "--quiet"])
+    assert stop.value.code == 2
+    assert "expected START:END or START:END:EVERY" in capsys.readouterr().err
+    assert main(["timeline", str(out), "--refine", "5:9", "--quiet", "--n", "64",
+                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "start must be a step" in err[0], err

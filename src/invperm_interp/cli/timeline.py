@@ -28,7 +28,7 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
     import torch
 
     from ..analysis.hypothesis import cell_text
-    from ..analysis.timeline import timeline
+    from ..analysis.timeline import refine, timeline
     from ..analysis.verdict import NONE
     from ..runs.checkpoint import atomic_write
     from ..runs.directory import RunDir, check_writable
@@ -40,6 +40,14 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
     if run_dir.is_dir():  # where the results go, checked before the checkpoints are analysed
         check_writable(Path(args.out) if args.out else run_dir, "write them elsewhere with --out")
     tl = timeline(run_dir, n=args.n, seed=args.seed, stride=args.stride, progress=not args.quiet)
+    if args.refine is not None:
+        start, end, every = args.refine
+        tl, replayed = refine(tl, run_dir, start, end, every, progress=not args.quiet)
+        met = f"{replayed.identical} of {replayed.compared}"
+        print(f"{len(replayed.steps)} steps up to {end} (the multiples of {every}) trained again "
+              f"from the checkpoint at step {start}: {met} stored checkpoints met bit for bit"
+              + ("" if replayed.identical == replayed.compared else
+                 f" (largest difference {replayed.largest_difference:.3g})"))
     circuit = "minimal circuit" if tl.final_mechanism == NONE else "cells"
     print(f"{tl.run}: final mechanism {tl.final_mechanism}; its {circuit}:")
     for i, cell in enumerate(tl.cells):
@@ -69,17 +77,35 @@ def _positive(text: str) -> int:
     return value
 
 
+def _window(text: str) -> tuple[int, int, int]:
+    """``START:END`` or ``START:END:EVERY`` (every 5 steps by default)."""
+    parts = text.split(":")
+    try:
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        numbers = []
+    if len(numbers) not in (2, 3) or numbers[0] < 0 or numbers[1] <= numbers[0] \
+            or (len(numbers) == 3 and numbers[2] < 1):
+        raise argparse.ArgumentTypeError(f"expected START:END or START:END:EVERY with 0 <= START < "
+                                         f"END and EVERY >= 1, got {text!r}")
+    return numbers[0], numbers[1], numbers[2] if len(numbers) == 3 else 5
+
+
 def add_timeline_parser(sub) -> None:
     from .args import add_command
 
     p = add_command(sub, "timeline", "the mechanism over a run's checkpoints: table, timeline.json "
                     "and a figure", "invperm timeline runs/bi",
-                    "invperm timeline runs/scratch --stride 2 --n 256")
+                    "invperm timeline runs/scratch --stride 2 --n 256",
+                    "invperm timeline runs/bi --refine 250:450")
     p.add_argument("run", help="the run directory (its checkpoints/ are analysed)")
     p.add_argument("--n", type=_positive, default=512, help="samples analysed")
     p.add_argument("--seed", type=int, default=0, help="seed of the analysed batch")
     p.add_argument("--stride", type=_positive, default=1,
                    help="analyse every STRIDE-th checkpoint, counted back from the last")
+    p.add_argument("--refine", type=_window, metavar="START:END[:EVERY]",
+                   help="also analyse every EVERY-th step (default 5) from START (a step with a "
+                        "checkpoint) to END, on weights trained again from that checkpoint")
     p.add_argument("--out", help="where timeline.json and the figure go (default: the run)")
     p.add_argument("--threads", type=_positive, default=1,
                    help="torch threads (these models are too small for more to pay)")
