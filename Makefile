@@ -72,10 +72,13 @@ census-shapes: $(STAMP)
 
 # Beyond the note: when each circuit forms. The census's d = 10 models with a checkpoint every 25
 # steps until solved (64 runs, one worker), then every checkpoint analysed against the final
-# circuit: assets/dynamics.{md,json,png,svg}. Resumable; timelines are cached per run.
+# circuit: assets/dynamics.{md,json,png,svg}; then each run's transition trained again in memory
+# and analysed every 5 steps: assets/dynamics_fine.{md,json,png,svg} (about 11 minutes on 2 cores).
+# Resumable; timelines are cached per run.
 dynamics: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/dynamics.toml --out runs/dynamics --workers 1
 	$(PY) analyses/dynamics.py runs/dynamics
+	$(PY) analyses/dynamics_fine.py runs/dynamics
 
 # Beyond the census: which test says "this circuit is the mechanism". Sixteen of the census's
 # causal-scratch d = 10 runs re-trained (one worker, about 4 CPU minutes), then each claim scrubbed

@@ -31,10 +31,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from common import asset  # noqa: E402
-from dynamics import KINDS, cached_timeline, formed, summarise  # noqa: E402
+from dynamics import (  # noqa: E402
+    KINDS,
+    NAMED_COLOURS,
+    UNNAMED_COLOUR,
+    cached_timeline,
+    formed,
+    summarise,
+)
 from tqdm.auto import tqdm  # noqa: E402
 
 from invperm_interp.analysis.timeline import Timeline, refine  # noqa: E402
+from invperm_interp.analysis.verdict import UNNAMED  # noqa: E402
 from invperm_interp.runs.directory import RunDir  # noqa: E402
 from invperm_interp.viz.heatmaps import save_figures  # noqa: E402
 
@@ -130,24 +138,30 @@ def table(coarse: list[dict], fine: list[dict]) -> list[dict]:
 
 def figure(fine: list[dict]):
     """Per model: the eval MSE and the cells' mean β (rescaled) of every run against its steps
-    after its drop, at 5-step resolution in the window (one line per run, grey; the median drop of
-    β's half-way point marked)."""
+    after its drop, at 5-step resolution in the window, one colour per final mechanism (grey: none
+    named) as in assets/dynamics.png; a vertical line per mechanism of ``MIN_RUNS`` runs or more at
+    the median step where β is half-way."""
     kinds = [k for k in KINDS if any(r["kind"] == k for r in fine)]
-    fig, axes = plt.subplots(2, len(kinds), figsize=(5.2 * len(kinds), 5.6), squeeze=False,
+    fig, axes = plt.subplots(2, len(kinds), figsize=(5.2 * len(kinds), 6.4), squeeze=False,
                              sharex="col")
     for col, kind in enumerate(kinds):
         mine = [r for r in fine if r["kind"] == kind and r["drop"] is not None]
+        names = sorted({r["mechanism"] for r in mine}, key=lambda n: (n in UNNAMED, n))
+        named = [n for n in names if n not in UNNAMED]
+        color = {**{n: NAMED_COLOURS[i % len(NAMED_COLOURS)] for i, n in enumerate(named)},
+                 **{n: UNNAMED_COLOUR for n in names if n in UNNAMED}}
         for r in mine:
-            cv, t0 = r["curves"], r["drop"]
-            axes[0, col].plot([s - t0 for s in cv["eval_steps"]], cv["eval_mse"], color="0.35",
-                              linewidth=0.6, alpha=0.5)
-            axes[1, col].plot([s - t0 for s in cv["steps"]], cv["beta"], color="#0072B2",
-                              linewidth=0.6, alpha=0.5)
-        leads = [r["beta_half_lead"] for r in mine if r["beta_half_lead"] is not None]
-        if leads:
-            axes[1, col].axvline(-statistics.median(leads), color="#D55E00", linewidth=1.2,
-                                 label=f"β half-way, median ({len(leads)} runs)")
-            axes[1, col].legend(loc="lower right", fontsize=8, frameon=False)
+            cv, t0, c = r["curves"], r["drop"], color[r["mechanism"]]
+            axes[0, col].plot([s - t0 for s in cv["eval_steps"]], cv["eval_mse"], color=c,
+                              linewidth=0.6, alpha=0.6)
+            axes[1, col].plot([s - t0 for s in cv["steps"]], cv["beta"], color=c, linewidth=0.6,
+                              alpha=0.6)
+        for name in names:
+            leads = [r["beta_half_lead"] for r in mine
+                     if r["mechanism"] == name and r["beta_half_lead"] is not None]
+            if len(leads) >= MIN_RUNS:
+                axes[1, col].axvline(-statistics.median(leads), color=color[name], linestyle="--",
+                                     linewidth=1.2)
         axes[0, col].set_yscale("log")
         axes[0, col].set_title(f"{KINDS[kind]} ({len(mine)} runs)", fontsize=10)
         axes[0, col].set_ylabel("eval MSE (every 5 steps)")
@@ -156,6 +170,11 @@ def figure(fine: list[dict]):
         for ax in axes[:, col]:
             ax.axvline(0, color="0.4", linestyle=":", linewidth=1.0)
             ax.set_xlim(-250, 60)
+        handles = [plt.Line2D([], [], color=color[n], label=n) for n in names]
+        handles.append(plt.Line2D([], [], color="0.3", linestyle="--",
+                                  label=f"β half-way, median ({MIN_RUNS}+ runs)"))
+        axes[1, col].legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2),
+                            ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
 

@@ -172,6 +172,46 @@ def dynamics() -> dict[str, int | float | str]:
             "XX_STEPS": f"{min(xx_first)} to {max(xx_first)}"}
 
 
+def dynamics_fine() -> dict[str, int | float | str]:
+    """The 5-step dynamics (assets/dynamics_fine.json): per quoted measure, its median at 5 steps,
+    the interval and the runs where it is > 0 or = 0."""
+    data = load("dynamics_fine.json")
+    rows = {(t["mechanism"], t["measure"]): t for t in data["table"]}
+    runs = data["runs"]
+
+    def at(name, measure, key="median at 5 steps"):
+        value = rows[(name, measure)][key]
+        return f"{value[0]:g}–{value[1]:g}" if isinstance(value, list) else value
+
+    tb, mass, supg = "two_block", "theorem3_two_block_mass", "theorem3_superposed_guarded"
+    lead, after = "β progress 0.5: lead on drop", "β progress 0.5 - leave plateau"
+    early, spread = "β progress 0.1: lead on leaving", "cells' formation spread"
+    faithful = [r for r in runs if r["faithful"] is not None and r["drop"] is not None]
+    every = Counter(r["window"][2] for r in runs)
+    halves = [r["drop"] - r["beta_half_lead"] - r["leave"] for r in runs
+              if r["beta_half_lead"] is not None and r["leave"] is not None]
+    return {
+        "FINE_ALL_AFTER": f"{sum(h >= 0 for h in halves)} of {len(halves)}",
+        "FINE_RUNS": len(runs), "FINE_AT5": every[5],
+        "FINE_MET": f"{sum(r['replay']['identical'] for r in runs)} of "
+                    f"{sum(r['replay']['compared'] for r in runs)}",
+        "FINE_BEFORE": f"{sum(r['faithful'] < r['drop'] for r in faithful)} of {len(faithful)}",
+        "FINE_AT_DROP": f"{sum(r['faithful'] == r['drop'] for r in faithful)}",
+        "TB5_LEAD": at(tb, lead), "TB5_LEAD_CI": at(tb, lead, "95% interval"),
+        "TB5_LEADS": at(tb, lead, "> 0").replace("/", " of "),
+        "TB5_AFTER": at(tb, after), "TB5_AFTER_CI": at(tb, after, "95% interval"),
+        "TB5_AFTERS": at(tb, after, "> 0").replace("/", " of "),
+        "TB5_EARLY": at(tb, early), "TB5_EARLY_CI": at(tb, early, "95% interval"),
+        "TB5_EARLIES": at(tb, early, "> 0").replace("/", " of "),
+        "TB5_SPREAD": at(tb, spread), "TB5_SPREAD_CI": at(tb, spread, "95% interval"),
+        "TB5_TOGETHER": at(tb, spread, "= 0").replace("/", " of "),
+        "MASS5_LEAD": at(mass, lead), "MASS5_LEAD_CI": at(mass, lead, "95% interval"),
+        "MASS5_SPREAD": at(mass, spread), "MASS5_SPREAD_CI": at(mass, spread, "95% interval"),
+        "SUPG5_LEAD": at(supg, lead), "SUPG5_LEAD_CI": at(supg, lead, "95% interval"),
+        "SUPG5_SPREAD": at(supg, spread), "SUPG5_SPREAD_CI": at(supg, spread, "95% interval"),
+    }
+
+
 def discovery() -> dict[str, str]:
     """The discovery report's numbers (assets/discovery.json), recounted from its per-run rows."""
     data = load("discovery.json")

@@ -4,7 +4,7 @@ assets/ (tests/docs/claims.py) and found, in its sentence, on the page."""
 import re
 
 import pytest
-from claims import census, discovery, dynamics, fill, guarded, load
+from claims import census, discovery, dynamics, dynamics_fine, fill, guarded, load
 from claims import page_text as text
 from helpers import REPO
 
@@ -105,6 +105,21 @@ DYNAMICS = [
     "(its most common order in SUP_ORDER runs)",
 ]
 
+DYNAMICS_FINE = [
+    "(every 10 or 15 in a window longer than 400 steps: FINE_AT5 of FINE_RUNS runs are at 5)",
+    "the replays met FINE_MET stored checkpoints bit for bit",
+    "**Still no final circuit is faithful before the drop**: FINE_BEFORE runs; FINE_AT_DROP turn faithful",
+    "β half-way leads the drop by a median TB5_LEAD steps (TB5_LEAD_CI) in TB5_LEADS runs**",
+    "comes a median TB5_AFTER steps (TB5_AFTER_CI) after the run leaves the plateau, in TB5_AFTERS",
+    "β is half-way at or after leaving in FINE_ALL_AFTER runs",
+    "reaches a tenth of its progress a median TB5_EARLY steps (TB5_EARLY_CI) before the loss leaves the "
+    "plateau, in TB5_EARLIES two-block runs",
+    "a median TB5_SPREAD steps apart (TB5_SPREAD_CI), at the same 5-step mark in TB5_TOGETHER runs",
+    "form over a median SUPG5_SPREAD steps (SUPG5_SPREAD_CI) and its β is half-way SUPG5_LEAD steps (SUPG5_LEAD_CI)",
+    "`theorem3_two_block_mass`'s over MASS5_SPREAD steps (MASS5_SPREAD_CI), and its β is half-way only "
+    "MASS5_LEAD steps (MASS5_LEAD_CI) before the drop",
+]
+
 
 @pytest.mark.parametrize("fragment", CENSUS)
 def test_the_census_page_quotes_the_committed_census(fragment):
@@ -134,6 +149,11 @@ def test_the_census_page_quotes_the_discovery_report(fragment):
 @pytest.mark.parametrize("fragment", DYNAMICS)
 def test_the_dynamics_page_quotes_the_committed_dynamics(fragment):
     assert fill(fragment, dynamics()) in text("docs/results/dynamics.md")
+
+
+@pytest.mark.parametrize("fragment", DYNAMICS_FINE)
+def test_the_dynamics_page_quotes_the_dynamics_at_5_steps(fragment):
+    assert fill(fragment, dynamics_fine()) in text("docs/results/dynamics.md")
 
 
 def test_two_block_cells_forming_together_is_what_its_most_common_order_says():
