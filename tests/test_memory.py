@@ -401,3 +401,31 @@ def test_a_50_layer_model_is_refused_under_ulimit_v_without_allocating(tmp_path)
     for line in lines:
         assert re.match(r"a 50-layer model at d=10 needs about \S+ GB \(weights .*\) but [0-9.]+ "
                         r"(GB|MB) is available \(RLIMIT_AS", line), line
+
+
+@pytest.mark.parametrize("per_sample", [False, True], ids=["mean", "resample"])
+def test_the_stand_in_estimate_covers_what_a_stand_in_holds(per_sample):
+    """Counted from the tensors a mean or resample tester keeps after computing every layer's
+    terms (streams, gauge coordinates, gauge_fix(A)'s terms) plus the largest dense term formed."""
+    import torch
+
+    from invperm_interp.analysis.faithfulness import Tester
+    from invperm_interp.analysis.gauge import perturb
+    from invperm_interp.analysis.hypothesis import as_hypothesis
+    from invperm_interp.maths import constructions
+    from invperm_interp.memory import standin_bytes
+    from invperm_interp.task import sample_batch
+
+    model = perturb(constructions.build("theorem3", 5, 10.0), gauge=1.0, noise=0.05, seed=0)
+    batch = sample_batch(model.cfg.layout, 96, torch.Generator().manual_seed(0), dtype=torch.float64)
+    tester = Tester(model, batch, "resample" if per_sample else "mean")
+    tester.test(as_hypothesis(model, "theorem3"), minimality=False)  # through the circuit's cells
+    standin = tester._standin
+    held = [*standin.streams, *standin._whole.values(),
+            *(t for pair in standin._gauge_rows.values() for t in pair)]
+    assert standin._whole and standin._gauge_rows  # the terms were made
+    hR = max(len(batch) * H * model.cfg.T * D * 8 for H, D in zip(model.cfg.heads, model.cfg.widths))
+    assert sum(t.numel() * t.element_size() for t in held) + hR <= standin_bytes(
+        model.cfg, len(batch), per_sample)
+    assert standin_bytes(model.cfg, 2 * len(batch), per_sample) > standin_bytes(
+        model.cfg, len(batch), per_sample)

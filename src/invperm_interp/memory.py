@@ -308,6 +308,20 @@ def circuit_weights_bytes(cfg: ModelConfig, circuits: int = CIRCUITS_HELD) -> in
     return circuits * 2 * sum(H * D * D * 8 for H, D in zip(cfg.heads, cfg.widths))
 
 
+def standin_bytes(cfg: ModelConfig, n: int, per_sample: bool) -> int:
+    """What a tester under mean (``per_sample=False``) or resample ablation holds on ``n``
+    samples beside the zero-ablation analysis (``analysis.standin.StandIn``), float64: the clean
+    streams ``h^0 … h^{L-1}`` ``(n, T, D_l)``, their gauge coordinates (``2·D_l/D_0 - 1`` per row:
+    a layer's query-null and key-gauge directions, one per copy of the position block), each
+    layer's term of ``gauge_fix(A)`` (``(H_l, T, T)``, per sample ``(n, H_l, T, T)``), and the
+    largest dense term being formed, ``h R`` ``(n, H_l, T, D_l)``."""
+    T, widths = cfg.T, cfg.widths[:-1]
+    streams = sum(n * T * (D + 2 * D // widths[0]) for D in widths)  # h, its gauge coordinates
+    terms = sum(H * (n if per_sample else 1) * T * T for H in cfg.heads)
+    forming = max(n * H * T * (D + (T if per_sample else 0)) for H, D in zip(cfg.heads, widths))
+    return 8 * (streams + terms + forming)
+
+
 def analysis_estimate(cfg: ModelConfig, n: int, *, circuits: int = CIRCUITS_HELD,
                       fits: int = 0, kept: int = 0, dense: bool = True, gauge: bool = True,
                       compared: tuple[int, int] = (0, 0)) -> Estimate:

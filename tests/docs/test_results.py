@@ -115,7 +115,8 @@ DYNAMICS_FINE = [
     "reaches a tenth of its progress a median TB5_EARLY steps (TB5_EARLY_CI) before the loss leaves the "
     "plateau, in TB5_EARLIES two-block runs",
     "a median TB5_SPREAD steps apart (TB5_SPREAD_CI), at the same 5-step mark in TB5_TOGETHER runs",
-    "form over a median SUPG5_SPREAD steps (SUPG5_SPREAD_CI) and its β is half-way SUPG5_LEAD steps (SUPG5_LEAD_CI)",
+    "form over a median SUPG5_SPREAD steps (SUPG5_SPREAD_CI) and its β is half-way SUPG5_LEAD steps "
+    "(SUPG5_LEAD_CI)",
     "`theorem3_two_block_mass`'s over MASS5_SPREAD steps (MASS5_SPREAD_CI), and its β is half-way only "
     "MASS5_LEAD steps (MASS5_LEAD_CI) before the drop",
 ]

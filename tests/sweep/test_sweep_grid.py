@@ -263,3 +263,21 @@ def test_a_bad_config_value_is_one_error_naming_its_grid_key(tmp_path, table, ke
     with it."""
     with pytest.raises(ValueError, match=re.escape(f"grid {tmp_path / 'grid.toml'}: {key}")):
         load_grid(grid_file(tmp_path, table))
+
+
+def test_the_dry_runs_memory_counts_the_analysis_a_grid_asks_for(tmp_path):
+    """A grid that names mechanisms on 4,096 samples under resample ablation is estimated at its
+    analysis (the disentangled model's, plus the stand-ins), not at its small training step."""
+    from invperm_interp import memory
+    from invperm_interp.sweep.plan import run_memory
+
+    grid = load_grid(grid_file(tmp_path, "seeds = 1" + BASE))
+    job = grid.jobs[0]
+    analysis = {"samples": 4096, "seed": 0, "batches": 1, "mean_ablation": True,
+                "resample_ablation": True}
+    training = run_memory(job)
+    cfg = job.model_cfg
+    want = memory.analysis_estimate(cfg, 4096).total + memory.standin_bytes(cfg, 4096, True)
+    assert run_memory(job, analysis) == max(training, want) > training
+    assert run_memory(job, {**analysis, "resample_ablation": False}) == max(
+        training, memory.analysis_estimate(cfg, 4096).total + memory.standin_bytes(cfg, 4096, False))

@@ -106,13 +106,29 @@ def train_seconds(job: Job) -> float:
     return (t.steps + evals) * (STEP_FIXED_S + per_unit * work)
 
 
-def run_memory(job: Job) -> int:
-    """The estimated peak bytes of one run's training (``training.footprint.training_estimate``)."""
+def run_memory(job: Job, analysis: dict | None = None) -> int:
+    """The estimated peak bytes of one run: its training (``training.footprint.training_estimate``)
+    or, where the grid names mechanisms (``analysis``: the grid's settings), its analysis on
+    ``samples`` samples (``memory.analysis_estimate`` of the disentangled model it is read as, plus
+    what the mean or resample stand-ins hold, ``memory.standin_bytes``), whichever is larger."""
+    from .. import memory
     from ..training.footprint import training_estimate
     from ..training.single import effective_configs
 
     m, t, _ = effective_configs(job.model_cfg, job.train_cfg)
-    return training_estimate(m, t.optimizer, t.batch_size, t.eval_size).total
+    training = training_estimate(m, t.optimizer, t.batch_size, t.eval_size).total
+    if analysis is None:
+        return training
+    cfg = m
+    if m.arch == "standard":
+        from ..model.note_map import disentangled_config
+
+        cfg = disentangled_config(m)
+    n = analysis["samples"]
+    standins = [memory.standin_bytes(cfg, n, per_sample) for per_sample, on in
+                ((False, analysis.get("mean_ablation")), (True, analysis.get("resample_ablation")))
+                if on]
+    return max(training, memory.analysis_estimate(cfg, n).total + max(standins, default=0))
 
 
 def cpu_hours(grid: Grid, indices: list[int]) -> float:
@@ -173,7 +189,7 @@ def dry_run(grid: Grid, out: Path, executor: str, workers: int) -> str:
                  f"({'with' if grid.mechanism else 'no'} analysis; early stopping ends runs sooner)"
                  + (f", {_duration(hours / parallel)} of wall time on {parallel} workers"
                     if executor == "local" else ""))
-    peak = max((run_memory(grid.jobs[i]) for i in left), default=0)
+    peak = max((run_memory(grid.jobs[i], grid.analysis) for i in left), default=0)
     lines.append(f"memory: about {format_bytes(peak)} per run at most"
                  + (f", {format_bytes(peak * min(workers, max(1, len(todo))))} for {workers} workers"
                     if executor == "local" else ""))
