@@ -18,7 +18,7 @@ import torch
 
 from ..runs import checkpoint as ckpt
 from ..runs.directory import RunDir
-from .metrics import Scores, evaluate
+from .metrics import Scores
 from .schedule import learning_rate
 from .trainer import Trainer
 
@@ -54,7 +54,6 @@ def replay(run_dir: str | Path, start: int, end: int, every: int,
     record = record if record is not None else Replay()
     trainer = Trainer(model_cfg, replace(train_cfg, out_dir=None), resume=False)
     trainer.load_state(start, stored[start])
-    chunk = max(train_cfg.batch_size, 1024)  # as the run evaluated
     for step in range(start, end):
         loss = trainer.update(learning_rate(train_cfg, step))
         if not bool(torch.isfinite(loss)):
@@ -64,7 +63,7 @@ def replay(run_dir: str | Path, start: int, end: int, every: int,
             _compare(trainer.model, stored[now], record)
         if now % every == 0 or now == end:
             with torch.no_grad():
-                scores = evaluate(trainer.model, trainer.eval_batch, chunk)
+                scores = trainer.scores()
             record.steps.append(now)
             yield now, trainer.model, scores
 

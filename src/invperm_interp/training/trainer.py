@@ -28,7 +28,7 @@ from ..runs.evaluation import Evaluation
 from ..runs.lock import RunLock
 from ..task import mse, sample_batch
 from .cpu import keep_freed_memory
-from .metrics import evaluate
+from .metrics import Scores, evaluate
 from .optim import make_optimizer
 from .run import Run, kept_evaluation, resolve_device
 from .schedule import learning_rate
@@ -319,9 +319,13 @@ class Trainer:
         self.loss_count += len(values)
         bar.set_postfix(loss=f"{values[-1]:.4g}", refresh=False)
 
-    def _evaluate(self, lr: float) -> None:
+    def scores(self) -> Scores:
+        """The model's scores on the run's held-out batch, as its evaluations take them."""
         chunk = max(self.cfg.batch_size, 1024)  # small training batches: fewer, larger eval chunks
-        scores = evaluate(self.model, self.eval_batch, chunk)
+        return evaluate(self.model, self.eval_batch, chunk)
+
+    def _evaluate(self, lr: float) -> None:
+        scores = self.scores()
         if not math.isfinite(scores.mse):  # finite weights, overflowing scores
             raise self._diverged(f"the evaluation MSE is {scores.mse}", self.step)
         train_mse = self.loss_sum / self.loss_count if self.loss_count else None
