@@ -5,6 +5,7 @@ bit for bit, and the same analysis as of the stored checkpoints."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -73,6 +74,8 @@ def test_a_refined_timeline_is_the_timeline_of_the_stored_checkpoints(trained):
     assert set(range(6, 17, 2)) <= set(refined)
     for step, analysed in refined.items():
         assert analysed == want[step], step
+    with pytest.raises(ValueError, match="tl must be the timeline of"):
+        refine(replace(coarse, run="another"), out, 4, 16, 2)
     assert set(coarse.curve) <= set(fine.curve)  # the run's evaluations kept, the replay's added
     assert {s for s, _ in fine.curve} - {s for s, _ in coarse.curve} == {8, 10, 14, 16}
 

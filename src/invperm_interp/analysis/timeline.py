@@ -267,6 +267,8 @@ def refine(tl: Timeline, run: str | Path, start: int, end: int, every: int, *,
     with no checkpoint written. Steps ``tl`` holds keep its analysis of the stored weights. Also
     returns the :class:`Replay` record (how many stored checkpoints the replay met bit for bit)."""
     run_dir = Path(run)
+    if tl.run != run_dir.name:
+        raise ValueError(f"tl must be the timeline of {run_dir}, got one of {tl.run!r}")
     final = Run.load(run_dir)
     model = final.analysis_model
     batch = sample_batch(model.cfg.layout, tl.n, torch.Generator().manual_seed(tl.seed),
