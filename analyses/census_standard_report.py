@@ -140,7 +140,9 @@ def plot(summary: list[dict], path: Path) -> None:
     """Per setting, each architecture's trained runs: unsolved, then the solved by name."""
     kinds = [k for k in KINDS if any(s["model"] == k for s in summary)]
     entries = [len({n for s in summary if s["model"] == k for n in s["names"]}) + 1 for k in kinds]
-    heights = [max(1.8, 0.9 + 0.2 * n) for n in entries]  # room for each panel's legend
+    bars = [sum(s["model"] == k for s in summary) for k in kinds]
+    # room for each panel's legend and a readable bar per row
+    heights = [max(1.8, 0.9 + 0.2 * n, 0.5 + 0.3 * b) for n, b in zip(entries, bars)]
     fig, axes = plt.subplots(len(kinds), 1, figsize=(7.5, sum(heights) + 0.4), squeeze=False,
                              gridspec_kw={"height_ratios": heights, "hspace": 0.45})
     names = sorted({n for s in summary for n in s["names"]} - {"none", "borderline"})

@@ -290,23 +290,34 @@ def test_every_link_on_the_front_page_resolves():
 
 def test_the_standard_census_numbers_come_from_its_asset():
     """docs/standard.md's census table and the README's sentence, from assets/census_standard.json."""
-    summary = {(s["model"], s["architecture"]): s for s in load("census_standard.json")["summary"]}
+    summary = {(s["model"], s["d"], s["architecture"]): s for s in load("census_standard.json")["summary"]}
     page = text("docs/standard.md")
     labels = {"bidirectional": "bidirectional", "scratch": "causal scratch"}
-    for (kind, arch), s in summary.items():
+    standard_ds = {d for (_, d, arch) in summary if arch.startswith("standard")}
+    for (kind, d, arch), s in summary.items():
+        if not any(arch.startswith("standard") for (k, dd, arch) in summary if (k, dd) == (kind, d)):
+            continue  # a census row with no standard run beside it
         named = "–" if s["named"].startswith("0 of 0") else s["named"]
-        assert f"| {labels[kind]} | {arch} | {s['solved']} | {named} |" in page, (kind, arch)
-    one = summary["bidirectional", "standard, 1 head"]
-    census = summary["bidirectional", "disentangled (census)"]
-    solved_one = int(one["solved"].split(" of ")[0])
-    solved_census = int(census["solved"].split(" of ")[0])
-    scratch = [s for (kind, arch), s in summary.items() if kind == "scratch" and arch.startswith("standard")]
-    assert (f"the rule names `theorem2` in {one['names']['theorem2']} of {solved_one} solved one-head "
-            f"bidirectional standard runs (the disentangled census: {census['names']['theorem2']} of "
-            f"{solved_census}) and `two_block` in {one['names']['two_block']} of {solved_one} "
-            f"({census['names']['two_block']} of {solved_census}); causal scratch standard runs solved "
-            f"in {sum(int(s['solved'].split(' of ')[0]) for s in scratch)} of "
-            f"{sum(s['trained'] for s in scratch)} within 2,500 steps") in text("README.md")
+        assert f"| {labels[kind]} | {d} | {arch} | {s['solved']} | {named} |" in page, (kind, d, arch)
+    one = [s for (kind, d, arch), s in summary.items()
+           if kind == "bidirectional" and arch == "standard, 1 head"]
+    census = [s for (kind, d, arch), s in summary.items()
+              if kind == "bidirectional" and arch.startswith("disentangled") and d in standard_ds]
+
+    def total(rows, name=None):
+        return sum(int(r["solved"].split(" of ")[0]) if name is None else r["names"].get(name, 0)
+                   for r in rows)
+
+    scratch = [s for (kind, d, arch), s in summary.items()
+               if kind == "scratch" and arch.startswith("standard")]
+    ds = ", ".join(str(d) for d in sorted({s["d"] for s in one})[:-1]) + f" and {max(s['d'] for s in one)}"
+    assert (f"over d = {ds} the rule names `two_block` in {total(one, 'two_block')} of {total(one)} "
+            f"solved one-head bidirectional standard runs (the disentangled census: "
+            f"{total(census, 'two_block')} of {total(census)}), `theorem2` in {total(one, 'theorem2')} of "
+            f"{total(one)} ({total(census, 'theorem2')} of {total(census)}) and none in "
+            f"{total(one, 'none')} of {total(one)} ({total(census, 'none')} of {total(census)}); causal "
+            f"scratch standard runs solved in {total(scratch)} of {sum(s['trained'] for s in scratch)} "
+            "within 2,500 steps") in text("README.md")
 
 
 def test_the_readmes_times_are_the_fresh_clone_record():
