@@ -167,6 +167,15 @@ def table(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def panel_colours(runs: list[dict]) -> tuple[list[str], dict[str, str]]:
+    """A panel's final mechanisms (named first, in name order) and their colours: the named ones
+    ``NAMED_COLOURS`` in that order, the unnamed ones grey."""
+    names = sorted({r["mechanism"] for r in runs}, key=lambda n: (n in UNNAMED, n))
+    named = [n for n in names if n not in UNNAMED]
+    return names, {**{n: NAMED_COLOURS[i % len(NAMED_COLOURS)] for i, n in enumerate(named)},
+                   **{n: UNNAMED_COLOUR for n in names if n in UNNAMED}}
+
+
 def figure(runs: list[dict]):
     """Per model: the eval MSE, the β progress and the circuit progress of every run, each against
     its steps after its own drop; one colour per final mechanism (grey: none named), dots where it
@@ -178,10 +187,7 @@ def figure(runs: list[dict]):
                              sharex="col")
     for col, kind in enumerate(kinds):
         mine = [r for r in runs if r["kind"] == kind and r["drop"] is not None]
-        names = sorted({r["mechanism"] for r in mine}, key=lambda n: (n in UNNAMED, n))
-        named = [n for n in names if n not in UNNAMED]
-        color = {**{n: NAMED_COLOURS[i % len(NAMED_COLOURS)] for i, n in enumerate(named)},
-                 **{n: UNNAMED_COLOUR for n in names if n in UNNAMED}}
+        names, color = panel_colours(mine)
         for r in mine:
             c, t0 = color[r["mechanism"]], r["drop"]
             cv = r["curves"]

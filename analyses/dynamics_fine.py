@@ -31,18 +31,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from common import asset  # noqa: E402
-from dynamics import (  # noqa: E402
-    KINDS,
-    NAMED_COLOURS,
-    UNNAMED_COLOUR,
-    cached_timeline,
-    formed,
-    summarise,
-)
+from dynamics import KINDS, cached_timeline, formed, panel_colours, summarise  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 from invperm_interp.analysis.timeline import Timeline, refine  # noqa: E402
-from invperm_interp.analysis.verdict import UNNAMED  # noqa: E402
 from invperm_interp.runs.directory import RunDir  # noqa: E402
 from invperm_interp.viz.heatmaps import save_figures  # noqa: E402
 
@@ -146,10 +138,7 @@ def figure(fine: list[dict]):
                              sharex="col")
     for col, kind in enumerate(kinds):
         mine = [r for r in fine if r["kind"] == kind and r["drop"] is not None]
-        names = sorted({r["mechanism"] for r in mine}, key=lambda n: (n in UNNAMED, n))
-        named = [n for n in names if n not in UNNAMED]
-        color = {**{n: NAMED_COLOURS[i % len(NAMED_COLOURS)] for i, n in enumerate(named)},
-                 **{n: UNNAMED_COLOUR for n in names if n in UNNAMED}}
+        names, color = panel_colours(mine)
         for r in mine:
             cv, t0, c = r["curves"], r["drop"], color[r["mechanism"]]
             axes[0, col].plot([s - t0 for s in cv["eval_steps"]], cv["eval_mse"], color=c,
