@@ -116,6 +116,11 @@ def order_of(formed: dict[str, int | None]) -> str:
     return " → ".join(" + ".join(sorted(groups[s])) for s in sorted(groups))
 
 
+def faithful_after_drop(run: dict) -> int | None:
+    """Steps from the drop to the first checkpoint where the final circuit is faithful."""
+    return None if run["faithful"] is None or run["drop"] is None else run["faithful"] - run["drop"]
+
+
 def formed(run: dict) -> list[int]:
     return [v for v in run["cells_formed"].values() if v is not None]
 
@@ -138,8 +143,7 @@ def table(runs: list[dict]) -> list[dict]:
         mine = [r for r in runs if r["kind"] == kind and r["mechanism"] == name]
         orders = Counter(r["order"] for r in mine)
         top, top_n = orders.most_common(1)[0]
-        gap = [None if r["faithful"] is None or r["drop"] is None else r["faithful"] - r["drop"]
-               for r in mine]
+        gap = [faithful_after_drop(r) for r in mine]
         rows.append({
             "model": kind, "mechanism": name, "runs": count,
             "median cells": median(r["circuit_size"] for r in mine),

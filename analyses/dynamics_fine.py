@@ -31,7 +31,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from common import asset  # noqa: E402
-from dynamics import KINDS, cached_timeline, formed, panel_colours, summarise  # noqa: E402
+from dynamics import (  # noqa: E402
+    KINDS,
+    cached_timeline,
+    faithful_after_drop,
+    formed,
+    panel_colours,
+    summarise,
+)
 from tqdm.auto import tqdm  # noqa: E402
 
 from invperm_interp.analysis.timeline import Timeline, refine  # noqa: E402
@@ -102,8 +109,7 @@ MEASURES = {  # name → per run, from a summarise() row
     "first cell formed - drop": lambda r: min(formed(r)) - r["drop"] if formed(r) and r["drop"] is not None
     else None,
     "cells' formation spread": lambda r: max(formed(r)) - min(formed(r)) if formed(r) else None,
-    "turns faithful - drop": lambda r: None if r["faithful"] is None or r["drop"] is None
-    else r["faithful"] - r["drop"],
+    "turns faithful - drop": faithful_after_drop,
 }
 
 

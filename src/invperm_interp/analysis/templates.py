@@ -383,10 +383,9 @@ def _cell_rows(model: DisentangledModel, part: _Explained) -> list[CellMatch]:
     return rows
 
 
-def _raw_best(A: Tensor, dic: Dictionary, cell_sq: dict[tuple[str, str], float]
-              ) -> dict[tuple[str, str], tuple[str, float, float, float]]:
-    """Per nonzero raw cell: the library template of highest ``|cosine|``, its cosine, its beta and
-    ``<A_cell, T>``; ``cell_sq``: each cell's ``||A_cell||²``."""
+def _raw_best(A: Tensor, dic: Dictionary, cell_sq: dict[tuple[str, str], float]) -> dict:
+    """Per nonzero raw cell ``(query, key)``: the library template of highest ``|cosine|``, its
+    cosine, its beta and ``<A_cell, T>``; ``cell_sq``: each cell's ``||A_cell||²``."""
     proj = (dic.M @ A.reshape(-1, 1)).squeeze(1).tolist()  # <cell, T> per atom
     raw_norm = dic.raw_norm.tolist()
     best: dict[tuple[str, str], tuple[str, float, float, float]] = {}
