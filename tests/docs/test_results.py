@@ -298,7 +298,7 @@ def test_the_standard_census_numbers_come_from_its_asset():
         if not any(arch.startswith("standard") for (k, dd, arch) in summary if (k, dd) == (kind, d)):
             continue  # a census row with no standard run beside it
         named = "–" if s["named"].startswith("0 of 0") else s["named"]
-        assert f"| {labels[kind]} | {d} | {arch} | {s['solved']} | {named} |" in page, (kind, d, arch)
+        assert f"| {labels[kind]}, d = {d} | {arch} | {s['solved']} | {named} |" in page, (kind, d, arch)
     one = [s for (kind, d, arch), s in summary.items()
            if kind == "bidirectional" and arch == "standard, 1 head"]
     census = [s for (kind, d, arch), s in summary.items()
