@@ -166,3 +166,14 @@ def test_removed_scores_of_a_wide_model_equal_a_plain_numpy_sum(style):
             np.testing.assert_allclose(got[layer].numpy(), want, rtol=1e-9, atol=1e-9)
             paths.append(few_cells(part[layer], model.cfg.T))
     assert any(paths) and not all(paths)  # the cells' path and the dense one both checked
+
+
+def test_analyze_refuses_a_batch_of_another_layout_before_running_the_model(learned_like):
+    """One line naming both layouts (the clean run reads the batch first), not a shape error."""
+    model, _ = learned_like
+    other = sample_batch(constructions.build("theorem2", 5, 10.0).cfg.layout, 8,
+                         torch.Generator().manual_seed(0), dtype=torch.float64)
+    with pytest.raises(ValueError, match="batch layout .* differs from the model's"):
+        analyze(model, other)
+    with pytest.raises(ValueError, match="batch must be a Batch, got Tensor"):
+        analyze(model, other.X)

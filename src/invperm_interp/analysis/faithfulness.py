@@ -174,6 +174,14 @@ Ablation = Literal["zero", "mean", "resample"]  # how a removed part is removed 
 ABLATIONS = get_args(Ablation)
 
 
+def check_batch(model: DisentangledModel, batch) -> None:
+    """``batch`` must be a :class:`Batch` of the model's layout (one line saying which it is not)."""
+    if not isinstance(batch, Batch):
+        raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
+    if batch.layout != model.cfg.layout:
+        raise ValueError(f"batch layout {batch.layout} differs from the model's {model.cfg.layout}")
+
+
 class Tester:
     """Runs circuit-only and ablated variants of one model on one batch. The model's own output
     (the clean run), its gauge-fixed weights and each head's fit to a set of cells are computed
@@ -189,10 +197,7 @@ class Tester:
 
     def __init__(self, model: DisentangledModel, batch: Batch, ablation: Ablation = "zero",
                  reference: Batch | None = None, output: Tensor | None = None):
-        if not isinstance(batch, Batch):
-            raise ValueError(f"batch must be a Batch, got {type(batch).__name__}")
-        if batch.layout != model.cfg.layout:
-            raise ValueError(f"batch layout {batch.layout} differs from the model's {model.cfg.layout}")
+        check_batch(model, batch)
         check_choice("ablation", ablation, ABLATIONS)
         self.model, self.ablation, self.reference = model, ablation, reference
         self.batch = batch.to(model.device, model.cfg.torch_dtype)

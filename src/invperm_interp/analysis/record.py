@@ -25,7 +25,7 @@ from ..model.variants import model_patterns, model_run
 from ..task import Batch
 from .ablate import AblationResult, standard_ablations
 from .compare import ConstructionMatch, closest_construction
-from .faithfulness import Faithfulness, Tester
+from .faithfulness import Faithfulness, Tester, check_batch
 from .gauge import gauge_check
 from .hypothesis import cell_text
 from .mechanism import Mechanism, MinimalCircuit, mechanism
@@ -171,6 +171,7 @@ def analyze(model: DisentangledModel, batch: Batch, source: str = "", *,
         through_map, model = map_summary(model), to_disentangled(model)
     check_disentangled(model)
     check_finite_norm(model)
+    check_batch(model, batch)  # before the clean run reads it
     X = batch.X.to(model.device, model.cfg.torch_dtype)
     final, patterns = model_run(model, X)  # the clean run, shared by every part
     tester = Tester(model, batch, output=final @ model.unembed.W_U.detach())  # and gauge_fix(A)
