@@ -6,6 +6,7 @@ and the budget runs out in well under a second of real time (1 load in 4 on a qu
 the page runs in real time and the DOM is read once an element the page (or a probe) writes exists.
 """
 
+import fcntl
 import json
 import os
 import shutil
@@ -15,6 +16,13 @@ from pathlib import Path
 
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
                 if shutil.which(b)), None)
+
+
+def _above(fd: int, lowest: int) -> int:
+    """``fd`` duplicated onto the lowest free descriptor >= ``lowest``; the original closed."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, lowest)
+    os.close(fd)
+    return moved
 
 
 class _Pipe:
@@ -54,6 +62,8 @@ def dump_dom_when(url: str, ready_js: str, profile: Path, *, width: int = 1400,
     so a ``--log-net-log`` among ``flags`` is complete when this returns."""
     to_browser, from_us = os.pipe()
     to_us, from_browser = os.pipe()
+    # moved to fds >= 10 first, so that putting one on 3 cannot close the other before it is on 4
+    to_browser, from_browser = (_above(fd, 10) for fd in (to_browser, from_browser))
     cmd = [BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
            "--remote-debugging-pipe", f"--user-data-dir={profile}", f"--window-size={width},1000",
            *flags, url]
