@@ -171,13 +171,22 @@ def table(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def panel_colours(runs: list[dict]) -> tuple[list[str], dict[str, str]]:
-    """A panel's final mechanisms (named first, in name order) and their colours: the named ones
-    ``NAMED_COLOURS`` in that order, the unnamed ones grey."""
-    names = sorted({r["mechanism"] for r in runs}, key=lambda n: (n in UNNAMED, n))
-    named = [n for n in names if n not in UNNAMED]
-    return names, {**{n: NAMED_COLOURS[i % len(NAMED_COLOURS)] for i, n in enumerate(named)},
-                   **{n: UNNAMED_COLOUR for n in names if n in UNNAMED}}
+def model_panels(runs: list[dict], rows: int, height: float):
+    """A figure of ``rows`` rows and a column per model (``KINDS``) that has runs, and per column
+    ``(model, its runs with a drop, their final mechanisms named first in name order, a colour
+    each)``: the named ones ``NAMED_COLOURS`` in that order, the unnamed ones grey."""
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in runs)]
+    fig, axes = plt.subplots(rows, len(kinds), figsize=(5.2 * len(kinds), height), squeeze=False,
+                             sharex="col")
+    columns = []
+    for kind in kinds:
+        mine = [r for r in runs if r["kind"] == kind and r["drop"] is not None]
+        names = sorted({r["mechanism"] for r in mine}, key=lambda n: (n in UNNAMED, n))
+        named = [n for n in names if n not in UNNAMED]
+        columns.append((kind, mine, names,
+                        {**{n: NAMED_COLOURS[i % len(NAMED_COLOURS)] for i, n in enumerate(named)},
+                         **{n: UNNAMED_COLOUR for n in names if n in UNNAMED}}))
+    return fig, axes, columns
 
 
 def figure(runs: list[dict]):
@@ -186,12 +195,8 @@ def figure(runs: list[dict]):
     turns faithful; colours are the panel's own (its legend below it). Progress is rescaled between
     the first checkpoint (0) and the final weights (1), not bounded: a circuit that did better at a
     checkpoint than at the end passes 1."""
-    kinds = [k for k in KINDS if any(r["kind"] == k for r in runs)]
-    fig, axes = plt.subplots(3, len(kinds), figsize=(5.2 * len(kinds), 8.0), squeeze=False,
-                             sharex="col")
-    for col, kind in enumerate(kinds):
-        mine = [r for r in runs if r["kind"] == kind and r["drop"] is not None]
-        names, color = panel_colours(mine)
+    fig, axes, columns = model_panels(runs, 3, 8.0)
+    for col, (kind, mine, names, color) in enumerate(columns):
         for r in mine:
             c, t0 = color[r["mechanism"]], r["drop"]
             cv = r["curves"]

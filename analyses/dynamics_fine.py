@@ -36,7 +36,7 @@ from dynamics import (  # noqa: E402
     cached_timeline,
     faithful_after_drop,
     formed,
-    panel_colours,
+    model_panels,
     summarise,
 )
 from tqdm.auto import tqdm  # noqa: E402
@@ -139,12 +139,8 @@ def figure(fine: list[dict]):
     after its drop, at 5-step resolution in the window, one colour per final mechanism (grey: none
     named) as in assets/dynamics.png; a vertical line per mechanism of ``MIN_RUNS`` runs or more at
     the median step where β is half-way."""
-    kinds = [k for k in KINDS if any(r["kind"] == k for r in fine)]
-    fig, axes = plt.subplots(2, len(kinds), figsize=(5.2 * len(kinds), 6.4), squeeze=False,
-                             sharex="col")
-    for col, kind in enumerate(kinds):
-        mine = [r for r in fine if r["kind"] == kind and r["drop"] is not None]
-        names, color = panel_colours(mine)
+    fig, axes, columns = model_panels(fine, 2, 6.4)
+    for col, (kind, mine, names, color) in enumerate(columns):
         for r in mine:
             cv, t0, c = r["curves"], r["drop"], color[r["mechanism"]]
             axes[0, col].plot([s - t0 for s in cv["eval_steps"]], cv["eval_mse"], color=c,

@@ -210,6 +210,19 @@ def _check_finite(tensors: dict[str, torch.Tensor], path: Path) -> None:
                          f"{', '.join(bad)}; delete it to analyse the others")
 
 
+def _final_setup(final: Run, run_dir: Path, n: int, seed: int):
+    """What a timeline reads every step against: the run's analysis model at its final weights
+    (a standard run: the disentangled model it maps to; checked finite), the batch of ``n``
+    samples drawn with ``seed``, and the constructions' placements chosen on the final weights
+    (followed through every checkpoint), by name."""
+    model = final.analysis_model
+    _check_finite(dict(model.named_parameters()), RunDir(run_dir).weights_path())
+    batch = sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
+                         dtype=model.cfg.torch_dtype)
+    tests = {str(p): placed(model, p) for p in candidate_placements(model, fixed_weights(model))}
+    return model, batch, tests
+
+
 def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int = 1,
              rule: Rule = RULE, progress: bool = False) -> Timeline:
     """Analyse every ``stride``-th checkpoint of a run (and its final weights) on ``n`` samples
@@ -228,12 +241,7 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
         raise ValueError(f"stride must be an integer >= 1, got {stride!r}")
     check_seed(seed)
     final = run if isinstance(run, Run) and run.dir is not None else Run.load(run_dir)
-    model = final.analysis_model  # a standard run: the disentangled model it maps to
-    _check_finite(dict(model.named_parameters()), RunDir(run_dir).weights_path())
-    batch = sample_batch(model.cfg.layout, n, torch.Generator().manual_seed(seed),
-                         dtype=model.cfg.torch_dtype)
-    # the placements tested are chosen on the final weights and followed through every checkpoint
-    tests = {str(p): placed(model, p) for p in candidate_placements(model, fixed_weights(model))}
+    model, batch, tests = _final_setup(final, run_dir, n, seed)
     name, hyp = final_circuit(model, batch, tests, rule)
     named = name != NONE
     found = [(s, p) for s, p in RunDir(run_dir).checkpoints() if s < final.step]
@@ -270,10 +278,7 @@ def refine(tl: Timeline, run: str | Path, start: int, end: int, every: int, *,
     if tl.run != run_dir.name:
         raise ValueError(f"tl must be the timeline of {run_dir}, got one of {tl.run!r}")
     final = Run.load(run_dir)
-    model = final.analysis_model
-    batch = sample_batch(model.cfg.layout, tl.n, torch.Generator().manual_seed(tl.seed),
-                         dtype=model.cfg.torch_dtype)
-    tests = {str(p): placed(model, p) for p in candidate_placements(model, fixed_weights(model))}
+    model, batch, tests = _final_setup(final, run_dir, tl.n, tl.seed)
     named = tl.final_mechanism != NONE
     record, new, curve = Replay(), {}, dict(tl.curve)
     bar = tqdm(total=(end - start) // every, desc=f"refine {run_dir.name}", unit="step",

@@ -104,8 +104,9 @@ def add_timeline_parser(sub) -> None:
     p.add_argument("--stride", type=_positive, default=1,
                    help="analyse every STRIDE-th checkpoint, counted back from the last")
     p.add_argument("--refine", type=_window, metavar="START:END[:EVERY]",
-                   help="also analyse every EVERY-th step (default 5) from START (a step with a "
-                        "checkpoint) to END, on weights trained again from that checkpoint")
+                   help="also analyse the steps after START (a step with a checkpoint) up to END "
+                        "that are multiples of EVERY (default 5), and END, on weights trained "
+                        "again from that checkpoint")
     p.add_argument("--out", help="where timeline.json and the figure go (default: the run)")
     p.add_argument("--threads", type=_positive, default=1,
                    help="torch threads (these models are too small for more to pay)")

@@ -78,4 +78,3 @@ def _compare(model: torch.nn.Module, path: Path, record: Replay) -> None:
         record.largest_difference = max(record.largest_difference, *gaps)
     else:
         record.identical += 1
-
