@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from dynamics import (  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 from invperm_interp.analysis.timeline import Timeline, refine  # noqa: E402
+from invperm_interp.runs.checkpoint import atomic_write  # noqa: E402
 from invperm_interp.runs.directory import RunDir  # noqa: E402
 from invperm_interp.viz.heatmaps import save_figures  # noqa: E402
 
@@ -74,8 +76,9 @@ def fine_timeline(run_dir: Path, tl: Timeline, span: tuple[int, int, int]) -> tu
     fine, record = refine(tl, run_dir, start, end, every)
     replay = {"compared": record.compared, "identical": record.identical,
               "largest_difference": record.largest_difference}
-    path.write_text(json.dumps({**fine.to_dict(), "window": [start, end, every],
-                                "replay": replay}) + "\n")
+    # atomic: a run stopped while writing keeps no torn cache
+    atomic_write(path, (json.dumps({**fine.to_dict(), "window": [start, end, every],
+                                    "replay": replay}) + "\n").encode())
     return fine, replay
 
 
@@ -221,18 +224,23 @@ def main() -> None:
     if not done:
         raise SystemExit(f"{folder} holds no finished run with a timeline: run analyses/dynamics.py")
     coarse, fine, replays = [], [], []
-    for run_dir in tqdm(done, desc="dynamics at 5 steps", unit="run"):
-        kind = RunDir(run_dir).read_config()[0].attention_dir
-        tl = cached_timeline(run_dir, 1, 40)
-        row = summarise(tl, kind)
-        stored = [s for s, _ in RunDir(run_dir).checkpoints()]
-        span = window(row, stored, tl.steps[-1].step, args.every)
-        if span is None:
-            continue
-        fine_tl, replay = fine_timeline(run_dir, tl, span)
-        coarse.append(row)
-        fine.append({**summarise(fine_tl, kind), "window": list(span), "replay": replay})
-        replays.append(replay)
+    try:
+        for run_dir in tqdm(done, desc="dynamics at 5 steps", unit="run"):
+            kind = RunDir(run_dir).read_config()[0].attention_dir
+            tl = cached_timeline(run_dir, 1, 40)
+            row = summarise(tl, kind)
+            stored = [s for s, _ in RunDir(run_dir).checkpoints()]
+            span = window(row, stored, tl.steps[-1].step, args.every)
+            if span is None:
+                continue
+            fine_tl, replay = fine_timeline(run_dir, tl, span)
+            coarse.append(row)
+            fine.append({**summarise(fine_tl, kind), "window": list(span), "replay": replay})
+            replays.append(replay)
+    except KeyboardInterrupt:
+        print(f"interrupted after {len(fine)} of {len(done)} runs; each finished run's timeline "
+              "is kept (timeline_fine.json): run the same command to resume", file=sys.stderr)
+        raise SystemExit(130) from None
     rows = table(coarse, fine)
     per_run = [{k: v for k, v in r.items() if k != "curves"} for r in fine]
     asset("dynamics_fine.json").write_text(json.dumps({"table": rows, "runs": per_run}, indent=1)
