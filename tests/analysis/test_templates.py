@@ -219,7 +219,9 @@ def test_gauge_check_reads_the_model_patterns_it_is_given():
     model = perturb(C.build("theorem3", 4, 3.0), gauge=1.0, noise=0.05, seed=0)
     X = sample_batch(model.cfg.layout, 32, torch.Generator().manual_seed(0), dtype=F64).X
     _, own = model_run(model, X)
-    assert gauge_check(model, X, patterns=own) == pytest.approx(gauge_check(model, X), abs=1e-15)
+    # both are float64 rounding (~1e-15) of forwards batched differently (the model alone, or
+    # beside its twin): on another CPU they need not agree to the last bit, only stay rounding
+    assert gauge_check(model, X, patterns=own) < 1e-12 and gauge_check(model, X) < 1e-12
     uniform = [torch.full_like(p, 1.0 / p.shape[-1]) for p in own]
     assert gauge_check(model, X, patterns=uniform) == pytest.approx(
         max(float((p - u).abs().max()) for p, u in zip(own, uniform)), abs=1e-9)
