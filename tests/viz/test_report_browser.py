@@ -34,14 +34,23 @@ Object.defineProperty(window, 'CircuitsVis', {configurable: true, get() { return
   set(v) { __cv = v; window.__bundleAt = performance.now(); }});
 </script>"""
 
-# Runs after load: once every view has drawn (or 30 s have passed; polling, since a shared bundle
-# loads after the first paint and a loaded machine takes its time), writes what it saw into the
-# DOM, where the driver reads it.
+# Runs after load: once every view has drawn and the layout has held still for three looks 150 ms
+# apart (or 30 s have passed; polling, since a shared bundle loads after the first paint and a
+# loaded machine takes its time), writes what it saw into the DOM, where the driver reads it. The
+# wait for stillness matters: circuitsvis first puts a 1000 x 1000 canvas in the page and sizes it
+# to its figure a frame or more later, so "a canvas exists" alone measured a page 231 px too wide
+# 1 load in 6 under load.
 PROBE_END = """<script>
-window.addEventListener('load', () => { const __start = performance.now(); const __probe = () => {
+window.addEventListener('load', () => {
+  const __start = performance.now(); let __last = null, __still = 0;
+  const __layout = () => JSON.stringify([document.documentElement.scrollWidth,
+    ...[...document.querySelectorAll('div.cv *')].map(e => {
+      const r = e.getBoundingClientRect(); return [r.left, r.right, r.top, r.bottom]; })]);
+  const __probe = () => {
   const drawn = [...document.querySelectorAll('div.cv')]
     .every(d => d.querySelectorAll('canvas, svg, table, span').length > 0);
-  if (!drawn && performance.now() - __start < 30000) { setTimeout(__probe, 100); return; }
+  const layout = __layout(); __still = drawn && layout === __last ? __still + 1 : 0; __last = layout;
+  if (__still < 2 && performance.now() - __start < 30000) { setTimeout(__probe, 150); return; }
   const out = document.createElement('pre'); out.id = '__probe';
   out.textContent = JSON.stringify({
     errors: __errors,
