@@ -2,8 +2,9 @@
 analyses/grids/census.toml``, whose analysis stage recorded each run's mechanism, faithfulness and
 minimal circuit) and writes ``census.{json,md,png,svg}`` next to it, or into ``assets/`` with
 ``--update-assets``. It trains and analyses nothing. ``--from-json`` rebuilds the report from a
-``census.json`` it wrote (its per-run rows and planned counts), so the committed Markdown and
-figure can be regenerated when only the report's wording changes.
+``census.json`` it wrote (its per-run rows and planned counts), beside that JSON, so the committed
+Markdown and figure can be regenerated when only the report's wording changes; a JSON in
+``assets/`` is rewritten only with ``--update-assets``.
 
     python analyses/census_report.py runs/census [--update-assets]
     python analyses/census_report.py assets/census.json --from-json --update-assets
@@ -24,7 +25,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from common import ASSETS, fmt  # noqa: E402
+from common import fmt, report_folder  # noqa: E402
 
 from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
 from invperm_interp.analysis.mechanism import is_minimal, name_by_rule, verdict_of  # noqa: E402
@@ -578,13 +579,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="write into the checkout's assets/ instead of next to the runs")
     args = parser.parse_args(argv)
     try:
+        out = report_folder(Path(args.runs), args.from_json, args.update_assets)
         rows, planned = (rows_from_json(Path(args.runs)) if args.from_json
                          else census_rows(Path(args.runs)))
     except ValueError as err:
         print(f"census_report: error: {err}", file=sys.stderr)
         return 2
-    here = Path(args.runs).parent if args.from_json else Path(args.runs)
-    paths = write_census(rows, planned, ASSETS if args.update_assets else here)
+    paths = write_census(rows, planned, out)
     print("wrote " + ", ".join(map(str, paths)))
     return 0
 

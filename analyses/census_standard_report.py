@@ -2,7 +2,9 @@
 ``analyses/grids/census_standard.toml`` (its analysis stage named each run's mechanism through the
 exact map to the disentangled model, docs/standard.md) and the disentangled census
 (``assets/census.json``), and writes ``census_standard.{json,md,png}`` next to the sweep, or into
-``assets/`` with ``--update-assets``. It trains and analyses nothing.
+``assets/`` with ``--update-assets``. It trains and analyses nothing. ``--from-json`` reads the
+standard rows from a ``census_standard.json`` it wrote and writes beside it (a JSON in ``assets/``
+only with ``--update-assets``).
 
 One table, per setting (bidirectional [P; Y_P] reading P, causal scratch [P; Y_P; S] reading S) and
 d: the standard models with 1 and 2 heads per layer and the disentangled census's models of the
@@ -30,7 +32,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from census_report import share_text  # noqa: E402
-from common import ASSETS  # noqa: E402
+from common import ASSETS, report_folder  # noqa: E402
 
 from invperm_interp.analysis.placements import construction_of as placed_construction  # noqa: E402
 from invperm_interp.analysis.sweep_record import STYLES, SweepRecord  # noqa: E402
@@ -236,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
                         "(the disentangled ones from --census again)")
     parser.add_argument("--update-assets", action="store_true", help="write into assets/")
     args = parser.parse_args(argv)
+    try:
+        out = report_folder(args.folder, args.from_json, args.update_assets)
+    except ValueError as err:
+        print(f"census_standard_report: error: {err}", file=sys.stderr)
+        return 2
     if args.from_json:
         rows = rows_from_json(args.folder)
     elif not (args.folder / "sweep.jsonl").is_file():
@@ -248,7 +255,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no runs in {args.folder}", file=sys.stderr)
         return 1
     rows += disentangled_rows(json.loads(args.census.read_text()), {r["d"] for r in rows})
-    out = ASSETS if args.update_assets else args.folder.parent if args.from_json else args.folder
     for path in write(rows, out):
         print(f"wrote {path}")
     return 0

@@ -15,6 +15,22 @@ def asset(name: str) -> Path:
     return path
 
 
+def report_folder(source: Path, from_json: bool, update_assets: bool) -> Path:
+    """Where a census report script writes: ``assets/`` with ``--update-assets``; else next to the
+    runs (``source``, a sweep folder) or, with ``--from-json``, next to the JSON read. A JSON read
+    from ``assets/`` itself is refused without ``--update-assets`` (ValueError): the report would
+    overwrite the committed assets, and the JSON it was read from."""
+    if update_assets:
+        return ASSETS
+    if not from_json:
+        return source
+    folder = source.resolve().parent
+    if folder == ASSETS.resolve():
+        raise ValueError(f"{source} is in assets/: pass --update-assets to rewrite the committed "
+                         "assets, or copy the JSON elsewhere to write the report beside it")
+    return source.parent
+
+
 def fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"

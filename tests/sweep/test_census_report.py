@@ -189,3 +189,17 @@ def test_the_recount_without_the_guarded_forms_leaves_them_out_of_the_same_tests
         assert line["with the guarded forms: named / borderline / none"] == "2 / 0 / 0"
         assert line["without them: named / borderline / none"] == "1 / 0 / 1"
         assert line["a guarded form alone"] == 1
+
+
+def test_from_json_writes_beside_the_json_and_refuses_the_committed_one(tmp_path, census_report,
+                                                                       capsys):
+    committed = REPO / "assets" / "census.json"
+    (tmp_path / "census.json").write_text(committed.read_text())
+    assert census_report.main([str(tmp_path / "census.json"), "--from-json"]) == 0
+    assert (tmp_path / "census.md").read_text() == (REPO / "assets" / "census.md").read_text()
+    assets = {p: p.stat().st_mtime_ns for p in (REPO / "assets").glob("census.*")}
+    capsys.readouterr()
+    assert census_report.main([str(committed), "--from-json"]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert "is in assets/" in err and "--update-assets" in err
+    assert {p: p.stat().st_mtime_ns for p in (REPO / "assets").glob("census.*")} == assets

@@ -85,3 +85,12 @@ def test_the_committed_report_is_what_its_json_and_the_committed_census_make(tmp
     for ext in ("json", "md"):
         assert (tmp_path / f"census_standard.{ext}").read_text() == (
             REPO / "assets" / f"census_standard.{ext}").read_text()
+
+
+def test_a_json_read_from_assets_is_not_rewritten_without_update_assets(report, capsys):
+    committed = sorted(REPO.joinpath("assets").glob("census_standard.*"))
+    before = {p: p.stat().st_mtime_ns for p in committed}
+    assert report.main([str(REPO / "assets" / "census_standard.json"), "--from-json"]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert "is in assets/" in err and "--update-assets" in err
+    assert {p: p.stat().st_mtime_ns for p in committed} == before
