@@ -104,13 +104,15 @@ census-standard: $(STAMP)
 	$(PY) analyses/census_standard_report.py runs/census_standard --update-assets
 
 # Beyond the note: standard transformers (docs/standard.md). Causal standard models against the
-# exact floors, d_model 32/64/128, with and without LayerNorm and MLPs, 8 seeds each (64 runs); then
-# bidirectional and scratch models solving, each solved mechanism named through the exact map (16
-# runs). d = 10, two workers, resumable; about 25 CPU minutes: assets/standard.{md,json,png}.
+# exact floors, d_model 32/64/128, with and without LayerNorm and MLPs, 8 seeds each (64 runs); the
+# Y_P models for up to 4,000 steps (8 runs); then bidirectional and scratch models solving, each
+# solved mechanism named through the exact map (10 runs). d = 10, two workers, resumable; about
+# 25 CPU minutes: assets/standard.{md,json,png}.
 standard: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/standard.toml --out runs/standard --workers 2
+	$(VENV)/bin/invperm sweep analyses/grids/standard_long.toml --out runs/standard_long --workers 2
 	$(VENV)/bin/invperm sweep analyses/grids/standard_solve.toml --out runs/standard_solve --workers 2
-	$(PY) analyses/standard.py --floor runs/standard --solve runs/standard_solve
+	$(PY) analyses/standard.py --floor runs/standard --long runs/standard_long --solve runs/standard_solve
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses

@@ -7,13 +7,16 @@ Reads two sweeps (docs/standard.md), each run by `invperm sweep` (resumable):
   attention-only and with LayerNorm and MLPs, d_model 32, 64, 128, reading the P rows (floor d/4)
   or the Y_P rows (floor (d-1)/8), 8 seeds each. Each final model is evaluated on 16,384 fresh
   samples: its MSE − floor, with the standard error of that MSE over samples;
+- analyses/grids/standard_long.toml (runs/standard_long): the causal Y_P models of standard.toml,
+  4 seeds each, for up to 4,000 steps: how long they take to reach the floor;
 - analyses/grids/standard_solve.toml (runs/standard_solve): bidirectional [P; Y_P] reading P and
   causal scratch [P; Y_P; S] reading S, d_model 64, both architectures: solved (MSE < 1e-3) with
   Wilson 95% intervals, the steps to solve, and each solved attention-only run's mechanism named by
   the library's rule through the exact map.
 
 Runs not yet trained are not counted. Writes assets/standard.{json,md,png}.
-Usage: python analyses/standard.py [--floor runs/standard] [--solve runs/standard_solve]
+Usage: python analyses/standard.py [--floor runs/standard] [--long runs/standard_long]
+                                   [--solve runs/standard_solve]
 """
 
 from __future__ import annotations
@@ -65,9 +68,9 @@ def fresh_mse(run: Run) -> tuple[float, float]:
     return per_sample.mean().item(), per_sample.std().item() / FRESH ** 0.5
 
 
-def floor_rows(out: Path) -> list[dict]:
+def floor_rows(out: Path, grid_file: str = "standard.toml") -> list[dict]:
     rows = []
-    for job, run in finished_runs("standard.toml", out):
+    for job, run in finished_runs(grid_file, out):
         cfg = run.model_cfg
         floor = causal_floor(cfg.layout, cfg.readout)
         mse, se = fresh_mse(run)
@@ -136,6 +139,7 @@ def solve_groups(rows: list[dict]) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--floor", default="runs/standard")
+    parser.add_argument("--long", default="runs/standard_long")
     parser.add_argument("--solve", default="runs/standard_solve")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -144,6 +148,11 @@ def main() -> None:
               for job in load_grid(GRIDS / "standard.toml", allow_large=True).jobs}
     result = {"fresh_samples": FRESH, "step_limits": limits, "floor_groups": floor_groups(floors),
               "floor_runs": [{k: v for k, v in r.items() if k != "curve"} for r in floors]}
+    longs = floor_rows(Path(args.long), "standard_long.toml") if Path(args.long).is_dir() else []
+    if longs:
+        steps = {job.train_cfg.steps for job in load_grid(GRIDS / "standard_long.toml").jobs}
+        result.update(long_steps=max(steps), long_groups=floor_groups(longs),
+                      long_runs=[{k: v for k, v in r.items() if k != "curve"} for r in longs])
     if Path(args.solve).is_dir():
         solves = solve_rows(Path(args.solve))
         result.update(solve_groups=solve_groups(solves), solve_from=None,
@@ -155,7 +164,7 @@ def main() -> None:
         print(f"{args.solve} does not exist: the solve part is the committed assets/standard.json's")
     asset("standard.json").write_text(json.dumps(result, indent=2) + "\n")
     write_markdown(result)
-    plot(floors, solves)
+    plot(floors, solves, longs)
 
 
 def write_markdown(result: dict) -> None:
@@ -182,6 +191,23 @@ def write_markdown(result: dict) -> None:
                      f"{g['runs']} | {g['at_floor']} | {g['median_steps']:g} | "
                      f"{g['excess_min']:+.2g} / {g['excess_median']:+.2g} / {g['excess_max']:+.2g} | "
                      f"{g['below_floor']} | {g['below_by_2se']} | {g['se_median']:.2g} |")
+    if result.get("long_groups"):
+        lines += ["", "## Reading Y_P with a longer budget", "",
+                  f"The Y_P models above again, 4 seeds each, for up to {result['long_steps']:,} "
+                  "steps (evaluated every 50 steps, the same stop rule): *steps to floor* lists the "
+                  "step each run stopped at the floor, else its last step and `(not at floor)`.",
+                  "", "| reads | model | d_model | runs | at floor | steps to floor | MSE − floor: "
+                  "min / median / max | below | median SE |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for g in result["long_groups"]:
+            runs = [r for r in result["long_runs"] if r["architecture"] == g["architecture"]]
+            steps = ", ".join(f"{r['steps']:,}" if r["stopped"] == "causal_floor"
+                              else f"{r['steps']:,} (not at floor)"
+                              for r in sorted(runs, key=lambda r: r["seed"]))
+            lines.append(f"| Y_P (floor {g['floor']:g}) | {g['architecture']} | {g['d_model']} | "
+                         f"{g['runs']} | {g['at_floor']} | {steps} | {g['excess_min']:+.2g} / "
+                         f"{g['excess_median']:+.2g} / {g['excess_max']:+.2g} | "
+                         f"{g['below_floor']} | {g['se_median']:.2g} |")
     lines += ["", "## Where the note's model can solve", "",
               "d_model 64, the adam recipe (batch 1024), evaluated every 50 steps on 1,024 held-out "
               "samples, stopped at the first evaluation with MSE < 1e-3 (*solved*, Wilson 95% "
@@ -202,10 +228,11 @@ def write_markdown(result: dict) -> None:
     print("wrote assets/standard.json and assets/standard.md")
 
 
-def plot(floors: list[dict], solves: list[dict]) -> None:
-    """Left: each causal run's final MSE above its floor; right (when the solve grid's runs are at
-    hand): the solve runs' evaluation curves."""
-    fig, axes = plt.subplots(1, 2 if solves else 1, figsize=(11 if solves else 6.5, 4), squeeze=False)
+def plot(floors: list[dict], solves: list[dict], longs: list[dict] = ()) -> None:
+    """Left: each causal run's final MSE above its floor; then (when their runs are at hand) the
+    long Y_P runs' evaluation MSE above the floor, and the solve runs' evaluation curves."""
+    panels = 1 + bool(longs) + bool(solves)
+    fig, axes = plt.subplots(1, panels, figsize=(1 + 5 * panels, 4), squeeze=False)
     left = axes[0, 0]
     labels = sorted({(r["readout"], r["architecture"], r["d_model"]) for r in floors})
     colour = {"attention-only": "C0", "LayerNorm + MLP": "C1"}
@@ -222,8 +249,21 @@ def plot(floors: list[dict], solves: list[dict]) -> None:
     left.set_title("causal standard models: MSE above the floor", fontsize=10)
     handles = dict(zip(*reversed(left.get_legend_handles_labels())))
     left.legend(handles.values(), handles.keys(), fontsize=8)
+    if longs:
+        middle = axes[0, 1]
+        for r in longs:
+            steps, mse = zip(*r["curve"])
+            middle.plot(steps, [m - r["floor"] for m in mse], color=colour[r["architecture"]],
+                        alpha=0.8, label=r["architecture"] if r["seed"] == 0 else None)
+        middle.axhline(1e-3 * longs[0]["floor"], color="k", lw=1, ls=":",
+                       label="at floor: within 0.1%")
+        middle.set_yscale("symlog", linthresh=1e-3)  # an evaluation may dip below the floor
+        middle.set_xlabel("step")
+        middle.set_ylabel("eval MSE − floor")
+        middle.set_title("reading Y_P (floor 1.125), longer runs", fontsize=10)
+        middle.legend(fontsize=8)
     if solves:
-        right, colors = axes[0, 1], {}
+        right, colors = axes[0, panels - 1], {}
         for r in solves:
             key = f"{r['setting']}, {r['architecture']}"
             color = colors.setdefault(key, f"C{len(colors)}")

@@ -58,3 +58,16 @@ def test_the_dry_run_prices_a_standard_model_by_the_forward_it_runs():
     assert row_costs(direct)[1] == 2 * (dh * (4 * m + 2 * T) + 2 * m * mlp)  # two layers of one head
     small, wide = (replace(job, model_cfg=replace(direct, d_model=w, d_head=w)) for w in (32, 128))
     assert train_seconds(wide) > 3 * train_seconds(small) > 3 * train_seconds(job)
+
+
+def test_the_long_grid_is_the_floor_grids_y_p_models_with_ten_times_the_steps():
+    floor = {(j.variant, j.model_cfg, j.train_cfg.seed): j.train_cfg
+             for j in load_grid(GRIDS / "standard.toml").jobs
+             if j.model_cfg.readout == "Y" and j.train_cfg.seed < 4}
+    long = {(j.variant, j.model_cfg, j.train_cfg.seed): j.train_cfg
+            for j in load_grid(GRIDS / "standard_long.toml").jobs}
+    assert set(long) == set(floor) and len(long) == 8  # the same models, 4 seeds each
+    for key, train in long.items():
+        assert train.steps == 10 * floor[key].steps
+        assert (train.lr, train.batch_size, train.stop_at_floor) == (
+            floor[key].lr, floor[key].batch_size, floor[key].stop_at_floor)
