@@ -179,7 +179,7 @@ def test_run_directory_layout_and_loading(tmp_path):
     r = run(model_cfg, train_cfg)
     d = tmp_path / "r"
     assert {p.name for p in d.iterdir()} == {"config.json", "metrics.jsonl", "checkpoints",
-                                             "final.safetensors"}
+                                             "environment.jsonl", "final.safetensors"}
     assert [s for s, _ in RunDir(d).checkpoints()] == [4, 6]
     stored = json.loads((d / "config.json").read_text())
     assert stored["train"]["lr"] == 1e-2 and stored["model"]["attention_dir"] == "bidirectional"
@@ -378,3 +378,21 @@ def test_cli_trains_the_notes_code_layout(tmp_path, capsys):
     assert "--n-scratch sets the scratch rows of --layout scratch" in capsys.readouterr().err
     assert main(["train", "--readout", "Q", "--out", str(tmp_path / "bad"), *common]) == 2
     assert "readout must name a segment of the layout" in capsys.readouterr().err
+
+
+def test_each_start_and_resume_records_what_it_ran_on(stopped_run):
+    """environment.jsonl: one record per start, with the step it started from, so a run that moves
+    when trained again can be traced to a machine or to the code."""
+    import platform
+
+    model_cfg, train_cfg, d = stopped_run
+    run(model_cfg, train_cfg, resume=True)
+    records = RunDir(d).read_environment()
+    assert [r["step"] for r in records] == [0, 4]
+    for r in records:
+        assert (r["torch"], r["python"], r["machine"]) == (
+            torch.__version__, platform.python_version(), platform.machine())
+        assert r["cpu"] and r["device"] == "cpu" and r["threads"] >= 1
+    with pytest.raises(ValueError):  # a refused resume records nothing
+        run(replace(model_cfg, attention_dir="causal"), train_cfg, resume=True)
+    assert RunDir(d).read_environment() == records

@@ -10,6 +10,7 @@
   (:meth:`RunDir.checkpoint`, :meth:`RunDir.checkpoints`);
 - ``final.safetensors``: the trained weights (a run with it is *finished*);
 - ``diverged.json``: the step and error of a run that diverged (such a run is *done* too);
+- ``environment.jsonl``: what each start and resume ran on (``runs.environment``);
 - ``mechanism.json``, ``analysis.json``, ``report.html``: what the analysis wrote;
 - ``.invperm.lock``: the one-writer lock (``runs.lock``).
 
@@ -99,6 +100,7 @@ class RunDir:
     ANALYSIS = "analysis.json"
     REPORT = "report.html"
     TIMELINE = "timeline.json"  # invperm timeline: the mechanism over the checkpoints
+    ENVIRONMENT = "environment.jsonl"  # one record per start or resume (runs.environment)
     LOCK = ".invperm.lock"
     RUN_FILES = (CONFIG, METRICS, CHECKPOINTS)  # a directory with one of these holds a run
 
@@ -125,6 +127,7 @@ class RunDir:
     analysis = property(lambda self: self.path / self.ANALYSIS)
     report = property(lambda self: self.path / self.REPORT)
     timeline = property(lambda self: self.path / self.TIMELINE)
+    environment = property(lambda self: self.path / self.ENVIRONMENT)
     lock_file = property(lambda self: self.path / self.LOCK)
 
     def checkpoint(self, step: int) -> Path:
@@ -206,6 +209,25 @@ class RunDir:
         with open(self.metrics, "a") as f:
             f.write(json.dumps(record.to_dict()) + "\n")
             f.flush()
+
+    # -- environment ------------------------------------------------------------------------------
+    def append_environment(self, record: dict) -> None:
+        """Append one record (``runs.environment.describe``) to ``environment.jsonl``."""
+        with open(self.environment, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def read_environment(self) -> list[dict]:
+        """The records of ``environment.jsonl``, oldest first (none for a run trained before the
+        file existed); a line that is not JSON (a torn write) is skipped."""
+        if not self.environment.is_file():
+            return []
+        records = []
+        for line in self.environment.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return records
 
     # -- divergence -------------------------------------------------------------------------------
     def write_diverged(self, step: int, error: str) -> None:

@@ -59,6 +59,7 @@ def restart_if_never_checkpointed(run_dir: Path) -> None:
     with RunLock(run):
         run.config.unlink(missing_ok=True)
         run.metrics.unlink(missing_ok=True)
+        run.environment.unlink(missing_ok=True)
         shutil.rmtree(run.path / RunDir.CHECKPOINTS, ignore_errors=True)
 
 

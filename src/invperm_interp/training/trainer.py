@@ -24,6 +24,7 @@ from ..model.build import forward, plain_model
 from ..runs import checkpoint as ckpt
 from ..runs.config_file import config_diffs, config_hash
 from ..runs.directory import RunDir, RunWarning
+from ..runs.environment import describe
 from ..runs.evaluation import Evaluation
 from ..runs.lock import RunLock
 from ..task import mse, sample_batch
@@ -128,6 +129,7 @@ class Trainer:
                 self._restore(*found[-1])
         run_dir.write_config(self.model_cfg, cfg)
         run_dir.write_metrics(self.metrics)
+        run_dir.append_environment(describe(self.device, self.step))
 
     def _restore(self, step: int, path: Path) -> None:
         meta = self.load_state(step, path)
