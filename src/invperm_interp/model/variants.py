@@ -100,12 +100,15 @@ def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tens
     mask = torch.ones(T, T, dtype=torch.bool, device=device).triu(1) if cfg.causal else None
     rows, pats, n_layers = cfg.readout_rows, [], len(As)
     for layer, (A, heads) in enumerate(zip(As, layers)):
-        D, last = A.shape[-1], layer == n_layers - 1 and not patterns
+        # the last layer forms its output on the read-out rows only; its scores too, unless every
+        # row's attention is asked for
+        D, final = A.shape[-1], layer == n_layers - 1
+        last = final and not patterns
         where = torch.full((D,), -1, dtype=torch.long)
         where[cols[layer]] = torch.arange(len(cols[layer]))  # stream column → position in h
         R = len(range(T)[rows]) if last else T
         hq = h[:, :, rows] if last else h  # (V, B, R, n)
-        parts = [_cols(hq, where[cols[layer + 1][cols[layer + 1] < D]])]
+        parts = [_cols(h[:, :, rows] if final else h, where[cols[layer + 1][cols[layer + 1] < D]])]
         layer_pats = (torch.zeros(V, B, A.shape[1], T, T, dtype=dtype, device=device)
                       if patterns else None)
         for head in heads:
@@ -127,11 +130,14 @@ def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tens
             if patterns:
                 layer_pats[:, :, head.index] = pattern
             values = _cols(h, where[head.src]).reshape(V * B, T, len(head.src))
-            parts.append(torch.bmm(pattern.reshape(V * B, R, T), values).reshape(V, B, R, -1))
+            mixing = pattern[:, :, rows] if final and not last else pattern
+            out_rows = mixing.shape[2]
+            parts.append(torch.bmm(mixing.reshape(V * B, out_rows, T), values)
+                         .reshape(V, B, out_rows, -1))
         if patterns:
             pats.append(layer_pats)
-        h = torch.cat(parts, dim=-1)  # (V, B, R, |cols_{l+1}|)
-    read = h if not patterns and n_layers else h[:, :, rows]
+        h = torch.cat(parts, dim=-1)  # (V, B, R, |cols_{l+1}|); the last layer's: read-out rows
+    read = h if n_layers else h[:, :, rows]
     if not readout:
         return (read, pats) if patterns else read
     out = read @ _cols(W_U.transpose(1, 2), cols[-1]).transpose(1, 2).unsqueeze(1)  # (V, B, d, d)
