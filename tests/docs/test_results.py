@@ -288,6 +288,30 @@ def test_every_link_on_the_front_page_resolves():
     assert [link for link in links if not link.startswith("http") and not (REPO / link).exists()] == []
 
 
+def test_the_standard_pages_floor_tables_come_from_its_asset():
+    """docs/standard.md's tables of causal runs against the floor (and of the longer Y_P runs, when
+    the asset has them) are assets/standard.json's groups."""
+    result, page = load("standard.json"), text("docs/standard.md")
+
+    def row(g):
+        reads = "`Y_P`" if g["readout"] == "Y" else f"`{g['readout']}`"
+        return (f"| {reads} ({g['floor']:g}) | {g['architecture']} | {g['d_model']} | {g['runs']} | "
+                f"{g['at_floor']} | {g['excess_min']:+.2g} / {g['excess_median']:+.2g} / "
+                f"{g['excess_max']:+.2g} | {g['below_floor']} |")
+
+    for g in result["floor_groups"]:
+        assert row(g) in page, row(g)
+    for g in result.get("long_groups", []):
+        runs = sorted((r for r in result["long_runs"] if r["architecture"] == g["architecture"]),
+                      key=lambda r: r["seed"])
+        steps = ", ".join(f"{r['steps']:,}" if r["stopped"] == "causal_floor"
+                          else f"{r['steps']:,} (not at floor)" for r in runs)
+        long_row = (f"| `Y_P` ({g['floor']:g}) | {g['architecture']} | {g['d_model']} | "
+                    f"{g['runs']} | {g['at_floor']} | {steps} | {g['excess_min']:+.2g} / "
+                    f"{g['excess_median']:+.2g} / {g['excess_max']:+.2g} | {g['below_floor']} |")
+        assert long_row in page, long_row
+
+
 def test_the_standard_census_numbers_come_from_its_asset():
     """docs/standard.md's census table and the README's sentence, from assets/census_standard.json."""
     summary = {(s["model"], s["d"], s["architecture"]): s for s in load("census_standard.json")["summary"]}
