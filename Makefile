@@ -105,7 +105,7 @@ census-standard: $(STAMP)
 
 # Beyond the note: standard transformers (docs/standard.md). Causal standard models against the
 # exact floors, d_model 32/64/128, with and without LayerNorm and MLPs, 8 seeds each (64 runs); the
-# Y_P models for up to 4,000 steps (8 runs); then bidirectional and scratch models solving, each
+# Y_P models for up to 4,000 steps (4 runs); then bidirectional and scratch models solving, each
 # solved mechanism named through the exact map (10 runs). d = 10, two workers, resumable; about
 # 25 CPU minutes: assets/standard.{md,json,png}.
 standard: $(STAMP)

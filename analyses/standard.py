@@ -8,7 +8,7 @@ Reads two sweeps (docs/standard.md), each run by `invperm sweep` (resumable):
   or the Y_P rows (floor (d-1)/8), 8 seeds each. Each final model is evaluated on 16,384 fresh
   samples: its MSE − floor, with the standard error of that MSE over samples;
 - analyses/grids/standard_long.toml (runs/standard_long): the causal Y_P models of standard.toml,
-  4 seeds each, for up to 4,000 steps: how long they take to reach the floor;
+  2 seeds each, for up to 4,000 steps: how long they take to reach the floor;
 - analyses/grids/standard_solve.toml (runs/standard_solve): bidirectional [P; Y_P] reading P and
   causal scratch [P; Y_P; S] reading S, d_model 64, both architectures: solved (MSE < 1e-3) with
   Wilson 95% intervals, the steps to solve, and each solved attention-only run's mechanism named by
@@ -193,7 +193,7 @@ def write_markdown(result: dict) -> None:
                      f"{g['below_floor']} | {g['below_by_2se']} | {g['se_median']:.2g} |")
     if result.get("long_groups"):
         lines += ["", "## Reading Y_P with a longer budget", "",
-                  f"The Y_P models above again, 4 seeds each, for up to {result['long_steps']:,} "
+                  f"The Y_P models above again, 2 seeds each, for up to {result['long_steps']:,} "
                   "steps (evaluated every 50 steps, the same stop rule): *steps to floor* lists the "
                   "step each run stopped at the floor, else its last step and `(not at floor)`.",
                   "", "| reads | model | d_model | runs | at floor | steps to floor | MSE − floor: "
