@@ -246,6 +246,7 @@ def plot(floors: list[dict], solves: list[dict], longs: list[dict] = ()) -> None
     left.set_xlabel("read-out rows, model, d_model", fontsize=9)
     left.set_ylabel("final MSE − exact floor (fresh samples)")
     left.set_yscale("symlog", linthresh=1e-3)
+    left.set_ylim(top=2 * max(r["excess"] for r in floors))  # the highest dots whole
     left.set_title("causal standard models: MSE above the floor", fontsize=10)
     handles = dict(zip(*reversed(left.get_legend_handles_labels())))
     left.legend(handles.values(), handles.keys(), fontsize=8)
@@ -258,6 +259,8 @@ def plot(floors: list[dict], solves: list[dict], longs: list[dict] = ()) -> None
         middle.axhline(1e-3 * longs[0]["floor"], color="k", lw=1, ls=":",
                        label="at floor: within 0.1%")
         middle.set_yscale("symlog", linthresh=1e-3)  # an evaluation may dip below the floor
+        lowest = min(m - r["floor"] for r in longs for _, m in r["curve"])
+        middle.set_ylim(bottom=min(0.0, 2 * lowest))
         middle.set_xlabel("step")
         middle.set_ylabel("eval MSE − floor")
         middle.set_title("reading Y_P (floor 1.125), longer runs", fontsize=10)

@@ -203,12 +203,15 @@ def test_the_readme_beyond_the_note_numbers_come_from_the_assets():
     assert {g["floor"] for g in reads["Y"]} == {floor(10, "Y")}
     assert sum(g["below_floor"] for g in result["floor_groups"]) == 0
     solve = {(g["setting"], g["architecture"]): g["solved_text"] for g in result["solve_groups"]}
+    longs = result["long_groups"]
     assert (f"all {sum(g['runs'] for g in reads['P'])} causal runs reading `P` (attention-only or "
             f"with LayerNorm and MLPs, `d_model` 32 to 128) end within "
             f"{max(g['excess_max'] for g in reads['P']):.2g} above the exact floor d/4 and none below "
             f"it; the {sum(g['runs'] for g in reads['Y'])} reading `Y_P` end "
             f"{min(g['excess_min'] for g in reads['Y']):.2g} to "
-            f"{max(g['excess_max'] for g in reads['Y']):.2g} above (d−1)/8 after 400 steps, none below; "
+            f"{max(g['excess_max'] for g in reads['Y']):.2g} above (d−1)/8 after 400 steps, none below, "
+            f"and {sum(g['runs'] for g in longs)} of them continued to {result['long_steps']:,} "
+            f"steps reach it in {sum(g['at_floor'] for g in longs)}; "
             f"bidirectional attention-only runs solve in {solve[('bidirectional', 'attention-only')]} "
             f"and causal scratch ones in {solve[('scratch', 'attention-only')]}") in readme
     page = (REPO / "assets" / "scrubbing.md").read_text()
