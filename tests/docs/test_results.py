@@ -307,9 +307,9 @@ def test_the_standard_pages_floor_tables_come_from_its_asset():
     for g in result.get("long_groups", []):
         runs = sorted((r for r in result["long_runs"] if r["architecture"] == g["architecture"]),
                       key=lambda r: r["seed"])
-        steps = ", ".join(f"{r['steps']:,}" if r["stopped"] == "causal_floor"
-                          else f"{r['steps']:,} (not at floor)" for r in runs)
-        long_row = (f"| `Y_P` ({g['floor']:g}) | {g['architecture']} | {g['d_model']} | "
+        steps = ", ".join(f"{r['steps']:,}" for r in runs)  # at the floor or at the limit
+        assert {r["d_model"] for r in runs} == {64}
+        long_row = (f"| `Y_P` ({g['floor']:g}) | {g['architecture']} | "
                     f"{g['runs']} | {g['at_floor']} | {steps} | {g['excess_min']:+.2g} / "
                     f"{g['excess_median']:+.2g} / {g['excess_max']:+.2g} | {g['below_floor']} |")
         assert long_row in page, long_row
