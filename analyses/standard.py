@@ -150,8 +150,9 @@ def main() -> None:
               "floor_runs": [{k: v for k, v in r.items() if k != "curve"} for r in floors]}
     longs = floor_rows(Path(args.long), "standard_long.toml") if Path(args.long).is_dir() else []
     if longs:
-        steps = {job.train_cfg.steps for job in load_grid(GRIDS / "standard_long.toml").jobs}
-        result.update(long_steps=max(steps), long_groups=floor_groups(longs),
+        jobs = load_grid(GRIDS / "standard_long.toml").jobs
+        result.update(long_steps=max(job.train_cfg.steps for job in jobs),
+                      long_seeds=len({job.train_cfg.seed for job in jobs}), long_groups=floor_groups(longs),
                       long_runs=[{k: v for k, v in r.items() if k != "curve"} for r in longs])
     if Path(args.solve).is_dir():
         solves = solve_rows(Path(args.solve))
@@ -165,6 +166,11 @@ def main() -> None:
     asset("standard.json").write_text(json.dumps(result, indent=2) + "\n")
     write_markdown(result)
     plot(floors, solves, longs)
+
+
+def _excess(g: dict) -> str:
+    """A group's final MSE above the floor: ``min / median / max``."""
+    return f"{g['excess_min']:+.2g} / {g['excess_median']:+.2g} / {g['excess_max']:+.2g}"
 
 
 def write_markdown(result: dict) -> None:
@@ -188,12 +194,12 @@ def write_markdown(result: dict) -> None:
     for g in result["floor_groups"]:
         reads = "Y_P" if g["readout"] == "Y" else g["readout"]
         lines.append(f"| {reads} (floor {g['floor']:g}) | {g['architecture']} | {g['d_model']} | "
-                     f"{g['runs']} | {g['at_floor']} | {g['median_steps']:g} | "
-                     f"{g['excess_min']:+.2g} / {g['excess_median']:+.2g} / {g['excess_max']:+.2g} | "
+                     f"{g['runs']} | {g['at_floor']} | {g['median_steps']:g} | {_excess(g)} | "
                      f"{g['below_floor']} | {g['below_by_2se']} | {g['se_median']:.2g} |")
     if result.get("long_groups"):
         lines += ["", "## Reading Y_P with a longer budget", "",
-                  f"The Y_P models above again, 2 seeds each, for up to {result['long_steps']:,} "
+                  f"The Y_P models above again, {result['long_seeds']} seeds each, for up to "
+                  f"{result['long_steps']:,} "
                   "steps (evaluated every 50 steps, the same stop rule): *steps to floor* lists the "
                   "step each run stopped at the floor, else its last step and `(not at floor)`.",
                   "", "| reads | model | d_model | runs | at floor | steps to floor | MSE − floor: "
@@ -205,8 +211,7 @@ def write_markdown(result: dict) -> None:
                               else f"{r['steps']:,} (not at floor)"
                               for r in sorted(runs, key=lambda r: r["seed"]))
             lines.append(f"| Y_P (floor {g['floor']:g}) | {g['architecture']} | {g['d_model']} | "
-                         f"{g['runs']} | {g['at_floor']} | {steps} | {g['excess_min']:+.2g} / "
-                         f"{g['excess_median']:+.2g} / {g['excess_max']:+.2g} | "
+                         f"{g['runs']} | {g['at_floor']} | {steps} | {_excess(g)} | "
                          f"{g['below_floor']} | {g['se_median']:.2g} |")
     lines += ["", "## Where the note's model can solve", "",
               "d_model 64, the adam recipe (batch 1024), evaluated every 50 steps on 1,024 held-out "
@@ -263,7 +268,7 @@ def plot(floors: list[dict], solves: list[dict], longs: list[dict] = ()) -> None
         middle.set_ylim(bottom=min(0.0, 2 * lowest))
         middle.set_xlabel("step")
         middle.set_ylabel("eval MSE − floor")
-        middle.set_title("reading Y_P (floor 1.125), longer runs", fontsize=10)
+        middle.set_title(f"reading Y_P (floor {longs[0]['floor']:g}), longer runs", fontsize=10)
         middle.legend(fontsize=8)
     if solves:
         right, colors = axes[0, panels - 1], {}
