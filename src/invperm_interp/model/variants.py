@@ -107,8 +107,9 @@ def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tens
         where = torch.full((D,), -1, dtype=torch.long)
         where[cols[layer]] = torch.arange(len(cols[layer]))  # stream column → position in h
         R = len(range(T)[rows]) if last else T
-        hq = h[:, :, rows] if last else h  # (V, B, R, n)
-        parts = [_cols(h[:, :, rows] if final else h, where[cols[layer + 1][cols[layer + 1] < D]])]
+        out_h = h[:, :, rows] if final else h  # the rows this layer's output is formed on
+        hq = out_h if last else h  # (V, B, R, n)
+        parts = [_cols(out_h, where[cols[layer + 1][cols[layer + 1] < D]])]
         layer_pats = (torch.zeros(V, B, A.shape[1], T, T, dtype=dtype, device=device)
                       if patterns else None)
         for head in heads:
