@@ -44,14 +44,17 @@ def test_the_dry_run_prices_a_standard_model_by_the_forward_it_runs():
     from dataclasses import replace
 
     from invperm_interp.model.standard import note_is_cheaper, row_costs
-    from invperm_interp.sweep.plan import train_seconds
+    from invperm_interp.sweep.plan import STEP_COST, step_model, train_seconds
 
     grid = load_grid(GRIDS / "standard.toml")
     job = next(j for j in grid.jobs if j.model_cfg.d_model == 32 and j.model_cfg.d_mlp is None)
     cfg = job.model_cfg
-    assert note_is_cheaper(cfg)  # through the map: what the disentangled model of its widths costs
+    # through the map: counted as the disentangled model of its widths, at the standard model's
+    # own per-step price (its parameters in d_model and the map itself cost more per step)
+    assert note_is_cheaper(cfg)
     twin = replace(job, model_cfg=replace(cfg, arch="disentangled", d_model=None, d_head=None))
-    assert train_seconds(job) == train_seconds(twin)
+    assert step_model(job) == ("standard", step_model(twin)[1], *STEP_COST["standard"])
+    assert step_model(twin)[0] == "note" and train_seconds(job) > train_seconds(twin)
     # in d_model (LayerNorm, MLP): the cost grows with d_model and the MLP, as multiplications do
     m, dh, T, mlp = 64, 64, cfg.T, 128
     direct = replace(cfg, d_model=m, d_head=dh, layernorm=True, d_mlp=mlp)

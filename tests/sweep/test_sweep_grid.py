@@ -201,13 +201,33 @@ def test_dry_run_prints_runs_units_cpu_time_and_memory_and_writes_nothing(tmp_pa
     assert main(["sweep", str(path), "--out", str(out), "--dry-run", "--workers", "2"]) == 0
     shown = capsys.readouterr().out
     assert "3 runs, 0 done, 3 to train" in shown
-    assert "units of work: 3" in shown and "CPU time: at most about" in shown
+    assert "units of work: 3" in shown and "CPU time: about" in shown
     assert "0.0 CPU hours" not in shown and re.search(r"about \d+ CPU seconds", shown)  # a tiny grid
     assert "memory: about" in shown and "for 2 workers" in shown
     assert not out.exists()
     assert main(["sweep", str(path), "--out", str(out), "--dry-run", "--executor", "slurm"]) == 0
     assert "units of work: 2 (0 GPU buckets, 2 CPU units, up to 2 runs per task)" in \
         capsys.readouterr().out
+
+
+def test_the_dry_run_warns_of_slurm_tasks_estimated_past_their_time_limit(tmp_path, capsys):
+    from invperm_interp.sweep.plan import cpu_hours
+
+    def grid_text(minutes):
+        return ("seeds = 3" + BASE.replace("steps = 20", "steps = 100000")
+                + f"[slurm]\ntime = {minutes}\njobs_per_task = 4\n")
+
+    grid = load_grid(grid_file(tmp_path, grid_text(60)), allow_large=True)
+    long, short = (cpu_hours(grid, u) * 60 for u in units(grid, tmp_path / "out", "slurm"))
+    assert long > short + 2  # 4 runs, then 2
+    minutes = round((long + short) / 2)
+    for limit, shown in ((minutes, f"1 of 2 tasks may run past slurm.time ({minutes} minutes"),
+                         (round(long) + 2, None)):
+        path = grid_file(tmp_path, grid_text(limit))
+        assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run", "--yes",
+                     "--executor", "slurm"]) == 0
+        out = capsys.readouterr().out
+        assert (shown in out) if shown else ("past slurm.time" not in out)
 
 
 def test_jobs_per_task_groups_cpu_runs_on_slurm(tmp_path):

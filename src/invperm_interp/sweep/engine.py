@@ -30,14 +30,13 @@ from pathlib import Path
 
 from .collect import collect, read_sweep
 from .grid import Grid, load_grid
-from .plan import check_size, job_done, units
+from .plan import RESUME_HINT, check_size, job_done, units
 from .tasks import failed_dir
 from .workers import LocalPool, SubmititArray, debug_run
 
 EXECUTORS = ("local", "slurm", "debug")
 #: what stops the sweep: Ctrl-C, ``kill`` or a scheduler, a closed terminal or ssh session
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
-RESUME_HINT = "rerun the same command to resume"
 POLL_S = 0.2  # how often the sweep looks for runs that finished, failed or stopped
 __all__ = ["EXECUTORS", "SweepIncomplete", "collect", "read_sweep", "run_sweep", "units",
            "check_workers"]

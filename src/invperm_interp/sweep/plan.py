@@ -14,20 +14,23 @@ from pathlib import Path
 from ..runs.directory import RunDir
 from .grid import MAX_RUNS, Grid, Job
 
-# CPU time of one training step, fitted on the census's runs (one thread, Adam): a fixed cost plus
-# one proportional to batch·T·(T·ΣD + ΣD²) (attention scores and projections over the widths D).
-STEP_FIXED_S = 1.4e-3
-STEP_PER_UNIT_S = 22.8e-12
+#: CPU seconds of one training step (one thread, Adam), ``fixed + per_unit * units``, per family
+#: (``step_model``): "note", the disentangled model, priced by batch·T·(T·ΣD + ΣD²) (attention
+#: scores and projections over its widths D); "standard", a standard model trained through its map,
+#: by the same count for the widths it is read as; "direct", a standard model in ``d_model`` (with
+#: LayerNorm or an MLP, or where that is cheaper), by batch·T·(multiplications per row,
+#: ``model.standard.row_costs``). Fitted by benchmarks/step_cost.py on 18 runs of the census grids
+#: and the standard floor grid, each step timed alone on a quiet core: the fit is within 0.95-1.07
+#: of the measured step for "note", 0.92-1.07 for "direct", 0.72-1.45 for "standard" (its d = 6
+#: runs cost more than their count says). The constants before this fit priced steps 1.3-5 times
+#: too low. Runs that share a machine's cores and memory take longer than this.
+STEP_COST = {"note": (2.92e-3, 26.9e-12), "standard": (9.37e-3, 34.7e-12), "direct": (13.7e-3, 129e-12)}
 #: One run's analysis (mechanism on 4,096 samples, 3 batches, mean and resample ablation, minimal
 #: circuit): CPU seconds per census run, weighted as the census's d = 6, 8, 10, 12 (10 runs
 #: re-analysed in one process at load ~1.3): 1.8 s for the plain layout, 10.0 s with scratch rows
 #: (their minimal circuits run to 6-23 cells, and the exact search tries every 1-2-cell set).
 ANALYSIS_S = {"plain": 1.8, "scratch": 10.0}
-#: A standard model's step in ``d_model`` (its direct forward, ``model.standard.row_costs``): CPU
-#: seconds per unit of batch·T·(multiplications per row), measured beside the disentangled model's
-#: unit above on one machine (one thread, batch 128 and 1,024): 2.5 times its cost per unit. A
-#: standard model that runs through its map costs what the disentangled model of its widths does.
-STANDARD_PER_UNIT_S = 57e-12
+RESUME_HINT = "rerun the same command to resume"
 MAX_CPU_HOURS = 500  # a sweep estimated above this needs allow_large (--yes)
 
 
@@ -90,20 +93,28 @@ def units(grid: Grid, out: Path, executor: str = "local") -> list[list[int]]:
     return sorted(result, key=lambda u: -sum(train_seconds(grid.jobs[i]) for i in u))
 
 
-def train_seconds(job: Job) -> float:
-    """A rough upper bound on one run's training CPU time (all ``steps``; early stopping ends
-    many runs sooner)."""
+def step_model(job: Job) -> tuple[str, float, float, float]:
+    """How one training step of ``job`` is priced: ``(family, units, fixed, per_unit)``, the step
+    costing ``fixed + per_unit * units`` CPU seconds (see ``STEP_COST``)."""
     m, t = job.model_cfg, job.train_cfg.resolved()
     widths = m.widths
-    work = t.batch_size * m.T * (m.T * sum(widths) + sum(w * w for w in widths))
-    per_unit = STEP_PER_UNIT_S
+    family, units = "note", t.batch_size * m.T * (m.T * sum(widths) + sum(w * w for w in widths))
     if m.arch == "standard":
         from ..model.standard import note_is_cheaper, row_costs
 
+        family = "standard"
         if not note_is_cheaper(m):
-            work, per_unit = t.batch_size * m.T * row_costs(m)[1], STANDARD_PER_UNIT_S
+            family, units = "direct", t.batch_size * m.T * row_costs(m)[1]
+    return (family, units, *STEP_COST[family])
+
+
+def train_seconds(job: Job) -> float:
+    """A rough estimate of one run's training CPU time if it runs all ``steps`` (early stopping
+    ends many runs sooner)."""
+    _, units, fixed, per_unit = step_model(job)
+    t = job.train_cfg.resolved()
     evals = t.steps // t.eval_every * max(1, t.eval_size // t.batch_size)
-    return (t.steps + evals) * (STEP_FIXED_S + per_unit * work)
+    return (t.steps + evals) * (fixed + per_unit * units)
 
 
 def run_memory(job: Job, analysis: dict | None = None) -> int:
@@ -132,6 +143,8 @@ def run_memory(job: Job, analysis: dict | None = None) -> int:
 
 
 def cpu_hours(grid: Grid, indices: list[int]) -> float:
+    """The estimated CPU hours of the runs ``indices``: training all their steps, and their
+    analysis where the grid names mechanisms."""
     def analysis(job: Job) -> float:
         if not grid.mechanism:
             return 0.0
@@ -145,7 +158,7 @@ def check_size(grid: Grid, allow_large: bool) -> None:
     """A sweep estimated over ``MAX_CPU_HOURS`` of CPU needs ``allow_large`` (``--yes``)."""
     hours = cpu_hours(grid, list(range(len(grid.jobs))))
     if hours > MAX_CPU_HOURS and not allow_large:
-        raise ValueError(f"grid {grid.name}: about {hours:,.0f} CPU hours at most (over "
+        raise ValueError(f"grid {grid.name}: about {hours:,.0f} CPU hours (over "
                          f"{MAX_CPU_HOURS}): check it with --dry-run, then pass --yes")
 
 
@@ -185,10 +198,18 @@ def dry_run(grid: Grid, out: Path, executor: str, workers: int) -> str:
                     if executor != "local" and "jobs_per_task" in grid.slurm else "") + ")")
     hours = cpu_hours(grid, left)
     parallel = workers if executor == "local" else max(1, len(todo))
-    lines.append(f"CPU time: at most about {_duration(hours, 'CPU ')} "
-                 f"({'with' if grid.mechanism else 'no'} analysis; early stopping ends runs sooner)"
+    lines.append(f"CPU time: about {_duration(hours, 'CPU ')} ({'with' if grid.mechanism else 'no'} "
+                 f"analysis; every step of every run as one quiet core runs it: early stopping "
+                 f"makes it less, shared cores more)"
                  + (f", {_duration(hours / parallel)} of wall time on {parallel} workers"
                     if executor == "local" else ""))
+    if executor != "local":
+        limit = grid.slurm.get("time", 60) / 60
+        over = [hours for hours in (cpu_hours(grid, u) for u in todo) if hours > limit]
+        if over:
+            lines.append(f"{len(over):,} of {len(todo):,} tasks may run past slurm.time "
+                         f"({limit * 60:g} minutes; the longest about {_duration(max(over))}): "
+                         f"they checkpoint at the limit, and {RESUME_HINT}")
     peak = max((run_memory(grid.jobs[i], grid.analysis) for i in left), default=0)
     lines.append(f"memory: about {format_bytes(peak)} per run at most"
                  + (f", {format_bytes(peak * min(workers, max(1, len(todo))))} for {workers} workers"
