@@ -116,6 +116,27 @@ def test_slurm_path_with_the_debug_executor_then_nothing_left(tmp_path):
     assert "d2_seed0" in report and (out / "sweep_report.png").stat().st_size > 1000
 
 
+def test_collect_writes_what_the_sweep_would_and_trains_nothing(tmp_path, capsys):
+    """--collect: every run of the grid from the folders as they are; a grid trained in parts
+    (here a grid of two of its runs) collects to the line the whole grid's sweep writes."""
+    path, out = grid_file(tmp_path), tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--collect"]) == 2  # a usage error
+    assert "--out must be the grid's sweep folder" in capsys.readouterr().err
+    part = grid_file(tmp_path, tiny_grid_text(seeds='{"d=2" = 2, "d=3" = [1]}', d="[2, 3]",
+                                              steps=20, every=10, tail=SLURM_TABLE), name="part.toml")
+    assert [r["name"] for r in lines(run_sweep(part, out, executor="debug", progress=False))] == [
+        "d2_seed0", "d2_seed1", "d3_seed1"]
+    assert main(["sweep", str(path), "--out", str(out), "--collect"]) == 0
+    assert "(3 finished, 1 unfinished); trained nothing" in capsys.readouterr().out
+    collected = lines(out / "sweep.jsonl")
+    assert [(r["name"], r["status"], r["step"]) for r in collected] == [
+        ("d2_seed0", "finished", 20), ("d2_seed1", "finished", 20), ("d3_seed0", "unfinished", 0),
+        ("d3_seed1", "finished", 20)]
+    assert not (out / "d3_seed0").exists()
+    whole = lines(run_sweep(path, out, executor="debug", progress=False))
+    assert [whole[i] for i in (0, 1, 3)] == [collected[i] for i in (0, 1, 3)]
+
+
 def test_local_sweep_killed_mid_way_and_rerun_ends_the_same(tmp_path):
     path = grid_file(tmp_path, steps=300, every=20)
     reference = run_sweep(path, tmp_path / "ref", executor="debug", progress=False)

@@ -12,9 +12,19 @@ from .args import HelpFormatter, describe, examples
 
 def _cmd_sweep(args: argparse.Namespace) -> None:
     """Train a grid's runs (skipping finished ones, resuming interrupted ones), write sweep.jsonl;
-    or, with --dry-run, say what that would do."""
+    or, with --dry-run, say what that would do; or, with --collect, only write sweep.jsonl."""
     from ..sweep.engine import check_workers, run_sweep
 
+    if args.collect:
+        from ..sweep.collect import collect
+        from ..sweep.grid import load_grid
+
+        grid = load_grid(args.grid, allow_large=True)
+        out = Path(args.out if args.out is not None else Path("runs") / grid.name)
+        if not out.is_dir():
+            raise ValueError(f"--out must be the grid's sweep folder, found no folder at {out}")
+        print(f"wrote {collect(grid, out)} ({_statuses(out)}); trained nothing")
+        return
     if args.dry_run:
         from ..sweep.grid import load_grid
         from ..sweep.plan import dry_run
@@ -27,6 +37,16 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
     path = run_sweep(args.grid, args.out, executor=args.executor, workers=args.workers,
                      progress=not args.quiet, allow_large=args.yes)
     print(f"wrote {path}; `invperm sweep-report {path.parent}` makes its table and figure")
+
+
+def _statuses(out: Path) -> str:
+    """"3 finished, 1 unfinished": the runs of ``out/sweep.jsonl`` by status."""
+    from collections import Counter
+
+    from ..sweep.collect import read_sweep
+
+    counts = Counter(record["status"] for _, record in read_sweep(out))
+    return ", ".join(f"{n:,} {status}" for status, n in counts.most_common())
 
 
 def _cmd_sweep_report(args: argparse.Namespace) -> None:
@@ -52,6 +72,10 @@ def add_sweep_parsers(sub) -> None:
     sweep.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
     sweep.add_argument("--dry-run", action="store_true",
                        help="print the planned runs, units of work, CPU time and memory; train nothing")
+    sweep.add_argument("--collect", action="store_true",
+                       help="write sweep.jsonl from the run folders as they are (every run of the "
+                            "grid; untrained ones as unfinished); train nothing: a sweep's results "
+                            "while it runs elsewhere, or a grid trained in parts")
     sweep.add_argument("--yes", action="store_true",
                        help="run a grid over the size bounds (10,000 runs or 500 CPU hours)")
     sweep.add_argument("--quiet", action="store_true", help="no progress lines")
