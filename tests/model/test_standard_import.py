@@ -65,10 +65,44 @@ def test_the_import_takes_an_embedding_of_d_rows_and_a_longer_context():
         assert _close(model.direct(batch.X), bridge(embedded)[:, layout.rows("P")])
 
 
-def test_an_exported_model_comes_back_with_its_weights():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("attention_dir", ["causal", "bidirectional"])
+@pytest.mark.parametrize("norm,mlp", [("LN", None), (None, 5), ("LN", 5), ("LNPre", 5)])
+def test_the_import_takes_layernorm_and_relu_mlps(dtype, attention_dir, norm, mlp):
+    """Every LayerNorm and MLP parameter random (biases too): TransformerLens's forward on token
+    ids is the reference; the map to the note's blocks is refused for the imported model."""
+    layout = Layout.scratch(3)
+    kw = dict(normalization_type=norm, attention_dir=attention_dir, dtype=dtype)
+    if mlp:
+        kw |= dict(attn_only=False, d_mlp=mlp)
+    bridge = _native(layout, tokens.vocabulary_size(layout), **kw)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in bridge.original_model.named_parameters():
+            if "ln" in name or "mlp" in name:  # LayerNorm and MLP weights and biases
+                p.copy_((1.0 if name.endswith("weight") and "ln" in name else 0.0)
+                        + 0.5 * torch.randn_like(p))
+        bridge.original_model.tok_embed.weight.copy_(
+            tokens.vocabulary(layout).to(dtype) @ torch.randn(layout.d, 8, dtype=dtype))
+    model = standard_from_transformer_lens(bridge, layout, "S")
+    assert (model.cfg.layernorm, model.cfg.d_mlp) == (norm is not None, mlp)
+    batch = sample_batch(layout, 16, torch.Generator().manual_seed(0), dtype=dtype)
+    with torch.no_grad():
+        theirs = bridge(tokens.to_tokens(layout, batch.X))[:, layout.rows("S")]
+        assert _close(model(batch.X), theirs)
+    with pytest.raises(ValueError, match="exact only without LayerNorm" if norm else "MLP"):
+        to_disentangled(model)
+
+
+@pytest.mark.parametrize("layernorm,d_mlp", [(False, None), (True, 4)])
+def test_an_exported_model_comes_back_with_its_weights(layernorm, d_mlp):
     cfg = ModelConfig(Layout.plain(3), arch="standard", d_model=6, d_head=2, n_heads=(1, 2),
-                      attention_dir="bidirectional", init_scale=0.5)
+                      attention_dir="bidirectional", init_scale=0.5, layernorm=layernorm, d_mlp=d_mlp)
     model = StandardTransformer(cfg, seed=3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.rsplit(".", 1)[-1] in ("w", "b", "b_in", "b_out"):  # not their init's 1 and 0
+                p.add_(0.3 * torch.randn_like(p))
     back = standard_from_transformer_lens(standard_to_transformer_lens(model).tl_model, cfg.layout)
     assert back.cfg.attention_dir == "bidirectional"
     for name, p in model.state_dict().items():
@@ -80,8 +114,11 @@ def test_an_exported_model_comes_back_with_its_weights():
 
 
 @pytest.mark.parametrize("kw,change,message", [
-    ({"attn_only": False, "d_mlp": 4}, None, "attention-only"),
-    ({"normalization_type": "LN"}, None, "without normalization"),
+    ({"attn_only": False, "d_mlp": 4, "act_fn": "gelu"}, None, "act_fn='gelu'"),
+    ({"attn_only": False, "d_mlp": 4, "gated_mlp": True}, None, "gated_mlp=True"),
+    ({"normalization_type": "RMS"}, None, "has no RMSNorm"),
+    ({"normalization_type": "LN", "final_rms": True}, None, "final_rms=True"),
+    ({"normalization_type": "LN", "eps": 1e-6}, None, "eps = 1e-05"),
     ({"positional_embedding_type": "rotary", "rotary_dim": 2}, None, "positional"),
     ({"d_vocab_out": 4}, None, "output width"),
     ({"n_ctx": 5}, None, "n_ctx"),

@@ -2,17 +2,18 @@
 
 ``standard_from_transformer_lens(bridge, layout, readout)`` reads a ``TransformerBridge`` built
 by ``TransformerBridge.boot_native`` (TransformerLens 4's native model; ``HookedTransformer`` is
-gone from it) of the form ``standard_to_transformer_lens`` produces: attention-only, no
-LayerNorm, standard positional embeddings, scores scaled by ``√d_head``, every bias 0. It returns
-the ``StandardTransformer`` computing the same function on the task's inputs, so the exact map
-(``note_map.to_disentangled``) and every analysis read it.
+gone from it) of the form ``standard_to_transformer_lens`` produces: standard positional
+embeddings, scores scaled by ``√d_head``, no attention or read-out biases, and either no
+normalization or LayerNorm (``"LN"``, or ``"LNPre"`` read as weights 1 and biases 0) at
+TransformerLens's eps, with or without ReLU MLPs. It returns the ``StandardTransformer`` computing
+the same function on the task's inputs; without LayerNorm and MLPs the exact map
+(``note_map.to_disentangled``) and every analysis read it, with them the behavioural ones.
 
 The native model embeds token ids; the standard model reads real rows, ``X W_E``. ``W_E`` is read
 off the token embedding: with ``d_vocab = d`` token ``j`` is ``e_j`` (``W_E`` is the embedding);
 with ``d_vocab`` the task's vocabulary size (``tokens.vocabulary``: every binary row, then the
 scratch vector if it is not binary) the embedding must be ``vocabulary @ W_E``, which is solved
-for and checked. What the standard model cannot hold, or the map could not read exactly, is one
-``ValueError`` naming it.
+for and checked. What the standard model cannot hold is one ``ValueError`` naming it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..config import ModelConfig
 from ..task import Layout
 from . import tokens
 from .export import MAX_TOKEN_D
-from .standard import StandardTransformer
+from .standard import LN_EPS, StandardTransformer
 
 __all__ = ["standard_from_transformer_lens"]
 
@@ -35,7 +36,7 @@ LINEAR_TOL = 1e-5  # a token embedding off vocabulary @ W_E by more (relative to
 
 def standard_from_transformer_lens(bridge, layout: Layout, readout: str = "P") -> StandardTransformer:
     """The ``StandardTransformer`` (plain, in ``bridge``'s dtype, on the CPU) computing the native
-    attention-only ``bridge``'s function on ``layout``'s inputs, reading the rows of ``readout``.
+    ``bridge``'s function on ``layout``'s inputs, reading the rows of ``readout``.
 
     ``bridge``'s ``head`` output width must be ``layout.d`` and its ``n_ctx`` at least
     ``layout.T`` (the first ``T`` positional rows are used); its attention direction is kept."""
@@ -45,9 +46,11 @@ def standard_from_transformer_lens(bridge, layout: Layout, readout: str = "P") -
     _check_form(native, tl_cfg, layout)
     H, dh, m = tl_cfg.n_heads, tl_cfg.d_head, tl_cfg.d_model
     dtype = native.head.weight.dtype
+    mlp = hasattr(native.layers[0], "mlp")
     cfg = ModelConfig(layout, n_layers=tl_cfg.n_layers, n_heads=H, attention_dir=_direction(native),
                       readout=readout, dtype=str(dtype).removeprefix("torch."), arch="standard",
-                      d_model=m, d_head=dh)
+                      d_model=m, d_head=dh, layernorm=_normalization(tl_cfg) is not None,
+                      d_mlp=tl_cfg.d_mlp if mlp else None)
     model = StandardTransformer(cfg, seed=0)
     with torch.no_grad():
         model.embed.W_E.copy_(_read_in(native, layout))
@@ -57,6 +60,18 @@ def standard_from_transformer_lens(bridge, layout: Layout, readout: str = "P") -
                 getattr(block.attn, ours).copy_(
                     getattr(layer.attn, theirs).weight.detach().reshape(H, dh, m).transpose(1, 2))
             block.attn.W_O.copy_(layer.attn.o.weight.detach().T.reshape(H, dh, m))
+            if cfg.layernorm:
+                _copy_norm(block.ln1, layer.ln1)
+            if mlp:
+                if cfg.layernorm:
+                    _copy_norm(block.ln2, layer.ln2)
+                fc_in, fc_out = _unwrap(layer.mlp).fc_in, _unwrap(layer.mlp).fc_out
+                block.mlp.W_in.copy_(fc_in.weight.detach().T)
+                block.mlp.b_in.copy_(fc_in.bias.detach())
+                block.mlp.W_out.copy_(fc_out.weight.detach().T)
+                block.mlp.b_out.copy_(fc_out.bias.detach())
+        if cfg.layernorm:
+            _copy_norm(model.ln_final, native.ln_out)
         model.unembed.W_U.copy_(native.head.weight.detach().T)
     return model
 
@@ -71,16 +86,41 @@ def _native(bridge) -> tuple[nn.Module, object]:
     return native, bridge.cfg
 
 
+def _unwrap(module: nn.Module) -> nn.Module:
+    """The native module behind the bridge's wrapper, if it wraps one."""
+    return getattr(module, "original_component", module)
+
+
+def _normalization(cfg) -> str | None:
+    return None if cfg.normalization_type is None else cfg.normalization_type.upper()
+
+
+def _copy_norm(ours: nn.Module, native: nn.Module) -> None:
+    """Our LayerNorm gets the native one's weight and bias (``LNPre``: 1 and 0)."""
+    native = _unwrap(native)
+    ours.w.copy_(native.weight.detach() if getattr(native, "weight", None) is not None
+                 else torch.ones_like(ours.w))
+    ours.b.copy_(native.bias.detach() if getattr(native, "bias", None) is not None
+                 else torch.zeros_like(ours.b))
+
+
 def _check_form(native: nn.Module, cfg, layout: Layout) -> None:
     """One ``ValueError`` naming the first thing of the native model the standard model lacks."""
-    norms = [native.ln_out] + [layer.ln1 for layer in native.layers]
-    if not cfg.attn_only or any(hasattr(layer, "mlp") for layer in native.layers):
-        raise ValueError("the import takes attention-only models (attn_only=True): the map to the "
-                         "note's blocks is not exact through an MLP")
-    if any(not isinstance(getattr(n, "original_component", n), nn.Identity) for n in norms):
-        raise ValueError(f"the import takes models without normalization (normalization_type=None, "
-                         f"final_rms=False), got normalization_type={cfg.normalization_type!r}: "
-                         f"a LayerNorm divides each row by its own norm, which the map cannot hold")
+    norm = _normalization(cfg)
+    if norm not in (None, "LN", "LNPRE") or cfg.final_rms:
+        raise ValueError(f"the import takes no normalization or LayerNorm (normalization_type None, "
+                         f"'LN' or 'LNPre', final_rms=False), got normalization_type="
+                         f"{cfg.normalization_type!r}, final_rms={cfg.final_rms}: the standard model "
+                         f"has no RMSNorm")
+    if norm is not None and not math.isclose(cfg.eps, LN_EPS, rel_tol=1e-9):
+        raise ValueError(f"the import takes LayerNorm with eps = {LN_EPS:g} (the standard model's), "
+                         f"got eps={cfg.eps:g}")
+    if not cfg.attn_only:
+        act = (cfg.act_fn or "gelu").lower()
+        if cfg.gated_mlp or act != "relu":
+            raise ValueError(f"the import takes MLPs relu(x W_in + b_in) W_out + b_out (act_fn="
+                             f"'relu', gated_mlp=False), got act_fn={cfg.act_fn!r}, gated_mlp="
+                             f"{cfg.gated_mlp}")
     if native.pos is None or getattr(native, "rotary", None) is not None:
         raise ValueError(f"the import takes learned positional embeddings (positional_embedding_type="
                          f"'standard'), got {cfg.positional_embedding_type!r}")
