@@ -14,6 +14,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from ..analysis.hypothesis import cell_text  # noqa: E402
 from ..analysis.verdict import NONE  # noqa: E402
 from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
+from .ticks import unicode_log_labels  # noqa: E402
 
 
 def _shade_faithful(ax, tl) -> None:
@@ -44,6 +45,7 @@ def plot_timeline(tl, title: str = "") -> Figure:
     ax.axhline(tl.baseline, color="0.5", linestyle=":", linewidth=1.0,
                label=f"baseline d/4 = {tl.baseline:g}")
     ax.set_yscale("log")
+    unicode_log_labels(ax.yaxis)
     ax.set_ylabel("MSE", fontsize=LABEL_PT)
     ax.legend(fontsize=LABEL_PT, loc="lower left")
     ax = axes[1]

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from ..runs.evaluation import Evaluation  # noqa: E402
 from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
+from .ticks import unicode_log_labels  # noqa: E402
 
 ACCURACIES = (("entry_acc", "entries exact"), ("row_acc", "rows exact"),
               ("sample_acc", "samples exact (whole Y)"))  # Evaluation's fields
@@ -64,6 +65,7 @@ def plot_loss(ax: Axes, metrics: list[Evaluation], causal: bool, label: str = "e
     else:
         ax.plot(steps, [m.mse for m in metrics], color=color, label=label)
         ax.set_yscale("log")
+    unicode_log_labels(ax.yaxis)
 
 
 def plot_training(metrics: list[Evaluation], causal: bool, title: str = "") -> Figure:
@@ -134,6 +136,7 @@ def plot_runs(curves: dict[str, list[Evaluation]], causal_runs: set[str],
         ax.annotate(f"causal floor {floor:g}", (1.0, floor), xycoords=("axes fraction", "data"),
                     xytext=(-4, 4), textcoords="offset points", ha="right", fontsize=LABEL_PT)
     ax.set_yscale("log")
+    unicode_log_labels(ax.yaxis)
     ax.set_xlabel("step", fontsize=LABEL_PT)
     ax.set_ylabel("eval MSE (the note's loss)", fontsize=LABEL_PT)
     ax.set_title(title or "eval MSE", fontsize=TITLE_PT)
