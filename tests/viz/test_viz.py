@@ -196,3 +196,33 @@ def test_the_sweep_figure_stacks_each_grid_points_runs_by_mechanism():
     heights = sorted((b.get_height(), name_of[tuple(b.get_facecolor())]) for b in bars)
     assert heights == sorted([(2, "two_block"), (1, "none"), (1, "appendix_b"), (1, "two_block"),
                               (1, "not analysed"), (3, "theorem2"), (2, "none"), (1, "two_block")])
+
+
+def test_a_heads_raw_figure_is_its_gauge_fixed_figure_drawn_again_with_the_raw_weights():
+    """``head_figures``: the gauge-fixed figure, then the same figure showing what ``head_figure``
+    draws for the raw ``A`` (image, colour scale, title, block labels)."""
+    import numpy as np
+
+    from invperm_interp.analysis.gauge import gauge_fix
+    from invperm_interp.viz.heatmaps import head_figure, head_figures
+    from invperm_interp.viz.html import svg_bytes
+
+    model = constructions.build("theorem3", 4)
+    model.blocks[1].attn.A.data[0] += 0.3  # a gauge component: raw and gauge-fixed differ
+    def drawn(fig):
+        ax = fig.axes[0]
+        image = ax.images[0]
+        return (np.asarray(image.get_array()), image.get_clim(), ax.get_title(),
+                [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()])
+
+    shown = []
+    for fig in head_figures(model, 1, 0):
+        shown.append(drawn(fig))
+        svg_bytes(fig)  # written, then drawn again
+    raw, fixed = drawn(head_figure(model, 1, 0, gauge_fixed=False)), drawn(head_figure(model, 1, 0))
+    A = model.blocks[1].attn.A[0].detach().double()
+    assert np.allclose(fixed[0], gauge_fix(A, model.stream, 1).numpy())
+    assert not np.allclose(raw[0], fixed[0])
+    for got, expected in zip(shown, (fixed, raw)):
+        assert np.array_equal(got[0], expected[0]) and got[1] == pytest.approx(expected[1])
+        assert got[2:] == expected[2:]

@@ -6,6 +6,7 @@ non-interactive Agg backend, so nothing needs a display.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
@@ -109,6 +110,23 @@ def head_figure(model: DisentangledModel, layer: int, head: int = 0,
     plot_attention_weights(model, layer, head, gauge_fixed=gauge_fixed, ax=ax)
     fig.tight_layout()
     return fig
+
+
+def head_figures(model: DisentangledModel, layer: int, head: int = 0) -> Iterator[Figure]:
+    """One head's gauge-fixed ``A`` (:func:`head_figure`), then its raw ``A`` drawn into the same
+    figure: its axes, block labels and layout kept, the image, colour scale and title replaced (a
+    raw figure of its own would lay out the same labels again). Save or serialise each figure
+    before taking the next."""
+    fig = head_figure(model, layer, head, gauge_fixed=True)
+    yield fig
+    ax = fig.axes[0]
+    A = model.blocks[layer].attn.A[head].detach().cpu().numpy()
+    vmax = float(np.abs(A).max()) or 1.0
+    image = ax.images[0]
+    image.set_data(A)
+    image.set_clim(-vmax, vmax)  # the colour bar follows its image
+    ax.set_title(f"raw A, {head_name(layer, head)}", fontsize=TITLE_PT)
+    yield fig
 
 
 def unembed_figure(model: DisentangledModel) -> Figure:

@@ -35,7 +35,7 @@ from ..runs.evaluation import Evaluation
 from ..task import Batch
 from ..training.metrics import evaluate
 from .attention import attention_views
-from .heatmaps import head_figure, plot_dependency, unembed_figure
+from .heatmaps import head_figures, plot_dependency, unembed_figure
 from .html import figure, table
 from .mechanism import headline, mechanism_section, sweep_verdict_section
 from .page import page
@@ -136,22 +136,24 @@ def _circuit(model: DisentangledModel, result: ModelAnalysis) -> str:
         "template (1 = exactly the template); <b>raw</b> the same for the raw weights (low raw with "
         f"high score: the gauge hid it). Unexplained: {residual}.")
     heads = [(layer, head) for layer, n in enumerate(model.cfg.heads) for head in range(n)]
-    gauge_figs = "".join(
-        figure(head_figure(model, layer, head, gauge_fixed=True),
-               f"Heatmap of the gauge-fixed A of {layer_name(layer)} head {head}: query blocks in "
-               "rows, key blocks in columns, red positive, blue negative.",
-               f"{layer_name(layer)}, head {head}: gauge-fixed <code>A</code>, query blocks in "
-               "rows, key blocks in columns (red positive, blue negative)")
-        for layer, head in heads)
+    gauge_figs, raw_figs = [], []
+    for layer, head in heads:
+        name = f"{layer_name(layer)} head {head}"
+        texts = [(f"Heatmap of the gauge-fixed A of {name}: query blocks in rows, key blocks in "
+                  "columns, red positive, blue negative.",
+                  f"{layer_name(layer)}, head {head}: gauge-fixed <code>A</code>, query blocks in "
+                  "rows, key blocks in columns (red positive, blue negative)"),
+                 (f"Heatmap of the raw A of {name}.",
+                  f"{layer_name(layer)}, head {head}: raw <code>A</code>, as trained")]
+        drawn = [figure(fig, alt, caption)  # each written before the figure is drawn again
+                 for fig, (alt, caption) in zip(head_figures(model, layer, head), texts)]
+        gauge_figs.append(drawn[0])
+        raw_figs.append(drawn[1])
+    gauge_figs, raw_figs = "".join(gauge_figs), "".join(raw_figs)
     w_u = figure(unembed_figure(model), "Heatmap of W_U: which blocks of the final stream are "
                  "copied into the output, one column per output column.",
                  "<code>W_U</code>: the blocks of the final stream copied into the output, one "
                  "column per output column")
-    raw_figs = "".join(
-        figure(head_figure(model, layer, head, gauge_fixed=False),
-               f"Heatmap of the raw A of {layer_name(layer)} head {head}.",
-               f"{layer_name(layer)}, head {head}: raw <code>A</code>, as trained")
-        for layer, head in heads)
     atoms_table = (table(["layer", "head", "cell", "β", "share", "score", "raw"], rows, caption)
                    if rows else f"<p>No atom holds 1% of a layer's weights. Unexplained: {residual}.</p>")
     return (
