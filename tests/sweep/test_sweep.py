@@ -245,6 +245,42 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     assert len(seen) == 8 and seen[-1][1] == 64
 
 
+def test_a_run_trained_on_after_its_analysis_is_analysed_again(tmp_path, monkeypatch):
+    """The record names the weights it read (their digest): once the run is extended with
+    ``--resume --steps``, sweep.jsonl drops the stale mechanism and a rerun analyses it again."""
+    import importlib
+
+    from invperm_interp.analysis.sweep_record import SweepRecord
+    from invperm_interp.runs.checkpoint import weights_digest
+    from invperm_interp.sweep.collect import collect
+
+    mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
+    seen = []
+
+    def fake_mechanism(model, batch, **kwargs):
+        seen.append(model.cfg.d)
+        return analysed("appendix_b").mechanism
+
+    monkeypatch.setattr(mech_mod, "mechanism", fake_mechanism)
+    path, out = grid_file(tmp_path, tiny(steps=10, head="mechanism = true")), tmp_path / "out"
+    run_sweep(path, out, executor="debug", progress=False)
+    run = out / "d2_seed0"
+    before = weights_digest(run / "final.safetensors")
+    assert len(seen) == 4 and SweepRecord.read(run / "mechanism.json").weights == before
+    assert main(["train", "--resume", str(run), "--steps", "20", "--no-progress"]) == 0
+    after = weights_digest(run / "final.safetensors")
+    assert after not in (None, before)
+    grid = load_grid(path)
+    assert [grid.jobs[i].name for u in units(grid, out) for i in u] == ["d2_seed0"]
+    rows = {r["name"]: r for r in lines(collect(grid, out))}
+    assert rows["d2_seed0"]["mechanism"] is None and rows["d2_seed0"]["step"] == 20
+    assert rows["d2_seed1"]["mechanism"] == "appendix_b"
+    rows = {r["name"]: r for r in lines(run_sweep(path, out, executor="debug", progress=False))}
+    assert sorted(seen[:4]) == [2, 2, 3, 3] and seen[4:] == [2]  # only the extended run again
+    assert rows["d2_seed0"]["mechanism"] == "appendix_b"
+    assert SweepRecord.read(run / "mechanism.json").weights == after
+
+
 def _record(**change):
     from invperm_interp import Layout, ModelConfig
     from invperm_interp.config import TrainConfig

@@ -38,6 +38,9 @@ class SweepRecord:
     names_by_batch: tuple[Answer, ...]
     under: Mapping[str, Answer] = field(default_factory=dict)
     tested_under: Mapping[str, tuple[Faithfulness, ...]] = field(default_factory=dict)
+    #: the sha256 of the weights file analysed (``runs.checkpoint.weights_digest``); None in a
+    #: record written before it was kept
+    weights: str | None = None
 
     def __post_init__(self) -> None:
         for label, styles in (("under", self.under), ("tested_under", self.tested_under)):
@@ -54,6 +57,15 @@ class SweepRecord:
     @property
     def batches(self) -> int:
         return len(self.names_by_batch)
+
+    def describes(self, run_dir: str | Path) -> bool:
+        """Whether this record is of the run's final weights as they are now: False once the run
+        was trained on (``--resume --steps``) after it was analysed; True for a record that
+        predates the digest (nothing to tell it by)."""
+        from ..runs.checkpoint import weights_digest
+        from ..runs.directory import RunDir
+
+        return self.weights is None or self.weights == weights_digest(RunDir(run_dir).final)
 
     def lacks(self, settings: Mapping) -> list[str] | None:
         """The ablation styles a grid's analysis ``settings`` (``samples``, ``seed``, ``batches``,
@@ -88,7 +100,8 @@ class SweepRecord:
                 "names_by_batch": list(self.names_by_batch),
                 "under": dict(self.under),
                 "tested_under": {s: [t.to_dict() for t in tests]
-                                 for s, tests in self.tested_under.items()}}
+                                 for s, tests in self.tested_under.items()},
+                **({"weights": self.weights} if self.weights is not None else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> SweepRecord:
@@ -99,7 +112,8 @@ class SweepRecord:
                    tuple(answer(a) for a in data["names_by_batch"]),
                    {s: answer(a) for s, a in data.get("under", {}).items()},
                    {s: tuple(Faithfulness.from_dict(t) for t in tests)
-                    for s, tests in data.get("tested_under", {}).items()})
+                    for s, tests in data.get("tested_under", {}).items()},
+                   data.get("weights"))
 
     @classmethod
     def read(cls, path: str | Path) -> SweepRecord:

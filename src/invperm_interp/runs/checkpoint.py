@@ -94,6 +94,19 @@ def load(path: str | Path) -> tuple[dict[str, Tensor], dict]:
     return tensors, meta
 
 
+def weights_digest(path: str | Path) -> str | None:
+    """The sha256 digest of a checkpoint's tensors, read from its header alone (no tensor is
+    loaded); None when ``path`` is not a readable invperm checkpoint. It names the weights: an
+    analysis records it, and is stale once the run's weights are another file."""
+    try:
+        with open(path, "rb") as file:
+            n = int.from_bytes(file.read(8), "little")
+            header = json.loads(file.read(n)).get("__metadata__") or {}
+        return header["sha256"] if isinstance(header.get("sha256"), str) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 _META_KINDS = {
     "a step >= 0": lambda v: type(v) is int and v >= 0,
     "a string": lambda v: isinstance(v, str),

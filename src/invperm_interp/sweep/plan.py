@@ -36,7 +36,8 @@ MAX_CPU_HOURS = 500  # a sweep estimated above this needs allow_large (--yes)
 
 def job_done(run_dir: Path, analysis: dict | None = None) -> bool:
     """Nothing left to do for this run: it diverged, or it has final weights (and, when the grid
-    analyses its runs with the settings ``analysis``, a mechanism record with all they ask)."""
+    analyses its runs with the settings ``analysis``, a mechanism record of those weights with all
+    they ask)."""
     run = RunDir(run_dir)
     if run.is_diverged:
         return True
@@ -47,9 +48,12 @@ def job_done(run_dir: Path, analysis: dict | None = None) -> bool:
     from ..analysis.sweep_record import SweepRecord
 
     try:
-        return run.mechanism.is_file() and SweepRecord.read(run.mechanism).lacks(analysis) == []
+        if not run.mechanism.is_file():
+            return False
+        record = SweepRecord.read(run.mechanism)
     except ValueError:  # cut short, or of another version: analyse again
         return False
+    return record.lacks(analysis) == [] and record.describes(run_dir)  # else: analyse again
 
 
 def uses_gpu(grid: Grid, job: Job, executor: str) -> bool:

@@ -118,11 +118,14 @@ def _train_unit(grid, out_dir: Path, indices: list[int]) -> list[str]:
     groups = [jobs] if together else [[j] for j in jobs]
     failed = []
     for group in groups:
+        # a finished run is analysed as it is, even one trained on past the grid's steps
+        to_train = [j for j in group if not RunDir(out_dir / j.name).is_finished]
         try:
-            for job in group:
+            for job in to_train:
                 restart_if_never_checkpointed(out_dir / job.name)
-            _train([(j.model_cfg, replace(j.train_cfg, out_dir=str(out_dir / j.name)))
-                    for j in group])
+            if to_train:
+                _train([(j.model_cfg, replace(j.train_cfg, out_dir=str(out_dir / j.name)))
+                        for j in to_train])
         except Exception as err:  # noqa: BLE001 - any failure of a run is reported, not raised
             for job in group:
                 note_failure(out_dir, job.name, one_line(err))
@@ -158,20 +161,23 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
         cached = SweepRecord.read(path) if path.is_file() else None
     except ValueError:  # cut short (a full disk) or of another version: analyse again
         cached = None
+    if not RunDir(run_dir).is_finished:
+        return None
+    if cached is not None and not cached.describes(run_dir):  # trained on since: analyse again
+        cached = None
     missing = cached.lacks(settings) if cached is not None else None
     if missing == []:
         return cached
-    if not RunDir(run_dir).is_finished:
-        return None
     from ..analysis.mechanism import name_by_rule
     from ..analysis.verdict import evaluation_batch
-    from ..runs.checkpoint import atomic_write
+    from ..runs.checkpoint import atomic_write, weights_digest
     from ..training.run import Run
 
     model = Run.load(run_dir).analysis_model  # a standard run's exact map
     batch = evaluation_batch(model, samples, seed)
     if missing is None:
-        cached = _sweep_record(model, batch, samples, seed, batches)
+        cached = replace(_sweep_record(model, batch, samples, seed, batches),
+                         weights=weights_digest(RunDir(run_dir).final))
         missing = [s for s in STYLES if settings[f"{s}_ablation"]]
     tested = {s: _tested_under(s, model, batch, samples, seed + batches) for s in missing}
     record = cached.with_names({s: name_by_rule(t) for s, t in tested.items()}, tested)
