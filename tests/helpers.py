@@ -139,6 +139,21 @@ def scored(name="two_block", rows=1.0, rows_se=0.0, recovered=0.97, recovered_se
                         Score(2.0, 0.1, 0.0, n=4096))
 
 
+def fake_mechanism(monkeypatch, name: str) -> list[tuple[int, int]]:
+    """``analysis.mechanism.mechanism`` replaced by one that returns ``analysed(name)``'s mechanism
+    at once; returns the list it appends ``(d, samples)`` to on each call."""
+    import importlib
+
+    calls = []
+
+    def fake(model, batch, **kwargs):
+        calls.append((model.cfg.d, batch.X.shape[0]))
+        return analysed(name).mechanism
+
+    monkeypatch.setattr(importlib.import_module("invperm_interp.analysis.mechanism"), "mechanism", fake)
+    return calls
+
+
 def analysed(mechanism, tests=None, names=None, mean=None, candidates=10, optimal=True,
              resample=None, also=(), samples=4096, seed=12345):
     """A sweep's record (``SweepRecord``) of a run the rule calls ``mechanism`` (a construction, or

@@ -1,10 +1,9 @@
 """analyses/continue_unsolved.py: a sweep's unsolved runs trained on in copies of their own."""
 
-import importlib
 import json
 
 import pytest
-from helpers import analysed, analyses_script, tiny_grid_text
+from helpers import analyses_script, fake_mechanism, tiny_grid_text
 
 from invperm_interp.runs.directory import RunDir
 from invperm_interp.sweep.engine import run_sweep
@@ -13,14 +12,7 @@ from invperm_interp.sweep.engine import run_sweep
 @pytest.fixture
 def swept(tmp_path, monkeypatch):
     """A tiny sweep (4 runs of 10 steps) whose mechanism analysis is faked; none solves."""
-    seen = []
-
-    def fake_mechanism(model, batch, **kwargs):
-        seen.append(model.cfg.d)
-        return analysed("appendix_b").mechanism
-
-    monkeypatch.setattr(importlib.import_module("invperm_interp.analysis.mechanism"), "mechanism",
-                        fake_mechanism)
+    seen = fake_mechanism(monkeypatch, "appendix_b")
     grid = tmp_path / "grid.toml"
     grid.write_text(tiny_grid_text(seeds="{start = 0, stop = 2}", d="[2, 3]", steps=10, every=5,
                                    head="solve_mse = 1e-12\nmechanism = {samples = 64}"))

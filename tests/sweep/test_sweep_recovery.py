@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, analysed, tiny_grid_text
+from helpers import REPO, fake_mechanism, tiny_grid_text
 
 from invperm_interp.cli import main
 from invperm_interp.sweep.engine import run_sweep, units
@@ -59,18 +59,10 @@ def test_a_failed_run_is_one_line_and_a_summary_and_a_run_never_checkpointed_res
 
 
 def test_a_finished_run_without_its_mechanism_is_analysed_on_rerun(tmp_path, monkeypatch):
-    import importlib
 
     from invperm_interp.analysis.sweep_record import SweepRecord
 
-    mech_mod = importlib.import_module("invperm_interp.analysis.mechanism")
-    calls = []
-
-    def fake_mechanism(model, batch, **kwargs):
-        calls.append(model.cfg.d)
-        return analysed("two_block").mechanism
-
-    monkeypatch.setattr(mech_mod, "mechanism", fake_mechanism)
+    calls = fake_mechanism(monkeypatch, "two_block")
     path = grid_file(tmp_path, steps=10, extra="mechanism = true")
     out = tmp_path / "out"
     run_sweep(path, out, executor="debug", progress=False)
