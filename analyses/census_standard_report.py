@@ -34,6 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from census_report import share_text  # noqa: E402
 from common import ASSETS, report_folder  # noqa: E402
 
+from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
 from invperm_interp.analysis.placements import construction_of as placed_construction  # noqa: E402
 from invperm_interp.analysis.sweep_record import STYLES, SweepRecord  # noqa: E402
 from invperm_interp.model.note_map import ov_spectra  # noqa: E402
@@ -91,10 +92,27 @@ def standard_rows(folder: Path) -> list[dict]:
             "D0": d + T, "seed": record["train"]["seed"], "finished": finished,
             "solved": record["steps_to_solve"] is not None, "steps_to_target": record["steps_to_solve"],
             "final_mse": record["final"] and record["final"].mse, "mechanism": named,
+            **minimal_fields(analysis),
             **{f"name_{style}": str(analysis.under[style]) if analysis and style in analysis.under
                else None for style in STYLES},
             "ov_rank": ov_ranks(run_dir) if finished else None})
     return rows
+
+
+def minimal_fields(analysis: SweepRecord | None) -> dict:
+    """The minimal-circuit search's result: whether it found a faithful circuit, its size, and
+    what its cells alone score (``None``s without an analysis)."""
+    m = analysis.mechanism.minimal if analysis else None
+    within = None
+    if m is not None and m.faithful:  # the tested constructions whose cells hold all of its cells
+        cells = {c[:4] for c in m.cells}
+        within = [t.hypothesis for t in analysis.mechanism.tested if cells <= {c[:4] for c in t.cells}]
+    return {"minimal_faithful": m and m.faithful, "minimal_size": m and m.size,
+            "minimal_within": within,
+            "minimal_candidates": m and m.candidates,
+            "minimal_rows_exact": m and m.score.rows_exact,
+            "minimal_weight_share": m and m.weight_share,
+            "minimal_cells": m and [cell_text(c) for c in m.cells]}
 
 
 def rows_from_json(path: Path) -> list[dict]:
@@ -107,8 +125,36 @@ def disentangled_rows(census: dict, ds: set[int]) -> list[dict]:
     return [{"run": r["run"], "kind": r["kind"], "d": r["d"], "architecture": DISENTANGLED,
              "finished": True, "solved": r["steps_to_target"] is not None,
              "steps_to_target": r["steps_to_target"], "mechanism": r["mechanism"],
-             "name_mean": r.get("name_mean_ablation"), "name_resample": r.get("name_resample_ablation")}
+             "name_mean": r.get("name_mean_ablation"), "name_resample": r.get("name_resample_ablation"),
+             **{k: r.get(k) for k in ("minimal_faithful", "minimal_size", "minimal_candidates",
+                                      "minimal_rows_exact", "minimal_weight_share", "minimal_cells")}}
             for r in census["runs"] if r["d"] in ds]
+
+
+def unnamed(rows: list[dict]) -> list[dict]:
+    """Per setting and architecture, the solved runs the rule names none, by what their
+    minimal-circuit search found: a faithful circuit inside a tested construction's cells (the
+    construction's other cells hurt it), a faithful circuit outside every construction, or no
+    faithful circuit among its candidates."""
+    out = []
+    for kind, arch in sorted({(r["kind"], r["architecture"]) for r in rows}):
+        nones = [r for r in rows if (r["kind"], r["architecture"]) == (kind, arch) and r["finished"]
+                 and r["solved"] and r["mechanism"] == "none" and r.get("minimal_faithful") is not None]
+        if not nones:
+            continue
+        faithful = [r for r in nones if r["minimal_faithful"]]
+        inside = [r for r in faithful if r.get("minimal_within")]
+        known = all("minimal_within" in r for r in nones)  # the census's records do not say
+        out.append({"model": kind, "architecture": arch, "none": len(nones),
+                    "faithful minimal circuit": len(faithful),
+                    "inside a construction's cells": len(inside) if known else None,
+                    "outside the registry": len(faithful) - len(inside) if known else None,
+                    "no faithful circuit": len(nones) - len(faithful),
+                    "sizes outside": sorted(r["minimal_size"] for r in faithful if r not in inside)
+                    if known else [],
+                    "constructions": dict(Counter(construction_of(r["minimal_within"][0])
+                                                  for r in inside).most_common())})
+    return out
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -126,6 +172,8 @@ def summarize(rows: list[dict]) -> list[dict]:
         same = {style: sum(construction_of(r[f"name_{style}"]) == construction_of(r["mechanism"])
                            for r in solved if r[f"name_{style}"] is not None) for style in STYLES}
         ranks = [rank for r in finished if r.get("ov_rank") for layer in r["ov_rank"] for rank in layer]
+        searched = [r for r in solved if r.get("minimal_faithful") is not None]
+        faithful = [r["minimal_size"] for r in searched if r["minimal_faithful"]]
         out.append({
             "model": kind, "d": d, "architecture": arch, "runs": len(runs), "trained": len(finished),
             "solved": share_text(len(steps), len(finished)),
@@ -133,6 +181,9 @@ def summarize(rows: list[dict]) -> list[dict]:
             **{v: share_text(verdicts[v], n) for v in ("named", "borderline", "none")},
             "names": dict(Counter(construction_of(r["mechanism"]) for r in solved).most_common()),
             **{f"same under {style}": f"{same[style]} of {n}" for style in STYLES},
+            "minimal circuit faithful": share_text(len(faithful), len(searched)),
+            "its cells": (f"{min(faithful)}–{max(faithful)}" if len(set(faithful)) > 1
+                          else f"{faithful[0]}") if faithful else None,
             "d_head": runs[0].get("d_head"), "D0": runs[0].get("D0"),
             "W_OV effective rank": f"{min(ranks)}–{max(ranks)}" if ranks else None})
     return out
@@ -192,7 +243,9 @@ def write(rows: list[dict], folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     summary = summarize(rows)
     paths = [folder / f"census_standard.{ext}" for ext in ("json", "md", "png")]
-    paths[0].write_text(json.dumps({"summary": summary, "runs": rows}, indent=1) + "\n")
+    nones = unnamed(rows)
+    paths[0].write_text(json.dumps({"summary": summary, "unnamed": nones, "runs": rows}, indent=1)
+                        + "\n")
     lines = ["# Census on standard transformers, beside the disentangled census", "",
              "Standard 2-layer attention-only transformers without LayerNorm (d_model 64; "
              "analyses/grids/census_standard.toml) and the disentangled census's models "
@@ -202,21 +255,43 @@ def write(rows: list[dict], folder: Path) -> list[Path]:
              "layer, where the rule tests placements (docs/shapes.md). Counts of the solved runs "
              "with Wilson 95% intervals; *same under* a style: solved runs whose construction "
              "(placement aside) is the same under mean or resample ablation. "
+             "*Minimal circuit faithful*: solved runs whose minimal-circuit search (its "
+             "candidates are the cells whose removal alone moves the loss) found a set of cells that "
+             "alone gets rows exact >= 99% and loss recovered >= 80%, and the sizes of those sets. "
              f"W_OV effective rank: the fewest singular values of W_V W_O holding {EFFECTIVE:.0%} of "
              "its squared norm, over every head of every trained run; d_head bounds its rank, and "
              "D0 = d + T is the width of the stream [x, pos] a first-layer head copies.", "",
              "| model | d | architecture | runs | trained | solved | median steps | named | "
-             "borderline | none | names | same under mean | same under resample | d_head | D0 | "
-             "W_OV effective rank |",
-             "|" + " --- |" * 16]
+             "borderline | none | names | same under mean | same under resample | "
+             "minimal circuit faithful | its cells | d_head | D0 | W_OV effective rank |",
+             "|" + " --- |" * 18]
     for s in summary:
         names = ", ".join(f"{n} {k}" for n, k in s["names"].items()) or "-"
         cells = [s["model"], s["d"], s["architecture"], s["runs"], s["trained"], s["solved"],
                  s["median steps to solve"], s["named"], s["borderline"], s["none"], names,
-                 s["same under mean"], s["same under resample"], s["d_head"], s["D0"],
+                 s["same under mean"], s["same under resample"], s["minimal circuit faithful"],
+                 s["its cells"], s["d_head"], s["D0"],
                  s["W_OV effective rank"]]
         lines.append("| " + " | ".join("-" if c is None or str(c).startswith("0 of 0")
                                         else str(c) for c in cells) + " |")
+    if nones:
+        lines += ["", "Solved runs the rule names none, by what their minimal-circuit search found "
+                  "(a faithful circuit inside a tested construction's cells, whose other cells the "
+                  "run does not carry; one outside every construction; or none among its "
+                  "candidates; the disentangled census's records do not say which construction's "
+                  "cells hold a circuit):", "",
+                  "| model | architecture | none | faithful minimal circuit | inside a construction's "
+                  "cells | outside the registry (sizes) | no faithful circuit |",
+                  "|" + " --- |" * 7]
+        for n in nones:
+            inside = ", ".join(f"{c} {k}" for c, k in n["constructions"].items())
+            sizes = ", ".join(map(str, n["sizes outside"]))
+            within, outside = (("-" if v is None else v) for v in (
+                n["inside a construction's cells"], n["outside the registry"]))
+            lines.append(f"| {n['model']} | {n['architecture']} | {n['none']} | "
+                         f"{n['faithful minimal circuit']} | {within}"
+                         f"{f' ({inside})' if inside else ''} | {outside}"
+                         f"{f' ({sizes})' if sizes else ''} | {n['no faithful circuit']} |")
     untrained = [r["run"] for r in rows if not r["finished"]]
     if untrained:
         lines += ["", f"{len(untrained)} of {sum(r['architecture'] != DISENTANGLED for r in rows)} "

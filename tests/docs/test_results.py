@@ -336,15 +336,42 @@ def test_the_standard_census_numbers_come_from_its_asset():
                    for r in rows)
 
     scratch = [s for (kind, d, arch), s in summary.items()
-               if kind == "scratch" and arch.startswith("standard")]
+               if kind == "scratch" and arch == "standard, 1 head"]
+    scratch_census = [s for (kind, d, arch), s in summary.items()
+                      if kind == "scratch" and arch.startswith("disentangled") and d in standard_ds]
+    unnamed = {(n["model"], n["architecture"]): n for n in load("census_standard.json")["unnamed"]}
+    none = unnamed["scratch", "standard, 1 head"]
+
+    def count(text):  # "3 of 8 (…)" → 3
+        return int(text.split(" of ")[0])
+
+    named = sum(count(s["named"]) + count(s["borderline"]) for s in scratch)
+    sizes = [int(x) for s in scratch_census if s["its cells"] for x in s["its cells"].split("–")]
     ds = ", ".join(str(d) for d in sorted({s["d"] for s in one})[:-1]) + f" and {max(s['d'] for s in one)}"
     assert (f"over d = {ds} the rule names `two_block` in {total(one, 'two_block')} of {total(one)} "
             f"solved one-head bidirectional standard runs (the disentangled census: "
             f"{total(census, 'two_block')} of {total(census)}), `theorem2` in {total(one, 'theorem2')} of "
             f"{total(one)} ({total(census, 'theorem2')} of {total(census)}) and none in "
-            f"{total(one, 'none')} of {total(one)} ({total(census, 'none')} of {total(census)}); causal "
-            f"scratch standard runs solved in {total(scratch)} of {sum(s['trained'] for s in scratch)} "
-            "within 2,500 steps") in text("README.md")
+            f"{total(one, 'none')} of {total(one)} ({total(census, 'none')} of {total(census)}); "
+            f"one-head causal scratch standard runs solved in {total(scratch)} of "
+            f"{sum(s['trained'] for s in scratch)} and the rule names {named} of the "
+            f"{total(scratch)}: none of the other {none['none']} has a faithful circuit among its "
+            f"candidate cells, where {sum(count(s['minimal circuit faithful']) for s in scratch_census)} "
+            f"of the {total(scratch_census)} solved disentangled scratch runs have one of {min(sizes)} "
+            f"to {max(sizes)} cells") in text("README.md")
+    assert none["no faithful circuit"] == none["none"] == total(scratch) - named
+    one_head, two_heads = (unnamed["bidirectional", f"standard, {h}"] for h in ("1 head", "2 heads"))
+    both = [one_head, two_heads]
+    inside = sum(n["inside a construction's cells"] for n in both)
+    outside = [size for n in both for size in n["sizes outside"]]
+    assert {c for n in both for c in n["constructions"]} == {"theorem2"}
+    assert (f"Of the {one_head['none'] + two_heads['none']} solved bidirectional standard runs the "
+            f"rule names none ({one_head['none']} with one head, {two_heads['none']} with two), "
+            f"{sum(n['faithful minimal circuit'] for n in both)} have a faithful minimal circuit: in "
+            f"{inside} its cells lie inside `theorem2`'s cells") in text("docs/standard.md")
+    assert (f"and {len(outside)} are circuits of {min(outside)} to {max(outside)} cells outside the "
+            f"registry. The other {sum(n['no faithful circuit'] for n in both)} have no faithful "
+            "circuit among their candidate cells.") in text("docs/standard.md")
 
 
 def test_the_readmes_times_are_the_fresh_clone_record():

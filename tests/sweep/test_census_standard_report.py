@@ -52,6 +52,13 @@ def test_standard_runs_stand_beside_the_disentangled_census_at_their_d(tmp_path,
     summary = {(s["model"], s["architecture"]): s for s in out["summary"]}
     one, two = summary["bidirectional", "standard, 1 head"], summary["bidirectional", "standard, 2 heads"]
     assert one["named"].startswith("1 of 1 (") and one["W_OV effective rank"] == "2–2"
+    size = len(analysed("two_block").mechanism.minimal.cells)
+    assert one["minimal circuit faithful"].startswith("1 of 1 (") and one["its cells"] == str(size)
+    assert summary["bidirectional", "disentangled (census)"]["its cells"] is None  # none recorded
+    unnamed = {(n["model"], n["architecture"]): n for n in out["unnamed"]}
+    c = unnamed["bidirectional", "standard, 2 heads"]  # run c: none, its minimal circuit a test's cells
+    assert (c["none"], c["faithful minimal circuit"], c["inside a construction's cells"]) == (1, 1, 1)
+    assert list(c["constructions"]) == [analysed("none").mechanism.tested[0].hypothesis]
     assert two["names"] == {"two_block": 1, "none": 1}
     assert two["same under mean"] == "1 of 2"  # c keeps "none"; b's construction differs
     beside = summary["bidirectional", "disentangled (census)"]
