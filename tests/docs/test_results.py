@@ -374,6 +374,21 @@ def test_the_standard_census_numbers_come_from_its_asset():
             "circuit among their candidate cells.") in text("docs/standard.md")
 
 
+def test_the_standard_scratch_continuation_is_its_asset():
+    """docs/standard.md's sentence on unsolved scratch runs trained on, from
+    assets/standard_scratch_long.json (analyses/continue_unsolved.py)."""
+    long = load("standard_scratch_long.json")
+    runs = long["runs"]
+    seeds = [str(r["seed"]) for r in runs]
+    mses = [r["final_mse"] for r in runs]
+    assert all(r["steps"] == long["steps"] for r in runs if r["solved_at"] is None)
+    assert (f"the first {len(runs)} unsolved one-head runs at d = 10 (seeds {', '.join(seeds[:-1])} "
+            f"and {seeds[-1]}), trained on from {long['first_steps']:,} to {long['steps']:,} steps in "
+            f"copies of their own") in text("docs/standard.md")
+    assert (f"solved in {long['solved']} of {len(runs)} and ended at MSE {min(mses):.2f} to "
+            f"{max(mses):.2f}.") in text("docs/standard.md")
+
+
 def test_the_readmes_times_are_the_fresh_clone_record():
     """The README's set-up, test and demo times are assets/timings.json's (benchmarks/fresh_clone.py)."""
     steps = {t["step"]: t["wall_s"] for t in load("timings.json")["steps"]}
