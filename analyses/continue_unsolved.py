@@ -41,13 +41,14 @@ def unsolved(sweep: Path, prefix: str, limit: int) -> list[dict]:
 
 def settings_of(records: list[dict]) -> dict:
     """The sweep's analysis settings, read off its records (every analysed run has the same)."""
+    from invperm_interp.analysis.sweep_record import STYLES, SweepRecord
+
     analysed = [r["analysis"] for r in records if r.get("analysis")]
     if not analysed:
         raise ValueError("the sweep's runs carry no mechanism records: nothing says how to analyse")
-    a = analysed[0]
-    return {"samples": a["samples"], "seed": a["seed"], "batches": len(a["names_by_batch"]),
-            "mean_ablation": "mean" in a.get("under", {}),
-            "resample_ablation": "resample" in a.get("under", {})}
+    a = SweepRecord.from_dict(analysed[0])
+    return {"samples": a.samples, "seed": a.seed, "batches": a.batches,
+            **{f"{style}_ablation": style in a.under for style in STYLES}}
 
 
 def copy_run(source: Path, target: Path) -> None:
