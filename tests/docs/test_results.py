@@ -387,6 +387,8 @@ def test_the_standard_scratch_continuation_is_its_asset():
             f"copies of their own") in text("docs/standard.md")
     assert (f"solved in {long['solved']} of {len(runs)} and ended at MSE {min(mses):.2f} to "
             f"{max(mses):.2f}.") in text("docs/standard.md")
+    assert (f"{long['solved']} of {len(runs)} unsolved runs at d = 10 solved by step "
+            f"{long['steps']:,}.") in text("README.md")
 
 
 def test_the_readmes_times_are_the_fresh_clone_record():
