@@ -116,6 +116,22 @@ class SweepRecord:
                    data.get("weights"))
 
     @classmethod
+    def of_run(cls, run_dir: str | Path) -> SweepRecord | None:
+        """The run's ``mechanism.json`` if it describes the run as it is now; None when there is
+        none, when this version cannot read it (cut short, older or newer) or when it is of other
+        weights than the run's final ones (:meth:`describes`): each a reason to analyse again."""
+        from ..runs.directory import RunDir
+
+        path = RunDir(run_dir).mechanism
+        if not path.is_file():
+            return None
+        try:
+            record = cls.read(path)
+        except ValueError:
+            return None
+        return record if record.describes(run_dir) else None
+
+    @classmethod
     def read(cls, path: str | Path) -> SweepRecord:
         """The record in ``path``; ``ValueError`` naming the file when it is not one this version
         reads (cut short, older or newer)."""

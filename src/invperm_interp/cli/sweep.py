@@ -17,26 +17,30 @@ def _cmd_sweep(args: argparse.Namespace) -> None:
 
     if args.collect:
         from ..sweep.collect import collect
-        from ..sweep.grid import load_grid
 
-        grid = load_grid(args.grid, allow_large=True)
-        out = Path(args.out if args.out is not None else Path("runs") / grid.name)
+        grid, out = _grid_and_folder(args)
         if not out.is_dir():
             raise ValueError(f"--out must be the grid's sweep folder, found no folder at {out}")
         print(f"wrote {collect(grid, out)} ({_statuses(out)}); trained nothing")
         return
     if args.dry_run:
-        from ..sweep.grid import load_grid
         from ..sweep.plan import dry_run
 
         check_workers(args.workers)
-        grid = load_grid(args.grid, allow_large=True)
-        out = Path(args.out if args.out is not None else Path("runs") / grid.name)
+        grid, out = _grid_and_folder(args)
         print(dry_run(grid, out, args.executor, args.workers or os.cpu_count() or 1))
         return
     path = run_sweep(args.grid, args.out, executor=args.executor, workers=args.workers,
                      progress=not args.quiet, allow_large=args.yes)
     print(f"wrote {path}; `invperm sweep-report {path.parent}` makes its table and figure")
+
+
+def _grid_and_folder(args: argparse.Namespace):
+    """The grid (any size: nothing trains) and its sweep folder, ``--out`` or runs/<grid name>."""
+    from ..sweep.grid import load_grid
+
+    grid = load_grid(args.grid, allow_large=True)
+    return grid, Path(args.out if args.out is not None else Path("runs") / grid.name)
 
 
 def _statuses(out: Path) -> str:

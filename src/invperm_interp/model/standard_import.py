@@ -46,7 +46,7 @@ def standard_from_transformer_lens(bridge, layout: Layout, readout: str = "P") -
     _check_form(native, tl_cfg, layout)
     H, dh, m = tl_cfg.n_heads, tl_cfg.d_head, tl_cfg.d_model
     dtype = native.head.weight.dtype
-    mlp = hasattr(native.layers[0], "mlp")
+    mlp = not tl_cfg.attn_only  # the native blocks have an MLP exactly then
     cfg = ModelConfig(layout, n_layers=tl_cfg.n_layers, n_heads=H, attention_dir=_direction(native),
                       readout=readout, dtype=str(dtype).removeprefix("torch."), arch="standard",
                       d_model=m, d_head=dh, layernorm=_normalization(tl_cfg) is not None,

@@ -83,15 +83,9 @@ def run_record(grid: Grid, job, run_dir: Path) -> dict:
 def _recorded(run_dir: RunDir):
     """The run's ``SweepRecord``, or None without one this version reads or with one of other
     weights than the run's final ones (the sweep analyses the run again)."""
-    if not run_dir.mechanism.is_file():
-        return None
     from ..analysis.sweep_record import SweepRecord
 
-    try:
-        record = SweepRecord.read(run_dir.mechanism)
-    except ValueError:
-        return None
-    return record if record.describes(run_dir) else None
+    return SweepRecord.of_run(run_dir)
 
 
 def collect(grid: Grid, out: Path) -> Path:

@@ -47,13 +47,8 @@ def job_done(run_dir: Path, analysis: dict | None = None) -> bool:
         return True
     from ..analysis.sweep_record import SweepRecord
 
-    try:
-        if not run.mechanism.is_file():
-            return False
-        record = SweepRecord.read(run.mechanism)
-    except ValueError:  # cut short, or of another version: analyse again
-        return False
-    return record.lacks(analysis) == [] and record.describes(run_dir)  # else: analyse again
+    record = SweepRecord.of_run(run_dir)  # None: analyse again
+    return record is not None and record.lacks(analysis) == []
 
 
 def uses_gpu(grid: Grid, job: Job, executor: str) -> bool:

@@ -156,15 +156,10 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
 
     settings = {"samples": samples, "seed": seed, "batches": batches,
                 "mean_ablation": mean_ablation, "resample_ablation": resample_ablation}
-    path = RunDir(run_dir).mechanism
-    try:
-        cached = SweepRecord.read(path) if path.is_file() else None
-    except ValueError:  # cut short (a full disk) or of another version: analyse again
-        cached = None
     if not RunDir(run_dir).is_finished:
         return None
-    if cached is not None and not cached.describes(run_dir):  # trained on since: analyse again
-        cached = None
+    path = RunDir(run_dir).mechanism
+    cached = SweepRecord.of_run(run_dir)  # None: none, unreadable or of older weights
     missing = cached.lacks(settings) if cached is not None else None
     if missing == []:
         return cached
