@@ -25,18 +25,19 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from tqdm import tqdm
+
 from invperm_interp.runs.directory import RunDir
 from invperm_interp.sweep.collect import read_sweep
 
 DROPPED = ("mechanism.json", "analysis.json", "report.html")  # analyses of the weights copied
 
 
-def unsolved(sweep: Path, prefix: str, limit: int) -> list[dict]:
-    """The first ``limit`` sweep records, in grid order, of finished runs named ``prefix…`` that
-    did not reach the sweep's solve MSE."""
-    records = [r for _, r in read_sweep(sweep) if r["name"].startswith(prefix)
-               and r["status"] in ("finished", "stopped") and r["steps_to_solve"] is None]
-    return records[:limit]
+def unsolved(records: list[dict], prefix: str, limit: int) -> list[dict]:
+    """The first ``limit`` of a sweep's ``records``, in grid order, of finished runs named
+    ``prefix…`` that did not reach the sweep's solve MSE."""
+    return [r for r in records if r["name"].startswith(prefix)
+            and r["status"] in ("finished", "stopped") and r["steps_to_solve"] is None][:limit]
 
 
 def settings_of(records: list[dict]) -> dict:
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         records = [r for _, r in read_sweep(args.sweep)]
         settings = settings_of(records)
-        chosen = unsolved(args.sweep, args.prefix, args.limit)
+        chosen = unsolved(records, args.prefix, args.limit)
         if not chosen:
             raise ValueError(f"no unsolved finished run named {args.prefix!r}… in {args.sweep}")
         short = [r for r in chosen if r["train"]["steps"] >= args.steps]
@@ -96,8 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for r in chosen:
         copy_run(args.sweep / r["name"], args.out / r["name"])
-    with ThreadPoolExecutor(args.workers) as pool:
-        list(pool.map(lambda r: train_on(args.out / r["name"], args.steps), chosen))
+    progress = tqdm(total=len(chosen), desc="runs trained on", unit="run")
+    try:
+        with ThreadPoolExecutor(args.workers) as pool:  # each train checkpoints on Ctrl-C
+            for _ in pool.map(lambda r: train_on(args.out / r["name"], args.steps), chosen):
+                progress.update()
+    except (KeyboardInterrupt, subprocess.CalledProcessError) as err:
+        progress.close()
+        print(f"continue_unsolved: stopped ({type(err).__name__}) after {progress.n} of "
+              f"{len(chosen)} runs; the copies keep their checkpoints: rerun the same command to "
+              "resume", file=sys.stderr)
+        return 130 if isinstance(err, KeyboardInterrupt) else 1
+    progress.close()
     rows = []
     for r in chosen:
         run = RunDir(args.out / r["name"])
