@@ -331,9 +331,11 @@ def test_the_standard_census_numbers_come_from_its_asset():
     census = [s for (kind, d, arch), s in summary.items()
               if kind == "bidirectional" and arch.startswith("disentangled") and d in standard_ds]
 
+    def count(text):  # "3 of 8 (…)" → 3
+        return int(text.split(" of ")[0])
+
     def total(rows, name=None):
-        return sum(int(r["solved"].split(" of ")[0]) if name is None else r["names"].get(name, 0)
-                   for r in rows)
+        return sum(count(r["solved"]) if name is None else r["names"].get(name, 0) for r in rows)
 
     scratch = [s for (kind, d, arch), s in summary.items()
                if kind == "scratch" and arch == "standard, 1 head"]
@@ -341,10 +343,6 @@ def test_the_standard_census_numbers_come_from_its_asset():
                       if kind == "scratch" and arch.startswith("disentangled") and d in standard_ds]
     unnamed = {(n["model"], n["architecture"]): n for n in load("census_standard.json")["unnamed"]}
     none = unnamed["scratch", "standard, 1 head"]
-
-    def count(text):  # "3 of 8 (…)" → 3
-        return int(text.split(" of ")[0])
-
     named = sum(count(s["named"]) + count(s["borderline"]) for s in scratch)
     sizes = [int(x) for s in scratch_census if s["its cells"] for x in s["its cells"].split("–")]
     ds = ", ".join(str(d) for d in sorted({s["d"] for s in one})[:-1]) + f" and {max(s['d'] for s in one)}"
