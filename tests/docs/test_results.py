@@ -352,12 +352,32 @@ def test_the_standard_census_numbers_come_from_its_asset():
             f"{total(one)} ({total(census, 'theorem2')} of {total(census)}) and none in "
             f"{total(one, 'none')} of {total(one)} ({total(census, 'none')} of {total(census)}); "
             f"one-head causal scratch standard runs solved in {total(scratch)} of "
-            f"{sum(s['trained'] for s in scratch)} and the rule names {named} of the "
-            f"{total(scratch)}: none of the other {none['none']} has a faithful circuit among its "
+            f"{sum(s['trained'] for s in scratch)} and, under zero ablation, the rule names {named} of "
+            f"the {total(scratch)}: none of the other {none['none']} has a faithful circuit among its "
             f"candidate cells, where {sum(count(s['minimal circuit faithful']) for s in scratch_census)} "
             f"of the {total(scratch_census)} solved disentangled scratch runs have one of {min(sizes)} "
-            f"to {max(sizes)} cells") in text("README.md")
+            f"to {max(sizes)} cells; under mean ablation all {none['none']} are named, as a "
+            "complement form or a tie that holds one") in text("README.md")
     assert none["no faithful circuit"] == none["none"] == total(scratch) - named
+    # the same runs under the other ablation styles (the page's and the README's words)
+    nones = [r for r in load("census_standard.json")["runs"] if r["architecture"] == "standard, 1 head"
+             and r["kind"] == "scratch" and r["solved"] and r["mechanism"] == "none"]
+
+    def forms(name):
+        return [] if name in ("none", "borderline") else name.split(" = ")
+
+    for style in ("mean", "resample"):
+        names = [r[f"name_{style}"] for r in nones]
+        assert all(any("complement" in f for f in forms(n)) for n in names if forms(n)), style
+    mean = [r["name_mean"] for r in nones]
+    resample = [r["name_resample"] for r in nones]
+    assert all(forms(n) for n in mean)
+    assert (f"Under mean ablation (the other cells replaced by their mean over the batch) all "
+            f"{len(mean)} are named, and under resample ablation {sum(bool(forms(n)) for n in resample)} "
+            f"({resample.count('none')} none, {resample.count('borderline')} borderline), as a "
+            "complement form or a tie that holds one") in text("docs/standard.md")
+    assert (f"complement forms only in {sum(all('complement' in f for f in forms(n)) for n in mean)} "
+            f"of the {len(mean)} under mean ablation") in text("docs/standard.md")
     one_head, two_heads = (unnamed["bidirectional", f"standard, {h}"] for h in ("1 head", "2 heads"))
     both = [one_head, two_heads]
     inside = sum(n["inside a construction's cells"] for n in both)
@@ -370,6 +390,11 @@ def test_the_standard_census_numbers_come_from_its_asset():
     assert (f"and {len(outside)} are circuits of {min(outside)} to {max(outside)} cells outside the "
             f"registry. The other {sum(n['no faithful circuit'] for n in both)} have no faithful "
             "circuit among their candidate cells.") in text("docs/standard.md")
+    bi_nones = [r for r in load("census_standard.json")["runs"] if r["architecture"].startswith("standard")
+                and r["kind"] == "bidirectional" and r["solved"] and r["mechanism"] == "none"]
+    assert (f"under mean and resample ablation {sum(r['name_mean'] == 'none' for r in bi_nones)} and "
+            f"{sum(r['name_resample'] == 'none' for r in bi_nones)} of the {len(bi_nones)} stay "
+            "none.") in text("docs/standard.md")
 
 
 def test_the_standard_scratch_continuation_is_its_asset():
