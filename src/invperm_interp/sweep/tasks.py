@@ -185,13 +185,20 @@ def _tested_under(style: str, model, batch, samples: int, reference_seed: int) -
     mean-ablated (means over ``MEAN_REFERENCE`` reference samples) or resample-ablated (each
     sample's removed scores taken on its own reference sample, ``samples`` of them)."""
     from ..analysis.mechanism import tested_on
+
+    reference = reference_batch(style, model, samples, reference_seed)
+    return tuple(tested_on(model, batch, ablation=style, reference=reference))
+
+
+def reference_batch(style: str, model, samples: int, reference_seed: int):
+    """The reference samples a sweep's ``"mean"`` or ``"resample"`` ablation takes its stand-ins
+    from: ``MEAN_REFERENCE`` samples (at most ``samples``) from ``reference_seed``, or ``samples``
+    from ``reference_seed + 1``."""
     from ..analysis.verdict import evaluation_batch
 
     if style == "mean":
-        reference = evaluation_batch(model, min(samples, MEAN_REFERENCE), reference_seed)
-        return tuple(tested_on(model, batch, ablation="mean", reference=reference))
-    reference = evaluation_batch(model, samples, reference_seed + 1)
-    return tuple(tested_on(model, batch, ablation="resample", reference=reference))
+        return evaluation_batch(model, min(samples, MEAN_REFERENCE), reference_seed)
+    return evaluation_batch(model, samples, reference_seed + 1)
 
 
 def _sweep_record(model, batch, samples: int, seed: int, batches: int):

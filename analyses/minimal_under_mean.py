@@ -1,0 +1,178 @@
+"""Minimal circuits under mean ablation, for the solved runs of sweeps: what a zero-ablation "none"
+leaves out.
+
+The rule and the minimal-circuit search test a circuit with every cell outside it zeroed (in the
+gauge-fixed frame). Under mean ablation a cell outside it keeps its mean score contribution (over
+reference samples) and loses only its sample-to-sample variation. For each solved run of each
+sweep folder (``sweep.jsonl``) whose name starts with ``--prefix``, at most ``--per-group`` per
+variant and heads per layer, in grid order, this runs on the sweep's own evaluation samples:
+
+- the minimal-circuit search (``analysis.minimal``) with the cells outside each set mean-ablated,
+  started from the constructions faithful under mean ablation, on the first 512 samples (the
+  samples the zero-ablation search uses; the reference is the sweep's mean-ablation reference);
+- the final layer alone: every cell of the final layer kept, every earlier layer's scores at their
+  mean (an attention that no longer depends on the input) or at zero: whether the model needs its
+  earlier layers' input-dependent attention at all.
+
+Writes OUT (JSON): per run, the zero-ablation name and minimal circuit from its sweep record
+beside these. Resumable: runs already in OUT are not redone.
+
+    python analyses/minimal_under_mean.py runs/census_standard runs/census \\
+        --prefix scratch_d --per-group 4 --out assets/minimal_under_mean.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tqdm import tqdm
+
+from invperm_interp.sweep.collect import read_sweep
+
+SEARCH = 512  # the samples the rule's own minimal-circuit search uses (mechanism.SCREEN_SAMPLES)
+
+
+def chosen_runs(folder: Path, prefix: str, per_group: int) -> list[dict]:
+    """The first ``per_group`` solved runs named ``prefix…`` of each (variant, heads per layer) of
+    the sweep in ``folder``, in grid order."""
+    taken: dict[tuple, int] = {}
+    out = []
+    for _, row in read_sweep(folder):
+        if not row["name"].startswith(prefix) or row["steps_to_solve"] is None or not row.get("analysis"):
+            continue
+        group = (row["variant"], row["model"].get("n_heads", 1))
+        if taken.get(group, 0) < per_group:
+            taken[group] = taken.get(group, 0) + 1
+            out.append(row)
+    return out
+
+
+def last_layer_cells(model) -> list:
+    """Every (head, query block, key block) cell of the final layer, as ``AtomCell``s."""
+    from invperm_interp.analysis.hypothesis import AtomCell
+
+    layer = model.cfg.n_layers - 1
+    blocks = [b.name for b in model.stream.blocks(layer)]
+    return [AtomCell(layer, head, q, k, "I") for head in range(model.cfg.heads[layer])
+            for q in blocks for k in blocks]
+
+
+def examine(run_dir: Path, row: dict) -> dict:
+    """The run's minimal circuit under mean ablation and its final layer alone (module docstring)."""
+    from invperm_interp.analysis.faithfulness import Tester
+    from invperm_interp.analysis.hypothesis import Hypothesis
+    from invperm_interp.analysis.mechanism import tested_on
+    from invperm_interp.analysis.minimal import minimal_circuit
+    from invperm_interp.analysis.sweep_record import SweepRecord
+    from invperm_interp.analysis.templates import explain
+    from invperm_interp.analysis.verdict import RULE, evaluation_batch
+    from invperm_interp.sweep.tasks import reference_batch
+    from invperm_interp.training.run import Run
+
+    record = SweepRecord.from_dict(row["analysis"])
+    run = Run.load(run_dir)
+    model = run.analysis_model
+    batch = evaluation_batch(model, record.samples, record.seed)
+    reference = reference_batch("mean", model, record.samples, record.seed + record.batches)
+    tested = tested_on(model, batch, ablation="mean", reference=reference)
+    faithful = [t for t in tested if RULE.is_faithful(t.circuit)]
+    starts, fallback = ([Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in faithful
+                         if t.signs_agree == agree] for agree in (True, False))
+    first = batch.head(SEARCH)
+    mean = Tester(model, first, "mean", reference)
+    found = minimal_circuit(model, first, circuit=explain(model), tester=mean, starts=starts,
+                            fallback=fallback)
+    last = Hypothesis("final layer alone", tuple(last_layer_cells(model)), None, "cells")
+    alone = {style: Tester(model, first, style, reference if style == "mean" else None).circuit(last)
+             for style in ("zero", "mean")}
+    zero_minimal = record.mechanism.minimal
+    return {
+        "run": run_dir.name, "folder": run_dir.parent.name, "variant": row["variant"],
+        "architecture": run.model.cfg.arch, "heads": list(model.cfg.heads), "d": model.cfg.d,
+        "zero": {"name": str(record.answer),
+                 "minimal": {"faithful": zero_minimal.faithful, "size": zero_minimal.size,
+                             "candidates": zero_minimal.candidates}},
+        "mean": {"name": str(record.under["mean"]) if "mean" in record.under else None,
+                 "minimal": {"faithful": found.faithful, "size": found.size,
+                             "optimal": found.optimal, "candidates": found.candidates,
+                             "cells": [list(c) for c in found.cells], "read": list(found.read),
+                             "weight_share": found.weight_share,
+                             "rows_exact": found.score.rows_exact,
+                             "loss_recovered": found.score.loss_recovered}},
+        "final_layer_alone": {style: {"rows_exact": s.rows_exact, "loss_recovered": s.loss_recovered,
+                                      "faithful": RULE.is_faithful(s)}
+                              for style, s in alone.items()},
+    }
+
+
+def model_label(run: dict) -> str:
+    """``"standard, 2 heads"``, ``"disentangled, 1 head"``: the architecture and heads per layer."""
+    heads = run["heads"][0]
+    return f"{run['architecture']}, {heads} head{'s' if heads > 1 else ''}"
+
+
+def summary(runs: list[dict]) -> list[dict]:
+    """Per model kind and d, in that order: how many runs the rule names under zero ablation, how
+    many have a faithful minimal circuit under zero and under mean ablation (with the sizes under
+    mean), and in how many the final layer alone is faithful under mean and under zero ablation."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault((model_label(run), run["d"]), []).append(run)
+    rows = []
+    for (label, d), members in sorted(groups.items()):
+        n = len(members)
+        sizes = [r["mean"]["minimal"]["size"] for r in members if r["mean"]["minimal"]["faithful"]]
+        rows.append({
+            "model": label, "d": d, "runs": n,
+            "named (zero)": sum(r["zero"]["name"] not in ("none", "borderline") for r in members),
+            "minimal faithful (zero)": sum(r["zero"]["minimal"]["faithful"] for r in members),
+            "minimal faithful (mean)": len(sizes),
+            "minimal size (mean)": ("–" if not sizes else str(min(sizes)) if min(sizes) == max(sizes)
+                                    else f"{min(sizes)}–{max(sizes)}"),
+            "final layer alone (mean)": sum(r["final_layer_alone"]["mean"]["faithful"] for r in members),
+            "final layer alone (zero)": sum(r["final_layer_alone"]["zero"]["faithful"] for r in members),
+        })
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    """The summary as a markdown table."""
+    if not rows:
+        return "(no runs)\n"
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
+    lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="+", type=Path, help="sweep folders (with sweep.jsonl)")
+    parser.add_argument("--prefix", default="scratch_", help="run names to read (default scratch_)")
+    parser.add_argument("--per-group", type=int, default=1000,
+                        help="at most this many solved runs per variant and heads per layer")
+    parser.add_argument("--out", type=Path, required=True, help="the JSON file written")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    args = parser.parse_args(argv)
+    if args.per_group < 1:
+        parser.error(f"--per-group must be at least 1, got {args.per_group}")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    done = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
+    seen = {(r["folder"], r["run"]) for r in done}
+    todo = [(folder / row["name"], row) for folder in args.folders
+            for row in chosen_runs(folder, args.prefix, args.per_group)
+            if (folder.name, row["name"]) not in seen]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for run_dir, row in tqdm(todo, desc="minimal circuits under mean ablation", unit="run"):
+        done.append(examine(run_dir, row))
+        args.out.write_text(json.dumps({"summary": summary(done), "runs": done}, indent=1) + "\n")
+    print(markdown(summary(done)), end="")
+    print(f"{len(done)} runs in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
