@@ -425,3 +425,35 @@ def test_the_readmes_times_are_the_fresh_clone_record():
     assert (f"the set-up took {minutes(steps['make setup'])} here (it downloads the packages: the "
             f"network sets its time), then `make test` {minutes(steps['make test'])} and `make demo` "
             f"{minutes(steps['make demo'])}") in text("README.md")
+
+
+def test_the_standard_scratch_circuits_under_mean_ablation_are_their_asset():
+    """docs/standard.md's reading of assets/minimal_under_mean.json (analyses/minimal_under_mean.py)."""
+    runs = load("minimal_under_mean.json")["runs"]
+    page = text("docs/standard.md")
+    one = [r for r in runs if r["architecture"] == "standard" and r["heads"][0] == 1]
+    census = [r for r in runs if r["architecture"] == "disentangled"]
+    minimal = [r["mean"]["minimal"] for r in one]
+    single = [m["cells"][0] for m in minimal if m["size"] == 1]
+    minus = sum(c[1:] == [0, "pos.S", "L1.x", "-I"] for c in single)
+    assert all(m["faithful"] and m["optimal"] for m in minimal)
+    assert (f"In each of the {len(one)} solved one-head scratch runs it finds a faithful circuit that "
+            f"the exact search proves smallest: in {len(single)} a single cell, `L2 -I at (pos.S, L1.x)` "
+            f"in {minus}") in page
+    assert len(single) - minus == 1 and sum(m["size"] == 2 for m in minimal) == len(one) - len(single)
+    alone = {style: [r["final_layer_alone"][style] for r in one] for style in ("mean", "zero")}
+    rows = {style: [a["rows_exact"] for a in alone[style]] for style in alone}
+    assert (f"is faithful in {sum(a['faithful'] for a in alone['mean'])} of {len(one)} (rows exact "
+            f"{min(rows['mean']):.1%} to {max(rows['mean']):.0%}); with the first layer's scores at zero, "
+            f"in {sum(a['faithful'] for a in alone['zero'])} of {len(one)} (rows exact "
+            f"{min(rows['zero']):.0%} to {max(rows['zero']):.0%})") in page
+    sizes = [r["mean"]["minimal"]["size"] for r in census]
+    first_layer = sum(any(c[0] == 0 for c in r["mean"]["minimal"]["cells"]) for r in census)
+    assert (f"of {len(census)} (the first 4 solved at each d), the final layer alone at its mean is "
+            f"faithful in {sum(r['final_layer_alone']['mean']['faithful'] for r in census)}, and their "
+            f"minimal circuits under mean ablation have {min(sizes)} to {max(sizes)} cells, a "
+            f"first-layer cell among them in {first_layer}.") in page
+    assert (f"the minimal-circuit search finds one second-layer cell in {len(single)} of the {len(one)} "
+            f"(two in {len(one) - len(single)}); the final layer alone, with the first layer's scores at "
+            f"their mean, is faithful in {sum(a['faithful'] for a in alone['mean'])} of {len(one)}"
+            ) in text("README.md")

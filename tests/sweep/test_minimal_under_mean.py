@@ -76,6 +76,7 @@ def test_final_layer_alone_matches_an_einsum_forward_and_the_script_resumes(swep
         minimal = run["mean"]["minimal"]
         assert minimal["size"] <= minimal["candidates"] and len(minimal["cells"]) == minimal["size"]
     assert sum(r["runs"] for r in result["summary"]) == 2
+    assert "| disentangled, 1 head | 3 | 2 |" in out.with_suffix(".md").read_text()
     monkeypatch.setattr(script, "examine", lambda *a: pytest.fail("a run in OUT was redone"))
     script.main([str(swept), "--prefix", "", "--out", str(out)])
 
