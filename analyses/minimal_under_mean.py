@@ -15,7 +15,8 @@ variant and heads per layer, in grid order, this runs on the sweep's own evaluat
   earlier layers' input-dependent attention at all.
 
 Writes OUT (JSON): per run, the zero-ablation name and minimal circuit from its sweep record
-beside these, and a summary per model and d, also as markdown beside it (``.md``). Resumable:
+beside these, and a summary per model and d, also as markdown (``.md``) and the final layer alone
+per run as a figure (``.png``) beside it. Resumable:
 runs already in OUT are not redone.
 
     python analyses/minimal_under_mean.py runs/census_standard runs/census \\
@@ -164,13 +165,49 @@ exact >= {rows:.0%} and loss recovered >= {recovered:.0%}, as the rule's test.
 """
 
 
+def figure(runs: list[dict], path: Path) -> None:
+    """Per run, the final layer alone's rows exact with the earlier layers' scores at their mean
+    (filled) and at zero (hollow), a column per model and d, the rule's rows threshold drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from invperm_interp.analysis.verdict import RULE
+
+    groups = sorted({(model_label(r), r["d"]) for r in runs})
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(groups) + 1.6), 3.6))
+    for x, (label, d) in enumerate(groups):
+        members = [r for r in runs if (model_label(r), r["d"]) == (label, d)]
+        spread = [(i - (len(members) - 1) / 2) * min(0.5 / max(len(members), 1), 0.04)
+                  for i in range(len(members))]
+        for style, face in (("mean", "#1f77b4"), ("zero", "none")):
+            ax.scatter([x + s for s in spread],
+                       [r["final_layer_alone"][style]["rows_exact"] for r in members], s=16,
+                       facecolors=face, edgecolors="#1f77b4", linewidths=0.8,
+                       label=("earlier layers' scores at their mean" if style == "mean" else
+                              "earlier layers' scores at zero") if x == 0 else None)
+    ax.axhline(RULE.rows, color="#888888", lw=0.8, ls="--", label=f"rule: rows exact ≥ {RULE.rows:.0%}")
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{label.replace(', ', chr(10))}\nd = {d}" for label, d in groups], fontsize=7)
+    ax.set_ylabel("rows exact, final layer alone")
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_title("The final layer alone, earlier layers' attention at its mean or at zero", fontsize=9)
+    ax.legend(fontsize=7, loc="center right", frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
 def write(path: Path, runs: list[dict]) -> None:
-    """OUT (JSON: the summary and every run) and its summary as markdown beside it (``.md``)."""
+    """OUT (JSON: the summary and every run), its summary as markdown beside it (``.md``) and the
+    final layer alone per run as a figure (``.png``)."""
     path.write_text(json.dumps({"summary": summary(runs), "runs": runs}, indent=1) + "\n")
     from invperm_interp.analysis.verdict import RULE
 
     heading = HEADING.format(rows=RULE.rows, recovered=RULE.recovered)
     path.with_suffix(".md").write_text(heading + markdown(summary(runs)))
+    figure(runs, path.with_suffix(".png"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -195,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for run_dir, row in tqdm(todo, desc="minimal circuits under mean ablation", unit="run"):
         done.append(examine(run_dir, row))
-        write(args.out, done)  # after each run
+        args.out.write_text(json.dumps({"runs": done}, indent=1) + "\n")  # after each run
     write(args.out, done)
     print(markdown(summary(done)), end="")
     print(f"{len(done)} runs in {args.out}")
