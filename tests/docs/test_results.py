@@ -435,10 +435,11 @@ def test_the_standard_scratch_circuits_under_mean_ablation_are_their_asset():
     census = [r for r in runs if r["architecture"] == "disentangled"]
     minimal = [r["mean"]["minimal"] for r in one]
     single = [m["cells"][0] for m in minimal if m["size"] == 1]
-    minus = sum(c[1:] == [0, "pos.S", "L1.x", "-I"] for c in single)
+    minus = sum(c == [1, 0, "pos.S", "L1.x", "-I"] for c in single)
     assert all(m["faithful"] and m["optimal"] for m in minimal)
     assert (f"In each of the {len(one)} solved one-head scratch runs it finds a faithful circuit that "
-            f"the exact search proves smallest: in {len(single)} a single cell, `L2 -I at (pos.S, L1.x)` "
+            f"the exact search proves smallest among the run's candidate cells: in {len(single)} a "
+            "single cell, `L2 -I at (pos.S, L1.x)` "
             f"in {minus}") in page
     assert len(single) - minus == 1 and sum(m["size"] == 2 for m in minimal) == len(one) - len(single)
     alone = {style: [r["final_layer_alone"][style] for r in one] for style in ("mean", "zero")}
