@@ -33,8 +33,6 @@ from tqdm import tqdm
 
 from invperm_interp.sweep.collect import read_sweep
 
-SEARCH = 512  # the samples the rule's own minimal-circuit search uses (mechanism.SCREEN_SAMPLES)
-
 
 def chosen_runs(folder: Path, prefix: str, per_group: int) -> list[dict]:
     """The first ``per_group`` solved runs named ``prefix…`` of each (variant, heads per layer) of
@@ -52,7 +50,8 @@ def chosen_runs(folder: Path, prefix: str, per_group: int) -> list[dict]:
 
 
 def last_layer_cells(model) -> list:
-    """Every (head, query block, key block) cell of the final layer, as ``AtomCell``s."""
+    """Every (head, query block, key block) cell of the final layer, as ``AtomCell``s (their label
+    is a placeholder: a hypothesis of ``unit="cells"`` keeps whatever each cell holds)."""
     from invperm_interp.analysis.hypothesis import AtomCell
 
     layer = model.cfg.n_layers - 1
@@ -65,7 +64,7 @@ def examine(run_dir: Path, row: dict) -> dict:
     """The run's minimal circuit under mean ablation and its final layer alone (module docstring)."""
     from invperm_interp.analysis.faithfulness import Tester
     from invperm_interp.analysis.hypothesis import Hypothesis
-    from invperm_interp.analysis.mechanism import tested_on
+    from invperm_interp.analysis.mechanism import SCREEN_SAMPLES, tested_on
     from invperm_interp.analysis.minimal import minimal_circuit
     from invperm_interp.analysis.sweep_record import SweepRecord
     from invperm_interp.analysis.templates import explain
@@ -82,7 +81,7 @@ def examine(run_dir: Path, row: dict) -> dict:
     faithful = [t for t in tested if RULE.is_faithful(t.circuit)]
     starts, fallback = ([Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in faithful
                          if t.signs_agree == agree] for agree in (True, False))
-    first = batch.head(SEARCH)
+    first = batch.head(SCREEN_SAMPLES)  # the samples the rule's own minimal-circuit search uses
     mean = Tester(model, first, "mean", reference)
     found = minimal_circuit(model, first, circuit=explain(model), tester=mean, starts=starts,
                             fallback=fallback)
