@@ -37,7 +37,7 @@ from common import ASSETS, report_folder  # noqa: E402
 from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
 from invperm_interp.analysis.placements import construction_of as placed_construction  # noqa: E402
 from invperm_interp.analysis.sweep_record import STYLES, SweepRecord  # noqa: E402
-from invperm_interp.model.note_map import ov_spectra  # noqa: E402
+from invperm_interp.model.note_map import numerical_ranks, ov_spectra  # noqa: E402
 from invperm_interp.sweep.collect import read_sweep  # noqa: E402
 from invperm_interp.training.run import Run  # noqa: E402
 
@@ -59,8 +59,9 @@ def verdict_of(name: str) -> str:
     return name if name in ("none", "borderline") else "named"
 
 
-def ov_ranks(run_dir: Path) -> list[list[int]]:
-    """Per layer and head, the effective rank of the final model's ``W_OV``."""
+def ov_ranks(run_dir: Path) -> tuple[list[list[int]], list[list[int]]]:
+    """Per layer and head, the effective rank of the final model's ``W_OV`` and its numerical
+    rank (``note_map.numerical_ranks``: singular values above ``1e-6`` of the largest)."""
     def rank(values: list[float]) -> int:
         total, held = sum(v * v for v in values), 0.0
         for k, v in enumerate(values, 1):
@@ -69,7 +70,8 @@ def ov_ranks(run_dir: Path) -> list[list[int]]:
                 return k
         return len(values)
 
-    return [[rank(head) for head in layer] for layer in ov_spectra(Run.load(run_dir).model)]
+    spectra = ov_spectra(Run.load(run_dir).model)
+    return [[rank(head) for head in layer] for layer in spectra], numerical_ranks(spectra)
 
 
 def standard_rows(folder: Path) -> list[dict]:
@@ -95,7 +97,7 @@ def standard_rows(folder: Path) -> list[dict]:
             **minimal_fields(analysis),
             **{f"name_{style}": str(analysis.under[style]) if analysis and style in analysis.under
                else None for style in STYLES},
-            "ov_rank": ov_ranks(run_dir) if finished else None})
+            **dict(zip(("ov_rank", "ov_numerical_rank"), ov_ranks(run_dir) if finished else (None, None)))})
     return rows
 
 
@@ -172,6 +174,8 @@ def summarize(rows: list[dict]) -> list[dict]:
         same = {style: sum(construction_of(r[f"name_{style}"]) == construction_of(r["mechanism"])
                            for r in solved if r[f"name_{style}"] is not None) for style in STYLES}
         ranks = [rank for r in finished if r.get("ov_rank") for layer in r["ov_rank"] for rank in layer]
+        full = [rank == r["d_head"] for r in finished if r.get("ov_numerical_rank")
+                for layer in r["ov_numerical_rank"] for rank in layer]
         searched = [r for r in solved if r.get("minimal_faithful") is not None]
         faithful = [r["minimal_size"] for r in searched if r["minimal_faithful"]]
         out.append({
@@ -185,7 +189,8 @@ def summarize(rows: list[dict]) -> list[dict]:
             "its cells": (f"{min(faithful)}–{max(faithful)}" if len(set(faithful)) > 1
                           else f"{faithful[0]}") if faithful else None,
             "d_head": runs[0].get("d_head"), "D0": runs[0].get("D0"),
-            "W_OV effective rank": f"{min(ranks)}–{max(ranks)}" if ranks else None})
+            "W_OV effective rank": f"{min(ranks)}–{max(ranks)}" if ranks else None,
+            "W_OV full rank": f"{sum(full)} of {len(full)} heads" if full else None})
     return out
 
 
@@ -260,18 +265,21 @@ def write(rows: list[dict], folder: Path) -> list[Path]:
              "alone gets rows exact >= 99% and loss recovered >= 80%, and the sizes of those sets. "
              f"W_OV effective rank: the fewest singular values of W_V W_O holding {EFFECTIVE:.0%} of "
              "its squared norm, over every head of every trained run; d_head bounds its rank, and "
-             "D0 = d + T is the width of the stream [x, pos] a first-layer head copies.", "",
+             "D0 = d + T is the width of the stream [x, pos] a first-layer head copies. *W_OV full "
+             "rank*: heads whose W_OV has rank d_head (singular values above 1e-6 of the largest).",
+             "",
              "| model | d | architecture | runs | trained | solved | median steps | named | "
              "borderline | none | names | same under mean | same under resample | "
-             "minimal circuit faithful | its cells | d_head | D0 | W_OV effective rank |",
-             "|" + " --- |" * 18]
+             "minimal circuit faithful | its cells | d_head | D0 | W_OV effective rank | "
+             "W_OV full rank |",
+             "|" + " --- |" * 19]
     for s in summary:
         names = ", ".join(f"{n} {k}" for n, k in s["names"].items()) or "-"
         cells = [s["model"], s["d"], s["architecture"], s["runs"], s["trained"], s["solved"],
                  s["median steps to solve"], s["named"], s["borderline"], s["none"], names,
                  s["same under mean"], s["same under resample"], s["minimal circuit faithful"],
                  s["its cells"], s["d_head"], s["D0"],
-                 s["W_OV effective rank"]]
+                 s["W_OV effective rank"], s["W_OV full rank"]]
         lines.append("| " + " | ".join("-" if c is None or str(c).startswith("0 of 0")
                                         else str(c) for c in cells) + " |")
     if nones:

@@ -458,3 +458,34 @@ def test_the_standard_scratch_circuits_under_mean_ablation_are_their_asset():
             f"(two in {len(one) - len(single)}); the final layer alone, with the first layer's scores at "
             f"their mean, is faithful in {sum(a['faithful'] for a in alone['mean'])} of {len(one)}"
             ) in text("README.md")
+    from invperm_interp.analysis.minimal import MAX_EXACT_CELLS
+
+    two = [r for r in runs if r["architecture"] == "standard" and r["heads"][0] == 2 and r["d"] == 10]
+    found = [r["mean"]["minimal"] for r in two]
+    sizes, candidates = [m["size"] for m in found], [m["candidates"] for m in found]
+    assert all(m["faithful"] and not m["optimal"] for m in found)
+    assert (f"the {len(two)} solved two-head runs at d = 10 each have a faithful circuit of {min(sizes)} "
+            f"to {max(sizes)} cells under mean ablation, not proved smallest ({min(candidates)} to "
+            f"{max(candidates)} candidate cells, past the exact search's {MAX_EXACT_CELLS}), and their "
+            "final layer alone "
+            f"at its mean is faithful in {sum(r['final_layer_alone']['mean']['faithful'] for r in two)} "
+            f"of {len(two)}") in page
+
+
+def test_the_standard_census_progress_and_two_head_scratch_numbers_are_its_asset():
+    """docs/standard.md's count of trained runs, its two-head scratch reading and W_OV's full rank,
+    from assets/census_standard.json."""
+    census = load("census_standard.json")
+    page = text("docs/standard.md")
+    standard = [r for r in census["runs"] if r["architecture"].startswith("standard")]
+    trained = sum(r["finished"] for r in standard)
+    assert f"So far {trained} of its {len(standard)} runs have trained" in page
+    assert f"The census's first {trained} runs beside" in text("README.md")
+    rows = {(s["model"], s["d"], s["architecture"]): s for s in census["summary"]}
+    two, one = rows["scratch", 10, "standard, 2 heads"], rows["scratch", 10, "standard, 1 head"]
+    assert (f"Two-head scratch runs at d = 10 solved in {two['solved'].rstrip(')')}; one head: "
+            f"{one['solved'].replace(' (', ', ', 1).rstrip(')')})") in page
+    assert two["none"].startswith(two["solved"].split(" of ")[0] + " of ")  # all named none
+    heads = [(rank == r["d_head"]) for r in standard if r.get("ov_numerical_rank")
+             for layer in r["ov_numerical_rank"] for rank in layer]
+    assert f"{sum(heads)} of the {len(heads)} trained heads' `W_OV` have full rank `d_head`" in page

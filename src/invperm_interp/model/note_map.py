@@ -118,6 +118,11 @@ def map_summary(model: nn.Module) -> dict:
     layer and head, ``W_OV``'s singular values and numerical rank (values above ``1e-6`` of the
     largest), which ``d_head`` bounds."""
     spectra = ov_spectra(model)
-    ranks = [[sum(v > 1e-6 * max(head[0], 1e-300) for v in head) for head in layer]
-             for layer in spectra]
-    return {"model": model.cfg.to_dict(), "ov_spectra": spectra, "ov_rank": ranks}
+    return {"model": model.cfg.to_dict(), "ov_spectra": spectra, "ov_rank": numerical_ranks(spectra)}
+
+
+def numerical_ranks(spectra: list[list[list[float]]]) -> list[list[int]]:
+    """Per layer and head, the singular values (largest first, :func:`ov_spectra`) above ``1e-6``
+    of the largest."""
+    return [[sum(v > 1e-6 * max(head[0], 1e-300) for v in head) for head in layer]
+            for layer in spectra]
