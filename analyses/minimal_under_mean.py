@@ -11,8 +11,9 @@ variant and heads per layer, in grid order, this runs on the sweep's own evaluat
   started from the constructions faithful under mean ablation, on the first 512 samples (the
   samples the zero-ablation search uses; the reference is the sweep's mean-ablation reference);
 - the final layer alone: every cell of the final layer kept, every earlier layer's scores at their
-  mean (an attention that no longer depends on the input) or at zero: whether the model needs its
-  earlier layers' input-dependent attention at all.
+  mean (an attention that no longer depends on the input), at zero, or resampled (each sample's
+  taken on another input): whether the model needs its earlier layers' input-dependent attention
+  at all.
 
 Writes OUT (JSON): per run, the zero-ablation name and minimal circuit from its sweep record
 beside these, and a summary per model and d, also as markdown (``.md``) and the final layer alone
@@ -32,6 +33,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from invperm_interp.sweep.collect import read_sweep
+
+ALONE_STYLES = ("zero", "mean", "resample")
 
 
 def chosen_runs(folder: Path, prefix: str, per_group: int) -> list[dict]:
@@ -85,9 +88,6 @@ def examine(run_dir: Path, row: dict) -> dict:
     mean = Tester(model, first, "mean", reference)
     found = minimal_circuit(model, first, circuit=explain(model), tester=mean, starts=starts,
                             fallback=fallback)
-    last = Hypothesis("final layer alone", tuple(last_layer_cells(model)), None, "cells")
-    alone = {style: Tester(model, first, style, reference if style == "mean" else None).circuit(last)
-             for style in ("zero", "mean")}
     zero_minimal = record.mechanism.minimal
     return {
         "run": run_dir.name, "folder": run_dir.parent.name, "variant": row["variant"],
@@ -102,10 +102,39 @@ def examine(run_dir: Path, row: dict) -> dict:
                              "weight_share": found.weight_share,
                              "rows_exact": found.score.rows_exact,
                              "loss_recovered": found.score.loss_recovered}},
-        "final_layer_alone": {style: {"rows_exact": s.rows_exact, "loss_recovered": s.loss_recovered,
-                                      "faithful": RULE.is_faithful(s)}
-                              for style, s in alone.items()},
+        "final_layer_alone": final_layer_alone(model, record),
     }
+
+
+def alone_of(run_dir: Path, row: dict) -> dict:
+    """:func:`final_layer_alone` of the run in ``run_dir`` (its sweep row ``row``)."""
+    from invperm_interp.analysis.sweep_record import SweepRecord
+    from invperm_interp.training.run import Run
+
+    return final_layer_alone(Run.load(run_dir).analysis_model, SweepRecord.from_dict(row["analysis"]))
+
+
+def final_layer_alone(model, record) -> dict:
+    """The final layer alone (every earlier layer's scores at zero, at their mean over the sweep's
+    mean reference, or each sample's at its resample reference's) on the first
+    ``mechanism.SCREEN_SAMPLES`` samples of the run's evaluation batch: rows exact, loss recovered
+    and the rule's verdict, per ablation style."""
+    from invperm_interp.analysis.faithfulness import Tester
+    from invperm_interp.analysis.hypothesis import Hypothesis
+    from invperm_interp.analysis.mechanism import SCREEN_SAMPLES
+    from invperm_interp.analysis.verdict import RULE, evaluation_batch
+    from invperm_interp.sweep.tasks import reference_batch
+
+    first = evaluation_batch(model, record.samples, record.seed).head(SCREEN_SAMPLES)
+    last = Hypothesis("final layer alone", tuple(last_layer_cells(model)), None, "cells")
+    out = {}
+    for style in ALONE_STYLES:
+        reference = (None if style == "zero" else
+                     reference_batch(style, model, record.samples, record.seed + record.batches))
+        s = Tester(model, first, style, reference).circuit(last)
+        out[style] = {"rows_exact": s.rows_exact, "loss_recovered": s.loss_recovered,
+                      "faithful": RULE.is_faithful(s)}
+    return out
 
 
 def model_label(run: dict) -> str:
@@ -135,6 +164,9 @@ def summary(runs: list[dict]) -> list[dict]:
             "minimal size (mean)": ("–" if not sizes else str(min(sizes)) if min(sizes) == max(sizes)
                                     else f"{min(sizes)}–{max(sizes)}"),
             "final layer alone (mean)": sum(r["final_layer_alone"]["mean"]["faithful"] for r in members),
+            "final layer alone (resample)": (
+                sum(r["final_layer_alone"]["resample"]["faithful"] for r in members)
+                if all("resample" in r["final_layer_alone"] for r in members) else "–"),
             "final layer alone (zero)": sum(r["final_layer_alone"]["zero"]["faithful"] for r in members),
         })
     return rows
@@ -158,7 +190,8 @@ under zero ablation (from each run's sweep record) beside the minimal-circuit se
 outside each set mean-ablated (their scores at their mean over the sweep's reference samples), on
 the first 512 samples of the run's evaluation batch. *Proved smallest*: the exact search tried every
 smaller set. *Final layer alone*: every cell of the last layer kept, every earlier layer's scores
-at their mean (an attention that no longer depends on the input) or at zero; faithful means rows
+at their mean (an attention that no longer depends on the input), resampled (each sample's taken
+on another input) or at zero; faithful means rows
 exact >= {rows:.0%} and loss recovered >= {recovered:.0%}, as the rule's test.
 
 """
@@ -166,7 +199,8 @@ exact >= {rows:.0%} and loss recovered >= {recovered:.0%}, as the rule's test.
 
 def figure(runs: list[dict], path: Path) -> None:
     """Per run, the final layer alone's rows exact with the earlier layers' scores at their mean
-    (filled) and at zero (hollow), a column per model and d, the rule's rows threshold drawn."""
+    (filled), resampled (crosses) and at zero (hollow), a column per model and d, the rule's rows
+    threshold drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -180,18 +214,22 @@ def figure(runs: list[dict], path: Path) -> None:
         members = [r for r in runs if (model_label(r), r["d"]) == (label, d)]
         spread = [(i - (len(members) - 1) / 2) * min(0.5 / max(len(members), 1), 0.04)
                   for i in range(len(members))]
-        for style, face in (("mean", "#1f77b4"), ("zero", "none")):
+        for style, face, marker, label in (
+                ("mean", "#1f77b4", "o", "earlier layers' scores at their mean"),
+                ("resample", "#d62728", "x", "resampled"),
+                ("zero", "none", "o", "at zero")):
             ax.scatter([x + s for s in spread],
                        [r["final_layer_alone"][style]["rows_exact"] for r in members], s=16,
-                       facecolors=face, edgecolors="#1f77b4", linewidths=0.8,
-                       label=("earlier layers' scores at their mean" if style == "mean" else
-                              "earlier layers' scores at zero") if x == 0 else None)
+                       marker=marker, linewidths=0.8, label=label if x == 0 else None,
+                       **({"c": face} if marker == "x" else {"facecolors": face,
+                                                             "edgecolors": "#1f77b4"}))
     ax.axhline(RULE.rows, color="#888888", lw=0.8, ls="--", label=f"rule: rows exact ≥ {RULE.rows:.0%}")
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([f"{label.replace(', ', chr(10))}\nd = {d}" for label, d in groups], fontsize=7)
     ax.set_ylabel("rows exact, final layer alone")
     ax.set_ylim(-0.02, 1.05)
-    ax.set_title("The final layer alone, earlier layers' attention at its mean or at zero", fontsize=9)
+    ax.set_title("The final layer alone, earlier layers' scores at their mean, resampled or at zero",
+                 fontsize=9)
     ax.legend(fontsize=7, loc="center right", frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -229,6 +267,13 @@ def main(argv: list[str] | None = None) -> None:
             for row in chosen_runs(folder, args.prefix, args.per_group)
             if (folder.name, row["name"]) not in seen]
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    rows = {(folder.name, row["name"]): (folder, row) for folder in args.folders
+            for _, row in read_sweep(folder)}
+    older = [r for r in done if set(r["final_layer_alone"]) != set(ALONE_STYLES)
+             and (r["folder"], r["run"]) in rows]
+    for run in tqdm(older, desc="final layer alone, every style", unit="run"):
+        folder, row = rows[run["folder"], run["run"]]
+        run["final_layer_alone"] = alone_of(folder / row["name"], row)
     for run_dir, row in tqdm(todo, desc="minimal circuits under mean ablation", unit="run"):
         done.append(examine(run_dir, row))
         args.out.write_text(json.dumps({"runs": done}, indent=1) + "\n")  # after each run

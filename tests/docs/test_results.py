@@ -442,12 +442,14 @@ def test_the_standard_scratch_circuits_under_mean_ablation_are_their_asset():
             "single cell, `L2 -I at (pos.S, L1.x)` "
             f"in {minus}") in page
     assert len(single) - minus == 1 and sum(m["size"] == 2 for m in minimal) == len(one) - len(single)
-    alone = {style: [r["final_layer_alone"][style] for r in one] for style in ("mean", "zero")}
+    alone = {style: [r["final_layer_alone"][style] for r in one] for style in ("mean", "resample", "zero")}
     rows = {style: [a["rows_exact"] for a in alone[style]] for style in alone}
     assert (f"is faithful in {sum(a['faithful'] for a in alone['mean'])} of {len(one)} (rows exact "
-            f"{min(rows['mean']):.1%} to {max(rows['mean']):.0%}); with the first layer's scores at zero, "
-            f"in {sum(a['faithful'] for a in alone['zero'])} of {len(one)} (rows exact "
-            f"{min(rows['zero']):.0%} to {max(rows['zero']):.0%})") in page
+            f"{min(rows['mean']):.1%} to {max(rows['mean']):.0%}); resampled (each sample's first-layer "
+            f"scores taken on another input), in {sum(a['faithful'] for a in alone['resample'])} of "
+            f"{len(one)} (rows exact {min(rows['resample']):.1%} to {max(rows['resample']):.0%}); with "
+            f"the first layer's scores at zero, in {sum(a['faithful'] for a in alone['zero'])} of "
+            f"{len(one)} (rows exact {min(rows['zero']):.0%} to {max(rows['zero']):.0%})") in page
     sizes = [r["mean"]["minimal"]["size"] for r in census]
     first_layer = sum(any(c[0] == 0 for c in r["mean"]["minimal"]["cells"]) for r in census)
     assert (f"of {len(census)} (the first 4 solved at each d), the final layer alone at its mean is "

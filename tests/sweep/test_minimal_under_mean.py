@@ -1,6 +1,6 @@
 """analyses/minimal_under_mean.py: minimal circuits and the final layer alone under mean ablation,
 the final layer alone checked against a plain einsum forward with the first layer's scores set
-to zero or to their mean over the reference samples."""
+to zero, to their mean over the reference samples or to each sample's resample reference's."""
 
 import json
 
@@ -65,7 +65,12 @@ def test_final_layer_alone_matches_an_einsum_forward_and_the_script_resumes(swep
                         .expand(len(reference), -1, -1)], -1)
         A0 = model.blocks[0].attn.A.detach().double()
         means = torch.einsum("btd,hde,bse->hts", h0, A0, h0) / len(reference)
-        for style, first in (("zero", torch.zeros_like(means)), ("mean", means)):
+        other = reference_batch("resample", model, 64, 7 + 1)  # sample i takes other sample i's
+        h_other = torch.cat([other.X.double(), torch.eye(model.cfg.T, dtype=torch.float64)
+                             .expand(len(other), -1, -1)], -1)
+        resampled = torch.einsum("btd,hde,bse->bhts", h_other, A0, h_other)
+        for style, first in (("zero", torch.zeros_like(means)), ("mean", means),
+                             ("resample", resampled)):
             out_ = _einsum_forward(model, batch.X, first)
             mse = float(((out_ - batch.Y.double()) ** 2).sum(-1).mean())
             rows = float((out_.round() == batch.Y.double()).all(-1).double().mean())
