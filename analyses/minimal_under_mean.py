@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from tqdm import tqdm
@@ -37,12 +38,12 @@ from invperm_interp.sweep.collect import read_sweep
 ALONE_STYLES = ("zero", "mean", "resample")
 
 
-def chosen_runs(folder: Path, prefix: str, per_group: int) -> list[dict]:
-    """The first ``per_group`` solved runs named ``prefix…`` of each (variant, heads per layer) of
-    the sweep in ``folder``, in grid order."""
+def chosen_runs(rows: list[dict], prefix: str, per_group: int) -> list[dict]:
+    """The first ``per_group`` solved runs named ``prefix…`` of each (variant, heads per layer)
+    among a sweep's ``rows`` (``sweep.jsonl``), in grid order."""
     taken: dict[tuple, int] = {}
     out = []
-    for _, row in read_sweep(folder):
+    for row in rows:
         if not row["name"].startswith(prefix) or row["steps_to_solve"] is None or not row.get("analysis"):
             continue
         group = (row["variant"], row["model"].get("n_heads", 1))
@@ -263,20 +264,27 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     done = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
     seen = {(r["folder"], r["run"]) for r in done}
-    todo = [(folder / row["name"], row) for folder in args.folders
-            for row in chosen_runs(folder, args.prefix, args.per_group)
+    sweeps = {folder: [row for _, row in read_sweep(folder)] for folder in args.folders}
+    todo = [(folder / row["name"], row) for folder, rows in sweeps.items()
+            for row in chosen_runs(rows, args.prefix, args.per_group)
             if (folder.name, row["name"]) not in seen]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    rows = {(folder.name, row["name"]): (folder, row) for folder in args.folders
-            for _, row in read_sweep(folder)}
+    by_name = {(folder.name, row["name"]): (folder, row) for folder, rows in sweeps.items()
+               for row in rows}
     older = [r for r in done if set(r["final_layer_alone"]) != set(ALONE_STYLES)
-             and (r["folder"], r["run"]) in rows]
-    for run in tqdm(older, desc="final layer alone, every style", unit="run"):
-        folder, row = rows[run["folder"], run["run"]]
-        run["final_layer_alone"] = alone_of(folder / row["name"], row)
-    for run_dir, row in tqdm(todo, desc="minimal circuits under mean ablation", unit="run"):
-        done.append(examine(run_dir, row))
-        args.out.write_text(json.dumps({"runs": done}, indent=1) + "\n")  # after each run
+             and (r["folder"], r["run"]) in by_name]
+    try:
+        for run in tqdm(older, desc="final layer alone, every style", unit="run"):
+            folder, row = by_name[run["folder"], run["run"]]
+            run["final_layer_alone"] = alone_of(folder / row["name"], row)
+        for run_dir, row in tqdm(todo, desc="minimal circuits under mean ablation", unit="run"):
+            done.append(examine(run_dir, row))
+            args.out.write_text(json.dumps({"runs": done}, indent=1) + "\n")  # after each run
+    except KeyboardInterrupt:
+        args.out.write_text(json.dumps({"runs": done}, indent=1) + "\n")
+        print(f"minimal_under_mean: stopped; {len(done)} runs kept in {args.out}: rerun the same "
+              "command to resume", file=sys.stderr)
+        sys.exit(130)
     write(args.out, done)
     print(markdown(summary(done)), end="")
     print(f"{len(done)} runs in {args.out}")
