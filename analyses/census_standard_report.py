@@ -59,9 +59,13 @@ def verdict_of(name: str) -> str:
     return name if name in ("none", "borderline") else "named"
 
 
-def ov_ranks(run_dir: Path) -> tuple[list[list[int]], list[list[int]]]:
-    """Per layer and head, the effective rank of the final model's ``W_OV`` and its numerical
-    rank (``note_map.numerical_ranks``: singular values above ``1e-6`` of the largest)."""
+def ov_ranks(run_dir: Path | None) -> dict:
+    """Per layer and head, the effective rank of the final model's ``W_OV`` (``ov_rank``) and its
+    numerical rank (``ov_numerical_rank``: ``note_map.numerical_ranks``, singular values above
+    ``1e-6`` of the largest); ``None`` for both without a trained run (``run_dir`` None)."""
+    if run_dir is None:
+        return {"ov_rank": None, "ov_numerical_rank": None}
+
     def rank(values: list[float]) -> int:
         total, held = sum(v * v for v in values), 0.0
         for k, v in enumerate(values, 1):
@@ -71,7 +75,8 @@ def ov_ranks(run_dir: Path) -> tuple[list[list[int]], list[list[int]]]:
         return len(values)
 
     spectra = ov_spectra(Run.load(run_dir).model)
-    return [[rank(head) for head in layer] for layer in spectra], numerical_ranks(spectra)
+    return {"ov_rank": [[rank(head) for head in layer] for layer in spectra],
+            "ov_numerical_rank": numerical_ranks(spectra)}
 
 
 def standard_rows(folder: Path) -> list[dict]:
@@ -97,7 +102,7 @@ def standard_rows(folder: Path) -> list[dict]:
             **minimal_fields(analysis),
             **{f"name_{style}": str(analysis.under[style]) if analysis and style in analysis.under
                else None for style in STYLES},
-            **dict(zip(("ov_rank", "ov_numerical_rank"), ov_ranks(run_dir) if finished else (None, None)))})
+            **ov_ranks(run_dir if finished else None)})
     return rows
 
 

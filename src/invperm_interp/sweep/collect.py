@@ -68,7 +68,9 @@ def run_record(grid: Grid, job, run_dir: Path) -> dict:
     else:
         status, step = "unfinished", 0 if last is None else last.step
     solved = next((m.step for m in metrics if m.mse < grid.solve_mse), None)
-    analysis = _recorded(run_dir)
+    from ..analysis.sweep_record import SweepRecord
+
+    analysis = SweepRecord.of_run(run_dir)  # None: none this version reads, or of older weights
     return {
         "name": job.name, "variant": job.variant, "status": status, "step": step,
         "steps_to_solve": solved, "solve_mse": grid.solve_mse,
@@ -78,14 +80,6 @@ def run_record(grid: Grid, job, run_dir: Path) -> dict:
         "model": job.model_cfg.to_dict(), "train": job.train_cfg.to_dict(),
         "analysis": analysis.to_dict() if analysis else None,
     }
-
-
-def _recorded(run_dir: RunDir):
-    """The run's ``SweepRecord``, or None without one this version reads or with one of other
-    weights than the run's final ones (the sweep analyses the run again)."""
-    from ..analysis.sweep_record import SweepRecord
-
-    return SweepRecord.of_run(run_dir)
 
 
 def collect(grid: Grid, out: Path) -> Path:
