@@ -458,8 +458,10 @@ def test_the_standard_scratch_circuits_under_mean_ablation_are_their_asset():
             f"first-layer cell among them in {first_layer}.") in page
     assert (f"the minimal-circuit search finds one second-layer cell in {len(single)} of the {len(one)} "
             f"(two in {len(one) - len(single)}); the final layer alone, with the first layer's scores at "
-            f"their mean, is faithful in {sum(a['faithful'] for a in alone['mean'])} of {len(one)}"
-            ) in text("README.md")
+            f"their mean, is faithful in {sum(a['faithful'] for a in alone['mean'])} of {len(one)} "
+            f"(`assets/minimal_under_mean.md`; resampled, {sum(a['faithful'] for a in alone['resample'])} "
+            f"of {len(one)}; one batch each)") in text("README.md")
+    assert f"one cell of the second layer ({len(single)} of {len(one)})" in page
     from invperm_interp.analysis.minimal import MAX_EXACT_CELLS
 
     two = [r for r in runs if r["architecture"] == "standard" and r["heads"][0] == 2 and r["d"] == 10]
