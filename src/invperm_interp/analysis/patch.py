@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from ..model.build import with_hooks
 from ..model.disentangled import DisentangledModel
 from ..stream import hook_name
 from ..task import mse
+from ..training.progress import progress_bar
 
 HOOKS = ("resid_pre", "resid_post")
 AXES = ("layer", "block", "pos")
@@ -146,7 +146,8 @@ def patch(model: DisentangledModel, clean_X: Tensor, corrupted_X: Tensor, metric
     block_axis = [[name] for name in blocks] if "block" in axes else [blocks]
     pos_axis = [[p] for p in positions] if "pos" in axes else [positions]
     values = torch.full((len(layers), len(block_axis), len(pos_axis)), float("nan"), dtype=torch.float64)
-    bar = tqdm(total=values.numel(), desc="patching", unit="patch", disable=not progress, leave=False)
+    bar = progress_bar(total=values.numel(), desc="patching", unit="patch", disable=not progress,
+                       leave=False)
     for i, layer in enumerate(layers):
         clean_act = cache[hook_name(hook, layer)]
         present = set(model.stream.labels(stream_layer[layer]))

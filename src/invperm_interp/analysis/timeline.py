@@ -25,12 +25,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ..model.build import load_analysed
 from ..runs.checkpoint import model_tensors
 from ..runs.directory import RunDir
 from ..task import Batch, sample_batch
+from ..training.progress import progress_bar
 from ..training.replay import Replay, replay
 from ..training.run import Run
 from .faithfulness import Score, Tester
@@ -248,8 +248,8 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
     found = found[::-1][::stride][::-1]  # every stride-th, counted back from the last
     steps = []
     # one tick per row of the timeline: every checkpoint analysed, then the final weights
-    bar = tqdm(total=len(found) + 1, desc=f"timeline {run_dir.name}", unit="ckpt",
-               disable=not progress)
+    bar = progress_bar(total=len(found) + 1, desc=f"timeline {run_dir.name}", unit="ckpt",
+                       disable=not progress)
     with torch.no_grad(), bar:
         final_weights = {k: v.clone() for k, v in model.state_dict().items()}
         try:
@@ -281,8 +281,8 @@ def refine(tl: Timeline, run: str | Path, start: int, end: int, every: int, *,
     model, batch, tests = _final_setup(final, run_dir, tl.n, tl.seed)
     named = tl.final_mechanism != NONE
     record, new, curve = Replay(), {}, dict(tl.curve)
-    bar = tqdm(total=(end - start) // every, desc=f"refine {run_dir.name}", unit="step",
-               disable=not progress)
+    bar = progress_bar(total=(end - start) // every, desc=f"refine {run_dir.name}", unit="step",
+                       disable=not progress)
     with bar:
         final_weights = {k: v.clone() for k, v in model.state_dict().items()}
         try:

@@ -209,9 +209,8 @@ def _report_directory(root, args: argparse.Namespace) -> None:
     import os
     from pathlib import Path
 
-    from tqdm import tqdm
-
     from ..runs.directory import RunDir
+    from ..training.progress import progress_bar
     from ..viz.index import find_runs, report_links, write_index
     from ..viz.page import write_bundle
 
@@ -230,7 +229,7 @@ def _report_directory(root, args: argparse.Namespace) -> None:
                                bundle=None if shared is None
                                else Path(os.path.relpath(shared, row.dir)).as_posix()))
                 for row in todo]
-        progress = tqdm(total=len(jobs), desc="run reports", unit="run")
+        progress = progress_bar(total=len(jobs), desc="run reports", unit="run")
         try:
             _run_jobs(jobs, min(workers, len(jobs)), progress.update)
         except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the reports written are kept

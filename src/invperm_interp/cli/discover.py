@@ -27,11 +27,10 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     snippet registering each proposal; with ``--json``, write the proposals there too."""
     from pathlib import Path
 
-    from tqdm.auto import tqdm
-
     from ..analysis.discover import discover, table
     from ..analysis.verdict import check_seed
     from ..runs.directory import RunDir, check_writable
+    from ..training.progress import progress_bar
     from ..training.run import Run
     from ..viz.index import find_runs
     from .analyze import set_threads
@@ -57,7 +56,7 @@ def _cmd_discover(args: argparse.Namespace) -> None:
         say(f"{len(known)} of {len(runs)} runs: the verdict their sweep recorded on the same "
               f"{args.n} samples (seed {args.seed}) is reused")
     found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs, known=known,
-                     progress=lambda items: tqdm(items, desc="discover", unit="run",
+                     progress=lambda items: progress_bar(items, desc="discover", unit="run",
                                                  disable=args.quiet))
     print(table(found))
     for p in found.proposals:

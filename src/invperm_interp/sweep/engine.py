@@ -135,11 +135,11 @@ def _train(grid: Grid, grid_path: Path, out: Path, todo: list[list[int]], execut
 def _watch(grid: Grid, out: Path, names: list[str], runner, stop: _StopOnSignal,
            progress: bool) -> None:
     """Wait for the runner, one progress step per run that finished or failed."""
-    from tqdm.auto import tqdm
+    from ..training.progress import progress_bar
 
     seen: set[str] = set()
-    with tqdm(total=len(names), unit="run", disable=not progress, desc="sweep",
-              file=sys.stdout, dynamic_ncols=True) as bar:
+    with progress_bar(total=len(names), unit="run", disable=not progress, desc="sweep",
+                      file=sys.stdout, dynamic_ncols=True) as bar:
         while True:
             running = runner.running()
             failed = {p.name for p in failed_dir(out).glob("*")}

@@ -1,6 +1,7 @@
 """Training: one run (``train``, ``resume``, ``train_or_reuse``), many same-shape runs at once
-(``train_many``), the loop they share (``Trainer``), the optimizers, early stopping, signals and
-CPU threads. Nothing here imports TransformerLens (``Run.model`` builds the hooked model on use)."""
+(``train_many``), the loop they share (``Trainer``), the optimizers, early stopping, signals, CPU
+threads and the progress bars. Nothing here imports TransformerLens (``Run.model`` builds the hooked
+model on use)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from .. import memory
 from ..config import ModelConfig, TrainConfig
@@ -33,6 +32,7 @@ from ..task import mse, sample_batch
 from .cpu import threads_for
 from .footprint import training_estimate
 from .optim import ADAM_BETAS, ADAM_EPS
+from .progress import progress_bar
 from .run import Run, resolve_device
 from .schedule import learning_rate
 from .signals import StopRequest
@@ -245,8 +245,8 @@ def _run_bucket(jobs, trainers: list[Trainer], interrupt: StopRequest,
     layout, dtype, batch = first.model_cfg.layout, first.model_cfg.torch_dtype, first.cfg.batch_size
     clip = first.cfg.recipe == "paper"
     total = sum(t.cfg.steps for t in trainers)
-    bar = tqdm(total=total, initial=sum(t.step for t in trainers), unit="step", disable=not progress,
-               desc=f"{len(trainers)} models", mininterval=0.5)
+    bar = progress_bar(total=total, initial=sum(t.step for t in trainers), unit="step",
+                       disable=not progress, desc=f"{len(trainers)} models")
     now = time.perf_counter()
     started = [now - t.elapsed for t in trainers]
     no_bar = _NoBar()

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from ..config import ModelConfig, TrainConfig
 from ..maths.floors import causal_floor
@@ -31,6 +30,7 @@ from ..task import mse, sample_batch
 from .cpu import keep_freed_memory
 from .metrics import Scores, evaluate
 from .optim import make_optimizer
+from .progress import progress_bar
 from .run import Run, kept_evaluation, resolve_device
 from .schedule import learning_rate
 from .signals import StopRequest
@@ -220,8 +220,8 @@ class Trainer:
     def run(self, end: int, interrupt: StopRequest, progress: bool) -> Run:
         cfg = self.cfg
         self.begin()
-        bar = tqdm(total=cfg.steps, initial=self.step, unit="step", disable=not progress,
-                   desc=self.dir.name if self.dir else "train", mininterval=0.5)
+        bar = progress_bar(total=cfg.steps, initial=self.step, unit="step", disable=not progress,
+                           desc=self.dir.name if self.dir else "train")
         started, start = time.perf_counter() - self.elapsed, self.step
         with bar:
             while self.step < end and not interrupt.requested and self.stopped is None:
