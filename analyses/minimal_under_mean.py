@@ -22,6 +22,8 @@ runs already in OUT are not redone.
 
     python analyses/minimal_under_mean.py runs/census_standard runs/census \\
         --prefix scratch_d --per-group 4 --out assets/minimal_under_mean.json
+
+The summary and the figure group runs by setting (bidirectional, causal scratch), model and d.
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ def chosen_runs(rows: list[dict], prefix: str, per_group: int) -> list[dict]:
             taken[group] = taken.get(group, 0) + 1
             out.append(row)
     return out
+
+
+def setting(row: dict) -> str:
+    """``"causal scratch"``, ``"bidirectional"`` or ``"causal"``: the attention and whether the
+    layout has scratch rows, from a sweep row's model configuration."""
+    model = row["model"]
+    attention = model["attention_dir"]
+    return f"{attention} scratch" if any(s[0] == "S" for s in model["layout"]["segments"]) else attention
 
 
 def last_layer_cells(model) -> list:
@@ -92,7 +102,8 @@ def examine(run_dir: Path, row: dict) -> dict:
     zero_minimal = record.mechanism.minimal
     return {
         "run": run_dir.name, "folder": run_dir.parent.name, "variant": row["variant"],
-        "architecture": run.model.cfg.arch, "heads": list(model.cfg.heads), "d": model.cfg.d,
+        "setting": setting(row), "architecture": run.model.cfg.arch, "heads": list(model.cfg.heads),
+        "d": model.cfg.d,
         "zero": {"name": str(record.answer),
                  "minimal": {"faithful": zero_minimal.faithful, "size": zero_minimal.size,
                              "candidates": zero_minimal.candidates}},
@@ -144,19 +155,24 @@ def model_label(run: dict) -> str:
     return f"{run['architecture']}, {heads} head{'s' if heads > 1 else ''}"
 
 
+def group_of(run: dict) -> tuple[str, str, int]:
+    """``(setting, model label, d)``: the summary's rows and the figure's columns."""
+    return run["setting"], model_label(run), run["d"]
+
+
 def summary(runs: list[dict]) -> list[dict]:
-    """Per model kind and d, in that order: how many runs the rule names under zero ablation, how
+    """Per setting, model kind and d, in that order: how many runs the rule names under zero ablation, how
     many have a faithful minimal circuit under zero and under mean ablation (with the sizes under
     mean), and in how many the final layer alone is faithful under mean and under zero ablation."""
     groups: dict[tuple, list[dict]] = {}
     for run in runs:
-        groups.setdefault((model_label(run), run["d"]), []).append(run)
+        groups.setdefault(group_of(run), []).append(run)
     rows = []
-    for (label, d), members in sorted(groups.items()):
+    for (where, label, d), members in sorted(groups.items()):
         n = len(members)
         sizes = [r["mean"]["minimal"]["size"] for r in members if r["mean"]["minimal"]["faithful"]]
         rows.append({
-            "model": label, "d": d, "runs": n,
+            "setting": where, "model": label, "d": d, "runs": n,
             "named (zero)": sum(r["zero"]["name"] not in ("none", "borderline") for r in members),
             "minimal faithful (zero)": sum(r["zero"]["minimal"]["faithful"] for r in members),
             "minimal faithful (mean)": len(sizes),
@@ -186,7 +202,7 @@ def markdown(rows: list[dict]) -> str:
 HEADING = """\
 # Minimal circuits under mean ablation
 
-Solved causal scratch runs (analyses/minimal_under_mean.py): the rule's name and minimal circuit
+Solved {settings} runs (analyses/minimal_under_mean.py): the rule's name and minimal circuit
 under zero ablation (from each run's sweep record) beside the minimal-circuit search with the cells
 outside each set mean-ablated (their scores at their mean over the sweep's reference samples), on
 the first 512 samples of the run's evaluation batch. *Proved smallest*: the exact search tried every
@@ -209,10 +225,10 @@ def figure(runs: list[dict], path: Path) -> None:
 
     from invperm_interp.analysis.verdict import RULE
 
-    groups = sorted({(model_label(r), r["d"]) for r in runs})
+    groups = sorted({group_of(r) for r in runs})
     fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(groups) + 1.6), 3.6))
-    for x, (label, d) in enumerate(groups):
-        members = [r for r in runs if (model_label(r), r["d"]) == (label, d)]
+    for x, group in enumerate(groups):
+        members = [r for r in runs if group_of(r) == group]
         spread = [(i - (len(members) - 1) / 2) * min(0.5 / max(len(members), 1), 0.04)
                   for i in range(len(members))]
         for style, face, marker, label in (
@@ -226,7 +242,9 @@ def figure(runs: list[dict], path: Path) -> None:
                                                              "edgecolors": "#1f77b4"}))
     ax.axhline(RULE.rows, color="#888888", lw=0.8, ls="--", label=f"rule: rows exact ≥ {RULE.rows:.0%}")
     ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([f"{label.replace(', ', chr(10))}\nd = {d}" for label, d in groups], fontsize=7)
+    several = len({where for where, _, _ in groups}) > 1
+    ax.set_xticklabels([(f"{where}\n" if several else "") + f"{label.replace(', ', chr(10))}\nd = {d}"
+                        for where, label, d in groups], fontsize=7)
     ax.set_ylabel("rows exact, final layer alone")
     ax.set_ylim(-0.02, 1.05)
     ax.set_title("The final layer alone, earlier layers' scores at their mean, resampled or at zero",
@@ -243,7 +261,8 @@ def write(path: Path, runs: list[dict]) -> None:
     path.write_text(json.dumps({"summary": summary(runs), "runs": runs}, indent=1) + "\n")
     from invperm_interp.analysis.verdict import RULE
 
-    heading = HEADING.format(rows=RULE.rows, recovered=RULE.recovered)
+    settings = " and ".join(sorted({r["setting"] for r in runs}))
+    heading = HEADING.format(settings=settings, rows=RULE.rows, recovered=RULE.recovered)
     path.with_suffix(".md").write_text(heading + markdown(summary(runs)))
     figure(runs, path.with_suffix(".png"))
 
@@ -271,6 +290,13 @@ def main(argv: list[str] | None = None) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     by_name = {(folder.name, row["name"]): (folder, row) for folder, rows in sweeps.items()
                for row in rows}
+    for run in done:  # records written before runs were grouped by setting
+        if "setting" not in run and (run["folder"], run["run"]) in by_name:
+            run["setting"] = setting(by_name[run["folder"], run["run"]][1])
+    lacking = sorted({r["folder"] for r in done if "setting" not in r})
+    if lacking:
+        parser.error(f"{args.out} holds runs recorded before runs were grouped by setting: give their "
+                     f"sweep folders ({', '.join(lacking)}) too, once, to bring it up to date")
     older = [r for r in done if set(r["final_layer_alone"]) != set(ALONE_STYLES)
              and (r["folder"], r["run"]) in by_name]
     try:

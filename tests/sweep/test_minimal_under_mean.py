@@ -50,7 +50,8 @@ def _einsum_forward(model, X, first_scores=None):
     return h[:, cfg.readout_rows] @ model.unembed.W_U.detach().double()
 
 
-def test_final_layer_alone_matches_an_einsum_forward_and_the_script_resumes(swept, tmp_path, monkeypatch):
+def test_final_layer_alone_matches_an_einsum_forward_and_the_script_resumes(swept, tmp_path, monkeypatch,
+                                                                            capsys):
     script = analyses_script(monkeypatch, "minimal_under_mean")
     out = tmp_path / "mum.json"
     script.main([str(swept), "--prefix", "", "--out", str(out)])
@@ -81,12 +82,23 @@ def test_final_layer_alone_matches_an_einsum_forward_and_the_script_resumes(swep
         minimal = run["mean"]["minimal"]
         assert minimal["size"] <= minimal["candidates"] and len(minimal["cells"]) == minimal["size"]
     assert sum(r["runs"] for r in result["summary"]) == 2
-    assert "| disentangled, 1 head | 3 | 2 |" in out.with_suffix(".md").read_text()
+    config = Run.load(swept / "seed0").model.cfg
+    scratch = any(s.kind == "S" for s in config.layout.segments)
+    where = f"{config.attention_dir} scratch" if scratch else config.attention_dir
+    assert {r["setting"] for r in result["runs"]} == {where}
+    table = out.with_suffix(".md").read_text()
+    assert f"Solved {where} runs" in table and f"| {where} | disentangled, 1 head | 3 | 2 |" in table
     monkeypatch.setattr(script, "examine", lambda *a: pytest.fail("a run in OUT was redone"))
     older = json.loads(out.read_text())
-    for run in older["runs"]:  # as written before the resample style was measured
-        del run["final_layer_alone"]["resample"]
+    for run in older["runs"]:  # as written before the resample style was measured, and the setting
+        del run["final_layer_alone"]["resample"], run["setting"]
     out.write_text(json.dumps(older))
+    other = tmp_path / "other"  # a sweep folder without these runs: their setting is unknown
+    other.mkdir()
+    (other / "sweep.jsonl").write_text("")
+    with pytest.raises(SystemExit):
+        script.main([str(other), "--prefix", "", "--out", str(out)])
+    assert f"give their sweep folders ({swept.name}) too" in capsys.readouterr().err
     script.main([str(swept), "--prefix", "", "--out", str(out)])
     assert json.loads(out.read_text())["runs"] == result["runs"]  # brought up to date, not redone
 
