@@ -100,8 +100,8 @@ discovery: $(STAMP)
 # the grid analyses/grids/census_standard.toml (224 runs, attention-only, d_model 64; its dry run
 # says about 12 CPU hours), then assets/census_standard.{md,json,png}; then the first 8 unsolved
 # one-head causal scratch runs at d = 10 trained on to 5,000 steps in copies of their own
-# (assets/standard_scratch_long.json); then the solved causal scratch runs' minimal circuits under
-# mean ablation, beside 4 disentangled census runs per d (assets/minimal_under_mean.json).
+# (assets/standard_scratch_long.json); then the solved runs' minimal circuits under mean ablation,
+# both settings, beside 4 disentangled census runs per setting and d (assets/minimal_under_mean.json).
 # Resumable like `make census`.
 census-standard: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/census_standard.toml --out runs/census_standard
@@ -109,10 +109,8 @@ census-standard: $(STAMP)
 	$(PY) analyses/continue_unsolved.py runs/census_standard runs/standard_scratch_long \
 		--prefix scratch_d10_n_heads1_ --steps 5000 --limit 8
 	cp runs/standard_scratch_long/continued.json assets/standard_scratch_long.json
-	$(PY) analyses/minimal_under_mean.py runs/census_standard --prefix scratch_d \
-		--out assets/minimal_under_mean.json
-	$(PY) analyses/minimal_under_mean.py runs/census --prefix scratch_d --per-group 4 \
-		--out assets/minimal_under_mean.json
+	$(PY) analyses/minimal_under_mean.py runs/census_standard --out assets/minimal_under_mean.json
+	$(PY) analyses/minimal_under_mean.py runs/census --per-group 4 --out assets/minimal_under_mean.json
 
 # Beyond the note: standard transformers (docs/standard.md). Causal standard models against the
 # exact floors, d_model 32/64/128, with and without LayerNorm and MLPs, 8 seeds each (64 runs); the

@@ -13,17 +13,15 @@ variant and heads per layer, in grid order, this runs on the sweep's own evaluat
 - the final layer alone: every cell of the final layer kept, every earlier layer's scores at their
   mean (an attention that no longer depends on the input), at zero, or resampled (each sample's
   taken on another input): whether the model needs its earlier layers' input-dependent attention
-  at all.
+  at all. A first layer that attends by position alone (``two_block``'s, ``appendix_b``'s) is its
+  own mean: its final layer alone at the mean is the whole model.
 
 Writes OUT (JSON): per run, the zero-ablation name and minimal circuit from its sweep record
-beside these, and a summary per model and d, also as markdown (``.md``) and the final layer alone
-per run as a figure (``.png``) beside it. Resumable:
-runs already in OUT are not redone.
+beside these, and a summary per setting, model and d, also as markdown (``.md``) and the final layer alone
+per run as a figure (``.png``) beside it. Resumable: runs already in OUT are not redone.
 
-    python analyses/minimal_under_mean.py runs/census_standard runs/census \\
-        --prefix scratch_d --per-group 4 --out assets/minimal_under_mean.json
-
-The summary and the figure group runs by setting (bidirectional, causal scratch), model and d.
+    python analyses/minimal_under_mean.py runs/census_standard --out assets/minimal_under_mean.json
+    python analyses/minimal_under_mean.py runs/census --per-group 4 --out assets/minimal_under_mean.json
 """
 
 from __future__ import annotations
@@ -216,8 +214,8 @@ exact >= {rows:.0%} and loss recovered >= {recovered:.0%}, as the rule's test.
 
 def figure(runs: list[dict], path: Path) -> None:
     """Per run, the final layer alone's rows exact with the earlier layers' scores at their mean
-    (filled), resampled (crosses) and at zero (hollow), a column per model and d, the rule's rows
-    threshold drawn."""
+    (filled), resampled (crosses) and at zero (hollow): a panel per setting, a column per model and
+    d, the rule's rows threshold drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -225,32 +223,41 @@ def figure(runs: list[dict], path: Path) -> None:
 
     from invperm_interp.analysis.verdict import RULE
 
-    groups = sorted({group_of(r) for r in runs})
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.8 * len(groups) + 1.6), 3.6))
-    for x, group in enumerate(groups):
-        members = [r for r in runs if group_of(r) == group]
-        spread = [(i - (len(members) - 1) / 2) * min(0.5 / max(len(members), 1), 0.04)
-                  for i in range(len(members))]
-        for style, face, marker, label in (
-                ("mean", "#1f77b4", "o", "earlier layers' scores at their mean"),
-                ("resample", "#d62728", "x", "resampled"),
-                ("zero", "none", "o", "at zero")):
-            ax.scatter([x + s for s in spread],
-                       [r["final_layer_alone"][style]["rows_exact"] for r in members], s=16,
-                       marker=marker, linewidths=0.8, label=label if x == 0 else None,
-                       **({"c": face} if marker == "x" else {"facecolors": face,
-                                                             "edgecolors": "#1f77b4"}))
-    ax.axhline(RULE.rows, color="#888888", lw=0.8, ls="--", label=f"rule: rows exact ≥ {RULE.rows:.0%}")
-    ax.set_xticks(range(len(groups)))
-    several = len({where for where, _, _ in groups}) > 1
-    ax.set_xticklabels([(f"{where}\n" if several else "") + f"{label.replace(', ', chr(10))}\nd = {d}"
-                        for where, label, d in groups], fontsize=7)
-    ax.set_ylabel("rows exact, final layer alone")
-    ax.set_ylim(-0.02, 1.05)
-    ax.set_title("The final layer alone, earlier layers' scores at their mean, resampled or at zero",
-                 fontsize=9)
-    ax.legend(fontsize=7, loc="center right", frameon=False)
-    fig.tight_layout()
+    settings = sorted({r["setting"] for r in runs})
+    panels = [sorted({group_of(r) for r in runs if r["setting"] == where}) for where in settings]
+    width = max(5.0, 0.75 * max(len(p) for p in panels) + 1.4)
+    fig, axes = plt.subplots(len(settings), 1, figsize=(width, 0.6 + 2.7 * len(settings)),
+                             squeeze=False)
+    for ax, where, groups in zip(axes[:, 0], settings, panels):
+        for x, group in enumerate(groups):
+            members = [r for r in runs if group_of(r) == group]
+            spread = [(i - (len(members) - 1) / 2) * min(0.5 / max(len(members), 1), 0.04)
+                      for i in range(len(members))]
+            for style, face, marker, label in (
+                    ("mean", "#1f77b4", "o", "earlier layers' scores at their mean"),
+                    ("resample", "#d62728", "x", "resampled"),
+                    ("zero", "none", "o", "at zero")):
+                ax.scatter([x + s for s in spread],
+                           [r["final_layer_alone"][style]["rows_exact"] for r in members], s=16,
+                           marker=marker, linewidths=0.8, label=label if x == 0 else None,
+                           **({"c": face} if marker == "x" else {"facecolors": face,
+                                                                 "edgecolors": "#1f77b4"}))
+        ax.axhline(RULE.rows, color="#888888", lw=0.8, ls="--",
+                   label=f"rule: rows exact ≥ {RULE.rows:.0%}")
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([f"{label.replace(', ', chr(10))}\nd = {d}" for _, label, d in groups],
+                           fontsize=7)
+        ax.set_xlim(-0.6, len(groups) - 0.4)
+        ax.set_ylabel("rows exact, final layer alone", fontsize=8)
+        ax.set_ylim(-0.02, 1.05)
+        ax.set_title(f"{where} runs", fontsize=8, loc="left")
+    height = fig.get_figheight()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.suptitle("The final layer alone, earlier layers' scores at their mean, resampled or at zero",
+                 fontsize=9, x=0.01, y=1 - 0.05 / height, ha="left", va="top")
+    fig.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(0.01, 1 - 0.25 / height),
+               ncol=4, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / height))
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
@@ -270,7 +277,7 @@ def write(path: Path, runs: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="sweep folders (with sweep.jsonl)")
-    parser.add_argument("--prefix", default="scratch_", help="run names to read (default scratch_)")
+    parser.add_argument("--prefix", default="", help="only the runs whose names start so (default: all)")
     parser.add_argument("--per-group", type=int, default=1000,
                         help="at most this many solved runs per variant and heads per layer")
     parser.add_argument("--out", type=Path, required=True, help="the JSON file written")

@@ -427,6 +427,42 @@ def test_the_readmes_times_are_the_fresh_clone_record():
             f"{minutes(steps['make demo'])}") in text("README.md")
 
 
+def test_the_final_layer_alone_on_bidirectional_runs_is_its_asset():
+    """docs/standard.md's and the README's reading of the bidirectional runs of
+    assets/minimal_under_mean.json: the final layer alone at the mean, by the rule's name."""
+    runs = [r for r in load("minimal_under_mean.json")["runs"] if r["setting"] == "bidirectional"]
+    standard = [r for r in runs if r["architecture"] == "standard"]
+    census = [r for r in runs if r["architecture"] == "disentangled"]
+    page = text("docs/standard.md")
+
+    def alone(rows, style="mean"):
+        return sum(r["final_layer_alone"][style]["faithful"] for r in rows)
+
+    def named(name):  # placements pooled: "two_block @ L1h1→L2h0" is two_block
+        return [r for r in standard if r["zero"]["name"].split(" @")[0] == name]
+
+    unnamed = named("none") + named("borderline")
+    assert (f"is faithful in {alone(standard)} of {len(standard)} standard runs (resampled "
+            f"{alone(standard, 'resample')}, at zero {alone(standard, 'zero')}) and in {alone(census)} of "
+            f"{len(census)} disentangled") in page
+    two_block, appendix_b, theorem2 = named("two_block"), named("appendix_b"), named("theorem2")
+    assert (f"it is faithful in {alone(two_block)} of {len(two_block)} standard `two_block` runs and "
+            f"{alone(appendix_b)} of {len(appendix_b)} `appendix_b` runs") in page
+    assert f"in {alone(theorem2)} of {len(theorem2)} `theorem2` runs" in page
+    assert f"and in {alone(unnamed)} of the {len(unnamed)} named none or borderline" in page
+    found = [r["mean"]["minimal"] for r in standard if r["mean"]["minimal"]["faithful"]]
+    sizes = [m["size"] for m in found]
+    rescued = sum(r["mean"]["minimal"]["faithful"] for r in unnamed)
+    assert (f"circuit in {len(found)} of the {len(standard)} standard runs ({min(sizes)} to {max(sizes)} "
+            f"cells, {sum(m['optimal'] for m in found)} proved smallest), {rescued} of the "
+            f"{len(unnamed)} unnamed") in page
+    single = sum(r["mean"]["minimal"]["faithful"] and r["mean"]["minimal"]["size"] == 1
+                 and r["mean"]["minimal"]["cells"][0][0] == 1 for r in census)
+    assert f"in {single} of the {len(census)} disentangled runs a single second-layer cell" in page
+    assert (f"the same test passes in {alone(two_block)} of {len(two_block)} `two_block` runs and "
+            f"{alone(theorem2)} of {len(theorem2)} `theorem2` ones") in " ".join(text("README.md").split())
+
+
 def test_the_standard_scratch_circuits_under_mean_ablation_are_their_asset():
     """docs/standard.md's reading of assets/minimal_under_mean.json (analyses/minimal_under_mean.py)."""
     runs = [r for r in load("minimal_under_mean.json")["runs"] if r["setting"] == "causal scratch"]
