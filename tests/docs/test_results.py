@@ -449,6 +449,14 @@ def test_the_final_layer_alone_on_bidirectional_runs_is_its_asset():
     assert (f"it is faithful in {alone(two_block)} of {len(two_block)} standard `two_block` runs and "
             f"{alone(appendix_b)} of {len(appendix_b)} `appendix_b` runs") in page
     assert f"in {alone(theorem2)} of {len(theorem2)} `theorem2` runs" in page
+
+    def rows(group):
+        return [r["final_layer_alone"]["mean"]["rows_exact"] for r in group]
+
+    assert (f"rows exact {min(rows(two_block)):.1%} to {max(rows(two_block)):.0%} in the `two_block` "
+            f"runs, {min(rows(appendix_b)):.0%} in the `appendix_b` ones, {min(rows(theorem2)):.0%} to "
+            f"{max(rows(theorem2)):.0%} in the `theorem2` ones") in page
+    assert min(rows(appendix_b)) == max(rows(appendix_b))
     assert f"and in {alone(unnamed)} of the {len(unnamed)} named none or borderline" in page
     found = [r["mean"]["minimal"] for r in standard if r["mean"]["minimal"]["faithful"]]
     sizes = [m["size"] for m in found]
@@ -519,8 +527,12 @@ def test_the_standard_census_progress_and_two_head_scratch_numbers_are_its_asset
     page = text("docs/standard.md")
     standard = [r for r in census["runs"] if r["architecture"].startswith("standard")]
     trained = sum(r["finished"] for r in standard)
-    assert f"So far {trained} of its {len(standard)} runs have trained" in page
-    assert f"The census's first {trained} runs beside" in text("README.md")
+    if trained < len(standard):
+        assert f"So far {trained} of its {len(standard)} runs have trained" in page
+        assert f"The census's first {trained} runs beside" in text("README.md")
+    else:
+        assert f"All {trained} of its runs have trained" in page
+        assert f"The census's {trained} runs beside" in text("README.md")
     rows = {(s["model"], s["d"], s["architecture"]): s for s in census["summary"]}
     two, one = rows["scratch", 10, "standard, 2 heads"], rows["scratch", 10, "standard, 1 head"]
     assert (f"Two-head scratch runs at d = 10 solved in {two['solved'].rstrip(')')}; one head: "
