@@ -508,16 +508,35 @@ def test_the_standard_scratch_circuits_under_mean_ablation_are_their_asset():
     assert f"one cell of the second layer ({len(single)} of {len(one)})" in page
     from invperm_interp.analysis.minimal import MAX_EXACT_CELLS
 
-    two = [r for r in runs if r["architecture"] == "standard" and r["heads"][0] == 2 and r["d"] == 10]
+    two = [r for r in runs if r["architecture"] == "standard" and r["heads"][0] == 2]
     found = [r["mean"]["minimal"] for r in two]
-    sizes, candidates = [m["size"] for m in found], [m["candidates"] for m in found]
-    assert all(m["faithful"] and not m["optimal"] for m in found)
-    assert (f"the {len(two)} solved two-head runs at d = 10 each have a faithful circuit of {min(sizes)} "
-            f"to {max(sizes)} cells under mean ablation, not proved smallest ({min(candidates)} to "
-            f"{max(candidates)} candidate cells, past the exact search's {MAX_EXACT_CELLS}), and their "
-            "final layer alone "
-            f"at its mean is faithful in {sum(r['final_layer_alone']['mean']['faithful'] for r in two)} "
-            f"of {len(two)}") in page
+
+    def lookup(cells, label="-I", heads=1):  # second-layer cells reading the first layer's x blocks
+        return len({c[1] for c in cells}) <= heads and all(
+            c[0] == 1 and c[2] == "pos.S" and c[3] in ("L1h0.x", "L1h1.x") and c[4] == label for c in cells)
+
+    only = [lookup(m["cells"]) for m in found]
+    with_first = [any(c[0] == 0 for c in m["cells"]) for m in found]
+    at_6 = [w for w, r in zip(with_first, two) if r["d"] == 6]
+    plus = [r for r, m in zip(two, found) if lookup(m["cells"], "I", heads=2)]
+    assert all(m["faithful"] for m in found)
+    assert [r["zero"]["name"].split(" @")[0] for r in plus] == ["theorem3_two_block_mass"]
+    more = len(two) - sum(only) - sum(with_first) - len(plus)
+    assert (f"With two heads per layer ({len(two)} solved runs) the circuit under mean ablation is the same "
+            f"lookup on one second-layer head") in page
+    assert (f"in {sum(only)} of the {len(two)}, with more second-layer cells in {more} and the `+I` cells in "
+            f"the run named `theorem3_two_block_mass`; in {sum(with_first)} ({sum(at_6)} of the "
+            f"{len(at_6)} at d = 6) a first-layer cell `-1 at (pos.Y, x)` joins") in page
+    assert all(any(c[:4] == [0, c[1], "pos.Y", "x"] and c[4] == "-1" for c in m["cells"])
+               for m, w in zip(found, with_first) if w)
+    unproved = sorted(m["candidates"] for m in found if not m["optimal"])
+    beyond = [c for c in unproved if c > MAX_EXACT_CELLS]
+    (within,) = [c for c in unproved if c <= MAX_EXACT_CELLS]
+    assert (f"Every one is faithful and {len(found) - len(unproved)} are proved smallest ({len(beyond)} of "
+            f"the other {len(unproved)} have {min(beyond)} to {max(beyond)} candidate cells, past the exact "
+            f"search's {MAX_EXACT_CELLS}; the ninth's {within} cells make more sets than its budget); the "
+            "final layer alone at its mean is faithful in "
+            f"{sum(r['final_layer_alone']['mean']['faithful'] for r in two)} of the {len(two)}") in page
 
 
 def test_the_standard_census_progress_and_two_head_scratch_numbers_are_its_asset():
@@ -534,10 +553,35 @@ def test_the_standard_census_progress_and_two_head_scratch_numbers_are_its_asset
         assert f"All {trained} of its runs have trained" in page
         assert f"The census's {trained} runs beside" in text("README.md")
     rows = {(s["model"], s["d"], s["architecture"]): s for s in census["summary"]}
-    two, one = rows["scratch", 10, "standard, 2 heads"], rows["scratch", 10, "standard, 1 head"]
-    assert (f"Two-head scratch runs at d = 10 solved in {two['solved'].rstrip(')')}; one head: "
-            f"{one['solved'].replace(' (', ', ', 1).rstrip(')')})") in page
-    assert two["none"].startswith(two["solved"].split(" of ")[0] + " of ")  # all named none
+    two = {d: rows["scratch", d, "standard, 2 heads"] for d in (6, 8, 10, 12)}
+    one = {d: rows["scratch", d, "standard, 1 head"] for d in (6, 8, 10, 12)}
+
+    def solved(row, interval=False):  # "9 of 32 (16%–45%)" → "9 of 32", or as it stands
+        return row["solved"] if interval else row["solved"].split(" (")[0]
+
+    def count(text):
+        return int(text.split(" of ")[0])
+
+    n = sum(count(r["solved"]) for r in two.values())
+    assert (f"Two-head causal scratch runs solved in {n} of {sum(r['trained'] for r in two.values())} "
+            f"(d = 6: {solved(two[6])}, d = 8: {solved(two[8])}, d = 10: {solved(two[10])}, "
+            f"d = 12: {solved(two[12])})") in page
+    assert (f"Two-head against one-head scratch runs solved: {solved(two[6])} against {solved(one[6])} at "
+            f"d = 6, {solved(two[8])} against {solved(one[8])} at d = 8, {solved(two[10], True)} against "
+            f"{solved(one[10], True)} at d = 10, {solved(two[12])} against {solved(one[12])} at "
+            "d = 12") in page
+    runs = [r for r in census["runs"] if r["architecture"] == "standard, 2 heads" and r["kind"] == "scratch"
+            and r["solved"]]
+    nones = [r for r in runs if r["mechanism"] == "none"]
+    named = [r for r in runs if r["mechanism"] != "none"]
+    outside = [r["minimal_size"] for r in nones if r["minimal_faithful"]]
+    renamed = [r for r in nones if r["name_mean"] not in ("none", "borderline")]
+    assert all("complement" in r["name_mean"] for r in renamed)
+    assert (f"under zero ablation the rule names {len(named)} of the {n} "
+            f"(`{named[0]['mechanism'].split(' @')[0]}`, at d = {named[0]['d']}) and none the other "
+            f"{len(nones)}, of which {len(nones) - len(outside)} have no faithful circuit among their "
+            f"candidate cells (the other one of {outside[0]} cells outside the registry); under mean "
+            f"ablation {len(renamed)} of the {len(nones)} are named") in page
     heads = [(rank == r["d_head"]) for r in standard if r.get("ov_numerical_rank")
              for layer in r["ov_numerical_rank"] for rank in layer]
     assert f"{sum(heads)} of the {len(heads)} trained heads' `W_OV` have full rank `d_head`" in page
