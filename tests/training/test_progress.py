@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from types import SimpleNamespace
 
 from invperm_interp.sweep import engine
@@ -22,6 +23,16 @@ def test_a_terminal_is_interactive_and_a_file_or_pipe_is_not(tmp_path):
     closed = io.StringIO()
     closed.close()
     assert not progress.interactive(closed)
+
+
+def test_any_stream_of_a_notebook_kernel_is_interactive(monkeypatch):
+    # a notebook redraws text on "\r" (and tqdm.auto draws a widget there): no minute-long waits
+    for config, expected in (({"IPKernelApp": {}}, True), ({"TerminalIPythonApp": {}}, False)):
+        shell = SimpleNamespace(config=config)
+        monkeypatch.setitem(sys.modules, "IPython", SimpleNamespace(get_ipython=lambda s=shell: s))
+        assert progress.interactive(io.StringIO()) is expected
+    monkeypatch.setitem(sys.modules, "IPython", SimpleNamespace(get_ipython=lambda: None))
+    assert not progress.interactive(io.StringIO())  # IPython imported, no shell running
 
 
 def test_a_bar_redraws_often_on_a_terminal_and_once_a_minute_in_a_file():

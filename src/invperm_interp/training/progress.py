@@ -3,7 +3,8 @@
 A terminal (or a notebook) redraws a bar in place, so it can redraw often. A log file cannot: every
 redraw is appended, and a sweep polling its workers five times a second wrote about 1.4 MB an hour
 of one carriage-return "line" into ``nohup invperm sweep … > log`` or a Slurm job's output. Written
-to anything but a terminal or a notebook, a bar redraws at most once a minute (and when it closes).
+to anything but a terminal or a notebook kernel, a bar redraws at most once a minute (and when it
+closes).
 """
 
 from __future__ import annotations
@@ -18,15 +19,21 @@ LOG_S = 60.0
 
 def interactive(stream: IO | None = None) -> bool:
     """Whether a bar written to ``stream`` (default ``sys.stderr``, tqdm's) redraws in place: a
-    terminal, or any stream inside a notebook (where ``tqdm.auto`` draws a widget)."""
-    from tqdm.autonotebook import tqdm as auto  # the notebook's bar inside a notebook kernel
-    from tqdm.std import tqdm as plain
-
+    terminal, or any stream inside a notebook (a widget, or text a notebook redraws on ``\\r``)."""
     stream = sys.stderr if stream is None else stream
     isatty = getattr(stream, "isatty", None)
     try:
-        return auto is not plain or bool(isatty and isatty())
+        return in_notebook() or bool(isatty and isatty())
     except ValueError:  # a closed stream
+        return False
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (tqdm's own test, ``tqdm.autonotebook``)."""
+    ipython = sys.modules.get("IPython")
+    try:
+        return ipython is not None and "IPKernelApp" in ipython.get_ipython().config
+    except Exception:  # IPython imported but no shell running
         return False
 
 
