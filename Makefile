@@ -101,8 +101,9 @@ discovery: $(STAMP)
 # says about 12 CPU hours), then assets/census_standard.{md,json,png}; then the first 8 unsolved
 # one-head causal scratch runs at d = 10 trained on to 5,000 steps in copies of their own
 # (assets/standard_scratch_long.json); then the solved runs' minimal circuits under mean ablation,
-# both settings, beside 4 disentangled census runs per setting and d (assets/minimal_under_mean.json).
-# Resumable like `make census`.
+# both settings, beside 4 disentangled census runs per setting and d (assets/minimal_under_mean.json);
+# then seeds 0-7 of the one-head causal scratch runs at d = 10 again at lr 3e-3 (its sweep record:
+# assets/standard_scratch_lr.jsonl). Resumable like `make census`.
 census-standard: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/census_standard.toml --out runs/census_standard
 	$(PY) analyses/census_standard_report.py runs/census_standard --update-assets
@@ -111,6 +112,8 @@ census-standard: $(STAMP)
 	cp runs/standard_scratch_long/continued.json assets/standard_scratch_long.json
 	$(PY) analyses/minimal_under_mean.py runs/census_standard --out assets/minimal_under_mean.json
 	$(PY) analyses/minimal_under_mean.py runs/census --per-group 4 --out assets/minimal_under_mean.json
+	$(VENV)/bin/invperm sweep analyses/grids/standard_scratch_lr.toml --out runs/standard_scratch_lr
+	cp runs/standard_scratch_lr/sweep.jsonl assets/standard_scratch_lr.jsonl
 
 # Beyond the note: standard transformers (docs/standard.md). Causal standard models against the
 # exact floors, d_model 32/64/128, with and without LayerNorm and MLPs, 8 seeds each (64 runs); the

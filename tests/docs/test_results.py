@@ -4,7 +4,7 @@ assets/ (tests/docs/claims.py) and found, in its sentence, on the page."""
 import re
 
 import pytest
-from claims import census, discovery, dynamics, dynamics_fine, fill, guarded, load
+from claims import census, discovery, dynamics, dynamics_fine, fill, guarded, load, wilson
 from claims import page_text as text
 from helpers import REPO
 
@@ -412,6 +412,28 @@ def test_the_standard_scratch_continuation_is_its_asset():
             f"{max(mses):.2f}.") in text("docs/standard.md")
     assert (f"{long['solved']} of {len(runs)} unsolved runs at d = 10 solved by step "
             f"{long['steps']:,}.") in text("README.md")
+
+
+def test_the_scratch_learning_rate_probe_is_its_record():
+    """docs/standard.md's and the README's reading of assets/standard_scratch_lr.jsonl (the sweep record
+    of analyses/grids/standard_scratch_lr.toml) beside the census's runs of the same seeds."""
+    import json
+
+    record = (REPO / "assets" / "standard_scratch_lr.jsonl").read_text()
+    rows = [json.loads(line) for line in record.splitlines()]
+    seeds = sorted(int(r["name"].rsplit("seed", 1)[1]) for r in rows)
+    assert seeds == list(range(8)) and all(r["train"]["lr"] == 3e-3 for r in rows)
+    assert all(r["model"]["arch"] == "standard" and r["model"]["n_heads"] == 1 for r in rows)
+    steps = sorted(r["steps_to_solve"] for r in rows if r["steps_to_solve"] is not None)
+    census = {r["seed"]: r for r in load("census_standard.json")["runs"]
+              if r["kind"] == "scratch" and r["d"] == 10 and r["architecture"] == "standard, 1 head"}
+    before = sum(census[s]["solved"] for s in seeds)
+    page = text("docs/standard.md")
+    assert (f"at lr 3e-3 instead of 1e-2, the same seeds 0 to 7 solved in {len(steps)} of 8 "
+            f"({wilson(len(steps), 8)}), at steps {steps[0]:,} to {steps[-1]:,}, against {before} of the "
+            f"same 8 at lr 1e-2") in page
+    assert (f"at lr 3e-3 instead of 1e-2 the same 8 seeds at d = 10 solved {len(steps)} of 8 "
+            f"(lr 1e-2: {before} of 8;") in text("README.md")
 
 
 def test_the_readmes_times_are_the_fresh_clone_record():
