@@ -432,6 +432,19 @@ def test_the_scratch_learning_rate_probe_is_its_record():
     assert (f"at lr 3e-3 instead of 1e-2, the same seeds 0 to 7 solved in {len(steps)} of 8 "
             f"({wilson(len(steps), 8)}), at steps {steps[0]:,} to {steps[-1]:,}, against {before} of the "
             f"same 8 at lr 1e-2") in page
+    from invperm_interp.analysis.sweep_record import SweepRecord
+
+    records = [SweepRecord.from_dict(r["analysis"]) for r in rows]
+    minimal = [rec.mechanism.minimal for rec in records]
+    named = {style: [n for rec in records if (n := str(rec.under[style])) not in ("none", "borderline")]
+             for style in ("mean", "resample")}
+    assert all(str(rec.answer) == "none" for rec in records) and not any(m.faithful for m in minimal)
+    assert all("complement" in n for n in named["mean"])
+    candidates = [m.candidates for m in minimal]
+    assert (f"all {len(rows)} are none under zero ablation, with no faithful circuit among their "
+            f"{min(candidates)} to {max(candidates)} candidate cells, and under mean ablation "
+            f"{len(named['mean'])} of the {len(rows)} are named, each a complement form or a tie that "
+            f"holds one (under resample ablation {len(named['resample'])})") in page
     assert (f"at lr 3e-3 instead of 1e-2 the same 8 seeds at d = 10 solved {len(steps)} of 8 "
             f"(lr 1e-2: {before} of 8;") in text("README.md")
 
