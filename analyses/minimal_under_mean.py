@@ -262,16 +262,19 @@ def figure(runs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def write(path: Path, runs: list[dict]) -> None:
+def write(path: Path, runs: list[dict]) -> str:
     """OUT (JSON: the summary and every run), its summary as markdown beside it (``.md``) and the
-    final layer alone per run as a figure (``.png``)."""
-    path.write_text(json.dumps({"summary": summary(runs), "runs": runs}, indent=1) + "\n")
+    final layer alone per run as a figure (``.png``); returns the summary's markdown table."""
     from invperm_interp.analysis.verdict import RULE
 
+    rows = summary(runs)
+    path.write_text(json.dumps({"summary": rows, "runs": runs}, indent=1) + "\n")
     settings = " and ".join(sorted({r["setting"] for r in runs}))
-    heading = HEADING.format(settings=settings, rows=RULE.rows, recovered=RULE.recovered)
-    path.with_suffix(".md").write_text(heading + markdown(summary(runs)))
+    table = markdown(rows)
+    path.with_suffix(".md").write_text(HEADING.format(settings=settings, rows=RULE.rows,
+                                                      recovered=RULE.recovered) + table)
     figure(runs, path.with_suffix(".png"))
+    return table
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -318,8 +321,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"minimal_under_mean: stopped; {len(done)} runs kept in {args.out}: rerun the same "
               "command to resume", file=sys.stderr)
         sys.exit(130)
-    write(args.out, done)
-    print(markdown(summary(done)), end="")
+    print(write(args.out, done), end="")
     print(f"{len(done)} runs in {args.out}")
 
 
