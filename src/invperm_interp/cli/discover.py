@@ -57,7 +57,7 @@ def _cmd_discover(args: argparse.Namespace) -> None:
               f"{args.n} samples (seed {args.seed}) is reused")
     found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs, known=known,
                      progress=lambda items: progress_bar(items, desc="discover", unit="run",
-                                                 disable=args.quiet))
+                                                         disable=args.quiet))
     print(table(found))
     for p in found.proposals:
         print(f"\n# {p.name}: {len(p.runs)} runs; "
