@@ -155,9 +155,9 @@ class Faithfulness:
                 "read": None if self.read is None else list(self.read), "betas": list(self.betas),
                 "template_betas": list(self.template_betas),
                 "weight_share": self.weight_share, "baseline": self.baseline,
-                "model": vars(self.model), "circuit": vars(self.circuit),
-                "without": None if self.without is None else vars(self.without),
-                "minimality": [vars(s) for s in self.minimality]}
+                "model": self.model.to_dict(), "circuit": self.circuit.to_dict(),
+                "without": None if self.without is None else self.without.to_dict(),
+                "minimality": [s.to_dict() for s in self.minimality]}
 
     @classmethod
     def from_dict(cls, data: dict) -> Faithfulness:

@@ -94,7 +94,7 @@ class MinimalCircuit:
 
     def to_dict(self) -> dict:
         return {"cells": [list(c) for c in self.cells], "read": list(self.read),
-                "faithful": self.faithful, "score": vars(self.score),
+                "faithful": self.faithful, "score": self.score.to_dict(),
                 "weight_share": self.weight_share, "size": self.size, "optimal": self.optimal,
                 "evaluations": self.evaluations, "candidates": self.candidates}
 

@@ -117,7 +117,7 @@ class ModelAnalysis:
             "n_samples": self.n_samples, "mse": self.mse, "rows_exact": self.rows_exact,
             "causal_floor": self.causal_floor, "mechanism": self.mechanism.to_dict(),
             "circuit": self.circuit.to_dict(), "cells": [c.to_dict() for c in self.cells],
-            "closest": [vars(m) for m in self.closest],
+            "closest": [dict(vars(m)) for m in self.closest],
             "ablations": [a.to_dict() for a in self.ablations],
             "gauge_check": self.gauge_check, "lemma1": self.lemma1.to_dict(),
             "accuracy": self.accuracy,

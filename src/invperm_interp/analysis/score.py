@@ -26,6 +26,10 @@ class Score:
     recovered_se: float | None = None
     n: int = 0
 
+    def to_dict(self) -> dict:
+        """A new dict of the fields (``vars`` would hand out the frozen record's own)."""
+        return dict(vars(self))
+
 
 def score(out: Tensor, batch: Batch, baseline: float, model_mse: float,
           model_errors: Tensor | None = None) -> Score:

@@ -133,7 +133,7 @@ class CellPatch:
         return self.layer, self.head, self.query, self.key
 
     def to_dict(self) -> dict:
-        return {"cell": list(self.cell), "norm": self.norm, "score": vars(self.score)}
+        return {"cell": list(self.cell), "norm": self.norm, "score": self.score.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class PathPatching:
         return (patch.score.loss_recovered or 0.0) - (self.base.loss_recovered or 0.0)
 
     def to_dict(self) -> dict:
-        return {"hypothesis": self.hypothesis, "style": self.style, "base": vars(self.base),
+        return {"hypothesis": self.hypothesis, "style": self.style, "base": self.base.to_dict(),
                 "cells": [{**c.to_dict(), "gain": self.gain(c)} for c in self.cells]}
 
 

@@ -60,7 +60,7 @@ class StepAnalysis:
 
     def to_dict(self) -> dict:
         return {"step": self.step, "mse": self.mse, "rows_exact": self.rows_exact,
-                "mechanism": self.mechanism, "circuit": vars(self.circuit),
+                "mechanism": self.mechanism, "circuit": self.circuit.to_dict(),
                 "faithful": self.faithful, "betas": list(self.betas), "effects": list(self.effects)}
 
     @classmethod
