@@ -329,8 +329,11 @@ def analysis_estimate(cfg: ModelConfig, n: int, *, circuits: int = CIRCUITS_HELD
     (:func:`gauge_factor_bytes`) and the largest of its phases, each transient with its allocator
     slack (``SLACK``), plus ``kept`` bytes of fits the tester keeps for the whole analysis.
 
-    - Forwards on the whole batch, one at a time (the clean run, each ablation) or two together
-      (the gauge check's two weights, when a chunk of ``model.variants`` holds both).
+    - Forwards on the whole batch: one hooked forward's activations (:func:`forward_bytes`). The
+      analysis runs ``model.variants``' forwards, which form the last layer on the read-out rows
+      only; two of them together (the gauge check's two weights, when one chunk holds both) fit
+      in it (3 layers of 2 heads at d = 4 on 256 samples at initialisation: 13.5 MB measured
+      against 20.9 MB estimated, ``benchmarks/memory_estimate.py``).
     - Circuit tests and searches: the weights of ``circuits`` variants built before they run
       (:func:`circuit_weights_bytes`) and their outputs, and beside them either the largest fit
       (``fits`` bytes, made while the variants are built) or, with ``dense``, one chunk of them
@@ -342,7 +345,7 @@ def analysis_estimate(cfg: ModelConfig, n: int, *, circuits: int = CIRCUITS_HELD
     ``circuits``, ``fits``, ``kept``, ``dense`` and ``compared`` from the model (the defaults: a
     searched model, without its fits); ``gauge=False`` leaves out gauge factors already made.
     ``ANALYSIS_OVERHEAD`` is added for what does not scale with the model."""
-    forwards = forward_bytes(cfg, n * min(2, chunk_variants(cfg, n)))
+    forwards = forward_bytes(cfg, n)
     chunk = variant_bytes(cfg, n, max(circuits, 1)) if dense else 0
     transient = max(chunk, fits)  # named for the larger: the variants running, or a fit
     weights = circuit_weights_bytes(cfg, circuits)

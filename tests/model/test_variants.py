@@ -109,3 +109,54 @@ def test_model_run_gives_the_read_out_stream_with_unread_columns_zero_and_every_
     for p, q in zip(patterns, ref_patterns):
         torch.testing.assert_close(p, q, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(model_patterns(model, X)[0], out, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["bidirectional-3x2", "causal-scratch"])
+def test_variants_sharing_a_first_layer_run_from_one_and_match_the_model(cfg):
+    """Variants whose first layer is equal (a circuit and the circuit less a later cell) have
+    that layer formed once: within a chunk, and across chunks of one variant each
+    (``max_elements=1``, as at a large batch). Each output is the hooked model's, and the same
+    as the variant run alone."""
+    from invperm_interp.model import variants as module
+
+    g = torch.Generator().manual_seed(3)
+    model = HookedDisentangledTransformer(cfg)
+    X = sample_batch(cfg.layout, 24, g, dtype=torch.float64).X
+    shapes = [b.attn.A.shape for b in model.blocks]
+    firsts = [torch.randn(shapes[0], generator=g, dtype=torch.float64) * (torch.rand(shapes[0], generator=g) < p)
+              for p in (0.3, 1.0)]
+    variants = []
+    for i in range(6):  # firsts alternate, so equal first layers are not neighbours
+        later = [torch.randn(s, generator=g, dtype=torch.float64) * (torch.rand(s, generator=g) < 0.2 * (i + 1))
+                 for s in shapes[1:]]
+        W_U = torch.randn(model.unembed.W_U.shape, generator=g, dtype=torch.float64)
+        variants.append(([firsts[i % 2], *later], W_U))
+    formed = []
+    original = module.first_layer
+    module.first_layer = lambda *a, **k: formed.append(1) or original(*a, **k)
+    try:
+        together = forward_many(cfg, variants, X)
+        apart = forward_many(cfg, variants, X, max_elements=1)
+    finally:
+        module.first_layer = original
+    assert len(formed) == 2  # once per distinct first layer, across the one-variant chunks
+    for (As, W_U), a, b in zip(variants, together, apart):
+        ref, _ = _reference(model, As, W_U, X)
+        alone = forward_many(cfg, [(As, W_U)], X)[0]
+        for got in (a, b):
+            torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
+            torch.testing.assert_close(got, alone, rtol=1e-12, atol=1e-12)
+
+
+def test_a_shared_first_layer_refuses_a_column_it_did_not_form():
+    from invperm_interp.model.variants import first_layer
+
+    cfg = CONFIGS[1]
+    g = torch.Generator().manual_seed(4)
+    X = sample_batch(cfg.layout, 4, g, dtype=torch.float64).X
+    A = torch.randn(cfg.heads[0], cfg.widths[0], cfg.widths[0], generator=g, dtype=torch.float64)
+    shared = first_layer(cfg, A, X, torch.tensor([0, 1, cfg.widths[0] + 2]))
+    assert shared.stream.shape == (4, cfg.T, 3)
+    torch.testing.assert_close(shared.take(torch.tensor([1])), X[..., 1:2].double())
+    with pytest.raises(ValueError, match="did not form"):
+        shared.take(torch.tensor([0, 5]))

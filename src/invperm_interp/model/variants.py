@@ -45,12 +45,12 @@ def _support(A: Tensor, dim: int) -> Tensor:
     return (A != 0).any(dim).any(0)
 
 
-def _plan(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor,
+def _plan(cfg: ModelConfig, As: Sequence[Tensor], need: Tensor,
           every_head: bool) -> tuple[list[Tensor], list[list[_Head]]]:
     """Per stream ``h^0..h^L`` the columns needed (sorted index tensors), and per layer its heads'
-    work; ``every_head``: every head's attention, read or not (for attention patterns)."""
+    work, for the columns ``need (D_L,)`` (bool) of the last stream; ``every_head``: every head's
+    attention, read or not (for attention patterns)."""
     widths = cfg.widths
-    need = (W_U != 0).any(-1).any(0).cpu()
     needs, layers = [need], []
     for layer in reversed(range(len(As))):
         D, A = widths[layer], As[layer]
@@ -67,6 +67,11 @@ def _plan(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor,
     return [n.nonzero().squeeze(1) for n in reversed(needs)], layers[::-1]
 
 
+def _read(W_U: Tensor) -> Tensor:
+    """``(D_L,)`` bool: the rows of ``W_U (V, D_L, d)`` some variant reads."""
+    return (W_U != 0).any(-1).any(0).cpu()
+
+
 def _cols(h: Tensor, index: Tensor) -> Tensor:
     """``h[..., index]``: a view when ``index`` is a run of consecutive columns, else a gather.
     ``torch.gather`` on an expanded index, not ``index_select``: on the last axis of a CPU tensor
@@ -78,67 +83,128 @@ def _cols(h: Tensor, index: Tensor) -> Tensor:
     return torch.gather(h, -1, index.to(h.device).expand(*h.shape[:-1], n))
 
 
+@dataclass(frozen=True)
+class FirstLayer:
+    """The stream after a first layer that many variants share: its columns ``columns`` (a
+    sorted index tensor into ``h^1``) as ``stream (B, T, len(columns))``."""
+
+    stream: Tensor
+    columns: Tensor
+
+    def take(self, cols: Tensor) -> Tensor:
+        """``h^1[..., cols]`` ``(B, T, len(cols))``; ``cols`` (sorted) must be among :attr:`columns`."""
+        index = torch.searchsorted(self.columns, cols).clamp(max=max(len(self.columns) - 1, 0))
+        if len(cols) and (not len(self.columns) or bool((self.columns[index] != cols).any())):
+            raise ValueError("a variant reads a column of h^1 the shared first layer did not form")
+        return _cols(self.stream, index)
+
+
+def first_layer(cfg: ModelConfig, A: Tensor, X: Tensor, columns: Tensor) -> FirstLayer:
+    """The stream after the first layer of weights ``A (H_0, D_0, D_0)`` on ``X (B, T, d)``:
+    the columns ``columns`` (a sorted index tensor) of ``h^1``, in ``A``'s dtype, formed as
+    :func:`forward_stacked` forms them."""
+    need = torch.zeros(cfg.widths[1], dtype=torch.bool)
+    need[columns] = True
+    cols, layers = _plan(cfg, [A[None]], need, False)
+    B, T, _ = X.shape
+    h0 = torch.cat([X.to(A.dtype), torch.eye(T, dtype=A.dtype, device=X.device).expand(B, T, T)], -1)
+    h, _ = _layer(cfg, A[None], layers[0], (cols[0], cols[1]), _cols(h0, cols[0])[None], final=False)
+    return FirstLayer(h[0], cols[1])
+
+
+def _layer(cfg: ModelConfig, A: Tensor, heads: list[_Head], cols: tuple[Tensor, Tensor],
+           h: Tensor, *, final: bool, patterns: bool = False,
+           offset: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """One layer of stacked variants: the columns ``cols[1]`` of the next stream from those
+    ``cols[0]`` of ``h (V, B, T, n)``, ``A (V, H, D, D)``; the final layer forms them on the
+    read-out rows only (its scores too, unless ``patterns``: then every head's attention
+    ``(V, B, H, T, T)`` is returned beside). ``offset``: ``None`` or a term added to every head's
+    scores, ``(V, H, T, T)`` or ``(V, B, H, T, T)``."""
+    V, B, T, _ = h.shape
+    dtype, device = h.dtype, h.device
+    cols_in, cols_out = cols
+    D, rows = A.shape[-1], cfg.readout_rows
+    last = final and not patterns
+    mask = torch.ones(T, T, dtype=torch.bool, device=device).triu(1) if cfg.causal else None
+    where = torch.full((D,), -1, dtype=torch.long)
+    where[cols_in] = torch.arange(len(cols_in))  # stream column → position in h
+    R = len(range(T)[rows]) if last else T
+    out_h = h[:, :, rows] if final else h  # the rows this layer's output is formed on
+    hq = out_h if last else h  # (V, B, R, n)
+    parts = [_cols(out_h, where[cols_out[cols_out < D]])]
+    layer_pats = (torch.zeros(V, B, A.shape[1], T, T, dtype=dtype, device=device)
+                  if patterns else None)
+    for head in heads:
+        # a support covering most of the stream is widened to all of it: a view, no gather
+        rows_q, cols_k = (cols_in if 2 * len(part) >= len(cols_in) else part
+                          for part in (head.Q, head.K))
+        Q, K = where[rows_q], where[cols_k]
+        W = _cols(_cols(A[:, head.index].transpose(1, 2), rows_q).transpose(1, 2), cols_k)
+        q = _cols(hq, Q).reshape(V, B * R, len(Q)) @ W  # (V, B·R, |K|) from W (V, |Q|, |K|)
+        keys = _cols(h, K).reshape(V * B, T, len(K))
+        scores = torch.bmm(q.reshape(V * B, R, len(K)), keys.transpose(1, 2)).reshape(V, B, R, T)
+        if offset is not None:
+            extra = offset[..., head.index, :, :]  # (V, T, T) or (V, B, T, T)
+            extra = extra[..., rows, :] if last else extra
+            scores = scores + (extra.unsqueeze(1) if extra.dim() == 3 else extra)
+        if mask is not None:
+            scores = scores.masked_fill(mask[rows] if last else mask, float("-inf"))
+        pattern = torch.softmax(scores, dim=-1)  # (V, B, R, T)
+        if patterns:
+            layer_pats[:, :, head.index] = pattern
+        values = _cols(h, where[head.src]).reshape(V * B, T, len(head.src))
+        mixing = pattern[:, :, rows] if final and not last else pattern
+        out_rows = mixing.shape[2]
+        parts.append(torch.bmm(mixing.reshape(V * B, out_rows, T), values)
+                     .reshape(V, B, out_rows, -1))
+    return torch.cat(parts, dim=-1), layer_pats  # (V, B, R, |cols_out|)
+
+
 def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tensor, *,
                     patterns: bool = False, offsets: Sequence[Tensor | None] | None = None,
-                    h0: Tensor | None = None,
+                    h0: Tensor | FirstLayer | None = None,
                     readout: bool = True) -> Tensor | tuple[Tensor, list[Tensor]]:
     """``As[l] (V, H_l, D_l, D_l)``, ``W_U (V, D_L, d)``, ``X (B, T, d)`` → the outputs
     ``(V, B, d, d)``; with ``patterns``, also each layer's attention ``(V, B, H_l, T, T)`` (then
     every head's attention is computed, for every query row). ``offsets``: per layer ``None`` or
-    a term added to every head's scores before the softmax, ``(V, H_l, T, T)`` or, per sample,
+    a term added to every head's scores, ``(V, H_l, T, T)`` or, per sample,
     ``(V, B, H_l, T, T)`` (what a mean or resample ablation puts in place of removed cells).
     ``h0``: the stream ``h^0 (B, T, D_0)`` to start from instead of ``[X, I_T]`` (an ablation's
-    edited embedding). ``readout=False``: instead of the outputs, the read-out rows of the columns
-    of ``h^L`` that ``W_U`` reads, ``(V, B, d, n)`` (``W_U`` nonzero on every row: all of them).
-    Differentiable in ``X`` (``torch.func`` works through it)."""
+    edited embedding), or the stream after the first layer, a :class:`FirstLayer` shared by every
+    variant (:func:`first_layer` of their common ``As[0]``, which is then not run again; not with
+    ``patterns`` or a first-layer offset). ``readout=False``: instead of the outputs, the
+    read-out rows of the columns of ``h^L`` that ``W_U`` reads, ``(V, B, d, n)`` (``W_U`` nonzero
+    on every row: all of them). Differentiable in ``X`` (``torch.func`` works through it)."""
     V, (B, T, _) = W_U.shape[0], X.shape
     dtype, device = W_U.dtype, X.device
-    cols, layers = _plan(cfg, As, W_U, patterns)
-    if h0 is None:
-        h0 = torch.cat([X.to(dtype), torch.eye(T, dtype=dtype, device=device).expand(B, T, T)], -1)
-    h = _cols(h0.to(device, dtype), cols[0]).unsqueeze(0).expand(V, -1, -1, -1)  # (V, B, T, n)
-    mask = torch.ones(T, T, dtype=torch.bool, device=device).triu(1) if cfg.causal else None
-    rows, pats, n_layers = cfg.readout_rows, [], len(As)
-    for layer, (A, heads) in enumerate(zip(As, layers)):
-        # the last layer forms its output on the read-out rows only; its scores too, unless every
-        # row's attention is asked for
-        D, final = A.shape[-1], layer == n_layers - 1
-        last = final and not patterns
-        where = torch.full((D,), -1, dtype=torch.long)
-        where[cols[layer]] = torch.arange(len(cols[layer]))  # stream column → position in h
-        R = len(range(T)[rows]) if last else T
-        out_h = h[:, :, rows] if final else h  # the rows this layer's output is formed on
-        hq = out_h if last else h  # (V, B, R, n)
-        parts = [_cols(out_h, where[cols[layer + 1][cols[layer + 1] < D]])]
-        layer_pats = (torch.zeros(V, B, A.shape[1], T, T, dtype=dtype, device=device)
-                      if patterns else None)
-        for head in heads:
-            # a support covering most of the stream is widened to all of it: a view, no gather
-            rows_q, cols_k = (cols[layer] if 2 * len(part) >= len(cols[layer]) else part
-                              for part in (head.Q, head.K))
-            Q, K = where[rows_q], where[cols_k]
-            W = _cols(_cols(A[:, head.index].transpose(1, 2), rows_q).transpose(1, 2), cols_k)
-            q = _cols(hq, Q).reshape(V, B * R, len(Q)) @ W  # (V, B·R, |K|) from W (V, |Q|, |K|)
-            keys = _cols(h, K).reshape(V * B, T, len(K))
-            scores = torch.bmm(q.reshape(V * B, R, len(K)), keys.transpose(1, 2)).reshape(V, B, R, T)
-            if offsets is not None and offsets[layer] is not None:
-                extra = offsets[layer][..., head.index, :, :]  # (V, T, T) or (V, B, T, T)
-                extra = extra[..., rows, :] if last else extra
-                scores = scores + (extra.unsqueeze(1) if extra.dim() == 3 else extra)
-            if mask is not None:
-                scores = scores.masked_fill(mask[rows] if last else mask, float("-inf"))
-            pattern = torch.softmax(scores, dim=-1)  # (V, B, R, T)
-            if patterns:
-                layer_pats[:, :, head.index] = pattern
-            values = _cols(h, where[head.src]).reshape(V * B, T, len(head.src))
-            mixing = pattern[:, :, rows] if final and not last else pattern
-            out_rows = mixing.shape[2]
-            parts.append(torch.bmm(mixing.reshape(V * B, out_rows, T), values)
-                         .reshape(V, B, out_rows, -1))
+    cols, layers = _plan(cfg, As, _read(W_U), patterns)
+    n_layers, pats = len(As), []
+    first = h0 if isinstance(h0, FirstLayer) else None
+    if first is not None:
+        if patterns or len(As) < 2 or (offsets is not None and offsets[0] is not None):
+            raise ValueError("h0: a shared first layer takes no patterns or first-layer offset, "
+                             "and a model of at least two layers")
+        h = first.take(cols[1]).to(device, dtype).unsqueeze(0).expand(V, -1, -1, -1)
+    else:
+        if h0 is None:
+            h0 = torch.cat([X.to(dtype), torch.eye(T, dtype=dtype, device=device).expand(B, T, T)], -1)
+        h = _cols(h0.to(device, dtype), cols[0]).unsqueeze(0).expand(V, -1, -1, -1)  # (V, B, T, n)
+    start = 0 if first is None else 1
+    if first is None and not patterns and n_layers > 1 and V > 1 and (
+            offsets is None or offsets[0] is None):
+        # variants sharing their first layer's weights: it is formed once for each distinct one
+        unique, inverse = torch.unique(As[0].reshape(V, -1), dim=0, return_inverse=True)
+        if len(unique) < V:
+            h, _ = _layer(cfg, unique.reshape(-1, *As[0].shape[1:]), layers[0], (cols[0], cols[1]),
+                          h[:len(unique)], final=False)
+            h, start = h[inverse.to(h.device)], 1
+    for layer in range(start, n_layers):
+        h, layer_pats = _layer(cfg, As[layer], layers[layer], (cols[layer], cols[layer + 1]), h,
+                               final=layer == n_layers - 1, patterns=patterns,
+                               offset=None if offsets is None else offsets[layer])
         if patterns:
             pats.append(layer_pats)
-        h = torch.cat(parts, dim=-1)  # (V, B, R, |cols_{l+1}|); the last layer's: read-out rows
-    read = h if n_layers else h[:, :, rows]
+    read = h if n_layers else h[:, :, cfg.readout_rows]
     if not readout:
         return (read, pats) if patterns else read
     out = read @ _cols(W_U.transpose(1, 2), cols[-1]).transpose(1, 2).unsqueeze(1)  # (V, B, d, d)
@@ -163,32 +229,70 @@ def forward_many(cfg: ModelConfig, variants: Sequence[tuple[Sequence[Tensor], Te
     per layer])`` per variant). ``dtype``: the arithmetic's (default ``cfg.torch_dtype``).
     ``offsets(i)``: variant ``i``'s per-layer term added to its scores, ``(H_l, T, T)`` or
     ``(B, H_l, T, T)`` (:func:`forward_stacked`), asked for when its chunk runs (per-sample terms
-    of many variants would not fit in memory together)."""
+    of many variants would not fit in memory together). Without ``offsets`` or ``patterns``, the
+    first layer of variants whose first-layer weights are equal (a circuit and that circuit less
+    a later cell) is formed once: within a chunk (:func:`forward_stacked`), and across chunks
+    when each variant is a chunk of its own (:func:`first_layer`). On two layers it is most of a
+    forward's cost: the first layer computes every row, the last the read-out rows only."""
     if not variants:
         return []
     dtype = dtype or cfg.torch_dtype
     per_variant = X.shape[0] * cfg.T * cfg.widths[-1]
-    first = offsets(0) if offsets is not None else None
-    if first is not None:
-        per_variant += sum(o.numel() for o in first)
+    first_terms = offsets(0) if offsets is not None else None
+    if first_terms is not None:
+        per_variant += sum(o.numel() for o in first_terms)
     size = max(1, max_elements // max(per_variant, 1))
-    results = []
+    # one variant per chunk: those sharing a first layer run from one formed for them all
+    if size == 1 and offsets is None and not patterns and len(cfg.heads) > 1:
+        groups, alone = _by_first_layer(variants)
+    else:
+        groups, alone = [], list(range(len(variants)))
+    results: list = [None] * len(variants)
+
+    def run(chunk: list[int], shared: FirstLayer | None) -> None:
+        As, W_U = stack_weights([variants[i] for i in chunk], dtype, X.device)
+        extra = None
+        if offsets is not None:
+            terms = [first_terms if i == 0 else offsets(i) for i in chunk]
+            extra = [torch.stack([t[layer] for t in terms]).to(X.device, dtype)
+                     for layer in range(len(As))]
+        got = forward_stacked(cfg, As, W_U, X, patterns=patterns, offsets=extra, h0=shared)
+        if patterns:
+            out, pats = got
+            got = [(out[v], [p[v] for p in pats]) for v in range(len(out))]
+        for i, result in zip(chunk, got):
+            results[i] = result
+
     with torch.no_grad():
-        for start in range(0, len(variants), size):
-            As, W_U = stack_weights(variants[start:start + size], dtype, X.device)
-            extra = None
-            if offsets is not None:
-                terms = [first if i == 0 else offsets(i)
-                         for i in range(start, min(start + size, len(variants)))]
-                extra = [torch.stack([t[layer] for t in terms]).to(X.device, dtype)
-                         for layer in range(len(As))]
-            got = forward_stacked(cfg, As, W_U, X, patterns=patterns, offsets=extra)
-            if patterns:
-                out, pats = got
-                results += [(out[v], [p[v] for p in pats]) for v in range(len(out))]
-            else:
-                results += list(got)
+        for group in groups:
+            As, W_U = _union_support([variants[i] for i in group])
+            need = _plan(cfg, As, _read(W_U), False)[0][1]  # the h^1 columns any of them reads
+            shared = first_layer(cfg, variants[group[0]][0][0].to(X.device, dtype), X, need)
+            for i in group:
+                run([i], shared)
+        for begin in range(0, len(alone), size):
+            run(alone[begin:begin + size], None)
     return results
+
+
+def _by_first_layer(variants: Sequence[tuple[Sequence[Tensor], Tensor]]) -> tuple[list[list[int]], list[int]]:
+    """The variants' indices grouped by their first layer's weights (equal entries): the groups
+    of more than one, and the rest."""
+    groups: dict[tuple, list[int]] = {}
+    for i, (As, _) in enumerate(variants):
+        A = As[0].detach().cpu().contiguous()
+        groups.setdefault((A.dtype, tuple(A.shape), A.numpy().tobytes()), []).append(i)
+    return ([g for g in groups.values() if len(g) > 1],
+            sorted(g[0] for g in groups.values() if len(g) == 1))
+
+
+def _union_support(variants: Sequence[tuple[Sequence[Tensor], Tensor]]) -> tuple[list[Tensor], Tensor]:
+    """Per layer ``(1, H_l, D_l, D_l)`` and ``(1, D_L, d)`` bool: the entries nonzero in some
+    variant (what :func:`_plan` reads of stacked weights)."""
+    n_layers = len(variants[0][0])
+    As = [torch.stack([v[0][layer].detach().cpu() != 0 for v in variants]).any(0, keepdim=True)
+          for layer in range(n_layers)]
+    return As, torch.stack([v[1].detach().cpu() != 0 for v in variants]).any(0, keepdim=True)
 
 
 def model_run(model, X: Tensor) -> tuple[Tensor, list[Tensor]]:
