@@ -134,6 +134,30 @@ def test_the_circuit_of_every_cell_is_the_model():
     assert abs(f.model.mse - float(((out - batch.Y) ** 2).sum(-1).mean())) < 1e-12
 
 
+def test_a_tester_runs_each_circuit_once_and_its_scores_stay_its_own():
+    """A circuit met again on one tester (a construction's circuit, then a start of the minimal
+    search) is scored once; the same sites in another order or with other labels (a cells fit
+    reads the sites only) are the same circuit; a record's dict is a copy, so editing it leaves
+    the score as it was."""
+    from invperm_interp.analysis.faithfulness import Tester
+
+    model = perturb(C.build("theorem2", 4), gauge=1.0, noise=0.2, seed=1)
+    tester = Tester(model, batch_for(model, 64))
+    calls = []
+    run_many = tester.run_many
+    tester.run_many = lambda variants, removed=None: calls.append(len(variants)) or run_many(variants, removed)
+    hyp = as_hypothesis(model, "theorem2")
+    relabelled = Hypothesis("again", tuple(c[:4] + ("J",) for c in reversed(hyp.cells)), hyp.read)
+    first, less = tester.circuits([hyp, hyp.without(0)])
+    again, same, also_less = tester.circuits([hyp, relabelled, hyp.without(0)])
+    assert calls == [2] and again is first and same is first and also_less is less
+    fresh = Tester(model, tester.batch).circuits([hyp.without(0), hyp])
+    assert fresh == [less, first]  # what the memo hands back is what a run gives
+    record = first.to_dict()
+    record.clear()
+    assert first.mse == fresh[1].mse and first.to_dict() == fresh[1].to_dict()
+
+
 def test_the_fitted_beta_is_the_model_s_own():
     model = perturb(C.build("two_block", 4, 37.0), gauge=5.0, seed=2)
     f = faithfulness(model, "two_block", batch_for(model, 32), minimality=False)

@@ -182,6 +182,13 @@ def check_batch(model: DisentangledModel, batch) -> None:
         raise ValueError(f"batch layout {batch.layout} differs from the model's {model.cfg.layout}")
 
 
+def _circuit_key(hyp: Hypothesis) -> tuple:
+    """What a circuit-only model's weights depend on: its sites (``unit="cells"``, every entry of
+    each cell fitted) or its atoms, and the read-out blocks."""
+    cells = frozenset(c[:4] for c in hyp.cells) if hyp.unit == "cells" else tuple(hyp.cells)
+    return hyp.unit, cells, None if hyp.read is None else frozenset(hyp.read)
+
+
 class Tester:
     """Runs circuit-only and ablated variants of one model on one batch. The model's own output
     (the clean run), its gauge-fixed weights and each head's fit to a set of cells are computed
@@ -215,6 +222,7 @@ class Tester:
                            self.clean_errors)
         self.fixed = fixed_weights(model)
         self._fits = FitCache(fits_kept_bytes(model.cfg))
+        self._scores: dict[tuple, Score] = {}  # each circuit's score on this batch, by its weights
         self._standin = None
         if ablation in ("mean", "resample"):
             ref = (reference or batch).to(model.device, model.cfg.torch_dtype)
@@ -264,14 +272,21 @@ class Tester:
         return ((proj.raw, read_out(self.model, hyp.read)),
                 Removed(1.0, tuple(-r for r in proj.raw)))
 
-    def circuits(self, hyps: Sequence[Hypothesis]) -> list[Score]:
-        """The circuit-only model of each hypothesis (run together under zero ablation)."""
-        return [s for start in range(0, len(hyps), CIRCUITS_HELD)
-                for s in self._circuits(hyps[start:start + CIRCUITS_HELD])]
-
-    def _circuits(self, hyps: Sequence[Hypothesis]) -> list[Score]:
-        pairs = [self._circuit(h) for h in hyps]  # freed before the next chunk is built
-        return self.run_many([v for v, _ in pairs], [r for _, r in pairs])
+    def circuits(self, hyps: Sequence[Hypothesis],
+                 projs: Sequence[Projection | None] | None = None) -> list[Score]:
+        """The circuit-only model of each hypothesis, run together (``projs``: their projections,
+        when already fitted). A circuit this tester has scored before is not run again: the
+        searches and the construction tests meet the same circuits (a faithful construction is a
+        start of the minimal search, its minimality runs the start's effects)."""
+        keys = [_circuit_key(h) for h in hyps]
+        todo = list({k: i for i, k in reversed(list(enumerate(keys))) if k not in self._scores}.values())
+        todo.sort()
+        for start in range(0, len(todo), CIRCUITS_HELD):
+            chunk = todo[start:start + CIRCUITS_HELD]
+            pairs = [self._circuit(hyps[i], projs[i] if projs else None) for i in chunk]
+            for i, s in zip(chunk, self.run_many([v for v, _ in pairs], [r for _, r in pairs])):
+                self._scores[keys[i]] = s
+        return [self._scores[k] for k in keys]
 
     def circuit(self, hyp: Hypothesis, proj: Projection | None = None) -> Score:
         variant, removed = self._circuit(hyp, proj)
@@ -307,33 +322,26 @@ class Tester:
     def _test_group(self, hyps: Sequence[Hypothesis], minimality: bool,
                     complete: bool = True) -> list[Faithfulness]:
         projs = [self.project(h) for h in hyps]
-        variants, removed, spans = [], [], []
-        for hyp, proj in zip(hyps, projs):
-            less = [hyp.without(i) for i in range(len(hyp))] if minimality else []
-            start = len(variants)
-            pairs = [self._circuit(hyp, proj)]
-            pairs += [self._without(hyp, proj)] if complete else []
-            pairs += [self._circuit(h) for h in less]
-            variants += [v for v, _ in pairs]
-            removed += [r for _, r in pairs]
-            spans.append((start, len(variants)))
-        scores = self.run_many(variants, removed)
+        less = [[h.without(i) for i in range(len(h))] if minimality else [] for h in hyps]
+        circuits = self.circuits([*hyps, *(x for group in less for x in group)],
+                                 [*projs, *(None for group in less for _ in group)])
+        withouts = iter(self.run_many(*zip(*(self._without(h, p) for h, p in zip(hyps, projs))))
+                        if complete else [])
+        minimal = iter(circuits[len(hyps):])
         out = []
-        for hyp, proj, (start, stop) in zip(hyps, projs, spans):
-            circuit, *rest = scores[start:stop]
-            without, minimal = (rest[0], rest[1:]) if complete else (None, rest)
+        for hyp, proj, circuit, group in zip(hyps, projs, circuits, less):
             atoms = proj if hyp.unit == "atoms" else self.project(
                 Hypothesis(hyp.name, hyp.cells, hyp.read, "atoms"))
             out.append(Faithfulness(hyp.name, hyp.unit, hyp.cells, hyp.read, proj.betas,
                                     atoms.betas, proj.weight_share, self.baseline, self.clean,
-                                    circuit, without, tuple(minimal)))
+                                    circuit, next(withouts) if complete else None,
+                                    tuple(next(minimal) for _ in group)))
         return out
 
     def minimality(self, hyps: Sequence[Hypothesis]) -> list[tuple[Score, ...]]:
         """Per hypothesis, its circuit less each atom (:attr:`Faithfulness.minimality`), all run
         together: what a test without minimality lacks."""
-        pairs = [self._circuit(h.without(i)) for h in hyps for i in range(len(h))]
-        scores = iter(self.run_many([v for v, _ in pairs], [r for _, r in pairs]))
+        scores = iter(self.circuits([h.without(i) for h in hyps for i in range(len(h))]))
         return [tuple(next(scores) for _ in range(len(h))) for h in hyps]
 
     def test(self, hyp: Hypothesis, minimality: bool = True) -> Faithfulness:
