@@ -92,14 +92,19 @@ def test_a_construction_missing_a_needed_cell_is_not_named(name):
     assert mech.name != name
 
 
-@pytest.mark.parametrize("cells", ["appendix_b", "every cell but one"])
+@pytest.mark.parametrize("cells", ["appendix_b", "every cell but one", "two queries by two keys"])
 def test_the_cell_fit_matches_a_dense_least_squares_reference(cells):
     """The fast normal-equation fit against ``lstsq`` over every entry of the cells, gauge-fixed:
-    with fewer entries than gauge directions (appendix_b's two cells) and with more."""
+    with fewer entries than gauge directions (appendix_b's two cells) and with more, and on
+    every pair of two query and two key blocks (the Kronecker path, as appendix_b's one cell a
+    layer)."""
     model = perturb(C.build("appendix_b", 3, 7.0), gauge=2.0, noise=0.5, seed=3)
     stream = model.stream
     if cells == "appendix_b":
         hyp = as_hypothesis(model, "appendix_b")
+    elif cells == "two queries by two keys":
+        hyp = Hypothesis("square", tuple((layer, 0, q, k, "I") for layer in range(2)
+                                         for q in ("x", "pos.Y") for k in ("pos.P", "x")))
     else:
         every = [(layer, 0, q.name, k.name, "I") for layer in range(2)
                  for q in stream.blocks(layer) for k in stream.blocks(layer)]
@@ -120,6 +125,38 @@ def test_the_cell_fit_matches_a_dense_least_squares_reference(cells):
         Phi = torch.stack(columns, dim=1)
         coef = torch.linalg.lstsq(Phi, F.reshape(-1, 1), driver="gelsd").solution
         assert torch.allclose(proj.kept[layer][0], (Phi @ coef).reshape(D, D), atol=1e-9)
+
+
+@pytest.mark.parametrize("sites", [[("x", "pos.P")], [("x", "pos.P"), ("x", "x"), ("pos.Y", "pos.P"),
+                                                       ("pos.Y", "x")], [("x", "pos.P"), ("pos.Y", "x")]])
+def test_the_raw_cell_fit_is_the_normal_equations_solution_formed_densely(sites):
+    """The fitted ``M`` itself (what the circuit-only model runs; the normal equations leave it
+    free along their null space): ``m = F_S + G (1 - G)⁺ F_S`` with ``1 - G`` the rows and
+    columns ``S`` of ``(1 - Π_null) ⊗ (1 - Π_key)``, formed densely in numpy, for one cell, a
+    product of blocks (the Kronecker path) and two cells that are not one."""
+    import numpy as np
+
+    from invperm_interp.analysis.gauge import gauge_projectors
+
+    model = perturb(C.build("appendix_b", 3, 7.0), gauge=2.0, noise=0.5, seed=4)
+    stream = model.stream
+    hyp = Hypothesis("cells", tuple((layer, 0, q, k, "I") for layer in range(2) for q, k in sites))
+    proj = project(model, hyp)
+    for layer in range(2):
+        D = stream.width(layer)
+        F = gauge_fix(model.blocks[layer].attn.A.detach()[0].double(), stream, layer).numpy()
+        P_null, P_key = (p.numpy() for p in gauge_projectors(stream, layer))
+        whole = np.kron(np.eye(D) - P_null, np.eye(D) - P_key)  # vec(gauge_fix(M)), row-major
+        mask = np.zeros((D, D), dtype=bool)
+        for q, k in sites:
+            mask[stream.slice(q, layer), stream.slice(k, layer)] = True
+        S = np.flatnonzero(mask)
+        Cm = whole[np.ix_(S, S)]
+        F_S = F.reshape(-1)[S]
+        m = F_S + (np.eye(len(S)) - Cm) @ (np.linalg.pinv(Cm, rcond=1e-10, hermitian=True) @ F_S)
+        M = np.zeros(D * D)
+        M[S] = m
+        np.testing.assert_allclose(proj.raw[layer][0].numpy(), M.reshape(D, D), atol=1e-9)
 
 
 def test_the_circuit_of_every_cell_is_the_model():

@@ -69,31 +69,78 @@ def _fit_cells(model: DisentangledModel, layer: int, F: Tensor,
     cells' entries ``S`` are ``(1 - B_S B_Sᵀ) m = F_S``; ``m = F_S + B_S (1 - B_Sᵀ B_S)⁺ B_Sᵀ F_S``
     solves them with one ``r × r`` pseudo-inverse (``r`` gauge directions, ~3 D), not a
     least-squares problem over every entry of every cell; with fewer entries than ``r`` (a few
-    cells), the same with ``|S| × |S|`` ``G = B_S B_Sᵀ``: ``m = F_S + G (1 - G)⁺ F_S``.
+    cells), the same with ``|S| × |S|`` ``G = B_S B_Sᵀ``: ``m = F_S + G (1 - G)⁺ F_S``. Where the
+    cells are every (query block, key block) pair of some query and key blocks (one cell, or
+    cells sharing their query or their key), ``1 - G`` is a Kronecker product and its
+    pseudo-inverse comes from two small eigendecompositions (:func:`_product_solution`).
     """
     stream, D = model.stream, F.shape[-1]
+    U, W, V = gauge_factors(stream, layer)
+    product = _product(stream, layer, cells)
+    if product is not None:
+        rows, cols = product
+        M = torch.zeros(D, D, dtype=F.dtype)
+        M[rows[:, None], cols[None, :]] = _product_solution(F[rows][:, cols], W[rows], V[cols])
+        return M, gauge_fix(M, stream, layer)
     mask = torch.zeros(D, D, dtype=torch.bool)
     for _, _, query, key, _ in cells:
         mask[stream.slice(query, layer), stream.slice(key, layer)] = True
     idx = mask.reshape(-1).nonzero().squeeze(1)
-    U, W, V = gauge_factors(stream, layer)
     a, b = idx // D, idx % D  # the entries' query and key features
     F_S = F.reshape(-1)[idx]
     r = U.shape[1] * D + W.shape[1] * V.shape[1]  # gauge directions
     if len(idx) < r:  # B (1 - BᵀB)⁺ Bᵀ = G (1 - G)⁺ with G = B Bᵀ: the smaller pinv
         G = (U[a] @ U[a].T) * (b[:, None] == b[None, :]) + (W[a] @ W[a].T) * (V[b] @ V[b].T)
         C = torch.eye(len(idx), dtype=F.dtype) - G
-        m = F_S + G @ (torch.linalg.pinv(C, hermitian=True, rtol=1e-10) @ F_S)
+        m = F_S + G @ (torch.linalg.pinv(C, hermitian=True, rtol=PINV_RTOL) @ F_S)
     else:  # B: the basis's rows at the entries, ``u eⱼᵀ`` then ``w vᵀ`` as (i, j) columns
         eye = torch.eye(D, dtype=F.dtype)
         B = torch.cat([(U[a][:, :, None] * eye[b][:, None, :]).flatten(1),
                        (W[a][:, :, None] * V[b][:, None, :]).flatten(1)], dim=1)
         C = torch.eye(B.shape[1], dtype=F.dtype) - B.T @ B
-        m = F_S + B @ (torch.linalg.pinv(C, hermitian=True, rtol=1e-10) @ (B.T @ F_S))
+        m = F_S + B @ (torch.linalg.pinv(C, hermitian=True, rtol=PINV_RTOL) @ (B.T @ F_S))
     M = torch.zeros(D * D, dtype=F.dtype)
     M[idx] = m
     M = M.reshape(D, D)
     return M, gauge_fix(M, stream, layer)
+
+
+#: Eigenvalues of the normal equations' matrix below this share of the largest are dropped.
+PINV_RTOL = 1e-10
+
+
+def _product(stream, layer: int, cells: list[AtomCell]) -> tuple[Tensor, Tensor] | None:
+    """``(rows, cols)`` (sorted index tensors) when the cells' entries are exactly ``rows × cols``:
+    every pair of their query blocks and key blocks is a cell; else ``None``."""
+    sites = {(query, key) for _, _, query, key, _ in cells}
+    queries, keys = {q for q, _ in sites}, {k for _, k in sites}
+    if len(sites) != len(queries) * len(keys):
+        return None
+    D = stream.width(layer)
+    rows, cols = (torch.zeros(D, dtype=torch.bool) for _ in range(2))
+    for q in queries:
+        rows[stream.slice(q, layer)] = True
+    for k in keys:
+        cols[stream.slice(k, layer)] = True
+    return rows.nonzero().squeeze(1), cols.nonzero().squeeze(1)
+
+
+def _product_solution(F: Tensor, W: Tensor, V: Tensor) -> Tensor:
+    """``m = F_S + G (1 - G)⁺ F_S`` on the entries ``rows × cols`` (``F (R, K)``, ``W (R, ·)`` the
+    query complement's basis rows, ``V (K, ·)`` the key gauge's): there ``1 - G`` is
+    ``Q_n ⊗ Q_k`` with ``Q_n = W Wᵀ`` and ``Q_k = 1 - V Vᵀ`` (the two sides of ``gauge_fix``
+    restricted to the rows and columns), so its eigenvalues are the products of theirs and its
+    pseudo-inverse, cut at ``PINV_RTOL`` of the largest product as ``torch.linalg.pinv`` cuts,
+    is applied as ``X₁ ((X₁ᵀ F X₂) / λμᵀ) X₂ᵀ``."""
+    Qn = W @ W.T
+    Qk = torch.eye(len(V), dtype=F.dtype) - V @ V.T
+    lam, X1 = torch.linalg.eigh(Qn)
+    mu, X2 = torch.linalg.eigh(Qk)
+    prod = lam[:, None] * mu[None, :]
+    keep = (prod.abs() >= PINV_RTOL * prod.abs().max()) & (prod != 0)
+    inverse = torch.where(keep, 1.0 / torch.where(keep, prod, 1.0), 0.0)
+    y = X1 @ ((X1.T @ F @ X2) * inverse) @ X2.T  # (1 - G)⁺ F_S
+    return F + y - Qn @ y @ Qk  # F_S + (1 - (1 - G)) y
 
 
 def _fit_atoms(model: DisentangledModel, layer: int, F: Tensor,
