@@ -49,11 +49,18 @@ def _projector(basis: Tensor) -> Tensor:
     return Q @ Q.T
 
 
+_PROJECTORS: dict[tuple, tuple[Tensor, Tensor]] = {}
+
+
 def gauge_projectors(stream: Stream, layer: int, dtype=torch.float64) -> tuple[Tensor, Tensor]:
-    """``(Π_null, Π_key)``, each ``(D_layer, D_layer)``: the query-null and key-gauge projectors."""
-    G = key_gauge_basis(stream, layer, dtype)
-    null = G[:, 1:] - G[:, :1]  # g_p - g_0: zero on every row of h^layer
-    return _projector(null), _projector(G)
+    """``(Π_null, Π_key)``, each ``(D_layer, D_layer)``: the query-null and key-gauge projectors.
+    Cached per stream layout (an analysis gauge-fixes hundreds of fits): not to be edited."""
+    key = (stream.layout, stream.heads, layer, dtype)
+    if key not in _PROJECTORS:
+        G = key_gauge_basis(stream, layer, dtype)
+        null = G[:, 1:] - G[:, :1]  # g_p - g_0: zero on every row of h^layer
+        _PROJECTORS[key] = _projector(null), _projector(G)
+    return _PROJECTORS[key]
 
 
 def gauge_fix(A: Float[Tensor, "*heads D D"], stream: Stream,

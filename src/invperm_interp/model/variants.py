@@ -146,9 +146,9 @@ def _layer(cfg: ModelConfig, A: Tensor, heads: list[_Head], cols: tuple[Tensor, 
         if offset is not None:
             extra = offset[..., head.index, :, :]  # (V, T, T) or (V, B, T, T)
             extra = extra[..., rows, :] if last else extra
-            scores = scores + (extra.unsqueeze(1) if extra.dim() == 3 else extra)
+            scores += extra.unsqueeze(1) if extra.dim() == 3 else extra  # scores: bmm's own output
         if mask is not None:
-            scores = scores.masked_fill(mask[rows] if last else mask, float("-inf"))
+            scores.masked_fill_(mask[rows] if last else mask, float("-inf"))
         pattern = torch.softmax(scores, dim=-1)  # (V, B, R, T)
         if patterns:
             layer_pats[:, :, head.index] = pattern
