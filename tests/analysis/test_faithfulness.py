@@ -182,7 +182,12 @@ def test_a_tester_runs_each_circuit_once_and_its_scores_stay_its_own():
     tester = Tester(model, batch_for(model, 64))
     calls = []
     run_many = tester.run_many
-    tester.run_many = lambda variants, removed=None: calls.append(len(variants)) or run_many(variants, removed)
+
+    def counted(variants, removed=None):
+        calls.append(len(variants))
+        return run_many(variants, removed)
+
+    tester.run_many = counted
     hyp = as_hypothesis(model, "theorem2")
     relabelled = Hypothesis("again", tuple(c[:4] + ("J",) for c in reversed(hyp.cells)), hyp.read)
     first, less = tester.circuits([hyp, hyp.without(0)])

@@ -123,12 +123,14 @@ def test_variants_sharing_a_first_layer_run_from_one_and_match_the_model(cfg):
     model = HookedDisentangledTransformer(cfg)
     X = sample_batch(cfg.layout, 24, g, dtype=torch.float64).X
     shapes = [b.attn.A.shape for b in model.blocks]
-    firsts = [torch.randn(shapes[0], generator=g, dtype=torch.float64) * (torch.rand(shapes[0], generator=g) < p)
-              for p in (0.3, 1.0)]
+    def sparse(shape, density):
+        return (torch.randn(shape, generator=g, dtype=torch.float64)
+                * (torch.rand(shape, generator=g) < density))
+
+    firsts = [sparse(shapes[0], p) for p in (0.3, 1.0)]
     variants = []
     for i in range(6):  # firsts alternate, so equal first layers are not neighbours
-        later = [torch.randn(s, generator=g, dtype=torch.float64) * (torch.rand(s, generator=g) < 0.2 * (i + 1))
-                 for s in shapes[1:]]
+        later = [sparse(s, 0.2 * (i + 1)) for s in shapes[1:]]
         W_U = torch.randn(model.unembed.W_U.shape, generator=g, dtype=torch.float64)
         variants.append(([firsts[i % 2], *later], W_U))
     formed = []
