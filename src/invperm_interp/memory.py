@@ -290,14 +290,17 @@ def variant_bytes(cfg: ModelConfig, n: int, variants: int = CIRCUITS_HELD) -> in
     rows gathered, query, gathered keys and values, scores, pattern and output
     (``3·b·R·D + 2·b·T·D + 2·b·R·T``), beside the previous head's values until they are replaced
     (``b·T·D``), with ``R = T`` query rows but the read-out rows alone in the last layer; every
-    column counted (a variant computes only those it reads)."""
+    column counted (a variant computes only those it reads). Beyond the first layer, one variant
+    to a chunk also holds the first layer it shares with others (``model.variants.first_layer``,
+    ``n·T·D_1``)."""
     b, e, T, peak = n * min(variants, chunk_variants(cfg, n)), elem(cfg), cfg.T, 0
     last = len(cfg.heads) - 1
+    shared = n * T * cfg.widths[1] if last > 0 and b == n else 0
     for layer, (H, D) in enumerate(zip(cfg.heads, cfg.widths)):
         R = cfg.layout.segment(cfg.readout).n_rows if layer == last else T
         nxt = b * R * D * (1 + H)
         head = 3 * b * R * D + 2 * b * T * D + 2 * b * R * T + (b * T * D if H > 1 else 0)
-        peak = max(peak, b * T * D + nxt + max(nxt, head))
+        peak = max(peak, b * T * D + nxt + max(nxt, head) + (shared if layer else 0))
     return peak * e
 
 
