@@ -276,11 +276,15 @@ class Tester:
                  projs: Sequence[Projection | None] | None = None) -> list[Score]:
         """The circuit-only model of each hypothesis, run together (``projs``: their projections,
         when already fitted). A circuit this tester has scored before is not run again: the
-        searches and the construction tests meet the same circuits (a faithful construction is a
-        start of the minimal search, its minimality runs the start's effects)."""
+        construction tests meet one circuit under several constructions, and the minimal search
+        meets them again (its start is a construction's circuit, its first pruning trials that
+        test's per-cell runs)."""
         keys = [_circuit_key(h) for h in hyps]
-        todo = list({k: i for i, k in reversed(list(enumerate(keys))) if k not in self._scores}.values())
-        todo.sort()
+        first: dict[tuple, int] = {}  # each circuit not scored yet: its first index
+        for i, k in enumerate(keys):
+            if k not in self._scores:
+                first.setdefault(k, i)
+        todo = list(first.values())
         for start in range(0, len(todo), CIRCUITS_HELD):
             chunk = todo[start:start + CIRCUITS_HELD]
             pairs = [self._circuit(hyps[i], projs[i] if projs else None) for i in chunk]
@@ -313,10 +317,13 @@ class Tester:
         rest = [f - k for f, k in zip(proj.fixed, proj.kept)]
         return (rest, self.model.unembed.W_U.detach()), Removed(0.0, proj.raw)
 
-    def completeness(self, hyps: Sequence[Hypothesis]) -> list[Score]:
+    def completeness(self, hyps: Sequence[Hypothesis],
+                     projs: Sequence[Projection] | None = None) -> list[Score]:
         """Per hypothesis, the whole model less its circuit (:attr:`Faithfulness.without`), all run
-        together: what a test with ``complete=False`` lacks."""
-        pairs = [self._without(h, self.project(h, betas=False)) for h in hyps]
+        together: what a test with ``complete=False`` lacks (``projs``: their projections, when
+        already fitted)."""
+        projs = projs or [self.project(h, betas=False) for h in hyps]
+        pairs = [self._without(h, p) for h, p in zip(hyps, projs)]
         return self.run_many([v for v, _ in pairs], [r for _, r in pairs])
 
     def _test_group(self, hyps: Sequence[Hypothesis], minimality: bool,
@@ -325,8 +332,7 @@ class Tester:
         less = [[h.without(i) for i in range(len(h))] if minimality else [] for h in hyps]
         circuits = self.circuits([*hyps, *(x for group in less for x in group)],
                                  [*projs, *(None for group in less for _ in group)])
-        withouts = iter(self.run_many(*zip(*(self._without(h, p) for h, p in zip(hyps, projs))))
-                        if complete else [])
+        withouts = iter(self.completeness(hyps, projs) if complete else [])
         minimal = iter(circuits[len(hyps):])
         out = []
         for hyp, proj, circuit, group in zip(hyps, projs, circuits, less):
