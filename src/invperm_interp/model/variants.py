@@ -99,6 +99,13 @@ class FirstLayer:
         return _cols(self.stream, index)
 
 
+def _embedded(X: Tensor, dtype: torch.dtype) -> Tensor:
+    """``h^0 = [X, I_T]`` ``(B, T, d + T)`` of ``X (B, T, d)``, in ``dtype`` (as
+    ``model.disentangled.embedding``, which this module cannot import: ``memory`` imports it)."""
+    B, T, _ = X.shape
+    return torch.cat([X.to(dtype), torch.eye(T, dtype=dtype, device=X.device).expand(B, T, T)], -1)
+
+
 def first_layer(cfg: ModelConfig, A: Tensor, X: Tensor, columns: Tensor) -> FirstLayer:
     """The stream after the first layer of weights ``A (H_0, D_0, D_0)`` on ``X (B, T, d)``:
     the columns ``columns`` (a sorted index tensor) of ``h^1``, in ``A``'s dtype, formed as
@@ -106,8 +113,7 @@ def first_layer(cfg: ModelConfig, A: Tensor, X: Tensor, columns: Tensor) -> Firs
     need = torch.zeros(cfg.widths[1], dtype=torch.bool)
     need[columns] = True
     cols, layers = _plan(cfg, [A[None]], need, False)
-    B, T, _ = X.shape
-    h0 = torch.cat([X.to(A.dtype), torch.eye(T, dtype=A.dtype, device=X.device).expand(B, T, T)], -1)
+    h0 = _embedded(X, A.dtype)
     h, _ = _layer(cfg, A[None], layers[0], (cols[0], cols[1]), _cols(h0, cols[0])[None], final=False)
     return FirstLayer(h[0], cols[1])
 
@@ -175,7 +181,7 @@ def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tens
     ``patterns`` or a first-layer offset). ``readout=False``: instead of the outputs, the
     read-out rows of the columns of ``h^L`` that ``W_U`` reads, ``(V, B, d, n)`` (``W_U`` nonzero
     on every row: all of them). Differentiable in ``X`` (``torch.func`` works through it)."""
-    V, (B, T, _) = W_U.shape[0], X.shape
+    V = W_U.shape[0]
     dtype, device = W_U.dtype, X.device
     cols, layers = _plan(cfg, As, _read(W_U), patterns)
     n_layers, pats = len(As), []
@@ -187,7 +193,7 @@ def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tens
         h = first.take(cols[1]).to(device, dtype).unsqueeze(0).expand(V, -1, -1, -1)
     else:
         if h0 is None:
-            h0 = torch.cat([X.to(dtype), torch.eye(T, dtype=dtype, device=device).expand(B, T, T)], -1)
+            h0 = _embedded(X, dtype)
         h = _cols(h0.to(device, dtype), cols[0]).unsqueeze(0).expand(V, -1, -1, -1)  # (V, B, T, n)
     start = 0 if first is None else 1
     if first is None and not patterns and n_layers > 1 and V > 1 and (
