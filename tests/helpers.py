@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -126,6 +127,24 @@ def run_with_weights(model, As, W_U, X):
     params["unembed.W_U"] = W_U.to(model.device, model.cfg.torch_dtype)
     with torch.no_grad():
         return torch.func.functional_call(model, params, (X,), {"check_input": False})
+
+
+def assert_records_close(want, got, rel: float, path: str = "") -> None:
+    """Two records (nested dicts, lists, numbers, strings) equal up to ``rel`` relative on their
+    floats: what one computation by two paths gives (another batch of variants, another chunk)
+    when the sums' order differs, as it may on another CPU. Everything else compared exactly."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        assert want.keys() == got.keys(), f"{path}: keys {sorted(want)} != {sorted(got)}"
+        for key in want:
+            assert_records_close(want[key], got[key], rel, f"{path}.{key}")
+    elif isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
+        assert len(want) == len(got), f"{path}: {len(want)} items != {len(got)}"
+        for i, (a, b) in enumerate(zip(want, got)):
+            assert_records_close(a, b, rel, f"{path}[{i}]")
+    elif isinstance(want, float) and isinstance(got, float):
+        assert math.isclose(want, got, rel_tol=rel, abs_tol=rel), f"{path}: {want} != {got}"
+    else:
+        assert want == got, f"{path}: {want!r} != {got!r}"
 
 
 def scored(name="two_block", rows=1.0, rows_se=0.0, recovered=0.97, recovered_se=0.01):
