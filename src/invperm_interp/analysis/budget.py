@@ -8,7 +8,7 @@ with candidate cells is (``analysis.minimal``): ``faithfulness.CIRCUITS_HELD`` v
 the tester and those it hands the search (``Tester.head``) sharing one cache of
 ``faithfulness.fits_kept_bytes`` of fits, alive for the whole analysis. The gauge factors the fits use are
 made here, before the check, so they are not counted again. The largest single fit is the one on
-every candidate cell of a head: its ``|S|`` entries against the layer's ``r`` gauge directions
+every candidate cell of a head: its ``|S|`` entries against the ``r`` gauge directions they see
 (``projection._fit_cells``).
 """
 
@@ -33,25 +33,30 @@ from .templates import Circuit, explain
 COMPARED_SAMPLES = inspect.signature(closest_construction).parameters["max_samples"].default
 
 #: float64 ``|S| × |S|`` matrices alive at once in a cells fit of ``|S|`` entries fewer than the
-#: ``r`` gauge directions: the Gram matrix and its factors, the pseudo-inverse's input, workspace
-#: and result (measured: 8.4 at ``|S|`` = 1,152; more where the allocator cannot reuse them) …
+#: ``r`` gauge directions they see: the Gram matrix and its factors, the pseudo-inverse's input,
+#: workspace and result (measured: 8.4 at ``|S|`` = 1,152; more where the allocator cannot reuse
+#: them) …
 FIT_MATRICES = 12
-#: … and with ``|S| ≥ r``, ``(|S|, r)`` basis rows (the two factors' and their concatenation, 2
-#: at once) and ``r × r`` matrices (measured 27.7 MB at ``|S|`` = 2,048, ``r`` = 660).
+#: … and with ``|S| ≥ r``, ``(|S|, r)`` basis rows (the basis and its query-null part as formed)
+#: and ``r × r`` matrices (measured 9.0 GiB against 12.4 estimated for every cell but one of a
+#: third-layer head of a 3 × 2 model at d = 10: ``|S|`` = 129,500, ``r`` = 6,120).
 FIT_ROWS, FIT_SQUARES = 2, 2
 
 
 def fit_bytes(model: DisentangledModel, cells) -> int:
     """Peak bytes of the largest per-head cells fit of ``cells`` (``(layer, head, query, key, …)``,
-    ``projection._fit_cells``)."""
-    entries: dict[tuple[int, int], int] = {}
+    ``projection._fit_cells``: ``|S|`` entries against ``r = u·n_k + v·n_q`` gauge directions,
+    ``n_q`` and ``n_k`` the query and key features the cells cover)."""
+    sites: dict[tuple[int, int], set] = {}
     for layer, head, query, key, *_ in cells:
-        size = model.stream.block(query, layer).width * model.stream.block(key, layer).width
-        entries[layer, head] = entries.get((layer, head), 0) + size
+        sites.setdefault((layer, head), set()).add((query, key))
     worst = 0
-    for (layer, _), n in entries.items():
-        U, W, V = gauge_factors(model.stream, layer)
-        r = U.shape[1] * model.stream.width(layer) + W.shape[1] * V.shape[1]
+    for (layer, _), pairs in sites.items():
+        width = {name: model.stream.block(name, layer).width for pair in pairs for name in pair}
+        n = sum(width[q] * width[k] for q, k in pairs)
+        U, _, V = gauge_factors(model.stream, layer)
+        r = (U.shape[1] * sum(width[k] for k in {k for _, k in pairs})
+             + V.shape[1] * sum(width[q] for q in {q for q, _ in pairs}))
         worst = max(worst, 8 * (FIT_MATRICES * n * n if n < r else FIT_ROWS * n * r
                                 + FIT_SQUARES * r * r))
     return worst

@@ -65,14 +65,14 @@ def _fit_cells(model: DisentangledModel, layer: int, F: Tensor,
                cells: list[AtomCell]) -> tuple[Tensor, Tensor]:
     """``min ||F - gauge_fix(M)||`` over ``M`` supported on ``cells``: returns ``(M, gauge_fix(M))``.
 
-    With ``Π = 1 - B Bᵀ`` the gauge-fixing projector and ``F = Π F``, the normal equations on the
-    cells' entries ``S`` are ``(1 - B_S B_Sᵀ) m = F_S``; ``m = F_S + B_S (1 - B_Sᵀ B_S)⁺ B_Sᵀ F_S``
-    solves them with one ``r × r`` pseudo-inverse (``r`` gauge directions, ~3 D), not a
-    least-squares problem over every entry of every cell; with fewer entries than ``r`` (a few
-    cells), the same with ``|S| × |S|`` ``G = B_S B_Sᵀ``: ``m = F_S + G (1 - G)⁺ F_S``. Where the
-    cells are every (query block, key block) pair of some query and key blocks (one cell, or
-    cells sharing their query or their key), ``1 - G`` is a Kronecker product and its
-    pseudo-inverse comes from two small eigendecompositions (:func:`_product_solution`).
+    With ``Π = 1 - G`` the gauge-fixing projector and ``F = Π F``, the normal equations on the
+    cells' entries ``S`` are ``(1 - G_SS) m = F_S``, solved (minimum norm) by
+    ``m = F_S + G_SS (1 - G_SS)⁺ F_S``. ``G_SS = B Bᵀ`` with ``B`` the few gauge directions the
+    entries see (:func:`_gauge_rows`), so the pseudo-inverse is of ``1 - BᵀB`` or ``1 - B Bᵀ``,
+    whichever is smaller. Where the cells are every (query block, key block) pair of some query
+    and key blocks (one cell, or cells sharing their query or their key), ``1 - G_SS`` is a
+    Kronecker product and its pseudo-inverse comes from two small eigendecompositions
+    (:func:`_product_solution`).
     """
     stream, D = model.stream, F.shape[-1]
     U, W, V = gauge_factors(stream, layer)
@@ -86,23 +86,39 @@ def _fit_cells(model: DisentangledModel, layer: int, F: Tensor,
     for _, _, query, key, _ in cells:
         mask[stream.slice(query, layer), stream.slice(key, layer)] = True
     idx = mask.reshape(-1).nonzero().squeeze(1)
-    a, b = idx // D, idx % D  # the entries' query and key features
     F_S = F.reshape(-1)[idx]
-    r = U.shape[1] * D + W.shape[1] * V.shape[1]  # gauge directions
-    if len(idx) < r:  # B (1 - BᵀB)⁺ Bᵀ = G (1 - G)⁺ with G = B Bᵀ: the smaller pinv
-        G = (U[a] @ U[a].T) * (b[:, None] == b[None, :]) + (W[a] @ W[a].T) * (V[b] @ V[b].T)
+    B = _gauge_rows(U, V, idx // D, idx % D)
+    if len(idx) < B.shape[1]:  # B (1 - BᵀB)⁺ Bᵀ = G (1 - G)⁺: the smaller pinv
+        G = B @ B.T
         C = torch.eye(len(idx), dtype=F.dtype) - G
         m = F_S + G @ (torch.linalg.pinv(C, hermitian=True, rtol=PINV_RTOL) @ F_S)
-    else:  # B: the basis's rows at the entries, ``u eⱼᵀ`` then ``w vᵀ`` as (i, j) columns
-        eye = torch.eye(D, dtype=F.dtype)
-        B = torch.cat([(U[a][:, :, None] * eye[b][:, None, :]).flatten(1),
-                       (W[a][:, :, None] * V[b][:, None, :]).flatten(1)], dim=1)
+    else:
         C = torch.eye(B.shape[1], dtype=F.dtype) - B.T @ B
         m = F_S + B @ (torch.linalg.pinv(C, hermitian=True, rtol=PINV_RTOL) @ (B.T @ F_S))
     M = torch.zeros(D * D, dtype=F.dtype)
     M[idx] = m
-    M = M.reshape(D, D)
-    return M, gauge_fix(M, stream, layer)
+    return M.reshape(D, D), gauge_fix(M.reshape(D, D), stream, layer)
+
+
+def _gauge_rows(U: Tensor, V: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """``B (|S|, u·n_k + v·n_q)`` with ``B Bᵀ`` the gauge projector ``1 - (1 - UUᵀ) ⊗ (1 - VVᵀ)``
+    on the entries ``(a, b)`` (query and key features, ``n_q`` and ``n_k`` distinct ones; ``U
+    (D, u)`` and ``V (D, v)`` orthonormal: the query null and the key gauge). The projector is
+    ``UUᵀ ⊗ 1 + 1 ⊗ VVᵀ - UUᵀ ⊗ VVᵀ``; on the entries its first and last terms are
+    ``E (1 ⊗ (1 - V_k V_kᵀ)) Eᵀ`` with ``E = [U[a] eⱼ(b)]`` over the entries' key features ``j``
+    (``V_k``: ``V``'s rows there), its middle term ``[e_i(a) V[b]] [·]ᵀ`` over their query
+    features ``i``. So ``B`` holds only the gauge directions the entries see, ~ ``n_q + n_k``
+    columns (for two 10 × 10 cells 60 against the layer's ~3 D)."""
+    keys, j = torch.unique(b, return_inverse=True)
+    queries, i = torch.unique(a, return_inverse=True)
+    u, v, n_k = U.shape[1], V.shape[1], len(keys)
+    B = torch.zeros(len(a), u * n_k + len(queries) * v, dtype=V.dtype)
+    B[:, u * n_k:].unflatten(1, (len(queries), v))[torch.arange(len(a)), i] = V[b]
+    if u:  # 1 - V_k V_kᵀ = 1 - Q s² Qᵀ: its square root 1 - Q (1 - √(1 - s²)) Qᵀ
+        Q, s, _ = torch.linalg.svd(V[keys], full_matrices=False)
+        root = torch.eye(n_k, dtype=V.dtype) - (Q * (1 - (1 - s * s).clamp(min=0).sqrt())) @ Q.T
+        B[:, :u * n_k] = (U[a][:, :, None] * root[j][:, None, :]).flatten(1)
+    return B
 
 
 #: Eigenvalues of the normal equations' matrix below this share of the largest are dropped.
