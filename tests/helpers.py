@@ -129,22 +129,26 @@ def run_with_weights(model, As, W_U, X):
         return torch.func.functional_call(model, params, (X,), {"check_input": False})
 
 
-def assert_records_close(want, got, rel: float, path: str = "") -> None:
-    """Two records (nested dicts, lists, numbers, strings) equal up to ``rel`` relative on their
-    floats: what one computation by two paths gives (another batch of variants, another chunk)
-    when the sums' order differs, as it may on another CPU. Everything else compared exactly."""
+def differences(want, got, rel: float, abs_tol: float, path: str = "") -> list[str]:
+    """Where the record ``got`` (nested dicts and lists of numbers, strings and flags) differs from
+    ``want``: numbers beyond ``rel`` relative (``abs_tol`` absolute near zero), anything else
+    unequal (a flag is not a number). For one computation compared across summation orders:
+    another CPU, thread count or chunk of variants (tests/README.md)."""
     if isinstance(want, dict) and isinstance(got, dict):
-        assert want.keys() == got.keys(), f"{path}: keys {sorted(want)} != {sorted(got)}"
-        for key in want:
-            assert_records_close(want[key], got[key], rel, f"{path}.{key}")
-    elif isinstance(want, (list, tuple)) and isinstance(got, (list, tuple)):
-        assert len(want) == len(got), f"{path}: {len(want)} items != {len(got)}"
-        for i, (a, b) in enumerate(zip(want, got)):
-            assert_records_close(a, b, rel, f"{path}[{i}]")
-    elif isinstance(want, float) and isinstance(got, float):
-        assert math.isclose(want, got, rel_tol=rel, abs_tol=rel), f"{path}: {want} != {got}"
-    else:
-        assert want == got, f"{path}: {want!r} != {got!r}"
+        if want.keys() != got.keys():
+            return [f"{path}: keys {sorted(want)} != {sorted(got)}"]
+        return [d for k in want for d in differences(want[k], got[k], rel, abs_tol, f"{path}.{k}")]
+    if isinstance(want, list) and isinstance(got, list):
+        if len(want) != len(got):
+            return [f"{path}: length {len(want)} != {len(got)}"]
+        return [d for i, (w, g) in enumerate(zip(want, got))
+                for d in differences(w, g, rel, abs_tol, f"{path}[{i}]")]
+    if isinstance(want, bool) or isinstance(got, bool):  # True == 1 in Python; not here
+        return [] if type(want) is type(got) and want == got else [f"{path}: {want!r} != {got!r}"]
+    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
+        close = math.isclose(want, got, rel_tol=rel, abs_tol=abs_tol)
+        return [] if close else [f"{path}: {want} != {got}"]
+    return [] if want == got else [f"{path}: {want!r} != {got!r}"]
 
 
 def scored(name="two_block", rows=1.0, rows_se=0.0, recovered=0.97, recovered_se=0.01):

@@ -2,7 +2,7 @@
 and a causal-scratch one): every name, cell, verdict, count and flag exactly, every number within
 ``REL`` relative (``ABS`` absolute near zero). The records are the analysis's output when they were
 written; a speed-up must not move them. A change of the analysis that should move them regenerates
-them on purpose: ``PYTHONPATH=src python tests/analysis/test_reference_records.py``.
+them on purpose: ``PYTHONPATH=src:tests python tests/analysis/test_reference_records.py``.
 
 The tolerance follows the float32 rule of ``tests/README.md``: the runs are float32 models, and
 another CPU, BLAS path or thread count sums in another order. Re-analysed with two torch threads
@@ -15,12 +15,12 @@ summation order other than the one the records were made with is tried on every 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import differences
 
 from invperm_interp import sample_batch
 from invperm_interp.analysis.record import analyze
@@ -47,41 +47,24 @@ def fresh_record(name: str, threads: int | None = None, hooked: bool = False) ->
         torch.set_num_threads(before)
 
 
-def differences(want, got, path: str = "") -> list[str]:
-    """Where ``got`` differs from ``want``: numbers beyond ``REL``/``ABS``, anything else unequal."""
-    if isinstance(want, dict) and isinstance(got, dict):
-        if want.keys() != got.keys():
-            return [f"{path}: keys {sorted(want)} != {sorted(got)}"]
-        return [d for k in want for d in differences(want[k], got[k], f"{path}.{k}")]
-    if isinstance(want, list) and isinstance(got, list):
-        if len(want) != len(got):
-            return [f"{path}: length {len(want)} != {len(got)}"]
-        return [d for i, (w, g) in enumerate(zip(want, got)) for d in differences(w, g, f"{path}[{i}]")]
-    if isinstance(want, bool) or isinstance(got, bool):  # True == 1 in Python; not here
-        return [] if type(want) is type(got) and want == got else [f"{path}: {want!r} != {got!r}"]
-    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
-        return [] if math.isclose(want, got, rel_tol=REL, abs_tol=ABS) else [f"{path}: {want} != {got}"]
-    return [] if want == got else [f"{path}: {want!r} != {got!r}"]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("threads, hooked", [(1, False), (2, True)])
 @pytest.mark.parametrize("name", NAMES)
 def test_analysis_reproduces_the_committed_record(name, threads, hooked):
     """Either model, plain or hooked, gives the record (one of each, so each thread count runs)."""
     want = json.loads((RUNS / name / "analysis.json").read_text())
-    found = differences(want, fresh_record(name, threads, hooked))
+    found = differences(want, fresh_record(name, threads, hooked), REL, ABS)
     assert not found, f"{len(found)} differences, first: {found[:8]}"
 
 
 def test_differences_sees_a_number_moved_by_more_than_the_tolerance_and_a_renamed_cell():
     want = {"mse": 0.5, "cells": [[0, 0, "x", "pos.P", "I"]], "flag": True}
     assert differences(want, {"mse": 0.5 * (1 + 1e-8), "cells": [[0, 0, "x", "pos.P", "I"]],
-                              "flag": True}) == []
+                              "flag": True}, REL, ABS) == []
     assert differences(want, {"mse": 0.5 * (1 + 2e-6), "cells": [[0, 0, "x", "pos.P", "I"]],
-                              "flag": True}) == []  # another CPU's float32 rounding
+                              "flag": True}, REL, ABS) == []  # another CPU's float32 rounding
     moved = {"mse": 0.5 * (1 + 1e-3), "cells": [[0, 0, "x", "pos.P", "-I"]], "flag": 1}
-    assert len(differences(want, moved)) == 3
+    assert len(differences(want, moved, REL, ABS)) == 3
 
 
 if __name__ == "__main__":
