@@ -152,16 +152,16 @@ def main_shapes(repeats: int, write: Path | None = None) -> None:
                      "analyze_3x2_s": round(big, 3), "ratio": round(big / small, 2),
                      "forwards_ratio": round(f_big / f_small, 1)})
     if write is not None:
+        cpu = cpu_name()
         write.with_suffix(".json").write_text(json.dumps(
-            {"load_average": round(load, 2), "cores": os.cpu_count(), "cpu": cpu_name(),
-             "repeats": repeats,
-             "rows": rows}, indent=1) + "\n")
+            {"load_average": round(load, 2), "cores": os.cpu_count(), "cpu": cpu,
+             "repeats": repeats, "rows": rows}, indent=1) + "\n")
         lines = ["# The analysis's cost at 3 layers x 2 heads against 2 x 1", "",
                  f"`python benchmarks/analyze.py --shapes --write`: `analyze` at d = 10 on 512 "
                  f"samples of a construction built on 2 layers x 1 head and placed on layers 1 and 3, "
                  f"head 1, of 3 x 2 (gauge and noise added), both in one process, CPU seconds, best of "
                  f"{repeats}, one torch thread; load average {load:.1f} on {os.cpu_count()} cores "
-                 f"({cpu_name()}). "
+                 f"({cpu}). "
                  "10 forwards: the whole model run 10 times on the same samples, for scale.", "",
                  "| construction | 2 x 1 | 3 x 2 | ratio | 10 forwards, ratio | named at 3 x 2 |",
                  "| --- | --- | --- | --- | --- | --- |"]

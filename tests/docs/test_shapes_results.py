@@ -136,9 +136,10 @@ def test_the_shapes_page_findings_are_the_committed_census(fragment):
 
 def test_the_cost_of_a_wide_analysis_is_the_benchmarks():
     """The README's and docs/shapes.md's 3 x 2 / 2 x 1 ratios are assets/analysis_cost.json's."""
-    rows = {r["construction"]: r for r in load("analysis_cost.json")["rows"]}
+    cost = load("analysis_cost.json")
+    rows = {r["construction"]: r for r in cost["rows"]}
     t2, t3 = (f"{rows[n]['ratio']:.1f}×" for n in ("theorem2", "theorem3"))
-    cpu = load("analysis_cost.json")["cpu"]  # the ratio depends on it: the pages name it
+    cpu = cost["cpu"]  # the ratio depends on it: the pages name it
     assert f"costs {t3} (theorem3) to {t2} (theorem2) a 2 × 1 one on an {cpu}" in text("README.md")
     assert (f"now takes {t3} the 2 × 1 one for theorem3 and {t2} for theorem2 on an {cpu}"
             in text("docs/shapes.md"))

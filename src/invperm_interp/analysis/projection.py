@@ -97,7 +97,8 @@ def _fit_cells(model: DisentangledModel, layer: int, F: Tensor,
         m = F_S + B @ (torch.linalg.pinv(C, hermitian=True, rtol=PINV_RTOL) @ (B.T @ F_S))
     M = torch.zeros(D * D, dtype=F.dtype)
     M[idx] = m
-    return M.reshape(D, D), gauge_fix(M.reshape(D, D), stream, layer)
+    M = M.reshape(D, D)
+    return M, gauge_fix(M, stream, layer)
 
 
 def _gauge_rows(U: Tensor, V: Tensor, a: Tensor, b: Tensor) -> Tensor:
