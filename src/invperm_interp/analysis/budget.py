@@ -46,7 +46,8 @@ FIT_ROWS, FIT_SQUARES = 2, 2
 def fit_bytes(model: DisentangledModel, cells) -> int:
     """Peak bytes of the largest per-head cells fit of ``cells`` (``(layer, head, query, key, …)``,
     ``projection._fit_cells``: ``|S|`` entries against ``r = u·n_k + v·n_q`` gauge directions,
-    ``n_q`` and ``n_k`` the query and key features the cells cover)."""
+    ``n_q`` and ``n_k`` the query and key features the cells cover, the columns of
+    ``projection._gauge_rows``)."""
     sites: dict[tuple[int, int], set] = {}
     for layer, head, query, key, *_ in cells:
         sites.setdefault((layer, head), set()).add((query, key))

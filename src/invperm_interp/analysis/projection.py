@@ -109,7 +109,8 @@ def _gauge_rows(U: Tensor, V: Tensor, a: Tensor, b: Tensor) -> Tensor:
     ``E (1 ⊗ (1 - V_k V_kᵀ)) Eᵀ`` with ``E = [U[a] eⱼ(b)]`` over the entries' key features ``j``
     (``V_k``: ``V``'s rows there), its middle term ``[e_i(a) V[b]] [·]ᵀ`` over their query
     features ``i``. So ``B`` holds only the gauge directions the entries see, ~ ``n_q + n_k``
-    columns (for two 10 × 10 cells 60 against the layer's ~3 D)."""
+    columns (for two 10 × 10 cells 60 against the layer's ~3 D); ``analysis.budget.fit_bytes``
+    counts them from the cells' blocks."""
     keys, j = torch.unique(b, return_inverse=True)
     queries, i = torch.unique(a, return_inverse=True)
     u, v, n_k = U.shape[1], V.shape[1], len(keys)
