@@ -3,7 +3,9 @@
 import html as html_lib
 import json
 import re
+import xml.dom.minidom
 
+import numpy as np
 import pytest
 import torch
 from conftest import loads_from_network
@@ -16,10 +18,11 @@ from invperm_interp.config import TrainConfig
 from invperm_interp.labels import excess_text
 from invperm_interp.maths import constructions
 from invperm_interp.runs.evaluation import Evaluation
-from invperm_interp.viz.heatmaps import head_figure, plot_dependency, plot_patching, unembed_figure
+from invperm_interp.viz.curves import accuracy_chart, training_chart
+from invperm_interp.viz.heatmaps import plot_patching
 from invperm_interp.viz.page import BUNDLE, write_bundle
 from invperm_interp.viz.report import ReportContext, report_html
-from invperm_interp.viz.training import plot_accuracy, plot_training
+from invperm_interp.viz.weight_maps import certificate_map, head_maps, unembed_map
 
 
 def _metrics(floor: float, last: float) -> list[Evaluation]:
@@ -121,14 +124,46 @@ def test_results_show_excess_over_floor_and_accuracies(theorem3):
     assert "fresh batch" in results and "differ" in results  # why the two MSEs differ
 
 
+def _polylines(drawing) -> list[list[tuple[float, float]]]:
+    doc = xml.dom.minidom.parseString(drawing.svg())
+    return [[tuple(map(float, p.split(","))) for p in line.getAttribute("points").split()]
+            for line in doc.getElementsByTagName("polyline")]
+
+
+def _svg_text(drawing) -> str:
+    doc = xml.dom.minidom.parseString(drawing.svg())
+    return "\n".join(t.firstChild.data for t in doc.getElementsByTagName("text") if t.firstChild)
+
+
 def test_causal_curve_is_drawn_as_excess_over_the_floor():
-    fig = plot_training(_metrics(2.5, 2.5025), causal=True)
-    line = fig.axes[0].get_lines()[0]
-    assert line.get_ydata()[-1] == pytest.approx(0.0025)
-    assert fig.axes[0].get_yscale() == "symlog"
-    accuracy = {ln.get_label(): ln.get_ydata()[-1]
-                for ln in plot_accuracy(_metrics(2.5, 2.5025)).axes[0].get_lines()}
-    assert accuracy == {"entries exact": 0.75, "rows exact": 0.625, "samples exact (whole Y)": 0.125}
+    metrics = _metrics(2.5, 2.5025)
+    chart = training_chart(metrics, causal=True)
+    curve, floor = next(c for c in _polylines(chart) if len(c) == 3), next(
+        c for c in _polylines(chart) if len(c) == 2 and c[0][1] == c[1][1])
+    # the excesses 2.5025 − 2.5 and 2.6 − 2.5 above the floor line, on matplotlib's symlog
+    import matplotlib.scale as mscale
+
+    t = mscale.SymmetricalLogTransform(10, 1e-4, 1).transform(np.array([0.0, 0.0025, 0.1]))
+    assert (floor[0][1] - curve[2][1]) / (floor[0][1] - curve[1][1]) == pytest.approx(
+        (t[1] - t[0]) / (t[2] - t[0]), rel=1e-3)
+    assert "eval MSE − causal floor" in _svg_text(chart)
+    accuracy = accuracy_chart(metrics)
+    lines = [c for c in _polylines(accuracy) if len(c) == 3]
+    assert len(lines) == 3 and len({c[-1][1] for c in lines}) == 3  # 0.75, 0.625, 0.125 apart
+    heights = sorted(c[-1][1] for c in lines)  # SVG y grows downward: 0.75 highest
+    assert (heights[1] - heights[0]) / (heights[2] - heights[0]) == pytest.approx(0.125 / 0.625)
+    assert {"entries exact", "rows exact", "samples exact (whole Y)"} <= set(
+        _svg_text(accuracy).splitlines())
+
+
+def test_the_report_figures_are_svg_drawn_without_matplotlib(theorem3_page):
+    from urllib.parse import unquote
+
+    svgs = [unquote(s) for s in re.findall(r'src="data:image/svg\+xml;charset=utf-8,([^"]*)"',
+                                           theorem3_page)]
+    assert len(svgs) == 8 and not any("Matplotlib" in s for s in svgs)
+    for svg in svgs:
+        xml.dom.minidom.parseString(svg)  # well-formed XML
 
 
 def test_weights_once_each_with_alt_text(theorem3_page):
@@ -190,13 +225,13 @@ def test_each_layer_is_named_the_same_way_in_every_section(theorem3, theorem3_pa
     deps = dependency_map(model, batch.X[:2])
     other = sample_batch(model.cfg.layout, 64, torch.Generator().manual_seed(1), dtype=torch.float64)
     patching = patch_blocks(model, batch.X, other.X, mse_to(batch.Y), normalize=True)
-    figures = {"A": head_figure(model, 1, 0), "W_U": unembed_figure(model),
-               "Lemma 1": plot_dependency(deps.norms, deps.positions, model.cfg.layout),
-               "patching": plot_patching(patching).figure}
-    for where, fig in figures.items():
-        _check_naming(_figure_text(fig), 2, where)
-    assert "layer 2 (blocks.1)" in _figure_text(figures["A"])
-    assert "layer 1 (blocks.0) input" in _figure_text(figures["patching"])
+    figures = {"A": _svg_text(head_maps(model, 1, 0)[0]), "W_U": _svg_text(unembed_map(model)),
+               "Lemma 1": _svg_text(certificate_map(deps.norms, deps.positions, model.cfg.layout)),
+               "patching": _figure_text(plot_patching(patching).figure)}
+    for where, text in figures.items():
+        _check_naming(text, 2, where)
+    assert "layer 2 (blocks.1)" in figures["A"]
+    assert "layer 1 (blocks.0) input" in figures["patching"]
 
 
 def test_a_shared_bundle_replaces_the_inline_copy(theorem3, tmp_path):
@@ -291,7 +326,7 @@ def test_mechanism_table_shows_every_condition_of_the_rule(theorem3):
 
 
 def test_training_caption_matches_what_is_drawn():
-    from invperm_interp.viz.training import training_caption
+    from invperm_interp.viz.curves import training_caption
 
     assert "excess over the causal floor" in training_caption(_metrics(2.5, 2.5025), causal=True)
     scratch = training_caption(_metrics(0.0, 1e-4), causal=True)  # causal, floor 0: the MSE itself

@@ -126,7 +126,7 @@ def test_a_figure_is_cropped_as_matplotlibs_tight_bounding_box_crops_it():
     import matplotlib.pyplot as plt
 
     from invperm_interp.runs.evaluation import Evaluation
-    from invperm_interp.viz.heatmaps import head_figure
+    from invperm_interp.viz.heatmaps import plot_attention_weights
     from invperm_interp.viz.html import svg_bytes
     from invperm_interp.viz.training import plot_training
 
@@ -145,7 +145,13 @@ def test_a_figure_is_cropped_as_matplotlibs_tight_bounding_box_crops_it():
     plain, ax = plt.subplots(figsize=(3, 2))
     ax.plot([1, 2, 3], [3, 1, 2])
     ax.set_xlabel("a label reaching past the axes' left and right edges")
-    makers = [lambda: head_figure(constructions.build("theorem3", 4), 1),
+    def heatmap():
+        fig, ax = plt.subplots(figsize=(4.5, 4.5))
+        plot_attention_weights(constructions.build("theorem3", 4), 1, gauge_fixed=True, ax=ax)
+        fig.tight_layout()
+        return fig
+
+    makers = [heatmap,
               lambda: plot_training(metrics, causal=False), lambda: plain]
     for make in makers:
         expected = reference(make())
@@ -198,31 +204,34 @@ def test_the_sweep_figure_stacks_each_grid_points_runs_by_mechanism():
                               (1, "not analysed"), (3, "theorem2"), (2, "none"), (1, "two_block")])
 
 
-def test_a_heads_raw_figure_is_its_gauge_fixed_figure_drawn_again_with_the_raw_weights():
-    """``head_figures``: the gauge-fixed figure, then the same figure showing what ``head_figure``
-    draws for the raw ``A`` (image, colour scale, title, block labels)."""
+def test_a_heads_maps_draw_its_gauge_fixed_then_its_raw_weights_each_on_its_own_scale():
+    """``head_maps``: the gauge-fixed ``A`` (``analysis.gauge``), then the raw ``A``, each cell in
+    matplotlib's RdBu_r over ± its own largest magnitude, the same block labels on both."""
+    import base64
+    import io
+    import xml.dom.minidom
+
+    import matplotlib
     import numpy as np
+    from PIL import Image
 
     from invperm_interp.analysis.gauge import gauge_fix
-    from invperm_interp.viz.heatmaps import head_figure, head_figures
-    from invperm_interp.viz.html import svg_bytes
+    from invperm_interp.viz.weight_maps import head_maps
 
     model = constructions.build("theorem3", 4)
     model.blocks[1].attn.A.data[0] += 0.3  # a gauge component: raw and gauge-fixed differ
-    def drawn(fig):
-        ax = fig.axes[0]
-        image = ax.images[0]
-        return (np.asarray(image.get_array()), image.get_clim(), ax.get_title(),
-                [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels()])
-
-    shown = []
-    for fig in head_figures(model, 1, 0):
-        shown.append(drawn(fig))
-        svg_bytes(fig)  # written, then drawn again
-    raw, fixed = drawn(head_figure(model, 1, 0, gauge_fixed=False)), drawn(head_figure(model, 1, 0))
     A = model.blocks[1].attn.A[0].detach().double()
-    assert np.allclose(fixed[0], gauge_fix(A, model.stream, 1).numpy())
-    assert not np.allclose(raw[0], fixed[0])
-    for got, expected in zip(shown, (fixed, raw)):
-        assert np.array_equal(got[0], expected[0]) and got[1] == pytest.approx(expected[1])
-        assert got[2:] == expected[2:]
+    labels = []
+    for drawing, values, title in zip(head_maps(model, 1, 0),
+                                      (gauge_fix(A, model.stream, 1).numpy(), A.numpy()),
+                                      ("gauge-fixed A", "raw A")):
+        doc = xml.dom.minidom.parseString(drawing.svg())
+        href = doc.getElementsByTagName("image")[0].getAttribute("href")
+        pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(href.split(",", 1)[1]))))
+        top = np.abs(values).max()
+        expected = np.rint(matplotlib.colormaps["RdBu_r"]((values + top) / (2 * top)) * 255)
+        assert np.abs(pixels[..., :3].astype(int) - expected[..., :3]).max() <= 3
+        texts = [t.firstChild.data for t in doc.getElementsByTagName("text")]
+        assert any(t.startswith(title) for t in texts)
+        labels.append([t for t in texts if t in {b.name for b in model.stream.blocks(1)}])
+    assert labels[0] == labels[1] and len(labels[0]) == 2 * len(model.stream.blocks(1))

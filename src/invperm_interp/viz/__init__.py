@@ -1,7 +1,8 @@
 """Pictures of circuits and runs: weight heatmaps and the circuit figure (matplotlib), attention
 patterns (circuitsvis, offline), training curves, the sweep figure, and the HTML pages built from
 them (one report per run, one index per folder of runs) in one page shell (``page``: the style, and
-the circuitsvis bundle inlined or shared, loaded after the first paint)."""
+the circuitsvis bundle inlined or shared, loaded after the first paint). A run's report draws its
+figures as SVG without matplotlib (``svg``, ``scales``, ``charts``; ``weight_maps``, ``curves``)."""
 
 from __future__ import annotations
 

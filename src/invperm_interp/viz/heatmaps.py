@@ -1,12 +1,12 @@
 """Labelled weight heatmaps: every axis tick is a named stream block (like the note's Figure 2).
 
-Functions return matplotlib figures; ``save_figure`` writes PNG or SVG. Matplotlib runs on the
-non-interactive Agg backend, so nothing needs a display.
+Functions return matplotlib figures; ``save_figure`` writes PNG or SVG (the figures under
+``assets/``). Matplotlib runs on the non-interactive Agg backend, so nothing needs a display. A
+run's report draws its heatmaps without matplotlib (``viz.weight_maps``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
@@ -23,12 +23,8 @@ from ..analysis.gauge import gauge_fix  # noqa: E402
 from ..labels import head_name, hook_label  # noqa: E402
 from ..model.disentangled import DisentangledModel  # noqa: E402
 from ..stream import Block  # noqa: E402
+from .svg import LABEL_PT, TITLE_PT  # noqa: E402  (font sizes: the same in every figure)
 
-# Font sizes in points. Figures are drawn at the size they are shown (an SVG's point is 4/3 CSS
-# pixel), so 8 pt labels are ~11 px on the page; nothing is shrunk to fit more blocks: the figure
-# grows instead.
-LABEL_PT = 8
-TITLE_PT = 9
 BLOCK_IN = 0.2  # inches of axis per block, so a 16-block axis keeps its labels apart
 PATCH_CELL_IN = 0.5  # inches per patching cell: room for its value ("-0.05") at LABEL_PT
 HATCH = "////"  # cells with no value (not in the stream yet, or exactly zero): hatched, in the legend
@@ -100,42 +96,6 @@ def plot_unembed(model: DisentangledModel, ax: Axes | None = None) -> Axes:
     cols = (Block("Y column", 0, d),)
     return plot_matrix(W, model.stream.blocks(L), cols,
                        f"W_U: read-out stream → {model.cfg.readout} rows", ax)
-
-
-def head_figure(model: DisentangledModel, layer: int, head: int = 0,
-                gauge_fixed: bool = True) -> Figure:
-    """One head's ``A`` as a figure of its own, sized so its block labels stay legible."""
-    n = len(model.stream.blocks(layer))
-    fig, ax = plt.subplots(figsize=(_axis_inches(n) + 1.9, _axis_inches(n) + 1.9))
-    plot_attention_weights(model, layer, head, gauge_fixed=gauge_fixed, ax=ax)
-    fig.tight_layout()
-    return fig
-
-
-def head_figures(model: DisentangledModel, layer: int, head: int = 0) -> Iterator[Figure]:
-    """One head's gauge-fixed ``A`` (:func:`head_figure`), then its raw ``A`` drawn into the same
-    figure: its axes, block labels and layout kept, the image, colour scale and title replaced (a
-    raw figure of its own would lay out the same labels again). Save or serialise each figure
-    before taking the next."""
-    fig = head_figure(model, layer, head, gauge_fixed=True)
-    yield fig
-    ax = fig.axes[0]
-    A = model.blocks[layer].attn.A[head].detach().cpu().numpy()
-    vmax = float(np.abs(A).max()) or 1.0
-    image = ax.images[0]
-    image.set_data(A)
-    image.set_clim(-vmax, vmax)  # the colour bar follows its image
-    ax.set_title(f"raw A, {head_name(layer, head)}", fontsize=TITLE_PT)
-    yield fig
-
-
-def unembed_figure(model: DisentangledModel) -> Figure:
-    """``W_U`` as a figure of its own (it is not touched by the gauge, so it is drawn once)."""
-    n = len(model.stream.blocks(model.cfg.n_layers))
-    fig, ax = plt.subplots(figsize=(2.6, _axis_inches(n) + 1.9))
-    plot_unembed(model, ax=ax)
-    fig.tight_layout()
-    return fig
 
 
 def plot_circuit(model: DisentangledModel, gauge_fixed: bool = False,

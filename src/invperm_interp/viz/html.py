@@ -6,11 +6,13 @@ from __future__ import annotations
 import html
 import io
 import re
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
-from matplotlib.layout_engine import PlaceHolderLayoutEngine
+from .svg import Drawing
+
+if TYPE_CHECKING:  # matplotlib is imported when a matplotlib figure is written, not before
+    from matplotlib.figure import Figure
 
 # Kept as is in a data URL: not %, #, ", <, >, newlines, nor & (the page's parser would read the
 # SVG's "&lt;" in the attribute as "<" and the image would not draw).
@@ -30,6 +32,9 @@ def svg_bytes(fig: Figure) -> bytes:
     (``tight_layout``, or no layout engine) savefig's first whole draw (images resampled, every
     artist drawn to nowhere) only finds the box :func:`_tight_box` measures; on a report page it
     was about half of the SVG writing time."""
+    import matplotlib.pyplot as plt
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
     buffer = io.BytesIO()
     box = "tight"
     if isinstance(fig.get_layout_engine(), (PlaceHolderLayoutEngine, type(None))):
@@ -46,6 +51,8 @@ def _tight_box(fig: Figure):
     SVG backend measures it (at 72 dpi, unhinted), without drawing. One renderer measures every
     figure of the process, so a label drawn in many figures (block names, a log axis's powers of
     ten, parsed as mathtext) is measured once."""
+    import matplotlib.pyplot as plt
+
     global _MEASURE
     if _MEASURE is None:
         from matplotlib.backends.backend_svg import RendererSVG
@@ -62,10 +69,11 @@ def _tight_box(fig: Figure):
 _MEASURE = None  # the renderer _tight_box measures with, made on first use
 
 
-def figure(fig: Figure, alt: str, caption: str = "") -> str:
-    """``<figure>`` holding ``fig`` as an inline SVG image at the size it was drawn (shrunk only
-    when the page is narrower), with ``alt`` text and an optional caption; closes ``fig``."""
-    data = svg_bytes(fig)
+def figure(fig: Figure | Drawing, alt: str, caption: str = "") -> str:
+    """``<figure>`` holding ``fig`` (a matplotlib figure, which it closes, or a ``viz.svg``
+    drawing) as an inline SVG image at the size it was drawn (shrunk only when the page is
+    narrower), with ``alt`` text and an optional caption."""
+    data = fig.svg().encode("utf-8") if isinstance(fig, Drawing) else svg_bytes(fig)
     size = _SVG_SIZE.search(data[:2000])
     dims = box = ""
     if size:  # points to CSS pixels, so labels drawn at 8 pt show at ~11 px

@@ -21,10 +21,11 @@ from ..labels import excess_text
 from ..runs.directory import RunDir
 from ..runs.evaluation import Evaluation
 from ..sweep.collect import SWEEP_FILE, read_sweep
+from .curves import SOLVED_BELOW
 from .html import figure, table
 from .page import page
 from .sweep import GROUP_HEADER, MEDIAN_IS, group_rows, how_text, median_steps, plot_sweep
-from .training import SOLVED_BELOW, plot_runs
+from .training import plot_runs
 
 AT_FLOOR = 0.01  # a causal run within 1% of its floor sits on it
 

@@ -19,8 +19,8 @@ from ..analysis.record import ModelAnalysis
 from ..analysis.sweep_record import SweepRecord
 from ..labels import excess_text, layer_name
 from ..maths import constructions
+from .curves import SOLVED_BELOW
 from .html import table
-from .training import SOLVED_BELOW
 
 # A circuit whose atoms leave more than this share of a layer's gauge-fixed weights unexplained is
 # not presented as explained by templates.

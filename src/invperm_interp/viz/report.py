@@ -35,13 +35,13 @@ from ..runs.evaluation import Evaluation
 from ..task import Batch
 from ..training.metrics import evaluate
 from .attention import attention_views
-from .heatmaps import head_figures, plot_dependency, unembed_figure
+from .curves import accuracy_chart, training_caption, training_chart
 from .html import figure, table
 from .mechanism import headline, mechanism_section, sweep_verdict_section
 from .page import page
-from .training import plot_accuracy, plot_training, training_caption
+from .weight_maps import certificate_map, head_maps, unembed_map
 
-__all__ = ["write_report", "report_html", "plot_training"]
+__all__ = ["write_report", "report_html"]
 
 def _esc(value) -> str:
     return html.escape(str(value))
@@ -145,12 +145,12 @@ def _circuit(model: DisentangledModel, result: ModelAnalysis) -> str:
                   "rows, key blocks in columns (red positive, blue negative)"),
                  (f"Heatmap of the raw A of {name}.",
                   f"{layer_name(layer)}, head {head}: raw <code>A</code>, as trained")]
-        drawn = [figure(fig, alt, caption)  # each written before the figure is drawn again
-                 for fig, (alt, caption) in zip(head_figures(model, layer, head), texts)]
+        drawn = [figure(fig, alt, caption)
+                 for fig, (alt, caption) in zip(head_maps(model, layer, head), texts)]
         gauge_figs.append(drawn[0])
         raw_figs.append(drawn[1])
     gauge_figs, raw_figs = "".join(gauge_figs), "".join(raw_figs)
-    w_u = figure(unembed_figure(model), "Heatmap of W_U: which blocks of the final stream are "
+    w_u = figure(unembed_map(model), "Heatmap of W_U: which blocks of the final stream are "
                  "copied into the output, one column per output column.",
                  "<code>W_U</code>: the blocks of the final stream copied into the output, one "
                  "column per output column")
@@ -216,7 +216,7 @@ def _certificate(model: DisentangledModel, result: ModelAnalysis) -> str:
     else:
         verdict = (f"Read-out rows depend on later input rows, up to {lemma1.max_later:.3g} "
                    f"({cfg.attention_dir} attention)")
-    fig = plot_dependency(torch.tensor(lemma1.norms), lemma1.positions, cfg.layout)
+    fig = certificate_map(torch.tensor(lemma1.norms), lemma1.positions, cfg.layout)
     return ("<h2>Lemma 1 certificate</h2>" + f"<p>{verdict}.</p>" + figure(
         fig, f"Heatmap of how strongly each read-out row depends on each input row; {verdict}.",
         "Largest Jacobian norm over 4 samples of each read-out row (rows) with respect to each "
@@ -318,9 +318,9 @@ def report_html(model: DisentangledModel, result: ModelAnalysis, batch: Batch,
     parts = [_setup(model, train_cfg, metrics), _through_map(result), head,
              _results(model, result, batch, metrics, train_cfg)]
     if metrics:
-        accuracy = plot_accuracy(metrics)
+        accuracy = accuracy_chart(metrics)
         parts += ["<h2>Training</h2>", '<div class="figs">', figure(
-            plot_training(metrics, model.cfg.causal), "Training curve: eval loss against step.",
+            training_chart(metrics, model.cfg.causal), "Training curve: eval loss against step.",
             training_caption(metrics, model.cfg.causal))]
         if accuracy is not None:
             parts.append(figure(accuracy, "Fraction of entries, rows and samples exact against step.",

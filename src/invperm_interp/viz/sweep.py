@@ -21,7 +21,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
+from .svg import LABEL_PT, TITLE_PT  # noqa: E402
 
 SEED_MARKERS = "o^sDvP*Xph<>"
 # The width around each d tick that its runs spread over (groups side by side, seeds within a

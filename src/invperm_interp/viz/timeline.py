@@ -13,7 +13,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from ..analysis.hypothesis import cell_text  # noqa: E402
 from ..analysis.verdict import NONE  # noqa: E402
-from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
+from .svg import LABEL_PT, TITLE_PT  # noqa: E402
 from .ticks import unicode_log_labels  # noqa: E402
 
 

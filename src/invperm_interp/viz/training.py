@@ -17,47 +17,16 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from ..runs.evaluation import Evaluation  # noqa: E402
-from .heatmaps import LABEL_PT, TITLE_PT  # noqa: E402
+from .curves import EXCESS_LINEAR, drawn_as_excess, floor_of  # noqa: E402
+from .svg import LABEL_PT, TITLE_PT  # noqa: E402
 from .ticks import unicode_log_labels  # noqa: E402
-
-ACCURACIES = (("entry_acc", "entries exact"), ("row_acc", "rows exact"),
-              ("sample_acc", "samples exact (whole Y)"))  # Evaluation's fields
-SOLVED_BELOW = 1e-3  # a model with MSE below this solves the task ("steps to solve": first step below)
-EXCESS_LINEAR = 1e-4  # symlog: linear within ±1e-4 of the floor, logarithmic beyond
-
-
-def _floor(metrics: list[Evaluation]) -> float:
-    """The run's causal floor (the last record's; 0 when it has none)."""
-    return (metrics[-1].causal_floor or 0.0) if metrics else 0.0
-
-
-def drawn_as_excess(metrics: list[Evaluation], causal: bool) -> bool:
-    """Whether :func:`plot_training` draws the run (``causal`` or not: its configuration's
-    attention) as its excess over the floor: a causal run whose floor is above 0 (a causal model
-    reading scratch rows has floor 0: its MSE is drawn)."""
-    return causal and _floor(metrics) > 0
-
-
-def training_caption(metrics: list[Evaluation], causal: bool) -> str:
-    """The caption of :func:`plot_training`'s figure for ``metrics``: says what the axis shows."""
-    if drawn_as_excess(metrics, causal):
-        how = (f"drawn as its excess over the causal floor (linear within ±{EXCESS_LINEAR:g} of the "
-               "floor, logarithmic beyond), so a run at its floor is visible")
-    elif causal:
-        how = ("on a log scale; this causal model's floor is 0 (its read-out rows come after every "
-               "input row they need), so it is drawn as the MSE itself")
-    elif _floor(metrics) > 0:
-        how = "on a log scale, with the causal floor of its causal twin (dotted) for reference"
-    else:
-        how = "on a log scale"
-    return f"Eval loss on the run's fixed eval batch, {how}."
 
 
 def plot_loss(ax: Axes, metrics: list[Evaluation], causal: bool, label: str = "eval MSE",
               color: str = "C0") -> None:
     """One run's eval curve on ``ax``: ``MSE − floor`` for a causal run, else the MSE (log)."""
     steps = [m.step for m in metrics]
-    floor = _floor(metrics)
+    floor = floor_of(metrics)
     if causal and floor > 0:
         ax.plot(steps, [m.mse - floor for m in metrics], color=color, label=label)
         ax.set_yscale("symlog", linthresh=EXCESS_LINEAR)
@@ -71,7 +40,7 @@ def plot_loss(ax: Axes, metrics: list[Evaluation], causal: bool, label: str = "e
 def plot_training(metrics: list[Evaluation], causal: bool, title: str = "") -> Figure:
     """Eval loss against step: the excess over the floor for a ``causal`` run, else the MSE (log)
     with the causal floor (of the causal twin) for reference, and the train loss."""
-    excess, floor = drawn_as_excess(metrics, causal), _floor(metrics)
+    excess, floor = drawn_as_excess(metrics, causal), floor_of(metrics)
     fig, ax = plt.subplots(figsize=(5.0, 3.1))
     plot_loss(ax, metrics, causal)
     train = [(m.step, m.train_mse) for m in metrics if m.train_mse is not None]
@@ -95,34 +64,12 @@ def plot_training(metrics: list[Evaluation], causal: bool, title: str = "") -> F
     return fig
 
 
-def plot_accuracy(metrics: list[Evaluation]) -> Figure | None:
-    """The accuracies the run recorded (entries, rows, whole samples exact) against step; ``None``
-    when it recorded none."""
-    accuracies = [(k, name) for k, name in ACCURACIES if getattr(metrics[-1], k) is not None]
-    if not accuracies:
-        return None
-    fig, acc = plt.subplots(figsize=(4.6, 3.1))
-    steps = [m.step for m in metrics]
-    for (key, name), style in zip(accuracies, ("-", "--", ":")):
-        acc.plot(steps, [getattr(m, key) for m in metrics], linestyle=style, color="k", label=name)
-    acc.set_ylim(-0.02, 1.02)
-    acc.set_xlabel("step", fontsize=LABEL_PT)
-    acc.set_ylabel("fraction exact after rounding", fontsize=LABEL_PT)
-    acc.set_title("accuracy on the eval batch", fontsize=TITLE_PT)
-    acc.tick_params(labelsize=LABEL_PT)
-    acc.grid(alpha=0.3)
-    acc.legend(fontsize=LABEL_PT, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2,
-               frameon=False)
-    fig.tight_layout()
-    return fig
-
-
 def plot_runs(curves: dict[str, list[Evaluation]], causal_runs: set[str],
               title: str = "") -> Figure:
     """Several runs' eval curves: the MSE of every run (log, left, legend outside) and, when some
     runs (those named in ``causal_runs``) are causal with a floor, their excess over it (right),
     where a run at its floor is visible instead of lying under the floor line."""
-    causal = {name: m for name, m in curves.items() if name in causal_runs and _floor(m) > 0}
+    causal = {name: m for name, m in curves.items() if name in causal_runs and floor_of(m) > 0}
     fig, axes = plt.subplots(1, 2 if causal else 1, figsize=(11 if causal else 7.5, 3.4),
                              squeeze=False, gridspec_kw={"wspace": 0.28})
     ax = axes[0, 0]
@@ -130,7 +77,7 @@ def plot_runs(curves: dict[str, list[Evaluation]], causal_runs: set[str],
     for name, metrics in curves.items():
         ax.plot([m.step for m in metrics], [m.mse for m in metrics], color=colors[name],
                 label=name)
-    floors = sorted({_floor(m) for m in causal.values()})
+    floors = sorted({floor_of(m) for m in causal.values()})
     for floor in floors:
         ax.axhline(floor, color="k", linestyle=":", linewidth=1)
         ax.annotate(f"causal floor {floor:g}", (1.0, floor), xycoords=("axes fraction", "data"),
