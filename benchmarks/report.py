@@ -4,7 +4,8 @@ before and after, side by side in one run.
 For each source tree (this one and, with ``--before SRC``, another, e.g. a ``git worktree add
 /tmp/before main`` checkout's ``src``) a fresh process imports the package from that tree, analyses
 the run once on 512 samples (not timed), then times ``report_html`` (best of ``--repeats`` after
-one warm-up call) and, inside it, the time spent turning figures into SVG (``viz.html.figure``).
+one warm-up call) and, inside it, the time spent turning figures into SVG (``viz.html.figure``:
+for a matplotlib figure its drawing; a ``viz.svg`` drawing is built before, inside the report).
 Times are CPU seconds of the process (``time.process_time``, one torch thread): on a shared,
 loaded machine they move far less than wall time. The page's size is reported too. Runs: those
 given with ``--run``, else the committed reference runs under tests/data/reference_runs (trained,
