@@ -58,8 +58,9 @@ def heatmap(values: np.ndarray, rows: Ticks, cols: Ticks, colours: Colours, *,
     bar; NaN cells show a grey hatch, named in a legend below when ``hatch_label`` is given."""
     values = np.asarray(values, np.float64)
     pw, ph = size
-    bar_ticks = [(t, number_label(t, _step(ts))) for ts in [nice_ticks(colours.lo, colours.hi)]
-                 for t in ts]
+    levels = nice_ticks(colours.lo, colours.hi)
+    step = levels[1] - levels[0] if len(levels) > 1 else 1.0
+    bar_ticks = [(t, number_label(t, step)) for t in levels]
     y_width = max((text_width(s, LABEL_PT) for _, s in rows.at), default=0)
     x_extent = (max((text_width(s, LABEL_PT) for _, s in cols.at), default=0) if cols.rotate
                 else LABEL_PT * LINE_H)
@@ -107,10 +108,6 @@ def heatmap(values: np.ndarray, rows: Ticks, cols: Ticks, colours: Colours, *,
         draw.text(left + 16 + PAD, below + LABEL_PT * 0.4, hatch_label)
     _colour_bar(draw, (bar_x, top, 10, ph), colours, bar_ticks)
     return draw
-
-
-def _step(ticks: list[float]) -> float:
-    return ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
 
 
 def _colour_bar(draw: Drawing, box: tuple[float, float, float, float], colours: Colours,

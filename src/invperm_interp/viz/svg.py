@@ -65,14 +65,13 @@ class Drawing:
         self._clips = 0
 
     def text(self, x: float, y: float, text: str, *, size: float = LABEL_PT, anchor: str = "start",
-             rotate: float = 0, centre: bool = True, colour: str = "#000") -> None:
-        """``text`` at ``(x, y)``: ``anchor`` start/middle/end horizontally; vertically centred on
-        ``y`` (``centre``) or standing on it; turned ``rotate`` degrees about ``(x, y)``."""
+             rotate: float = 0) -> None:
+        """``text`` at ``(x, y)``: ``anchor`` start/middle/end horizontally, centred on ``y``
+        vertically; turned ``rotate`` degrees about ``(x, y)``."""
         turn = f' transform="rotate({_num(rotate)} {_num(x)} {_num(y)})"' if rotate else ""
-        base = ' dominant-baseline="central"' if centre else ""
-        fill = "" if colour == "#000" else f' fill="{colour}"'
         self._items.append(f'<text x="{_num(x)}" y="{_num(y)}" font-size="{_num(size)}" '
-                           f'text-anchor="{anchor}"{base}{turn}{fill}>{html.escape(text)}</text>')
+                           f'text-anchor="{anchor}" dominant-baseline="central"{turn}>'
+                           f'{html.escape(text)}</text>')
 
     def line(self, x1: float, y1: float, x2: float, y2: float, *, colour: str = "#000",
              width: float = 0.8, dash: str | None = None, opacity: float = 1.0) -> None:
