@@ -2,6 +2,9 @@
 the hooked model with its weights replaced (``functional_call``), standard errors included, and
 the record the report renders from without running the model."""
 
+import io
+import sys
+
 import pytest
 import torch
 from helpers import differences
@@ -181,3 +184,27 @@ def test_analyze_refuses_a_batch_of_another_layout_before_running_the_model(lear
         analyze(model, other)
     with pytest.raises(ValueError, match="batch must be a Batch, got Tensor"):
         analyze(model, other.X)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:  # a bar redraws on a terminal
+        return True
+
+
+def test_circuits_still_running_after_a_while_show_a_progress_bar(learned_like, monkeypatch):
+    """A wide model's minimal search fits circuits for tens of seconds: past ``PROGRESS_AFTER_S``
+    a bar counts them; a quick batch (every 2 × 1 analysis's) prints nothing. Both score alike."""
+    import importlib
+
+    faithfulness = importlib.import_module("invperm_interp.analysis.faithfulness")  # the module
+    model, batch = learned_like
+    hyps = [as_hypothesis(model, name) for name in ("theorem3", "theorem3_two_block",
+                                                    "theorem3_complement")]
+    shown = {}
+    for after in (60.0, 0.0):
+        monkeypatch.setattr(faithfulness, "PROGRESS_AFTER_S", after)
+        monkeypatch.setattr(sys, "stderr", _Terminal())
+        scores = CircuitTester(model, batch).circuits(hyps)
+        shown[after] = (sys.stderr.getvalue(), scores)
+    assert shown[60.0][0] == "" and "circuits fitted and run" in shown[0.0][0]
+    assert "/3 " in shown[0.0][0] and shown[60.0][1] == shown[0.0][1]  # counted out of 3

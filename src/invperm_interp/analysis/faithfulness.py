@@ -38,6 +38,7 @@ from ..errors import check_choice
 from ..model.disentangled import DisentangledModel, check_disentangled, readout_forward
 from ..model.variants import forward_many
 from ..task import Batch, mse
+from ..training.progress import progress_bar
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis, read_cells
 from .projection import Projection, fixed_weights, project
 from .score import Score, read_score, score
@@ -50,6 +51,9 @@ SIGN_RELATIVE = 0.1
 #: layer ``(H_l, D_l, D_l)``): bounds the analysis's memory whatever the number of cells searched
 #: or placements tested (``memory.analysis_estimate`` counts this many).
 CIRCUITS_HELD = 64
+#: A batch of circuits still being fitted after this many seconds shows a progress bar (a wide
+#: model's minimal-circuit search fits one circuit per candidate cell, each up to ~0.2 s).
+PROGRESS_AFTER_S = 2.0
 #: A tester keeps per-head fits for reuse up to this many circuit variants' weights (least
 #: recently used dropped first; every head's fit on all candidate cells, the ones a search reuses
 #: most, take one): a search scoring thousands of sets of cells would otherwise keep them all.
@@ -285,11 +289,16 @@ class Tester:
             if k not in self._scores:
                 first.setdefault(k, i)
         todo = list(first.values())
-        for start in range(0, len(todo), CIRCUITS_HELD):
-            chunk = todo[start:start + CIRCUITS_HELD]
-            pairs = [self._circuit(hyps[i], projs[i] if projs else None) for i in chunk]
-            for i, s in zip(chunk, self.run_many([v for v, _ in pairs], [r for _, r in pairs])):
-                self._scores[keys[i]] = s
+        with progress_bar(total=len(todo), desc="circuits fitted and run", unit="circuit",
+                          delay=PROGRESS_AFTER_S, leave=False, disable=len(todo) < 2) as bar:
+            for start in range(0, len(todo), CIRCUITS_HELD):
+                chunk, pairs = todo[start:start + CIRCUITS_HELD], []
+                for i in chunk:
+                    pairs.append(self._circuit(hyps[i], projs[i] if projs else None))
+                    bar.update(0.5)  # the fit: about half a circuit's time in a wide model
+                for i, s in zip(chunk, self.run_many([v for v, _ in pairs], [r for _, r in pairs])):
+                    self._scores[keys[i]] = s
+                bar.update(0.5 * len(chunk))
         return [self._scores[k] for k in keys]
 
     def circuit(self, hyp: Hypothesis, proj: Projection | None = None) -> Score:
