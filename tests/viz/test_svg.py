@@ -148,3 +148,10 @@ def test_text_width_is_dejavu_sans_advance_widths():
         assert text_width(text, 100) == pytest.approx(advance, abs=0.6 * len(text))
     assert text_width("10⁻³", 8) >= text_width("10", 8)
 
+
+
+def test_bad_figure_input_is_refused_naming_what_was_expected():
+    with pytest.raises(ValueError, match=r"values must be a non-empty \(rows, cols\) array.*\(4,\)"):
+        heatmap(np.zeros(4), Ticks(()), Ticks(()), Colours(DIVERGING, -1, 1), size=(10, 10))
+    with pytest.raises(ValueError, match="as many x as y values, got 3 and 2"):
+        Series([0, 1, 2], [1.0, 2.0])

@@ -57,6 +57,8 @@ def heatmap(values: np.ndarray, rows: Ticks, cols: Ticks, colours: Colours, *,
     """``values (rows, cols)`` as cells over a ``size`` (width, height) points plot, with a colour
     bar; NaN cells show a grey hatch, named in a legend below when ``hatch_label`` is given."""
     values = np.asarray(values, np.float64)
+    if values.ndim != 2 or 0 in values.shape:
+        raise ValueError(f"values must be a non-empty (rows, cols) array, got shape {values.shape}")
     pw, ph = size
     levels = nice_ticks(colours.lo, colours.hi)
     step = levels[1] - levels[0] if len(levels) > 1 else 1.0
@@ -134,6 +136,11 @@ class Series:
     dash: str = "-"
     opacity: float = 1.0
     label: str = ""
+
+    def __post_init__(self):
+        if len(self.x) != len(self.y):
+            raise ValueError(f"a series needs as many x as y values, got {len(self.x)} and "
+                             f"{len(self.y)}")
 
 
 @dataclass(frozen=True)
