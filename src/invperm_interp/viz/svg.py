@@ -1,7 +1,7 @@
 """A small SVG writer for the report's figures: text, lines, rectangles and a raster image in a
 drawing measured in points, with the colour maps the figures use and a PNG encoder. No matplotlib:
-a report drew its eight figures with it in about 0.85 s after 0.5 s importing it; written here they
-take milliseconds (``benchmarks/report.py``). Matplotlib still draws the PNG and SVG figures under
+a report page took 0.80–0.93 CPU s with it drawing the eight figures (after ~0.5 s importing it),
+0.015–0.018 s written here (``benchmarks/report.py``). Matplotlib still draws the PNG and SVG figures under
 ``assets/`` and the index and sweep pages (``viz.heatmaps``, ``viz.training``, ``viz.sweep``).
 
 Text is ``<text>`` in matplotlib's default sans-serif font list; its width is estimated from DejaVu
