@@ -205,18 +205,25 @@ def test_a_tester_runs_each_circuit_once_and_its_scores_stay_its_own():
     [("L1h1.x", "L1h0.pos.P"), ("pos.Y", "L2h0.pos.Y"), ("L2h1.pos.P", "x")],
     [(q, k) for q in ("x", "pos.Y", "L1h0.x", "L1h1.pos.P", "L2h0.x", "L2h1.pos.Y")
      for k in ("pos.P", "L1h0.pos.Y", "L1h1.x", "L2h0.pos.P", "L2h1.x", "x")][1:]])
-def test_the_cell_fit_on_a_third_layer_of_two_heads_is_the_dense_normal_equations(sites):
+@pytest.mark.parametrize("cholesky_from", [None, 1])
+def test_the_cell_fit_on_a_third_layer_of_two_heads_is_the_dense_normal_equations(
+        sites, cholesky_from, monkeypatch):
     """Where the gauge has several query-null and key-gauge directions (a 3 × 2 model's third
     layer: 8 and 9), the fit of cells that are not a product of blocks, a few of them (fewer
     entries than the gauge directions they see) and most pairs of six query and six key blocks
     (more), against ``m = F_S + (1 - C) C⁺ F_S`` with ``C`` the entries' rows and columns of
     ``(1 - Π_null) ⊗ (1 - Π_key)``, formed entry by entry in numpy. (The 2 × 1 references above
-    pass with the key gauge's square root left out of the fit; this one does not.)"""
+    pass with the key gauge's square root left out of the fit; this one does not.) With
+    ``cholesky_from=1`` every solve takes ``projection.psd_solve``'s Cholesky path where the
+    spectrum allows it (a fit this small takes it only so)."""
     import numpy as np
 
+    from invperm_interp.analysis import projection
     from invperm_interp.analysis.gauge import gauge_projectors
     from invperm_interp.maths.placement import Placement, build
 
+    if cholesky_from is not None:
+        monkeypatch.setattr(projection, "CHOLESKY_FROM", cholesky_from)
     model = perturb(build(Placement("appendix_b", (0, 2), (1, 1), (2, 2, 2)), 3, 7.0), gauge=2.0,
                     noise=0.5, seed=5)
     stream, layer, head = model.stream, 2, 1
@@ -325,3 +332,32 @@ def test_a_cell_holding_two_templates_counts_once_as_a_cell_twice_as_atoms(name,
     model = C.build(name, 5, C.REGISTRY[name].beta_exact)
     f = faithfulness(model, name, batch_for(model, 64), minimality=False)
     assert f.size_text == text and f.n_atoms == len(C.REGISTRY[name].cells)
+
+
+@pytest.mark.parametrize("singular", [False, True])
+def test_psd_solve_is_numpys_pseudo_inverse_by_cholesky_only_where_nothing_is_cut(singular,
+                                                                                  monkeypatch):
+    """``projection.psd_solve`` against ``numpy.linalg.pinv`` (cut at ``PINV_RTOL``): a
+    well-conditioned 600 × 600 matrix is solved without forming a pseudo-inverse, a nearly
+    singular one (100 eigenvalues at 1e-13, under the cut: Cholesky would succeed and blow them up;
+    the fit's normal equations are so when a gauge direction lies inside the cells) by the
+    pseudo-inverse."""
+    import numpy as np
+
+    from invperm_interp.analysis import projection
+
+    rng = np.random.default_rng(3)
+    Q = np.linalg.qr(rng.standard_normal((600, 600)))[0]
+    spectrum = rng.uniform(0.07, 1.0, 600)
+    if singular:
+        spectrum[:100] = 1e-13
+    C = (Q * spectrum) @ Q.T
+    C = (C + C.T) / 2
+    x = rng.standard_normal(600)
+    pinv = torch.linalg.pinv
+    calls = []
+    monkeypatch.setattr(torch.linalg, "pinv", lambda *a, **k: calls.append(1) or pinv(*a, **k))
+    got = projection.psd_solve(torch.from_numpy(C), torch.from_numpy(x)).numpy()
+    want = np.linalg.pinv(C, rcond=projection.PINV_RTOL, hermitian=True) @ x
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11)
+    assert len(calls) == int(singular)
