@@ -361,3 +361,27 @@ def test_psd_solve_is_numpys_pseudo_inverse_by_cholesky_only_where_nothing_is_cu
     want = np.linalg.pinv(C, rcond=projection.PINV_RTOL, hermitian=True) @ x
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-11)
     assert len(calls) == int(singular)
+
+
+def test_the_structured_gram_is_the_gauge_rows_product():
+    """``projection._gauge_gram`` (the large fits' ``BᵀB`` from the rows' structure) against
+    ``B.T @ B`` formed from ``_gauge_rows``, on a 3 × 2 model's third layer: random sets of cells,
+    more and fewer entries than gauge directions, and a layer with no query-null direction."""
+    import random
+
+    from invperm_interp.analysis.projection import _gauge_gram, _gauge_rows, gauge_factors
+    from invperm_interp.maths.placement import Placement, build
+
+    model = build(Placement("appendix_b", (0, 2), (1, 1), (2, 2, 2)), 3, 7.0)
+    for layer in (0, 2):
+        U, _, V = gauge_factors(model.stream, layer)
+        D, blocks = model.stream.width(layer), model.stream.blocks(layer)
+        pairs = [(q, k) for q in blocks for k in blocks]
+        for seed in range(3):
+            mask = torch.zeros(D, D, dtype=torch.bool)
+            for q, k in random.Random(seed).sample(pairs, min(len(pairs), 5 + 12 * seed)):
+                mask[q.slice, k.slice] = True
+            idx = mask.reshape(-1).nonzero().squeeze(1)
+            B = _gauge_rows(U, V, idx // D, idx % D)
+            torch.testing.assert_close(_gauge_gram(U, V, idx // D, idx % D), B.T @ B,
+                                       rtol=0, atol=1e-12)
