@@ -385,3 +385,32 @@ def test_the_structured_gram_is_the_gauge_rows_product():
             B = _gauge_rows(U, V, idx // D, idx % D)
             torch.testing.assert_close(_gauge_gram(U, V, idx // D, idx % D), B.T @ B,
                                        rtol=0, atol=1e-12)
+
+
+def test_psd_solve_bounds_the_inverse_and_falls_back_to_its_trace_where_the_bound_is_loose(
+        monkeypatch):
+    """``_inverse_bound(L)`` is at least ``‖(L Lᵀ)⁻¹‖₂`` (numpy's) on random positive definite
+    matrices; for ``L`` with ones below its diagonal (``L⁻¹`` is bidiagonal, but the comparison
+    matrix's inverse grows as 2ⁿ) it is useless, and ``psd_solve`` still avoids the
+    pseudo-inverse through ``tr C⁻¹``, matching numpy's."""
+    import numpy as np
+
+    from invperm_interp.analysis import projection
+
+    rng = np.random.default_rng(7)
+    for n in (5, 40, 200):
+        A = rng.standard_normal((n, n))
+        C = torch.from_numpy(A @ A.T + 0.1 * np.eye(n))
+        bound = projection._inverse_bound(torch.linalg.cholesky(C))
+        assert bound >= np.linalg.norm(np.linalg.inv(C.numpy()), 2) * (1 - 1e-12)
+    L = torch.tril(torch.ones(600, 600, dtype=torch.float64))
+    C = L @ L.T
+    assert projection._inverse_bound(L) > 1e100
+    x = torch.from_numpy(rng.standard_normal(600))
+    pinv = torch.linalg.pinv
+    calls = []
+    monkeypatch.setattr(torch.linalg, "pinv", lambda *a, **k: calls.append(1) or pinv(*a, **k))
+    got = projection.psd_solve(C, x).numpy()
+    want = np.linalg.pinv(C.numpy(), rcond=projection.PINV_RTOL, hermitian=True) @ x.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-9)
+    assert not calls
