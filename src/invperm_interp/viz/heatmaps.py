@@ -23,9 +23,8 @@ from ..analysis.gauge import gauge_fix  # noqa: E402
 from ..labels import head_name, hook_label  # noqa: E402
 from ..model.disentangled import DisentangledModel  # noqa: E402
 from ..stream import Block  # noqa: E402
-from .svg import LABEL_PT, TITLE_PT  # noqa: E402  (font sizes: the same in every figure)
+from .svg import BLOCK_IN, LABEL_PT, TITLE_PT  # noqa: E402  (sizes: the same in every figure)
 
-BLOCK_IN = 0.2  # inches of axis per block, so a 16-block axis keeps its labels apart
 PATCH_CELL_IN = 0.5  # inches per patching cell: room for its value ("-0.05") at LABEL_PT
 HATCH = "////"  # cells with no value (not in the stream yet, or exactly zero): hatched, in the legend
 

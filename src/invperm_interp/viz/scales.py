@@ -10,12 +10,13 @@ from dataclasses import dataclass
 import numpy as np
 
 _LINEAR = 1 / (1 - 1 / 10)  # decades a symlog axis gives its linear part (matplotlib's linscale 1)
-_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+#: Digits, signs and the decimal point as superscripts (``viz.ticks`` writes matplotlib's labels so).
+SUPERSCRIPT = str.maketrans("0123456789-−.", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁻·")
 
 
 def power_label(exponent: int, mantissa: float = 1.0) -> str:
     """``10ᵏ`` in Unicode (``2×10⁻³`` with a mantissa), as matplotlib labels a log axis."""
-    power = "10" + str(exponent).translate(_SUPERSCRIPT)
+    power = "10" + str(exponent).translate(SUPERSCRIPT)
     return power if mantissa == 1 else f"{mantissa:g}×{power}"
 
 

@@ -19,8 +19,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+# Font sizes in points, the same in every figure (matplotlib's too). Figures are drawn at the size
+# they are shown (an SVG's point is 4/3 CSS pixel), so 8 pt labels are ~11 px on the page; nothing
+# is shrunk to fit more blocks: the figure grows instead, by BLOCK_IN a block.
 LABEL_PT = 8  # tick labels, axis labels, legends
 TITLE_PT = 9
+BLOCK_IN = 0.2  # inches of axis per block, so a 16-block axis keeps its labels apart
 FONT = "DejaVu Sans, Bitstream Vera Sans, Computer Modern Sans Serif, Lucida Grande, Verdana, " \
        "Geneva, Lucid, Arial, Helvetica, Avant Garde, sans-serif"  # matplotlib's sans-serif list
 GRID = "#b0b0b0"  # matplotlib's grid colour

@@ -14,7 +14,8 @@ import re
 from matplotlib.axis import Axis
 from matplotlib.ticker import LogFormatterSciNotation
 
-_SUPERSCRIPT = str.maketrans("0123456789-−.", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁻·")
+from .scales import SUPERSCRIPT
+
 _MATHDEFAULT = re.compile(r"\$\\mathdefault\{(.*)\}\$")
 _POWER = re.compile(r"\^\{([-−]?[0-9]+)\}|\^([0-9])")
 
@@ -26,7 +27,7 @@ def unicode_text(label: str) -> str:
     if match is None:
         return label
     body = match.group(1).replace("\\times", "×")
-    body = _POWER.sub(lambda m: (m.group(1) or m.group(2)).translate(_SUPERSCRIPT), body)
+    body = _POWER.sub(lambda m: (m.group(1) or m.group(2)).translate(SUPERSCRIPT), body)
     if "\\" in body or "{" in body or "^" in body:  # a construct written otherwise: leave it
         return label
     return body.replace("-", "−")

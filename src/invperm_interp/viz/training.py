@@ -1,10 +1,6 @@
-"""Training curves read against the causal floor.
-
-A causally masked model ends at its floor (2.5 for the note's causal model at d = 10), and on a log
-axis of the MSE its last thousand steps lie on the floor line at the bottom edge. So a causal run
-is drawn as the excess ``MSE − floor`` (symmetric-log axis: it can dip below 0 by sampling noise of
-the eval batch), a bidirectional run as the MSE itself, with the floor of its causal twin for
-reference. The accuracies the run records (entries, rows, whole samples exact) sit beside it.
+"""Training curves read against the causal floor, with matplotlib: a run's curve for PNG and SVG
+files and several runs' curves for the index page. How a run is drawn against its floor (and why)
+is ``viz.curves``'s, which draws the report's curves without matplotlib.
 """
 
 from __future__ import annotations

@@ -12,14 +12,13 @@ from ..labels import head_name
 from ..model.disentangled import DisentangledModel
 from ..stream import Block
 from .charts import Colours, Ticks, block_ticks, heatmap
-from .svg import DIVERGING, MAGMA, Drawing
+from .svg import BLOCK_IN, DIVERGING, MAGMA, Drawing
 
-BLOCK_PT = 14.4  # points of axis per block (0.2 in), so a 16-block axis keeps its labels apart
 LEAST_PT = 205.0  # the shortest axis (2.85 in)
 
 
 def _axis(n_blocks: int) -> float:
-    return max(LEAST_PT, BLOCK_PT * n_blocks)
+    return max(LEAST_PT, 72 * BLOCK_IN * n_blocks)
 
 
 def _symmetric(values: np.ndarray) -> Colours:
