@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import check_choice
+
+KINDS = ("linear", "log", "symlog")
 _LINEAR = 1 / (1 - 1 / 10)  # decades a symlog axis gives its linear part (matplotlib's linscale 1)
 #: Digits, signs and the decimal point as superscripts (``viz.ticks`` writes matplotlib's labels so).
 SUPERSCRIPT = str.maketrans("0123456789-−.", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁻·")
@@ -53,8 +56,7 @@ class Scale:
     linthresh: float = 1.0
 
     def __post_init__(self):
-        if self.kind not in ("linear", "log", "symlog"):
-            raise ValueError(f"kind must be 'linear', 'log' or 'symlog', got {self.kind!r}")
+        check_choice("kind", self.kind, KINDS)
         if self.kind == "log" and self.lo <= 0:
             raise ValueError(f"a log axis needs lo > 0, got {self.lo}")
 
