@@ -202,3 +202,38 @@ def analysed(mechanism, tests=None, names=None, mean=None, candidates=10, optima
     return SweepRecord(mech, samples, seed, tuple(map(Answer.of_label, names or [mechanism] * 3)),
                        {style: Answer.of_label(text) for style, text in under.items()},
                        {style: tested for style in under})
+
+
+def svg_doc(drawing):
+    """A ``viz.svg.Drawing`` parsed as XML (parsing also checks it is well-formed)."""
+    import xml.dom.minidom
+
+    return xml.dom.minidom.parseString(drawing.svg())
+
+
+def svg_texts(doc) -> list[tuple[str, float, float]]:
+    """Each ``<text>`` of ``doc``: its text and its ``x``, ``y``, in drawing order."""
+    return [(t.firstChild.data, float(t.getAttribute("x")), float(t.getAttribute("y")))
+            for t in doc.getElementsByTagName("text") if t.firstChild]
+
+
+def svg_polylines(doc) -> list[tuple[str, list[tuple[float, float]]]]:
+    """Each ``<polyline>`` of ``doc``: its stroke colour and its points."""
+    return [(line.getAttribute("stroke"),
+             [tuple(map(float, p.split(","))) for p in line.getAttribute("points").split()])
+            for line in doc.getElementsByTagName("polyline")]
+
+
+def svg_image(doc):
+    """``doc``'s (first) raster image decoded by Pillow, ``(rows, cols, 4)`` uint8, and its box
+    ``(x, y, width, height)``."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    node = doc.getElementsByTagName("image")[0]
+    data = base64.b64decode(node.getAttribute("href").split(",", 1)[1])
+    box = tuple(float(node.getAttribute(k)) for k in ("x", "y", "width", "height"))
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGBA")), box

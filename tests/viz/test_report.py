@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import loads_from_network
-from helpers import analysed
+from helpers import analysed, svg_doc, svg_polylines, svg_texts
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
 from invperm_interp.analysis.record import ModelAnalysis, analyze, headline
@@ -125,14 +125,11 @@ def test_results_show_excess_over_floor_and_accuracies(theorem3):
 
 
 def _polylines(drawing) -> list[list[tuple[float, float]]]:
-    doc = xml.dom.minidom.parseString(drawing.svg())
-    return [[tuple(map(float, p.split(","))) for p in line.getAttribute("points").split()]
-            for line in doc.getElementsByTagName("polyline")]
+    return [points for _, points in svg_polylines(svg_doc(drawing))]
 
 
 def _svg_text(drawing) -> str:
-    doc = xml.dom.minidom.parseString(drawing.svg())
-    return "\n".join(t.firstChild.data for t in doc.getElementsByTagName("text") if t.firstChild)
+    return "\n".join(text for text, _, _ in svg_texts(svg_doc(drawing)))
 
 
 def test_causal_curve_is_drawn_as_excess_over_the_floor():

@@ -1,13 +1,12 @@
 """The report's SVG figures (viz.svg, viz.scales, viz.charts), checked against matplotlib and
 Pillow as independent references: colours, scales, ticks, PNG pixels, and where things are drawn."""
 
-import base64
 import io
 import math
-import xml.dom.minidom
 
 import numpy as np
 import pytest
+from helpers import svg_doc, svg_image, svg_polylines, svg_texts
 from PIL import Image
 
 from invperm_interp.viz.charts import Axes, Colours, Level, Series, Ticks, heatmap, line_chart
@@ -15,21 +14,9 @@ from invperm_interp.viz.scales import Scale, nice_ticks, padded
 from invperm_interp.viz.svg import DIVERGING, MAGMA, Drawing, colour_map, png, text_width
 
 
-def _svg(drawing: Drawing):
-    return xml.dom.minidom.parseString(drawing.svg())
-
-
 def _texts(doc) -> dict[str, tuple[float, float]]:
-    return {t.firstChild.data: (float(t.getAttribute("x")), float(t.getAttribute("y")))
-            for t in doc.getElementsByTagName("text") if t.firstChild}
-
-
-def _image(doc) -> tuple[np.ndarray, tuple[float, float, float, float]]:
-    """The drawing's raster image decoded by Pillow, and its box (x, y, width, height)."""
-    node = doc.getElementsByTagName("image")[0]
-    data = base64.b64decode(node.getAttribute("href").split(",", 1)[1])
-    box = tuple(float(node.getAttribute(k)) for k in ("x", "y", "width", "height"))
-    return np.asarray(Image.open(io.BytesIO(data)).convert("RGBA")), box
+    """Where each text is drawn, by its text."""
+    return {text: (x, y) for text, x, y in svg_texts(doc)}
 
 
 def test_png_decodes_to_the_same_pixels_in_pillow():
@@ -98,9 +85,9 @@ def test_a_heatmap_draws_each_value_in_its_cell_with_ticks_at_block_centres():
     values[2, 3] = np.nan
     rows = Ticks(((0.5, "r0"), (2.0, "r1-2")), lines=(1.0,), label="rows")
     cols = Ticks(((2.0, "all columns"),), label="cols", rotate=True)
-    doc = _svg(heatmap(values, rows, cols, Colours(DIVERGING, -6.0, 6.0), size=(80, 60),
+    doc = svg_doc(heatmap(values, rows, cols, Colours(DIVERGING, -6.0, 6.0), size=(80, 60),
                        title="a title", hatch_label="no value"))
-    pixels, (x, y, w, h) = _image(doc)
+    pixels, (x, y, w, h) = svg_image(doc)
     assert pixels.shape == (3, 4, 4)
     expected = np.rint(matplotlib.colormaps["RdBu_r"](Normalize(-6, 6)(values)) * 255)
     seen = ~np.isnan(values)
@@ -117,11 +104,9 @@ def test_a_heatmap_draws_each_value_in_its_cell_with_ticks_at_block_centres():
 
 def test_a_line_chart_puts_data_on_the_ticks_that_label_it():
     axes = Axes(padded(1e-3, 2.0, "log"), "step", "MSE", "eval MSE")
-    doc = _svg(line_chart([Series([0, 100, 200], [2.0, 0.01, 1e-3], label="eval MSE")], axes,
+    doc = svg_doc(line_chart([Series([0, 100, 200], [2.0, 0.01, 1e-3], label="eval MSE")], axes,
                           [Level(0.1, "#d62728", label="a floor")]))
-    lines = [(ln.getAttribute("stroke"), [tuple(map(float, p.split(",")))
-                                          for p in ln.getAttribute("points").split()])
-             for ln in doc.getElementsByTagName("polyline")]
+    lines = svg_polylines(doc)
     curve = next(points for _, points in lines if len(points) == 3)
     texts = _texts(doc)
     assert curve[1][1] == pytest.approx(texts["10⁻²"][1], abs=0.01)  # 0.01 on the 10⁻² tick
@@ -134,7 +119,7 @@ def test_a_line_chart_puts_data_on_the_ticks_that_label_it():
 def test_text_with_markup_characters_stays_text():
     drawing = Drawing(100, 20)
     drawing.text(1, 10, "MSE < 0.001 & rows > 99%")
-    assert _texts(_svg(drawing)) == {"MSE < 0.001 & rows > 99%": (1.0, 10.0)}
+    assert _texts(svg_doc(drawing)) == {"MSE < 0.001 & rows > 99%": (1.0, 10.0)}
 
 
 def test_text_width_is_dejavu_sans_advance_widths():

@@ -207,13 +207,9 @@ def test_the_sweep_figure_stacks_each_grid_points_runs_by_mechanism():
 def test_a_heads_maps_draw_its_gauge_fixed_then_its_raw_weights_each_on_its_own_scale():
     """``head_maps``: the gauge-fixed ``A`` (``analysis.gauge``), then the raw ``A``, each cell in
     matplotlib's RdBu_r over ± its own largest magnitude, the same block labels on both."""
-    import base64
-    import io
-    import xml.dom.minidom
-
     import matplotlib
     import numpy as np
-    from PIL import Image
+    from helpers import svg_doc, svg_image, svg_texts
 
     from invperm_interp.analysis.gauge import gauge_fix
     from invperm_interp.viz.weight_maps import head_maps
@@ -225,13 +221,12 @@ def test_a_heads_maps_draw_its_gauge_fixed_then_its_raw_weights_each_on_its_own_
     for drawing, values, title in zip(head_maps(model, 1, 0),
                                       (gauge_fix(A, model.stream, 1).numpy(), A.numpy()),
                                       ("gauge-fixed A", "raw A")):
-        doc = xml.dom.minidom.parseString(drawing.svg())
-        href = doc.getElementsByTagName("image")[0].getAttribute("href")
-        pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(href.split(",", 1)[1]))))
+        doc = svg_doc(drawing)
+        pixels, _ = svg_image(doc)
         top = np.abs(values).max()
         expected = np.rint(matplotlib.colormaps["RdBu_r"]((values + top) / (2 * top)) * 255)
         assert np.abs(pixels[..., :3].astype(int) - expected[..., :3]).max() <= 3
-        texts = [t.firstChild.data for t in doc.getElementsByTagName("text")]
+        texts = [text for text, _, _ in svg_texts(doc)]
         assert any(t.startswith(title) for t in texts)
         labels.append([t for t in texts if t in {b.name for b in model.stream.blocks(1)}])
     assert labels[0] == labels[1] and len(labels[0]) == 2 * len(model.stream.blocks(1))
