@@ -238,8 +238,6 @@ class StandardTransformer(Hooked):
         if cfg.layernorm:
             self.ln_final = LayerNorm(cfg, device)
         self.unembed = Unembed(cfg, device)
-        self.register_buffer("positions", torch.eye(cfg.T, dtype=cfg.torch_dtype, device=device),
-                             persistent=False)  # I_T, the disentangled stream's positions
         self.through_note = note_is_cheaper(cfg)
         if not shapes_only:
             init_standard(self, cfg, seed)
@@ -261,7 +259,7 @@ class StandardTransformer(Hooked):
         layers = [(b.attn.W_Q, b.attn.W_K, b.attn.W_V, b.attn.W_O) for b in self.blocks]
         As, W_U = note_weights(self.embed.W_E, self.pos_embed.W_pos, layers, self.unembed.W_U)
         mask = self.blocks[0].attn.mask if self.cfg.causal else None
-        return weights_forward(As, W_U, X, self.positions, mask, self.unembed.rows)
+        return weights_forward(As, W_U, X, mask, self.unembed.rows)
 
     def final_stream(self, X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch pos d_model"]:
         """The residual stream after the last layer (through ``ln_final``), ``(B, T, d_model)``."""
