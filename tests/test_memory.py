@@ -259,6 +259,12 @@ def test_the_largest_part_names_what_to_lower():
     cfg = ModelConfig(Layout.plain(10))
     assert footprint.training_estimate(cfg, "adam", 64, 100000).lower.startswith("eval_size (now 100000)")
     assert footprint.training_estimate(cfg, "adam", 4096, 64).lower.startswith("batch_size (now 4096)")
+    # a small training batch: evaluations still run 1,024 samples at a time, which lowering
+    # batch_size would not change
+    wide = ModelConfig(Layout.plain(10), n_layers=3, n_heads=3)
+    estimate = footprint.training_estimate(wide, "adam", 2, 2048)
+    assert estimate.parts["activations"] == footprint.training_step_bytes(wide, 1024)
+    assert estimate.lower.startswith("eval_size (now 2048; evaluations run in chunks of 1024 samples)")
 
 
 def test_constructions_check_weights_and_samples_before_allocating():

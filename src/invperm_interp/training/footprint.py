@@ -22,6 +22,7 @@ from ..model.build import forward
 from ..model.disentangled import DisentangledTransformer
 from ..model.standard import StandardTransformer
 from ..task import mse
+from .metrics import evaluation_chunk
 
 __all__ = ["saved_for_backward", "training_estimate", "training_step_bytes"]
 
@@ -100,11 +101,14 @@ def training_step_bytes(cfg: ModelConfig, b: int) -> int:
 def training_estimate(model_cfg: ModelConfig, optimizer: str, batch_size: int, eval_size: int,
                       what: str = "this training run") -> memory.Estimate:
     """A training run's peak: weights, gradients, optimizer state, the evaluation batch, and the
-    larger of a training step (with its batch) and an evaluation chunk (``batch_size`` samples)."""
+    larger of a training step (with its batch) and an evaluation chunk (``metrics.evaluation_chunk``)."""
     e, n = torch.empty((), dtype=model_cfg.torch_dtype).element_size(), model_cfg.n_params
     copies = 4 + 2 if optimizer == "adam" else 2 + 1  # weights, grads, moments; step temporaries
     step = training_step_bytes(model_cfg, batch_size) + memory.batch_bytes(model_cfg, batch_size)
-    evaluation = memory.forward_bytes(model_cfg, min(batch_size, eval_size))
+    # an evaluation runs the step's forward without gradients: it holds at most what that forward
+    # saves for backward, on a chunk of samples
+    chunk = evaluation_chunk(batch_size, eval_size)
+    evaluation = training_step_bytes(model_cfg, chunk)
     activations = max(step, evaluation)
     parts = {"weights, gradients and optimizer state": copies * n * e,
              "evaluation batch": memory.batch_bytes(model_cfg, eval_size),
@@ -114,7 +118,9 @@ def training_estimate(model_cfg: ModelConfig, optimizer: str, batch_size: int, e
         lower = f"eval_size (now {eval_size})"
     elif largest.startswith("weights"):
         lower = "d, n_layers or n_heads (the widths grow as (d + T)·(1 + H)^L)"
+    elif step >= evaluation:
+        lower = f"batch_size (now {batch_size}), d, n_layers or n_heads"
     else:
-        chunks = "" if step >= evaluation else "; evaluations run in chunks of it"
-        lower = f"batch_size (now {batch_size}{chunks}), d, n_layers or n_heads"
+        lower = (f"eval_size (now {eval_size}; evaluations run in chunks of {chunk} samples), "
+                 f"d, n_layers or n_heads")
     return memory.Estimate(what, parts, lower=lower)

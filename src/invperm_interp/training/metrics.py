@@ -10,6 +10,17 @@ from torch import nn
 from ..task import Batch
 
 
+#: Evaluations run in chunks of the training batch, of at least this many samples (small
+#: training batches: fewer, larger chunks).
+MIN_EVAL_CHUNK = 1024
+
+
+def evaluation_chunk(batch_size: int, eval_size: int) -> int:
+    """Samples per chunk of a run's evaluations: the training batch, at least
+    :data:`MIN_EVAL_CHUNK`, at most the evaluation batch."""
+    return min(eval_size, max(batch_size, MIN_EVAL_CHUNK))
+
+
 class Scores(NamedTuple):
     """What :func:`evaluate` measures (the fields of a run's ``runs.evaluation.Evaluation``)."""
 

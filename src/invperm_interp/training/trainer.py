@@ -28,7 +28,7 @@ from ..runs.evaluation import Evaluation
 from ..runs.lock import RunLock
 from ..task import mse, sample_batch
 from .cpu import keep_freed_memory
-from .metrics import Scores, evaluate
+from .metrics import Scores, evaluate, evaluation_chunk
 from .optim import make_optimizer
 from .progress import progress_bar
 from .run import Run, kept_evaluation, resolve_device
@@ -323,8 +323,8 @@ class Trainer:
 
     def scores(self) -> Scores:
         """The model's scores on the run's held-out batch, as its evaluations take them."""
-        chunk = max(self.cfg.batch_size, 1024)  # small training batches: fewer, larger eval chunks
-        return evaluate(self.model, self.eval_batch, chunk)
+        return evaluate(self.model, self.eval_batch,
+                        evaluation_chunk(self.cfg.batch_size, self.cfg.eval_size))
 
     def _evaluate(self, lr: float) -> None:
         scores = self.scores()
