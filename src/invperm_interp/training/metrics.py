@@ -9,7 +9,6 @@ from torch import nn
 
 from ..task import Batch
 
-
 #: Evaluations run in chunks of the training batch, of at least this many samples (small
 #: training batches: fewer, larger chunks).
 MIN_EVAL_CHUNK = 1024
