@@ -186,13 +186,15 @@ def test_a_huge_grid_needs_yes_and_a_million_runs_are_refused_before_building(tm
 
 
 def test_a_grid_of_many_cpu_hours_needs_yes(tmp_path, capsys):
-    path = grid_file(tmp_path, "seeds = 400\n[model]\nd = 16\n[train]\nsteps = 100000\n")
-    assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "CPU hours" in err[0] and "--yes" in err[0]
+    # far over the limit (~10x at today's step prices), and the dry run asked first: were the
+    # prices ever to fall under it, this fails here instead of training 400 runs
+    path = grid_file(tmp_path, "seeds = 400\n[model]\nd = 16\n[train]\nsteps = 1000000\n")
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
     shown = capsys.readouterr().out
     assert "400 runs" in shown and "CPU hours" in shown and "needs --yes" in shown
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "CPU hours" in err[0] and "--yes" in err[0]
 
 
 def test_dry_run_prints_runs_units_cpu_time_and_memory_and_writes_nothing(tmp_path, capsys):

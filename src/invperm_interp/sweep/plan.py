@@ -20,16 +20,18 @@ from .grid import MAX_RUNS, Grid, Job
 #: by the same count for the widths it is read as; "direct", a standard model in ``d_model`` (with
 #: LayerNorm or an MLP, or where that is cheaper), by batch·T·(multiplications per row,
 #: ``model.standard.row_costs``). Fitted by benchmarks/step_cost.py on 18 runs of the census grids
-#: and the standard floor grid, each step timed alone on a quiet core: the fit is within 0.95-1.07
-#: of the measured step for "note", 0.92-1.07 for "direct", 0.72-1.45 for "standard" (its d = 6
-#: runs cost more than their count says). The constants before this fit priced steps 1.3-5 times
-#: too low. Runs that share a machine's cores and memory take longer than this.
-STEP_COST = {"note": (2.92e-3, 26.9e-12), "standard": (9.37e-3, 34.7e-12), "direct": (13.7e-3, 129e-12)}
+#: and the standard floor grid, each step timed alone on a quiet core: "note" and "standard" refitted
+#: when the training forward stopped multiplying the stream's I_T block (within 0.91-1.12 of the
+#: measured step for "note", 0.73-1.22 for "standard"; the count still prices the whole stream, and
+#: fits the kept one as well), "direct" as first fitted (0.92-1.07; 0.87-1.15 when measured again).
+#: Runs that share a machine's cores and memory take longer than this.
+STEP_COST = {"note": (2.52e-3, 20.0e-12), "standard": (7.47e-3, 29.5e-12), "direct": (13.7e-3, 129e-12)}
 #: One run's analysis (mechanism on 4,096 samples, 3 batches, mean and resample ablation, minimal
-#: circuit): CPU seconds per census run, weighted as the census's d = 6, 8, 10, 12 (10 runs
-#: re-analysed in one process at load ~1.3): 1.8 s for the plain layout, 10.0 s with scratch rows
-#: (their minimal circuits run to 6-23 cells, and the exact search tries every 1-2-cell set).
-ANALYSIS_S = {"plain": 1.8, "scratch": 10.0}
+#: circuit): seconds per census run, the mean over a whole ``make census`` (each run's analysis
+#: timed from its final weights to its record, two workers on 2 cores): 0.86 s for the plain
+#: layout, 3.8 s with scratch rows (their minimal circuits run to 6-23 cells, and the exact search
+#: tries every 1-2-cell set).
+ANALYSIS_S = {"plain": 0.86, "scratch": 3.8}
 RESUME_HINT = "rerun the same command to resume"
 MAX_CPU_HOURS = 500  # a sweep estimated above this needs allow_large (--yes)
 
