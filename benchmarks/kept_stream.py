@@ -1,9 +1,10 @@
 """A training step through ``readout_forward`` (the stream kept without its ``I_T`` block) against
 the same step through the whole stream (the forward it replaced, kept here as the reference).
 
-For the census's shapes and a 3-layer, 2-head one, batch 128, Adam, one thread by default: each
-round times ``--steps`` steps of each forward in turn (interleaved, so machine noise hits both),
-and the best round of each is printed with their ratio. Also checks the two outputs agree.
+For the census's shapes and census_shapes' wider and deeper ones at d = 8, batch 128, Adam, one
+thread by default: each round times ``--steps`` steps of each forward in turn (interleaved, so
+machine noise hits both), and the best round of each is printed with their ratio. Also checks
+the two outputs agree.
 Usage: python benchmarks/kept_stream.py [--rounds 7] [--steps 50] [--threads 1]
 """
 
@@ -26,11 +27,16 @@ from invperm_interp.training.optim import make_optimizer
 
 SHAPES = [  # (name, layout, attention_dir, readout, n_layers, n_heads)
     ("bidirectional d=6", Layout.plain(6), "bidirectional", "P", 2, 1),
+    ("bidirectional d=8", Layout.plain(8), "bidirectional", "P", 2, 1),
     ("bidirectional d=10", Layout.plain(10), "bidirectional", "P", 2, 1),
     ("bidirectional d=12", Layout.plain(12), "bidirectional", "P", 2, 1),
     ("scratch d=6", Layout.scratch(6), "causal", "S", 2, 1),
+    ("scratch d=8", Layout.scratch(8), "causal", "S", 2, 1),
     ("scratch d=10", Layout.scratch(10), "causal", "S", 2, 1),
     ("scratch d=12", Layout.scratch(12), "causal", "S", 2, 1),
+    ("bidirectional d=8, 2 x 2", Layout.plain(8), "bidirectional", "P", 2, 2),
+    ("scratch d=8, 2 x 2", Layout.scratch(8), "causal", "S", 2, 2),
+    ("scratch d=8, 3 x 1", Layout.scratch(8), "causal", "S", 3, 1),
     ("scratch d=8, 3 x 2", Layout.scratch(8), "causal", "S", 3, 2),
 ]
 
