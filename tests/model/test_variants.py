@@ -14,7 +14,11 @@ CONFIGS = [
                 dtype="float64"),
     ModelConfig(Layout.scratch(4), attention_dir="causal", readout="S", n_heads=(1, 2), n_layers=2,
                 dtype="float64"),
+    # one layer: the first layer is the last, its queries the read-out rows (the first rows here)
+    ModelConfig(Layout.plain(4), attention_dir="causal", readout="P", n_heads=2, n_layers=1,
+                dtype="float64"),
 ]
+IDS = ["bidirectional-3x2", "causal-scratch", "causal-1-layer"]
 
 
 def _reference(model, As, W_U, X):
@@ -28,7 +32,7 @@ def _reference(model, As, W_U, X):
     return out, [cache[f"blocks.{layer}.attn.hook_pattern"] for layer in range(len(As))]
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["bidirectional-3x2", "causal-scratch"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_forward_many_is_the_model_forward_for_sparse_and_dense_variants(cfg):
     g = torch.Generator().manual_seed(0)
     model = HookedDisentangledTransformer(cfg)
@@ -66,7 +70,7 @@ def _plain_streams(cfg, As, h):
     return streams
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["bidirectional-3x2", "causal-scratch"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_an_edited_embedding_and_the_read_out_stream_match_the_plain_forward(cfg):
     """``h0`` replaces ``[X, I_T]`` (here with two rows zeroed and the content scaled), and
     ``readout=False`` gives the read-out rows of ``h^L`` that ``W_U`` reads."""
@@ -86,7 +90,7 @@ def test_an_edited_embedding_and_the_read_out_stream_match_the_plain_forward(cfg
     assert not torch.allclose(out, forward_stacked(cfg, stacked, W_U[None], X)[0])  # h0 was used
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["bidirectional-3x2", "causal-scratch"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_model_run_gives_the_read_out_stream_with_unread_columns_zero_and_every_pattern(cfg):
     """What an analysis shares between its clean scores, gauge check and read-out ablations."""
     from invperm_interp.model.variants import model_patterns, model_run
@@ -111,7 +115,7 @@ def test_model_run_gives_the_read_out_stream_with_unread_columns_zero_and_every_
     torch.testing.assert_close(model_patterns(model, X)[0], out, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["bidirectional-3x2", "causal-scratch"])
+@pytest.mark.parametrize("cfg", CONFIGS[:2], ids=IDS[:2])  # a first layer before a later one
 def test_variants_sharing_a_first_layer_run_from_one_and_match_the_model(cfg):
     """Variants whose first layer is equal (a circuit and the circuit less a later cell) have
     that layer formed once: within a chunk, and across chunks of one variant each

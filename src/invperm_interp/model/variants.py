@@ -7,7 +7,9 @@ leading axis on the same inputs with the model's own maths (``model.disentangled
 without building a model per variant. It first works backwards from ``W_U`` to the stream
 columns each layer must produce (:func:`_plan`): a head none of whose output columns is read is
 skipped, scores use only the rows and columns of ``A`` that hold a nonzero entry, and a head's
-output is formed only for the columns read later. The terms left out are exact zeros, so the
+output is formed only for the columns read later; the embedding's ``I_T`` columns are never
+multiplied (a query's position adds a row of ``A``, a key's a column of the queries, and
+``p I_T = p``). The terms left out are exact zeros, so the
 result is the full forward's up to rounding; a circuit-only model keeping a few cells costs a
 fraction of a forward. :func:`forward_many` splits many variants into chunks of bounded memory. A
 variant may also add a term to its scores (a mean or resample ablation's stand-in for removed cells).
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -37,6 +40,17 @@ class _Head:
     Q: Tensor
     K: Tensor
     src: Tensor
+
+
+class _Columns(NamedTuple):
+    """A layer's stream columns: ``inp`` those ``h`` holds, ``out`` those it forms (sorted index
+    tensors into ``h^l`` and ``h^{l+1}``), and ``eye``: where ``I_T`` starts when ``h`` is the
+    embedding ``[X, I_T]`` itself (stream columns ``eye … eye + T - 1`` hold the identity, so
+    their products are taken without multiplying), else None."""
+
+    inp: Tensor
+    out: Tensor
+    eye: int | None = None
 
 
 def _support(A: Tensor, dim: int) -> Tensor:
@@ -114,21 +128,22 @@ def first_layer(cfg: ModelConfig, A: Tensor, X: Tensor, columns: Tensor) -> Firs
     need[columns] = True
     cols, layers = _plan(cfg, [A[None]], need, False)
     h0 = _embedded(X, A.dtype)
-    h, _ = _layer(cfg, A[None], layers[0], (cols[0], cols[1]), _cols(h0, cols[0])[None], final=False)
+    h, _ = _layer(cfg, A[None], layers[0], _Columns(cols[0], cols[1], cfg.d),
+                  _cols(h0, cols[0])[None], final=False)
     return FirstLayer(h[0], cols[1])
 
 
-def _layer(cfg: ModelConfig, A: Tensor, heads: list[_Head], cols: tuple[Tensor, Tensor],
+def _layer(cfg: ModelConfig, A: Tensor, heads: list[_Head], cols: _Columns,
            h: Tensor, *, final: bool, patterns: bool = False,
            offset: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-    """One layer of stacked variants: the columns ``cols[1]`` of the next stream from those
-    ``cols[0]`` of ``h (V, B, T, n)``, ``A (V, H, D, D)``; the final layer forms them on the
+    """One layer of stacked variants: the columns ``cols.out`` of the next stream from those
+    ``cols.inp`` of ``h (V, B, T, n)``, ``A (V, H, D, D)``; the final layer forms them on the
     read-out rows only (its scores too, unless ``patterns``: then every head's attention
     ``(V, B, H, T, T)`` is returned beside). ``offset``: ``None`` or a term added to every head's
     scores, ``(V, H, T, T)`` or ``(V, B, H, T, T)``."""
     V, B, T, _ = h.shape
     dtype, device = h.dtype, h.device
-    cols_in, cols_out = cols
+    cols_in, cols_out = cols.inp, cols.out
     D, rows = A.shape[-1], cfg.readout_rows
     last = final and not patterns
     # the causal mask as a term: -inf above the diagonal, 0 elsewhere (adding it, ~8x faster than
@@ -147,11 +162,9 @@ def _layer(cfg: ModelConfig, A: Tensor, heads: list[_Head], cols: tuple[Tensor, 
         # a support covering most of the stream is widened to all of it: a view, no gather
         rows_q, cols_k = (cols_in if 2 * len(part) >= len(cols_in) else part
                           for part in (head.Q, head.K))
-        Q, K = where[rows_q], where[cols_k]
         W = _cols(_cols(A[:, head.index].transpose(1, 2), rows_q).transpose(1, 2), cols_k)
-        q = _cols(hq, Q).reshape(V, B * R, len(Q)) @ W  # (V, B·R, |K|) from W (V, |Q|, |K|)
-        keys = _cols(h, K).reshape(V * B, T, len(K))
-        scores = torch.bmm(q.reshape(V * B, R, len(K)), keys.transpose(1, 2)).reshape(V, B, R, T)
+        scores = _scores(W, (hq, h), (rows_q, cols_k), where, cols.eye,
+                         rows if last else slice(None)).reshape(V, B, R, T)
         if offset is not None:
             extra = offset[..., head.index, :, :]  # (V, T, T) or (V, B, T, T)
             extra = extra[..., rows, :] if last else extra
@@ -161,12 +174,55 @@ def _layer(cfg: ModelConfig, A: Tensor, heads: list[_Head], cols: tuple[Tensor, 
         pattern = torch.softmax(scores, dim=-1)  # (V, B, R, T)
         if patterns:
             layer_pats[:, :, head.index] = pattern
-        values = _cols(h, where[head.src]).reshape(V * B, T, len(head.src))
         mixing = pattern[:, :, rows] if final and not last else pattern
-        out_rows = mixing.shape[2]
-        parts.append(torch.bmm(mixing.reshape(V * B, out_rows, T), values)
-                     .reshape(V, B, out_rows, -1))
+        kept, positions = _identity_split(head.src, cols.eye, T)
+        if len(kept):
+            values = _cols(h, where[kept]).reshape(V * B, T, len(kept))
+            parts.append(torch.bmm(mixing.reshape(V * B, -1, T), values)
+                         .reshape(V, B, mixing.shape[2], -1))
+        if len(positions):
+            parts.append(_cols(mixing, positions))  # p I_T: the pattern's own columns
     return torch.cat(parts, dim=-1), layer_pats  # (V, B, R, |cols_out|)
+
+
+def _identity_split(index: Tensor, eye: int | None, T: int) -> tuple[Tensor, Tensor]:
+    """Sorted stream columns ``index`` as those held in the stream and the positions ``j`` of
+    those that are ``I_T``'s column ``eye + j`` (none when ``eye`` is None). In ``h^0 = [X, I_T]``
+    every column from ``eye`` on is ``I_T``'s, so the two keep ``index``'s order one after the
+    other."""
+    if eye is None:
+        return index, index[:0]
+    n = int((index < eye).sum())
+    return index[:n], index[n:] - eye
+
+
+def _scores(W: Tensor, streams: tuple[Tensor, Tensor], support: tuple[Tensor, Tensor],
+            where: Tensor, eye: int | None, rows: slice) -> Tensor:
+    """``h_Q W h_Kᵀ`` ``(V·B, R, T)`` for ``W (V, |Q|, |K|)`` on the stream columns ``support =
+    (Q, K)`` of the query rows ``rows`` and the key stream, ``(V, B, R, n)`` and ``(V, B, T, n)``
+    (``where``: stream column → place in them). Columns of ``I_T`` (``eye``) are not multiplied:
+    a query row's position column adds its row of ``W``, a key's adds its column of the queries."""
+    hq, h = streams
+    V, B, R, _ = hq.shape
+    T = h.shape[2]
+    (q_kept, q_pos), (k_kept, k_pos) = (_identity_split(s, eye, T) for s in support)
+    nq, nk = len(q_kept), len(k_kept)
+    if nq:
+        q = _cols(hq, where[q_kept]).reshape(V, B * R, nq) @ W[:, :nq]  # (V, B·R, |K|)
+    else:
+        q = W.new_zeros(V, B * R, W.shape[2])
+    if len(q_pos):
+        by_row = W.new_zeros(V, T, W.shape[2]).index_copy(1, q_pos.to(W.device), W[:, nq:])
+        q = (q.reshape(V, B, R, -1) + by_row[:, rows].unsqueeze(1)).reshape(V, B * R, -1)
+    q = q.reshape(V * B, R, -1)
+    if nk:
+        keys = _cols(h, where[k_kept]).reshape(V * B, T, nk)
+        scores = torch.bmm(q[..., :nk], keys.transpose(1, 2))
+    else:
+        scores = q.new_zeros(V * B, R, T)
+    if len(k_pos):
+        scores = scores.index_add(-1, k_pos.to(scores.device), q[..., nk:])
+    return scores
 
 
 def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tensor, *,
@@ -189,6 +245,7 @@ def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tens
     cols, layers = _plan(cfg, As, _read(W_U), patterns)
     n_layers, pats = len(As), []
     first = h0 if isinstance(h0, FirstLayer) else None
+    eye = cfg.d if h0 is None else None  # where h^0's I_T starts (an edited embedding: its own)
     if first is not None:
         if patterns or len(As) < 2 or (offsets is not None and offsets[0] is not None):
             raise ValueError("h0: a shared first layer takes no patterns or first-layer offset, "
@@ -204,11 +261,12 @@ def forward_stacked(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, X: Tens
         # variants sharing their first layer's weights: it is formed once for each distinct one
         unique, inverse = torch.unique(As[0].reshape(V, -1), dim=0, return_inverse=True)
         if len(unique) < V:
-            h, _ = _layer(cfg, unique.reshape(-1, *As[0].shape[1:]), layers[0], (cols[0], cols[1]),
-                          h[:len(unique)], final=False)
+            h, _ = _layer(cfg, unique.reshape(-1, *As[0].shape[1:]), layers[0],
+                          _Columns(cols[0], cols[1], eye), h[:len(unique)], final=False)
             h, start = h[inverse.to(h.device)], 1
     for layer in range(start, n_layers):
-        h, layer_pats = _layer(cfg, As[layer], layers[layer], (cols[layer], cols[layer + 1]), h,
+        columns = _Columns(cols[layer], cols[layer + 1], eye if layer == 0 else None)
+        h, layer_pats = _layer(cfg, As[layer], layers[layer], columns, h,
                                final=layer == n_layers - 1, patterns=patterns,
                                offset=None if offsets is None else offsets[layer])
         if patterns:
