@@ -10,8 +10,9 @@ a training or analysis process imports neither TransformerLens nor anything it p
 parameters have the names of the hooked model's (``blocks.{l}.attn.A``, ``unembed.W_U``): the two
 share checkpoints, and ``HookedDisentangledTransformer`` (``hooked.py``) is built from the same
 parameter modules, adding a ``HookPoint`` at every intermediate. :func:`queries` and :func:`scores_of`
-(:func:`attention_scores` is the two in one) are the one place scores are formed;
-:func:`readout_forward` is the loss-only forward both models can run.
+(:func:`attention_scores` is the two in one) form the scores of the whole stream (the hooked
+forward, :meth:`DisentangledModel.residual_streams`); :func:`readout_forward` is the loss-only
+forward both models can run, on the stream kept without its ``I_T`` block (:func:`weights_forward`).
 """
 
 from __future__ import annotations
@@ -236,8 +237,8 @@ def weights_forward(As: list[Tensor], W: Tensor, X: Float[Tensor, "batch pos d"]
     ``p [X, Z]`` beside ``p`` itself (:func:`stream_order` says where each kept column sits in
     ``h``). The last layer's other rows never reach ``W_U``, so only the read-out rows' queries are
     formed there, and the head part of ``W_U`` is applied before the attention average,
-    ``(p h) W = p (h W)``. At d = 10 a training step is about 1.3× (causal scratch) and 1.15×
-    (bidirectional) faster than with the whole stream (``benchmarks/forward.py``).
+    ``(p h) W = p (h W)``. At d = 10 a training step is 1.25-1.4× (causal scratch) and about 1.2×
+    (bidirectional) as fast as with the whole stream; at d = 6, about 0.9× (``benchmarks/kept_stream.py``).
     """
     B, T, _ = X.shape
     kept = X  # (B, T, D_l - T): h^l without its I_T block
