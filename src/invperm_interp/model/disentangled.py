@@ -232,7 +232,7 @@ def weights_forward(As: list[Tensor], W: Tensor, X: Float[Tensor, "batch pos d"]
     training steps and a standard model's map computes (``standard.py``).
 
     Three savings, the same function. The stream ``h = [X, I_T, Z]`` is kept without its position
-    block ``I_T``, whose products are free: ``h M = [X, Z] M_dense + M_pos`` (``T`` rows, one per
+    block ``I_T``, whose products are free: ``h M = [X, Z] M_kept + M_pos`` (``T`` rows, one per
     position), a score's position part is the query's ``T`` position columns, and ``p h`` is
     ``p [X, Z]`` beside ``p`` itself (:func:`stream_order` says where each kept column sits in
     ``h``). The last layer's other rows never reach ``W_U``, so only the read-out rows' queries are
