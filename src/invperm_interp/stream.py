@@ -158,6 +158,16 @@ class Block:
         return slice(self.start, self.stop)
 
 
+def input_blocks(layout: Layout) -> tuple[Block, ...]:
+    """The input's rows as blocks, one per segment, named ``input {name}`` (the Lemma 1 map's
+    columns)."""
+    blocks, start = [], 0
+    for seg in layout.segments:
+        blocks.append(Block(f"input {seg.name}", start, start + seg.n_rows))
+        start += seg.n_rows
+    return tuple(blocks)
+
+
 class Stream:
     """The block structure of ``h^0 … h^L`` for a layout and heads per layer."""
 

@@ -22,7 +22,7 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from ..analysis.gauge import gauge_fix  # noqa: E402
 from ..labels import head_name, hook_label  # noqa: E402
 from ..model.disentangled import DisentangledModel  # noqa: E402
-from ..stream import Block  # noqa: E402
+from ..stream import Block, input_blocks  # noqa: E402
 from .svg import BLOCK_IN, LABEL_PT, TITLE_PT  # noqa: E402  (sizes: the same in every figure)
 
 PATCH_CELL_IN = 0.5  # inches per patching cell: room for its value ("-0.05") at LABEL_PT
@@ -145,11 +145,7 @@ def plot_dependency(norms: torch.Tensor, row_positions, layout, title: str = "")
     shown = np.log10(np.where(values > 0, values, 1.0))
     image = ax.imshow(np.where(values > 0, shown, np.nan), cmap="magma", aspect="auto",
                       interpolation="nearest")
-    blocks, start = [], 0
-    for seg in layout.segments:
-        blocks.append(Block(f"input {seg.name}", start, start + seg.n_rows))
-        start += seg.n_rows
-    _block_axis(ax, tuple(blocks), "x")
+    _block_axis(ax, input_blocks(layout), "x")
     ax.tick_params(axis="x", labelrotation=0)
     ax.set_yticks(range(len(row_positions)), [f"row {p}" for p in row_positions], fontsize=LABEL_PT)
     ax.set_ylabel("read-out row", fontsize=LABEL_PT)

@@ -10,7 +10,7 @@ import torch
 from ..analysis.gauge import gauge_fix
 from ..labels import head_name
 from ..model.disentangled import DisentangledModel
-from ..stream import Block
+from ..stream import Block, input_blocks
 from .charts import Colours, Ticks, block_ticks, heatmap
 from .svg import BLOCK_IN, DIVERGING, MAGMA, Drawing
 
@@ -59,13 +59,10 @@ def certificate_map(norms: torch.Tensor, row_positions, layout) -> Drawing:
     positive = values > 0
     shown = np.where(positive, np.log10(np.where(positive, values, 1.0)), np.nan)
     lo, hi = ((float(np.nanmin(shown)), float(np.nanmax(shown))) if positive.any() else (0.0, 1.0))
-    blocks, start = [], 0
-    for seg in layout.segments:
-        blocks.append(Block(f"input {seg.name}", start, start + seg.n_rows))
-        start += seg.n_rows
     rows = Ticks(tuple((i + 0.5, f"row {p}") for i, p in enumerate(row_positions)),
                  label="read-out row")
     size = (max(187.0, 11.5 * values.shape[1]), max(58.0, 14.4 * values.shape[0]))
-    return heatmap(shown, rows, block_ticks(tuple(blocks)), Colours(MAGMA, lo, hi if hi > lo else lo + 1),
-                   size=size, title="log10 |∂ read-out row / ∂ input row|",
+    colours = Colours(MAGMA, lo, hi if hi > lo else lo + 1)
+    return heatmap(shown, rows, block_ticks(input_blocks(layout)), colours, size=size,
+                   title="log10 |∂ read-out row / ∂ input row|",
                    hatch_label="exactly 0 (no dependence)" if (values == 0).any() else None)
