@@ -369,7 +369,7 @@ def test_the_structured_gram_is_the_gauge_rows_product():
     more and fewer entries than gauge directions, and a layer with no query-null direction."""
     import random
 
-    from invperm_interp.analysis.projection import _gauge_gram, _gauge_rows, gauge_factors
+    from invperm_interp.analysis.projection import _entries, _gauge_gram, _gauge_rows, gauge_factors
     from invperm_interp.maths.placement import Placement, build
 
     model = build(Placement("appendix_b", (0, 2), (1, 1), (2, 2, 2)), 3, 7.0)
@@ -382,8 +382,9 @@ def test_the_structured_gram_is_the_gauge_rows_product():
             for q, k in random.Random(seed).sample(pairs, min(len(pairs), 5 + 12 * seed)):
                 mask[q.slice, k.slice] = True
             idx = mask.reshape(-1).nonzero().squeeze(1)
-            B = _gauge_rows(U, V, idx // D, idx % D)
-            torch.testing.assert_close(_gauge_gram(U, V, idx // D, idx % D), B.T @ B,
+            entries = _entries(V, idx // D, idx % D)
+            B = _gauge_rows(U, V, entries)
+            torch.testing.assert_close(_gauge_gram(U, V, entries), B.T @ B,
                                        rtol=0, atol=1e-12)
 
 

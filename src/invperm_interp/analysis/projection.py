@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -87,14 +88,14 @@ def _fit_cells(model: DisentangledModel, layer: int, F: Tensor,
         mask[stream.slice(query, layer), stream.slice(key, layer)] = True
     idx = mask.reshape(-1).nonzero().squeeze(1)
     F_S = F.reshape(-1)[idx]
-    a, b = idx // D, idx % D
-    B = _gauge_rows(U, V, a, b)
+    entries = _entries(V, idx // D, idx % D)
+    B = _gauge_rows(U, V, entries)
     if len(idx) < B.shape[1]:  # B (1 - BᵀB)⁺ Bᵀ = G (1 - G)⁺: the smaller pinv
         G = B @ B.T
         C = torch.eye(len(idx), dtype=F.dtype) - G
         m = F_S + G @ psd_solve(C, F_S)
     else:
-        C = _gauge_gram(U, V, a, b) if B.shape[1] >= CHOLESKY_FROM else B.T @ B
+        C = _gauge_gram(U, V, entries) if B.shape[1] >= CHOLESKY_FROM else B.T @ B
         C.neg_().diagonal().add_(1.0)  # 1 - BᵀB, in place
         m = F_S + B @ psd_solve(C, B.T @ F_S)
     M = torch.zeros(D * D, dtype=F.dtype)
@@ -103,17 +104,17 @@ def _fit_cells(model: DisentangledModel, layer: int, F: Tensor,
     return M, gauge_fix(M, stream, layer)
 
 
-def _gauge_rows(U: Tensor, V: Tensor, a: Tensor, b: Tensor) -> Tensor:
+def _gauge_rows(U: Tensor, V: Tensor, entries: _Entries) -> Tensor:
     """``B (|S|, u·n_k + v·n_q)`` with ``B Bᵀ`` the gauge projector ``1 - (1 - UUᵀ) ⊗ (1 - VVᵀ)``
-    on the entries ``(a, b)`` (query and key features, ``n_q`` and ``n_k`` distinct ones; ``U
-    (D, u)`` and ``V (D, v)`` orthonormal: the query null and the key gauge). The projector is
-    ``UUᵀ ⊗ 1 + 1 ⊗ VVᵀ - UUᵀ ⊗ VVᵀ``; on the entries its first and last terms are
+    on the entries ``(a, b)`` (:class:`_Entries`: query and key features, ``n_q`` and ``n_k``
+    distinct ones; ``U (D, u)`` and ``V (D, v)`` orthonormal: the query null and the key gauge).
+    The projector is ``UUᵀ ⊗ 1 + 1 ⊗ VVᵀ - UUᵀ ⊗ VVᵀ``; on the entries its first and last terms are
     ``E (1 ⊗ (1 - V_k V_kᵀ)) Eᵀ`` with ``E = [U[a] eⱼ(b)]`` over the entries' key features ``j``
     (``V_k``: ``V``'s rows there), its middle term ``[e_i(a) V[b]] [·]ᵀ`` over their query
     features ``i``. So ``B`` holds only the gauge directions the entries see, ~ ``n_q + n_k``
     columns (for two 10 × 10 cells 60 against the layer's ~3 D); ``analysis.budget.fit_bytes``
     counts them from the cells' blocks."""
-    queries, i, root, j = _features(V, a, b)
+    a, b, queries, i, root, j = entries
     u, v, n_k = U.shape[1], V.shape[1], len(root)
     B = torch.zeros(len(a), u * n_k + len(queries) * v, dtype=V.dtype)
     B[:, u * n_k:].unflatten(1, (len(queries), v))[torch.arange(len(a)), i] = V[b]
@@ -122,19 +123,31 @@ def _gauge_rows(U: Tensor, V: Tensor, a: Tensor, b: Tensor) -> Tensor:
     return B
 
 
-def _features(V: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The entries' distinct query features and each entry's index among them, and ``R (n_k,
-    n_k)``, the square root of ``1 - V_k V_kᵀ`` over their distinct key features, with each entry's
-    index among those."""
+class _Entries(NamedTuple):
+    """A fit's entries of ``A``: query and key features ``a``, ``b`` (one per entry), the distinct
+    query features ``queries`` and each entry's index ``i`` among them, and ``root (n_k, n_k)``,
+    the square root of ``1 - V_k V_kᵀ`` over the distinct key features, with each entry's index
+    ``j`` among those. Formed once per fit, read by :func:`_gauge_rows` and :func:`_gauge_gram`."""
+
+    a: Tensor
+    b: Tensor
+    queries: Tensor
+    i: Tensor
+    root: Tensor
+    j: Tensor
+
+
+def _entries(V: Tensor, a: Tensor, b: Tensor) -> _Entries:
+    """:class:`_Entries` of the entries ``(a, b)``, ``V (D, v)`` the key gauge."""
     keys, j = torch.unique(b, return_inverse=True)
     queries, i = torch.unique(a, return_inverse=True)
     # 1 - V_k V_kᵀ = 1 - Q s² Qᵀ: its square root 1 - Q (1 - √(1 - s²)) Qᵀ
     Q, s, _ = torch.linalg.svd(V[keys], full_matrices=False)
     root = torch.eye(len(keys), dtype=V.dtype) - (Q * (1 - (1 - s * s).clamp(min=0).sqrt())) @ Q.T
-    return queries, i, root, j
+    return _Entries(a, b, queries, i, root, j)
 
 
-def _gauge_gram(U: Tensor, V: Tensor, a: Tensor, b: Tensor) -> Tensor:
+def _gauge_gram(U: Tensor, V: Tensor, entries: _Entries) -> Tensor:
     """``BᵀB`` of :func:`_gauge_rows`'s ``B`` from its structure, without the ``|S| r²`` product.
     An entry's row of ``B`` is ``[U[a] ⊗ R[j], e_i ⊗ V[b]]``, and ``U[a]`` depends on its query
     feature ``i`` only, so the blocks are sums over the entries grouped by feature:
@@ -143,7 +156,7 @@ def _gauge_gram(U: Tensor, V: Tensor, a: Tensor, b: Tensor) -> Tensor:
     ``u² n_k³`` products for the first instead of ``|S| (u n_k)²``. On a learned 3 × 2 model's 67
     third-layer fits (``|S|`` ≈ 2,000, ``r`` ≈ 1,000) 0.011 against 0.106 CPU s (medians),
     agreeing to 1.5e-15."""
-    queries, i, root, j = _features(V, a, b)
+    a, b, queries, i, root, j = entries
     u, v, n_k, n_q = U.shape[1], V.shape[1], len(root), len(queries)
     Vb = V[b]
     gram = torch.zeros(u * n_k + n_q * v, u * n_k + n_q * v, dtype=V.dtype)
