@@ -22,8 +22,8 @@ def plot_loss(ax: Axes, metrics: list[Evaluation], causal: bool, label: str = "e
               color: str = "C0") -> None:
     """One run's eval curve on ``ax``: ``MSE − floor`` for a causal run, else the MSE (log)."""
     steps = [m.step for m in metrics]
-    floor = floor_of(metrics)
-    if causal and floor > 0:
+    if drawn_as_excess(metrics, causal):
+        floor = floor_of(metrics)
         ax.plot(steps, [m.mse - floor for m in metrics], color=color, label=label)
         ax.set_yscale("symlog", linthresh=EXCESS_LINEAR)
         ax.axhline(0.0, color="C3", linestyle=":", linewidth=1.2)
