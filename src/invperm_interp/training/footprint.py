@@ -83,19 +83,30 @@ def training_step_bytes(cfg: ModelConfig, b: int) -> int:
     """Peak bytes of one training step on ``b`` samples beyond the weights, gradients, optimizer
     state and the batch: what autograd saves, plus the backward's gradient and one temporary of
     the largest saved tensor."""
+    return _steps_bytes(cfg, (b,))[0]
+
+
+def _steps_bytes(cfg: ModelConfig, batches: tuple[int, ...]) -> list[int]:
+    """:func:`training_step_bytes` at each of ``batches``, the step counted once for them all
+    where it scales from two and three samples."""
     e = torch.empty((), dtype=cfg.torch_dtype).element_size()
-    if max(cfg.widths) ** 2 * max(cfg.heads, default=1) * e >= TORCH_SIZE_LIMIT // max(b, 1):
-        # no machine holds such weights, and torch cannot describe the tensors to count them:
-        # a forward's activations (arithmetic) stand in for the step
-        return memory.forward_bytes(cfg, b)
-    if cfg.n_params * torch.empty((), dtype=cfg.torch_dtype).element_size() <= CPU_COUNT_LIMIT:
+    counted = None
+    if cfg.n_params * e <= CPU_COUNT_LIMIT:
         two, three = saved_for_backward(cfg, 2, "cpu"), saved_for_backward(cfg, 3, "cpu")
-        if len(two) == len(three):
-            sizes = [x + (b - 2) * (y - x) for x, y in zip(two, three)]
-            return sum(sizes) + 2 * max(sizes, default=0)
-    # the meta device allocates nothing (but some of its ops import torch._dynamo)
-    sizes = saved_for_backward(cfg, b)
-    return sum(sizes) + 2 * max(sizes, default=0)
+        counted = (two, three) if len(two) == len(three) else None
+    result = []
+    for b in batches:
+        if max(cfg.widths) ** 2 * max(cfg.heads, default=1) * e >= TORCH_SIZE_LIMIT // max(b, 1):
+            # no machine holds such weights, and torch cannot describe the tensors to count them:
+            # a forward's activations (arithmetic) stand in for the step
+            result.append(memory.forward_bytes(cfg, b))
+            continue
+        if counted is not None:
+            sizes = [x + (b - 2) * (y - x) for x, y in zip(*counted)]
+        else:  # the meta device allocates nothing (but some of its ops import torch._dynamo)
+            sizes = saved_for_backward(cfg, b)
+        result.append(sum(sizes) + 2 * max(sizes, default=0))
+    return result
 
 
 def training_estimate(model_cfg: ModelConfig, optimizer: str, batch_size: int, eval_size: int,
@@ -104,11 +115,11 @@ def training_estimate(model_cfg: ModelConfig, optimizer: str, batch_size: int, e
     larger of a training step (with its batch) and an evaluation chunk (``metrics.evaluation_chunk``)."""
     e, n = torch.empty((), dtype=model_cfg.torch_dtype).element_size(), model_cfg.n_params
     copies = 4 + 2 if optimizer == "adam" else 2 + 1  # weights, grads, moments; step temporaries
-    step = training_step_bytes(model_cfg, batch_size) + memory.batch_bytes(model_cfg, batch_size)
     # an evaluation runs the step's forward without gradients: it holds at most what that forward
     # saves for backward, on a chunk of samples
     chunk = evaluation_chunk(batch_size, eval_size)
-    evaluation = training_step_bytes(model_cfg, chunk)
+    step, evaluation = _steps_bytes(model_cfg, (batch_size, chunk))
+    step += memory.batch_bytes(model_cfg, batch_size)
     activations = max(step, evaluation)
     parts = {"weights, gradients and optimizer state": copies * n * e,
              "evaluation batch": memory.batch_bytes(model_cfg, eval_size),
