@@ -244,6 +244,33 @@ def test_widths_grow_by_concatenation():
     assert heads.widths == (6, 18, 72)
 
 
+@pytest.mark.parametrize("hooked", [True, False])
+def test_residual_streams_stop_at_last_and_refuse_a_bad_one(hooked):
+    """``last=k`` is the first ``k + 1`` streams of the whole list (the later layers are not
+    run: a hook on them never fires), and a ``last`` outside ``[0, L]`` names the argument."""
+    from invperm_interp.model.disentangled import DisentangledTransformer
+
+    cfg = ModelConfig(Layout.scratch(3), n_layers=3, n_heads=[2, 1, 1], attention_dir="causal",
+                      readout="S", dtype="float64", init_scale=0.5)
+    model = (HookedDisentangledTransformer if hooked else DisentangledTransformer)(cfg, seed=1)
+    X = sample_batch(cfg.layout, 4, torch.Generator().manual_seed(0), dtype=torch.float64).X
+    whole = model.residual_streams(X)
+    assert len(whole) == 4
+    for last in range(4):
+        streams = model.residual_streams(X, last=last)
+        assert len(streams) == last + 1
+        for a, b in zip(streams, whole):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    if hooked:
+        fired = []
+        with model.hooks(fwd_hooks=[("blocks.2.hook_resid_post", lambda t, hook: fired.append(1))]):
+            model.residual_streams(X, last=2)
+        assert not fired
+    for bad in (-1, 4, 1.0, True):
+        with pytest.raises(ValueError, match=r"last must be an integer in \[0, 3\]"):
+            model.residual_streams(X, last=bad)
+
+
 def test_zero_init_predicts_zero_and_seeded_init_is_reproducible():
     cfg = ModelConfig(Layout.plain(3), init="zeros")
     X = sample_batch(cfg.layout, 2).X

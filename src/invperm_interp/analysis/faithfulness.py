@@ -231,7 +231,8 @@ class Tester:
         if ablation in ("mean", "resample"):
             ref = (reference or batch).to(model.device, model.cfg.torch_dtype)
             with torch.no_grad():
-                streams = model.residual_streams(ref.X, check_input=False)[:-1]  # h^0 … h^{L-1}
+                streams = model.residual_streams(ref.X, check_input=False,
+                                                 last=model.cfg.n_layers - 1)  # h^0 … h^{L-1}
             streams = [h.to("cpu", torch.float64) for h in streams]  # (B_ref, T, D_l)
             if ablation == "resample":  # each sample's own reference sample, paired once
                 pair = (torch.arange(len(batch)) + (1 if reference is None else 0)) % len(ref)

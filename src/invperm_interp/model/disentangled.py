@@ -165,15 +165,27 @@ class DisentangledModel:
         """Validate ``X`` against the layout; return it in the model's dtype and device."""
         return validated_input(self.cfg, X, self.pos)
 
-    def residual_streams(self, X: Tensor, check_input: bool = True) -> list[Tensor]:
-        """``[h^0, …, h^L]`` for ``X (B, T, d)``; ``h^l`` has shape ``(B, T, D_l)``."""
+    def residual_streams(self, X: Tensor, check_input: bool = True,
+                         last: int | None = None) -> list[Tensor]:
+        """``[h^0, …, h^last]`` for ``X (B, T, d)`` (``last``: default ``L``, every stream);
+        ``h^l`` has shape ``(B, T, D_l)``."""
         if check_input:
             X = self.check_input(X)
         mask = self.blocks[0].attn.mask if self.cfg.causal else None
         streams = [embedding(X, self.pos)]
-        for block in self.blocks:
+        for block in self.blocks[:check_last(self.cfg, last)]:
             streams.append(grown(streams[-1], block.attn.A, mask))
         return streams
+
+
+def check_last(cfg: ModelConfig, last: int | None) -> int:
+    """``last`` of ``residual_streams``, checked: an integer in ``[0, L]`` (None: ``L``)."""
+    if last is None:
+        return cfg.n_layers
+    if not isinstance(last, int) or isinstance(last, bool) or not 0 <= last <= cfg.n_layers:
+        raise ValueError(f"last must be an integer in [0, {cfg.n_layers}] (the last stream's "
+                         f"index), got {last!r}")
+    return last
 
 
 def embedding(X: Float[Tensor, "batch pos d"], pos: Float[Tensor, "pos pos"]

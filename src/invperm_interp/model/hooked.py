@@ -29,6 +29,7 @@ from .disentangled import (
     AttentionWeights,
     DisentangledModel,
     UnembedWeights,
+    check_last,
     check_model_fits,
     init_weights,
     queries,
@@ -239,12 +240,14 @@ class HookedDisentangledTransformer(DisentangledModel, FromWeights, TaskForward,
         """The predicted ``Y (B, d, d)`` of a checked ``X (B, T, d)``: the last stream read out."""
         return self.unembed(self.residual_streams(X, check_input=False)[-1])
 
-    def residual_streams(self, X: Tensor, check_input: bool = True) -> list[Tensor]:
-        """``[h^0, …, h^L]`` for ``X (B, T, d)``, through the hooks; ``h^l`` is ``(B, T, D_l)``."""
+    def residual_streams(self, X: Tensor, check_input: bool = True,
+                         last: int | None = None) -> list[Tensor]:
+        """``[h^0, …, h^last]`` for ``X (B, T, d)`` (``last``: default ``L``), through the hooks;
+        ``h^l`` is ``(B, T, D_l)``."""
         if check_input:
             X = self.check_input(X)
         streams = [self.embed(X)]
-        for block in self.blocks:
+        for block in self.blocks[:check_last(self.cfg, last)]:
             streams.append(block(streams[-1]))
         return streams
 
