@@ -229,14 +229,14 @@ class Tester:
         self._scores: dict[tuple, Score] = {}  # each circuit's score on this batch, by its weights
         self._standin = None
         if ablation in ("mean", "resample"):
-            ref = (reference or batch).to(model.device, model.cfg.torch_dtype)
+            ref = (reference or batch).X  # (B_ref, T, d)
+            if ablation == "resample":  # each sample's own reference sample, paired before the
+                # streams are formed: a screen on the batch's first samples forms theirs only
+                ref = ref[(torch.arange(len(batch)) + (1 if reference is None else 0)) % len(ref)]
             with torch.no_grad():
-                streams = model.residual_streams(ref.X, check_input=False,
-                                                 last=model.cfg.n_layers - 1)  # h^0 … h^{L-1}
-            streams = [h.to("cpu", torch.float64) for h in streams]  # (B_ref, T, D_l)
-            if ablation == "resample":  # each sample's own reference sample, paired once
-                pair = (torch.arange(len(batch)) + (1 if reference is None else 0)) % len(ref)
-                streams = [h[pair] for h in streams]  # (B, T, D_l)
+                streams = model.residual_streams(ref.to(model.device, model.cfg.torch_dtype),
+                                                 check_input=False, last=model.cfg.n_layers - 1)
+            streams = [h.to("cpu", torch.float64) for h in streams]  # h^0 … h^{L-1} (B_ref, T, D_l)
             self._standin = StandIn(model.stream, self.fixed, streams, per_sample=ablation == "resample")
 
     def head(self, n: int) -> Tester:
