@@ -388,6 +388,20 @@ def test_cli_trains_the_notes_code_layout(tmp_path, capsys):
     assert "readout must name a segment of the layout" in capsys.readouterr().err
 
 
+def package_digest() -> str:
+    """The package's sources hashed as ``runs.environment.code_digest`` documents, by hand."""
+    import hashlib
+    from pathlib import Path
+
+    import invperm_interp
+
+    root = Path(invperm_interp.__file__).parent
+    files = sorted(root.rglob("*.py"))
+    assert len(files) > 50 and root / "runs" / "environment.py" in files
+    return hashlib.sha256(b"".join(str(f.relative_to(root)).replace("\\", "/").encode() + b"\0"
+                                   + f.read_bytes() for f in files)).hexdigest()[:12]
+
+
 def test_each_start_and_resume_records_what_it_ran_on(stopped_run):
     """environment.jsonl: one record per start, with the step it started from, so a run that moves
     when trained again can be traced to a machine or to the code."""
@@ -401,6 +415,7 @@ def test_each_start_and_resume_records_what_it_ran_on(stopped_run):
         assert (r["torch"], r["python"], r["machine"]) == (
             torch.__version__, platform.python_version(), platform.machine())
         assert r["cpu"] and r["device"] == "cpu" and r["threads"] >= 1
+        assert r["code"] == package_digest()
     with pytest.raises(ValueError):  # a refused resume records nothing
         run(replace(model_cfg, attention_dir="causal"), train_cfg, resume=True)
     assert RunDir(d).read_environment() == records
