@@ -53,10 +53,11 @@ class _Columns(NamedTuple):
     eye: int | None = None
 
 
-def _support(A: Tensor, dim: int) -> Tensor:
-    """``(D,)`` bool: rows (``dim=-1``) or columns (``dim=-2``) of ``A (V, D, D)`` holding a
-    nonzero entry in some variant."""
-    return (A != 0).any(dim).any(0)
+def _support(A: Tensor) -> tuple[Tensor, Tensor]:
+    """``(D,)`` bool each, on the CPU: the rows and the columns of ``A (V, D, D)`` holding a
+    nonzero entry in some variant (one pass over ``A``)."""
+    nonzero = (A != 0).any(0).cpu()  # (D, D)
+    return nonzero.any(1), nonzero.any(0)
 
 
 def _plan(cfg: ModelConfig, As: Sequence[Tensor], need: Tensor,
@@ -72,7 +73,7 @@ def _plan(cfg: ModelConfig, As: Sequence[Tensor], need: Tensor,
         for k in range(A.shape[1]):
             src = need[D * (k + 1): D * (k + 2)]
             if every_head or bool(src.any()):
-                Q, K = _support(A[:, k], -1).cpu(), _support(A[:, k], -2).cpu()
+                Q, K = _support(A[:, k])
                 prev |= src | Q | K
                 heads.append(_Head(k, *(m.nonzero().squeeze(1) for m in (Q, K, src))))
         needs.append(prev)
