@@ -260,6 +260,25 @@ def test_baseline_and_loss_recovered():
     assert f.circuit.loss_recovered == pytest.approx((1.0 - f.circuit.mse) / (1.0 - f.model.mse))
 
 
+@pytest.mark.parametrize("n, model_mse, own_errors", [
+    (64, 0.3, True), (64, 0.3, False), (1, 0.3, True), (64, 1.0, True),  # 1.0: no gap to recover
+])
+def test_scores_of_many_outputs_are_each_output_s_score_bit_for_bit(n, model_mse, own_errors):
+    """``scores`` reduces the variants together; each must equal ``score`` of its own output,
+    float for float (verdicts compare them with thresholds), including a batch of one sample and
+    a model without a gap to recover (``loss_recovered`` None)."""
+    from invperm_interp.analysis.score import score, scores
+
+    model = C.build("theorem2", 4)
+    batch = batch_for(model, n)
+    generator = torch.Generator().manual_seed(3)
+    outs = batch.Y + torch.randn(5, *batch.Y.shape, generator=generator) * torch.tensor(
+        [0.01, 0.2, 0.45, 0.6, 2.0])[:, None, None, None]  # (5, n, d, d): exact rows to none
+    errors = torch.rand(n, generator=generator, dtype=torch.float64) if own_errors else None
+    many = scores(outs, batch, 1.0, model_mse, errors)
+    assert many == [score(o, batch, 1.0, model_mse, errors) for o in outs]
+    assert len({s.rows_exact for s in many}) > 2 or n == 1
+
 @pytest.mark.parametrize("hypothesis,match", [
     ("no_such_construction", "construction name"),
     ([(0, "pos.P", "pos.Q", "I")], "pos.Q"),

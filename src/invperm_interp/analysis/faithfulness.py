@@ -41,7 +41,7 @@ from ..task import Batch, mse
 from ..training.progress import progress_bar
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis, read_cells
 from .projection import Projection, fixed_weights, project
-from .score import Score, read_score, score
+from .score import Score, read_score, score, scores
 from .standin import Removed, StandIn
 
 #: A fitted template β below this share of the largest ``|β|`` in its (layer, head) has no sign
@@ -252,9 +252,6 @@ class Tester:
     def project(self, hyp: Hypothesis, betas: bool = True) -> Projection:
         return project(self.model, hyp, fixed=self.fixed, fits=self._fits, betas=betas)
 
-    def _score(self, out: Tensor) -> Score:
-        return score(out, self.batch, self.baseline, self.clean.mse, self.clean_errors)
-
     def run_many(self, variants: Sequence[tuple[Sequence[Tensor], Tensor]],
                  removed: Sequence[Removed | Sequence[Tensor]] | None = None) -> list[Score]:
         """Each ``(As, W_U)`` (per layer ``(H, D, D)``, and ``(D_L, d)``) run on the batch, scored,
@@ -265,7 +262,10 @@ class Tester:
         if self.ablation != "zero" and removed is not None:
             offsets = lambda i: self._standin(removed[i])  # noqa: E731 - one chunk at a time
         outs = forward_many(self.model.cfg, variants, self.batch.X, offsets=offsets)
-        return [self._score(out) for out in outs]
+        if not outs:
+            return []
+        return scores(torch.stack(outs), self.batch, self.baseline, self.clean.mse,
+                      self.clean_errors)
 
     def run(self, As: Sequence[Tensor], W_U: Tensor,
             removed: Removed | Sequence[Tensor] | None = None) -> Score:
