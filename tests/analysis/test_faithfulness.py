@@ -171,6 +171,26 @@ def test_the_circuit_of_every_cell_is_the_model():
     assert abs(f.model.mse - float(((out - batch.Y) ** 2).sum(-1).mean())) < 1e-12
 
 
+@pytest.mark.parametrize("unit", ["cells", "atoms"])
+def test_raw_weights_are_the_projection_s_raw_part(unit):
+    """What a circuit-only model runs (``raw_weights``, the circuits' path) is ``project``'s
+    ``raw``, with and without a shared fits cache, whichever fills the cache first."""
+    from invperm_interp.analysis.projection import fixed_weights, raw_weights
+
+    model = perturb(C.build("theorem2", 4, 6.0), gauge=1.0, noise=0.2, seed=1)
+    fixed = fixed_weights(model)
+    hyps = [as_hypothesis(model, "theorem2", unit=unit), as_hypothesis(model, "two_block", unit=unit),
+            Hypothesis("one", ((1, 0, "pos.P", "L1.x", "I"),), None, unit)]
+    for hyp in hyps:
+        expected = project(model, hyp, fixed=fixed, betas=False).raw
+        fits: dict = {}
+        for got in (raw_weights(model, hyp, fixed), raw_weights(model, hyp, fixed, fits),
+                    project(model, hyp, fixed=fixed, fits=fits).raw, raw_weights(model, hyp, fixed, fits)):
+            assert len(got) == len(expected)
+            for a, b in zip(got, expected):
+                assert torch.equal(a, b)
+        assert any(bool(r.any()) for r in expected)
+
 def test_a_tester_runs_each_circuit_once_and_its_scores_stay_its_own():
     """A circuit met again on one tester (a construction's circuit, then a start of the minimal
     search) is scored once; the same sites in another order or with other labels (a cells fit

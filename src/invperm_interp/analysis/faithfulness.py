@@ -40,7 +40,7 @@ from ..model.variants import forward_many
 from ..task import Batch, mse
 from ..training.progress import progress_bar
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis, read_cells
-from .projection import Projection, fixed_weights, project
+from .projection import Projection, fixed_weights, project, raw_weights
 from .score import Score, read_score, score, scores
 from .standin import Removed, StandIn
 
@@ -227,6 +227,7 @@ class Tester:
         self.fixed = fixed_weights(model)
         self._fits = FitCache(fits_kept_bytes(model.cfg))
         self._scores: dict[tuple, Score] = {}  # each circuit's score on this batch, by its weights
+        self._reads: dict[frozenset | None, Tensor] = {}  # read_out by the blocks read
         self._standin = None
         if ablation in ("mean", "resample"):
             ref = (reference or batch).X  # (B_ref, T, d)
@@ -246,7 +247,7 @@ class Tester:
         if len(self.batch) <= n:
             return self
         first = Tester(self.model, self.batch.head(n), self.ablation, self.reference)
-        first.fixed, first._fits = self.fixed, self._fits
+        first.fixed, first._fits, first._reads = self.fixed, self._fits, self._reads
         return first
 
     def project(self, hyp: Hypothesis, betas: bool = True) -> Projection:
@@ -273,9 +274,11 @@ class Tester:
 
     def _circuit(self, hyp: Hypothesis, proj: Projection | None = None):
         """``((kept, W_U read), removed)``: the circuit-only variant and what it removed."""
-        proj = proj or self.project(hyp, betas=False)
-        return ((proj.raw, read_out(self.model, hyp.read)),
-                Removed(1.0, tuple(-r for r in proj.raw)))
+        raw = proj.raw if proj is not None else raw_weights(self.model, hyp, self.fixed, self._fits)
+        read = None if hyp.read is None else frozenset(hyp.read)
+        if read not in self._reads:
+            self._reads[read] = read_out(self.model, hyp.read)
+        return (raw, self._reads[read]), Removed(1.0, tuple(-r for r in raw))
 
     def circuits(self, hyps: Sequence[Hypothesis],
                  projs: Sequence[Projection | None] | None = None) -> list[Score]:

@@ -266,6 +266,40 @@ def fixed_weights(model: DisentangledModel) -> tuple[Tensor, ...]:
                  for layer, block in enumerate(model.blocks))
 
 
+def _head_fits(model: DisentangledModel, hyp: Hypothesis, layer: int, F: Tensor,
+               fits: dict | None):
+    """Per head of ``layer`` holding some of the hypothesis's cells: ``(head, indices of its cells,
+    M, gauge_fix(M))``, the fit of ``F[head]`` (``fits``: as :func:`project`'s)."""
+    fit = _fit_cells if hyp.unit == "cells" else _fit_atoms
+    for head in range(F.shape[0]):
+        mine = [i for i, c in enumerate(hyp.cells) if c[0] == layer and c[1] == head]
+        if not mine:
+            continue
+        cells = [hyp.cells[i] for i in mine]
+        # a cells fit depends on which (query, key) cells only; an atoms fit on the templates
+        key = (hyp.unit, layer, head, frozenset(c[2:4] for c in cells) if hyp.unit == "cells"
+               else tuple(cells))
+        if fits is None:
+            yield (head, mine, *fit(model, layer, F[head], cells))
+            continue
+        if key not in fits:
+            fits[key] = fit(model, layer, F[head], cells)
+        yield (head, mine, *fits[key])
+
+
+def raw_weights(model: DisentangledModel, hyp: Hypothesis, fixed: Sequence[Tensor],
+                fits: dict | None = None) -> tuple[Tensor, ...]:
+    """:attr:`Projection.raw` of :func:`project` alone, per layer ``(H, D, D)``: what a circuit-only
+    model runs, without the gauge-fixed part, the shares or the β."""
+    raw = []
+    for layer, F in enumerate(fixed):
+        R = torch.zeros_like(F)
+        for head, _, M, _ in _head_fits(model, hyp, layer, F, fits):
+            R[head] = M
+        raw.append(R)
+    return tuple(raw)
+
+
 def project(model: DisentangledModel, hyp: Hypothesis, *,
             fixed: Sequence[Tensor] | None = None, fits: dict | None = None,
             betas: bool = True) -> Projection:
@@ -278,26 +312,10 @@ def project(model: DisentangledModel, hyp: Hypothesis, *,
     fixed = fixed if fixed is not None else fixed_weights(model)
     kept, raw, shares = [], [], []
     betas_out = [0.0] * len(hyp.cells)
-    fit = _fit_cells if hyp.unit == "cells" else _fit_atoms
     for layer, F in enumerate(fixed):
         K, R = torch.zeros_like(F), torch.zeros_like(F)
-        for head in range(F.shape[0]):
-            mine = [i for i, c in enumerate(hyp.cells) if c[0] == layer and c[1] == head]
-            if not mine:
-                continue
-            cells = [hyp.cells[i] for i in mine]
-            # a cells fit depends on which (query, key) cells only; an atoms fit on the templates
-            key = (hyp.unit, layer, head, frozenset(c[2:4] for c in cells) if hyp.unit == "cells"
-                   else tuple(cells))
-            if fits is None or key not in fits:
-                found = fit(model, layer, F[head], cells)
-                if fits is None:
-                    M, K[head] = found
-                else:
-                    fits[key] = found
-            if fits is not None:
-                M, K[head] = fits[key]
-            R[head] = M
+        for head, mine, M, fitted in _head_fits(model, hyp, layer, F, fits):
+            R[head], K[head] = M, fitted
             if not betas:
                 continue
             for group in {hyp.cells[i][:4] for i in mine}:  # β: the templates' least-squares
