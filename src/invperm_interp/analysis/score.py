@@ -59,9 +59,10 @@ def read_score(data: dict) -> Score:
 
 def scores(outs: Tensor, batch: Batch, baseline: float, model_mse: float,
            model_errors: Tensor | None = None) -> list[Score]:
-    """:func:`score` of each of ``outs (V, B, rows, d)``, the variants' reductions taken together
-    (one pass each instead of one per variant; each variant's sums run over the same contiguous
-    entries in the same order, so the scores are :func:`score`'s)."""
+    """:func:`score` of each of ``outs (V, B, rows, d)``, the variants' sums and means taken
+    together (one pass instead of one per variant, each over the same contiguous entries as
+    :func:`score`'s) and their standard deviations one variant at a time (torch's along a
+    dimension rounds otherwise): the scores equal :func:`score`'s bit for bit (tested)."""
     V, n = outs.shape[0], outs.shape[1]
     Y = batch.Y.to(outs)
     per = (outs.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (V, B) per-sample MSE

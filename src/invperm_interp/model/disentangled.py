@@ -286,8 +286,8 @@ def _pattern(kept: Float[Tensor, "batch pos K"], A: Float[Tensor, "head D D"],
     ``A`` in that order (``K = D - T`` kept features first). ``hidden``: the causal mask as a term
     (:func:`mask_term`), added to each query position's row of ``A`` at the key positions'
     columns: a query's scores hold that row once, so a hidden key's score is ``-inf`` with no pass
-    over the ``(B, H, R, T)`` scores (``masked_fill`` there, and its backward, cost 5-10% of a
-    causal training step)."""
+    over the ``(B, H, R, T)`` scores (``masked_fill`` there, with its backward, made a causal
+    training step 1.02-1.16× as slow: ``benchmarks/mask_term.py``)."""
     B, T, K = kept.shape
     H, D = A.shape[0], A.shape[1]
     A_kept, A_pos = A.split([K, T], dim=1)  # query features: kept, positions
