@@ -57,9 +57,9 @@ sweep: $(STAMP)
 	for ext in md png svg; do cp runs/sweep_d/sweep_report.$$ext assets/sweep_d.$$ext || exit 1; done
 
 # Beyond the note: what training learns, counted over seeds: the grid analyses/grids/census.toml
-# (224 runs with early stopping, each analysed; one worker process per core: about 19 minutes on
-# 2 cores), then its report in assets/census.{md,json,png,svg}. Resumable: finished runs and
-# analyses are skipped.
+# (224 runs with early stopping, each analysed; one worker process per core: 19-23 minutes on
+# 2 cores over three runs on one shared machine), then its report in
+# assets/census.{md,json,png,svg}. Resumable: finished runs and analyses are skipped.
 census: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/census.toml --out runs/census
 	$(PY) analyses/census_report.py runs/census --update-assets
