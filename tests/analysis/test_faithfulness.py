@@ -18,6 +18,7 @@ from invperm_interp.analysis import (
 )
 from invperm_interp.analysis.hypothesis import Hypothesis, as_hypothesis
 from invperm_interp.analysis.projection import project
+from invperm_interp.analysis.score import Score
 from invperm_interp.maths import constructions as C
 
 WORKING = [n for n in C.names() if C.REGISTRY[n].works]
@@ -280,13 +281,31 @@ def test_baseline_and_loss_recovered():
     assert f.circuit.loss_recovered == pytest.approx((1.0 - f.circuit.mse) / (1.0 - f.model.mse))
 
 
+def reference_score(out, Y, baseline, model_mse, model_errors=None):
+    """One output's score written out: the note's MSE, the share of exact rows, loss recovered
+    and the standard errors over samples (the delta method, paired with the model's own errors)."""
+    per = (out.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,)
+    err = float(((out - Y) ** 2).sum(-1).mean())
+    exact = (out.round() == Y).all(-1).double()  # (B, rows)
+    n = len(per)
+    rows_se = float(exact.mean(-1).std(unbiased=True)) / n ** 0.5 if n > 1 else 0.0
+    gap = baseline - model_mse
+    if gap <= 1e-12:
+        return Score(err, float(exact.mean()), None, rows_se, None, n)
+    recovered = (baseline - err) / gap
+    m = model_errors if model_errors is not None else torch.full_like(per, model_mse)
+    se = float((per - recovered * m).std(unbiased=True)) / (n ** 0.5 * gap) if n > 1 else 0.0
+    return Score(err, float(exact.mean()), recovered, rows_se, se, n)
+
+
 @pytest.mark.parametrize("n, model_mse, own_errors", [
     (64, 0.3, True), (64, 0.3, False), (1, 0.3, True), (64, 1.0, True),  # 1.0: no gap to recover
 ])
 def test_scores_of_many_outputs_are_each_output_s_score_bit_for_bit(n, model_mse, own_errors):
-    """``scores`` reduces the variants together; each must equal ``score`` of its own output,
-    float for float (verdicts compare them with thresholds), including a batch of one sample and
-    a model without a gap to recover (``loss_recovered`` None)."""
+    """``scores`` reduces the variants together; each must equal its output's score written out
+    alone, float for float (verdicts compare them with thresholds), and so must ``score``,
+    including a batch of one sample and a model without a gap to recover (``loss_recovered``
+    None)."""
     from invperm_interp.analysis.score import score, scores
 
     model = C.build("theorem2", 4)
@@ -295,9 +314,11 @@ def test_scores_of_many_outputs_are_each_output_s_score_bit_for_bit(n, model_mse
     outs = batch.Y + torch.randn(5, *batch.Y.shape, generator=generator) * torch.tensor(
         [0.01, 0.2, 0.45, 0.6, 2.0])[:, None, None, None]  # (5, n, d, d): exact rows to none
     errors = torch.rand(n, generator=generator, dtype=torch.float64) if own_errors else None
-    many = scores(outs, batch, 1.0, model_mse, errors)
-    assert many == [score(o, batch, 1.0, model_mse, errors) for o in outs]
-    assert len({s.rows_exact for s in many}) > 2 or n == 1
+    want = [reference_score(o, batch.Y, 1.0, model_mse, errors) for o in outs]
+    assert scores(outs, batch, 1.0, model_mse, errors) == want
+    assert [score(o, batch, 1.0, model_mse, errors) for o in outs] == want
+    assert len({s.rows_exact for s in want}) > 2 or n == 1
+
 
 @pytest.mark.parametrize("hypothesis,match", [
     ("no_such_construction", "construction name"),

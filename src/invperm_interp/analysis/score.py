@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..task import Batch, mse
+from ..task import Batch
 
 
 @dataclass(frozen=True)
@@ -35,21 +35,7 @@ def score(out: Tensor, batch: Batch, baseline: float, model_mse: float,
           model_errors: Tensor | None = None) -> Score:
     """Score ``out`` ``(B, rows, d)``; ``model_errors`` ``(B,)``: the model's own per-sample MSE
     (default: ``model_mse`` for every sample, i.e. the model's error counted as known)."""
-    Y = batch.Y.to(out)
-    per = (out.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (B,) per-sample MSE
-    err = float(mse(out, Y))
-    exact = (out.round() == Y).all(-1).double()  # (B, rows)
-    rows = float(exact.mean())
-    n = len(per)
-    rows_se = float(exact.mean(-1).std(unbiased=True)) / n ** 0.5 if n > 1 else 0.0
-    gap = baseline - model_mse
-    if gap <= 1e-12:
-        return Score(err, rows, None, rows_se, None, n)
-    recovered = (baseline - err) / gap
-    m = model_errors.to(per) if model_errors is not None else torch.full_like(per, model_mse)
-    # R = (b - mean e_c) / (b - mean e_m): Var R ~ Var(e_c - R e_m) / (n gap²)
-    se = float((per - recovered * m).std(unbiased=True)) / (n ** 0.5 * gap) if n > 1 else 0.0
-    return Score(err, rows, recovered, rows_se, se, n)
+    return scores(out.unsqueeze(0), batch, baseline, model_mse, model_errors)[0]
 
 
 def read_score(data: dict) -> Score:
@@ -59,14 +45,15 @@ def read_score(data: dict) -> Score:
 
 def scores(outs: Tensor, batch: Batch, baseline: float, model_mse: float,
            model_errors: Tensor | None = None) -> list[Score]:
-    """:func:`score` of each of ``outs (V, B, rows, d)``, the variants' sums and means taken
-    together (one pass instead of one per variant, each over the same contiguous entries as
-    :func:`score`'s) and their standard deviations one variant at a time (torch's along a
-    dimension rounds otherwise): the scores equal :func:`score`'s bit for bit (tested)."""
+    """:func:`score` of each of ``outs (V, B, rows, d)``: the variants' sums and means taken
+    together (one pass instead of one per variant, each over the output's own contiguous entries)
+    and their standard deviations one variant at a time (torch's along a dimension rounds
+    otherwise), so that a variant's score does not depend on the others run beside it (tested
+    bit for bit against each output scored alone)."""
     V, n = outs.shape[0], outs.shape[1]
     Y = batch.Y.to(outs)
     per = (outs.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (V, B) per-sample MSE
-    err = ((outs - Y) ** 2).sum(-1).reshape(V, -1).mean(-1)  # (V,): mse's own reduction
+    err = ((outs - Y) ** 2).sum(-1).reshape(V, -1).mean(-1)  # (V,): task.mse of each
     exact = (outs.round() == Y).all(-1).double()  # (V, B, rows)
     rows = exact.reshape(V, -1).mean(-1)
     # torch's std along a dimension rounds otherwise than over a whole tensor: one per variant
@@ -77,6 +64,7 @@ def scores(outs: Tensor, batch: Batch, baseline: float, model_mse: float,
         return [Score(e, r, None, s, None, n) for e, r, s in zip(err_l, rows_l, rows_se_l)]
     recovered = (baseline - torch.tensor(err_l, dtype=torch.float64)) / gap  # (V,), as floats
     m = model_errors.to(per) if model_errors is not None else torch.full_like(per[0], model_mse)
+    # R = (b - mean e_c) / (b - mean e_m): Var R ~ Var(e_c - R e_m) / (n gap²)
     spread = per - recovered[:, None] * m  # (V, B)
     se = [float(x.std(unbiased=True)) / (n ** 0.5 * gap) if n > 1 else 0.0 for x in spread]
     return [Score(e, r, (baseline - e) / gap, s, c, n)
