@@ -29,6 +29,7 @@ from .. import memory
 from ..config import ModelConfig
 from ..stream import Stream
 from . import tokens
+from .causal import causal_mask, mask_term
 
 
 def queries(h: Float[Tensor, "batch pos D"], A: Float[Tensor, "head D D"],
@@ -71,8 +72,7 @@ class AttentionWeights(nn.Module):
         self.causal = cfg.causal
         n_heads, width = cfg.heads[layer], cfg.widths[layer]
         self.A = nn.Parameter(torch.zeros(n_heads, width, width, dtype=cfg.torch_dtype))
-        mask = torch.ones(cfg.T, cfg.T, dtype=torch.bool).triu(diagonal=1)
-        self.register_buffer("mask", mask, persistent=False)
+        self.register_buffer("mask", causal_mask(cfg.T), persistent=False)
 
 
 class UnembedWeights(nn.Module):
@@ -273,18 +273,12 @@ def weights_forward(As: list[Tensor], W: Tensor, X: Float[Tensor, "batch pos d"]
     raise ValueError("As must hold at least one layer's A, got none")
 
 
-def mask_term(mask: Tensor, dtype: torch.dtype) -> Float[Tensor, "query pos"]:
-    """The causal mask ``(T, T)`` (True: key hidden) as a term added to scores: ``-inf`` where
-    hidden, 0 elsewhere (adding 0 leaves every finite score's bits as they were)."""
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
-
-
 def _pattern(kept: Float[Tensor, "batch pos K"], A: Float[Tensor, "head D D"],
              hidden: Float[Tensor, "pos pos"] | None,
              rows: slice | None) -> Float[Tensor, "batch head query pos"]:
     """``softmax(h A hᵀ)`` for the query rows ``rows`` (None: all), with ``h = [kept, I_T]`` and
     ``A`` in that order (``K = D - T`` kept features first). ``hidden``: the causal mask as a term
-    (:func:`mask_term`), added to each query position's row of ``A`` at the key positions'
+    (``causal.mask_term``), added to each query position's row of ``A`` at the key positions'
     columns: a query's scores hold that row once, so a hidden key's score is ``-inf`` with no pass
     over the ``(B, H, R, T)`` scores (``masked_fill`` there, with its backward, made a causal
     training step 1.02-1.16× as slow: ``benchmarks/mask_term.py``)."""

@@ -58,6 +58,7 @@ from transformer_lens.utilities import get_act_name
 
 from ..stream import hook_name
 from . import tokens
+from .causal import causal_mask
 from .disentangled import DisentangledTransformer
 from .hooked import HookedDisentangledTransformer
 
@@ -200,8 +201,7 @@ class TransformerLensExport(NativeRunner):
         k = tl_cache[get_act_name("k", layer)][:, :, :H]
         scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / math.sqrt(self.d_head)
         if self.causal:
-            mask = torch.ones(T, T, dtype=torch.bool, device=scores.device).triu(1)
-            scores = scores.masked_fill(mask, float("-inf"))
+            scores = scores.masked_fill(causal_mask(T, scores.device), float("-inf"))
         return scores
 
 

@@ -24,6 +24,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from .causal import causal_mask
 from .disentangled import check_model_fits, validated_input, weights_forward
 from .note_map import note_weights
 
@@ -74,8 +75,7 @@ class Attention(Hooked):
             setattr(self, name, nn.Parameter(torch.zeros(H, m, dh, dtype=dtype, device=device)))
         self.W_O = nn.Parameter(torch.zeros(H, dh, m, dtype=dtype, device=device))
         self.causal, self.scale = cfg.causal, 1 / math.sqrt(dh)
-        mask = torch.ones(cfg.T, cfg.T, dtype=torch.bool, device=device).triu(diagonal=1)
-        self.register_buffer("mask", mask, persistent=False)
+        self.register_buffer("mask", causal_mask(cfg.T, device), persistent=False)
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         """``x (B, T, d_model)`` → the heads' summed output ``(B, T, d_model)``."""
