@@ -301,12 +301,17 @@ def reference_score(out, Y, baseline, model_mse, model_errors=None):
 @pytest.mark.parametrize("n, model_mse, own_errors", [
     (64, 0.3, True), (64, 0.3, False), (1, 0.3, True), (64, 1.0, True),  # 1.0: no gap to recover
 ])
-def test_scores_of_many_outputs_are_each_output_s_score_bit_for_bit(n, model_mse, own_errors):
-    """``scores`` reduces the variants together; each must equal its output's score written out
-    alone, float for float (verdicts compare them with thresholds), and so must ``score``,
-    including a batch of one sample and a model without a gap to recover (``loss_recovered``
-    None)."""
+@pytest.mark.parametrize("per_chunk", [5, 2, 1])
+def test_scores_of_many_outputs_are_each_output_s_score_bit_for_bit(n, model_mse, own_errors,
+                                                                    per_chunk, monkeypatch):
+    """``scores`` reduces the variants together, ``per_chunk`` of them at a time; each must equal
+    its output's score written out alone, float for float (verdicts compare them with thresholds),
+    and so must ``score``, including a batch of one sample and a model without a gap to recover
+    (``loss_recovered`` None)."""
+    from invperm_interp.analysis import score as score_module
     from invperm_interp.analysis.score import score, scores
+
+    monkeypatch.setattr(score_module, "SCORE_ELEMENTS", per_chunk * n * 4 * 4)  # (n, d, d), d = 4
 
     model = C.build("theorem2", 4)
     batch = batch_for(model, n)
@@ -315,8 +320,9 @@ def test_scores_of_many_outputs_are_each_output_s_score_bit_for_bit(n, model_mse
         [0.01, 0.2, 0.45, 0.6, 2.0])[:, None, None, None]  # (5, n, d, d): exact rows to none
     errors = torch.rand(n, generator=generator, dtype=torch.float64) if own_errors else None
     want = [reference_score(o, batch.Y, 1.0, model_mse, errors) for o in outs]
-    assert scores(outs, batch, 1.0, model_mse, errors) == want
+    assert scores(list(outs), batch, 1.0, model_mse, errors) == want
     assert [score(o, batch, 1.0, model_mse, errors) for o in outs] == want
+    assert scores([], batch, 1.0, model_mse, errors) == []
     assert len({s.rows_exact for s in want}) > 2 or n == 1
 
 

@@ -263,10 +263,7 @@ class Tester:
         if self.ablation != "zero" and removed is not None:
             offsets = lambda i: self._standin(removed[i])  # noqa: E731 - one chunk at a time
         outs = forward_many(self.model.cfg, variants, self.batch.X, offsets=offsets)
-        if not outs:
-            return []
-        return scores(torch.stack(outs), self.batch, self.baseline, self.clean.mse,
-                      self.clean_errors)
+        return scores(outs, self.batch, self.baseline, self.clean.mse, self.clean_errors)
 
     def run(self, As: Sequence[Tensor], W_U: Tensor,
             removed: Removed | Sequence[Tensor] | None = None) -> Score:

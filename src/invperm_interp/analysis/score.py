@@ -3,6 +3,7 @@ standard errors over the batch's samples (definitions: ``analysis.faithfulness``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -35,7 +36,7 @@ def score(out: Tensor, batch: Batch, baseline: float, model_mse: float,
           model_errors: Tensor | None = None) -> Score:
     """Score ``out`` ``(B, rows, d)``; ``model_errors`` ``(B,)``: the model's own per-sample MSE
     (default: ``model_mse`` for every sample, i.e. the model's error counted as known)."""
-    return scores(out.unsqueeze(0), batch, baseline, model_mse, model_errors)[0]
+    return scores([out], batch, baseline, model_mse, model_errors)[0]
 
 
 def read_score(data: dict) -> Score:
@@ -43,17 +44,33 @@ def read_score(data: dict) -> Score:
     return Score(**{k: v for k, v in data.items() if k in Score.__dataclass_fields__})
 
 
-def scores(outs: Tensor, batch: Batch, baseline: float, model_mse: float,
+#: Entries of the outputs scored together (``V × B × rows × d``): bounds the float64 temporaries
+#: of one chunk of variants (4 MiB each) whatever the number of variants or samples.
+SCORE_ELEMENTS = 1 << 19
+
+
+def scores(outs: Sequence[Tensor], batch: Batch, baseline: float, model_mse: float,
            model_errors: Tensor | None = None) -> list[Score]:
-    """:func:`score` of each of ``outs (V, B, rows, d)``: the variants' sums and means taken
-    together (one pass instead of one per variant, each over the output's own contiguous entries)
-    and their standard deviations one variant at a time (torch's along a dimension rounds
-    otherwise), so that a variant's score does not depend on the others run beside it (tested
-    bit for bit against each output scored alone)."""
+    """:func:`score` of each output ``(B, rows, d)`` of ``outs``, the variants in chunks of at most
+    ``SCORE_ELEMENTS`` entries: each chunk's sums and means taken together (one pass instead of one
+    per variant, each over the output's own contiguous entries) and their standard deviations one
+    variant at a time (torch's along a dimension rounds otherwise), so that a variant's score does
+    not depend on the others run beside it (tested bit for bit against each output scored alone)."""
+    if not len(outs):
+        return []
+    k = max(1, SCORE_ELEMENTS // outs[0].numel())
+    return [s for i in range(0, len(outs), k)
+            for s in _stacked(torch.stack(list(outs[i:i + k])), batch, baseline, model_mse,
+                              model_errors)]
+
+
+def _stacked(outs: Tensor, batch: Batch, baseline: float, model_mse: float,
+             model_errors: Tensor | None) -> list[Score]:
+    """:func:`scores` of one chunk of stacked outputs ``(V, B, rows, d)``."""
     V, n = outs.shape[0], outs.shape[1]
     Y = batch.Y.to(outs)
-    per = (outs.double() - Y.double()).pow(2).sum(-1).mean(-1)  # (V, B) per-sample MSE
-    err = ((outs - Y) ** 2).sum(-1).reshape(V, -1).mean(-1)  # (V,): task.mse of each
+    per = (outs.double() - Y.double()).pow_(2).sum(-1).mean(-1)  # (V, B) per-sample MSE
+    err = (outs - Y).pow_(2).sum(-1).reshape(V, -1).mean(-1)  # (V,): task.mse of each
     exact = (outs.round() == Y).all(-1).double()  # (V, B, rows)
     rows = exact.reshape(V, -1).mean(-1)
     # torch's std along a dimension rounds otherwise than over a whole tensor: one per variant
