@@ -44,7 +44,7 @@ def worker(variant: str, threads: int, steps: int) -> dict:
     from invperm_interp.config import TrainConfig
 
     train_mod = importlib.import_module("invperm_interp.training.single")  # the module, even if re-exported
-    cpu_mod = importlib.import_module("invperm_interp.training.cpu")
+    memory_mod = importlib.import_module("invperm_interp.memory")
 
     cfg = ModelConfig(Layout.plain(D), attention_dir="bidirectional")
     if variant.startswith("standard"):
@@ -74,7 +74,7 @@ def worker(variant: str, threads: int, steps: int) -> dict:
             step()
         rate = steps / (time.perf_counter() - start)
     else:  # train() itself, evaluating only at the start and the end (1024 samples)
-        cpu_mod.KEEP_FREED_MEMORY = variant != "train, default malloc"
+        memory_mod.KEEP_FREED_MEMORY = variant != "train, default malloc"
         run = train_mod.train(cfg, TrainConfig(steps=steps, batch_size=BATCH, eval_every=steps,
                                                eval_size=1024, device="cpu"), progress=False)
         rate = steps / run.metrics[-1].wall_time

@@ -435,3 +435,39 @@ def test_the_stand_in_estimate_covers_what_a_stand_in_holds(per_sample):
         model.cfg, len(batch), per_sample)
     assert standin_bytes(model.cfg, 2 * len(batch), per_sample) > standin_bytes(
         model.cfg, len(batch), per_sample)
+
+
+FAULTS = """
+import json, resource, sys, torch
+torch.set_num_threads(1)
+from invperm_interp import memory
+from invperm_interp.analysis.record import analyze
+from invperm_interp.maths import constructions as C
+from invperm_interp.task import sample_batch
+memory.KEEP_FREED_MEMORY = sys.argv[1] == "keep"
+model = C.build("theorem3", 6)
+batch = sample_batch(model.cfg.layout, 256, torch.Generator().manual_seed(0))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+analyze(model, batch)
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print(json.dumps({"tuned": memory.keep_freed_memory(), "faults": faults}))
+"""
+
+
+def _analysis_faults(mode: str) -> dict:
+    """A fresh process's analysis of theorem3 at d = 6: its minor page faults, and whether glibc
+    malloc was tuned."""
+    done = subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True, text=True,
+                          check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_an_analysis_keeps_the_memory_it_frees_instead_of_faulting_it_in_again():
+    """A ``Tester`` on the CPU tunes glibc malloc (``keep_freed_memory``), as training does: the
+    circuits it runs free and re-allocate their tensors, which glibc's defaults hand back to the OS
+    and fault in again. Switched off, nothing is tuned (the same process's check says so)."""
+    kept, default = _analysis_faults("keep"), _analysis_faults("default")
+    if not kept["tuned"]:
+        pytest.skip("not Linux with glibc: malloc is not tuned")
+    assert default["tuned"] is False
+    assert kept["faults"] * 2 < default["faults"], (kept, default)

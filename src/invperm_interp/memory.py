@@ -1,6 +1,6 @@
 """The memory budget: peak bytes of a model, a construction check, an evaluation and a training
 step, computed from the configuration before anything is allocated, and checked against the memory
-this process can still get.
+this process can still get; and how the process keeps the memory it frees (``keep_freed_memory``).
 
 Estimates count the tensors the code allocates. Per layer ``l`` with ``H`` heads and width
 ``D = D_l``, a chunk of ``b`` samples of length ``T`` and element size ``e``:
@@ -21,7 +21,7 @@ Estimates count the tensors the code allocates. Per layer ``l`` with ``H`` heads
   moments are four copies of the parameters (two for SGD), plus the optimizer step's temporaries.
 
 On top of the tensors, the allocator keeps freed blocks for reuse (glibc's heap on the CPU, with
-the trim threshold ``train`` sets; PyTorch's cache on a GPU): the process's peak RSS measured
+the thresholds ``keep_freed_memory`` sets; PyTorch's cache on a GPU): the process's peak RSS measured
 1.1-2.4 times the peak of live tensor bytes. ``SLACK`` (half the activations) is added for it.
 
 The check is arithmetic only (microseconds) and runs before every ``train``, ``constructions.build``
@@ -33,14 +33,40 @@ to within 2x of measured peaks (peak RSS growth of a fresh process).
 
 from __future__ import annotations
 
+import ctypes
 import math
 import re
 import resource
+import sys
 from dataclasses import dataclass, field
 
 import torch
 
 from .config import ModelConfig
+
+KEEP_FREED_MEMORY = True  # CPU work on Linux: tune glibc malloc once, see keep_freed_memory
+_malloc_tuned = False
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc malloc to keep freed blocks (mmap threshold 32 MiB, trim threshold 256 MiB); True
+    once done in this process.
+
+    Each training step and each circuit an analysis runs frees and re-allocates its tensors; by
+    default glibc hands large blocks back to the OS and the next use page-faults them in again
+    (``benchmarks/train_speed.py`` measures training; a fresh process's analysis of theorem3 at
+    d = 6 page-faulted about 5× less with it, tested). Process-wide and permanent, so done once,
+    when training or a ``Tester`` starts on the CPU, and only on Linux with glibc."""
+    global _malloc_tuned
+    if _malloc_tuned or not KEEP_FREED_MEMORY or not sys.platform.startswith("linux"):
+        return _malloc_tuned
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        _malloc_tuned = (libc.mallopt(-3, 32 << 20) == 1  # M_MMAP_THRESHOLD
+                         and libc.mallopt(-1, 256 << 20) == 1)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        pass
+    return _malloc_tuned
 
 GB = 1e9
 SLACK = 0.5  # allocator slack, as a share of the activations (see the module docstring)

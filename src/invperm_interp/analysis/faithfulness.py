@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from ..errors import check_choice
+from ..memory import keep_freed_memory
 from ..model.disentangled import DisentangledModel, check_disentangled, readout_forward
 from ..model.variants import forward_many
 from ..task import Batch, mse
@@ -210,6 +211,8 @@ class Tester:
                  reference: Batch | None = None, output: Tensor | None = None):
         check_batch(model, batch)
         check_choice("ablation", ablation, ABLATIONS)
+        if model.device.type == "cpu":
+            keep_freed_memory()  # circuits free and re-allocate their tensors, run after run
         self.model, self.ablation, self.reference = model, ablation, reference
         self.batch = batch.to(model.device, model.cfg.torch_dtype)
         self.baseline = 0.25 * model.cfg.d

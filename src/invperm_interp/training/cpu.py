@@ -1,35 +1,10 @@
-"""How a training run uses the CPU: its torch thread count and glibc malloc's treatment of freed
-memory."""
+"""How a training run uses the CPU: its torch thread count (glibc malloc's treatment of freed
+memory, shared with the analysis, is ``memory.keep_freed_memory``)."""
 
 from __future__ import annotations
 
-import ctypes
-import sys
-
 from ..config import TrainConfig
 from .run import resolve_device
-
-KEEP_FREED_MEMORY = True  # CPU runs on Linux: tune glibc malloc once, see keep_freed_memory
-_malloc_tuned = False
-
-
-def keep_freed_memory() -> None:
-    """Ask glibc malloc to keep freed blocks (mmap threshold 32 MiB, trim threshold 256 MiB).
-
-    Each CPU step frees and re-allocates its activations; by default glibc hands them back to the OS
-    and the next step page-faults them in again (``benchmarks/train_speed.py`` measures the cost).
-    Process-wide and permanent, so done once, and only on Linux with glibc.
-    """
-    global _malloc_tuned
-    if _malloc_tuned or not KEEP_FREED_MEMORY or not sys.platform.startswith("linux"):
-        return
-    _malloc_tuned = True
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):  # not glibc: nothing to tune
-        pass
 
 
 def threads_for(cfg: TrainConfig) -> int | None:

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from ..config import ModelConfig, TrainConfig
 from ..maths.floors import causal_floor
+from ..memory import keep_freed_memory
 from ..model.build import forward, plain_model
 from ..runs import checkpoint as ckpt
 from ..runs.config_file import config_diffs, config_hash
@@ -27,7 +28,6 @@ from ..runs.environment import describe
 from ..runs.evaluation import Evaluation
 from ..runs.lock import RunLock
 from ..task import mse, sample_batch
-from .cpu import keep_freed_memory
 from .metrics import Scores, evaluate, evaluation_chunk
 from .optim import make_optimizer
 from .progress import progress_bar
