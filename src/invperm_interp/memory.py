@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import re
 import resource
 import sys
@@ -45,7 +46,8 @@ import torch
 from .config import ModelConfig
 
 KEEP_FREED_MEMORY = True  # CPU work on Linux: tune glibc malloc once, see keep_freed_memory
-_malloc_tuned = False
+_malloc = {"tried": False, "tuned": False}
+MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")  # glibc's own settings: left alone
 
 
 def keep_freed_memory() -> bool:
@@ -56,17 +58,22 @@ def keep_freed_memory() -> bool:
     default glibc hands large blocks back to the OS and the next use page-faults them in again
     (``benchmarks/train_speed.py`` measures training; a fresh process's analysis of theorem3 at
     d = 6 page-faulted about 5× less with it, tested). Process-wide and permanent, so done once,
-    when training or a ``Tester`` starts on the CPU, and only on Linux with glibc."""
-    global _malloc_tuned
-    if _malloc_tuned or not KEEP_FREED_MEMORY or not sys.platform.startswith("linux"):
-        return _malloc_tuned
+    when training or a ``Tester`` starts on the CPU, and only on Linux with glibc, and not where
+    the environment already sets glibc malloc's thresholds (the user's choice, and how
+    ``benchmarks/memory_estimate.py`` measures a live peak)."""
+    if _malloc["tried"] or not KEEP_FREED_MEMORY or not sys.platform.startswith("linux"):
+        return _malloc["tuned"]
+    _malloc["tried"] = True  # once, whether or not this libc can
+    if any(name in os.environ for name in MALLOC_ENV) or "glibc.malloc." in os.environ.get(
+            "GLIBC_TUNABLES", ""):
+        return False
     try:
         libc = ctypes.CDLL("libc.so.6")
-        _malloc_tuned = (libc.mallopt(-3, 32 << 20) == 1  # M_MMAP_THRESHOLD
-                         and libc.mallopt(-1, 256 << 20) == 1)  # M_TRIM_THRESHOLD
+        _malloc["tuned"] = (libc.mallopt(-3, 32 << 20) == 1  # M_MMAP_THRESHOLD
+                            and libc.mallopt(-1, 256 << 20) == 1)  # M_TRIM_THRESHOLD
     except (OSError, AttributeError):  # not glibc: nothing to tune
         pass
-    return _malloc_tuned
+    return _malloc["tuned"]
 
 GB = 1e9
 SLACK = 0.5  # allocator slack, as a share of the activations (see the module docstring)
