@@ -54,18 +54,15 @@ def keep_freed_memory() -> bool:
     """Ask glibc malloc to keep freed blocks (mmap threshold 32 MiB, trim threshold 256 MiB); True
     once done in this process.
 
-    Each training step and each circuit an analysis runs frees and re-allocates its tensors; by
-    default glibc hands large blocks back to the OS and the next use page-faults them in again
-    (``benchmarks/train_speed.py`` measures training; a fresh process's analysis of theorem3 at
-    d = 6 page-faulted about 5× less with it, tested). Process-wide and permanent, so done once,
-    when training or a ``Tester`` starts on the CPU, and only on Linux with glibc, and not where
-    the environment already sets glibc malloc's thresholds (the user's choice, and how
-    ``benchmarks/memory_estimate.py`` measures a live peak)."""
+    Training steps and an analysis's circuits free and re-allocate their tensors; glibc's defaults
+    hand large blocks back to the OS to be page-faulted in again (``benchmarks/train_speed.py``; an
+    analysis of theorem3 at d = 6 faulted ~5× less, tested). Process-wide, so done once, on Linux
+    with glibc, unless the environment sets glibc's thresholds (the user's choice;
+    ``benchmarks/memory_estimate.py`` sets one to measure live peaks)."""
     if _malloc["tried"] or not KEEP_FREED_MEMORY or not sys.platform.startswith("linux"):
         return _malloc["tuned"]
     _malloc["tried"] = True  # once, whether or not this libc can
-    if any(name in os.environ for name in MALLOC_ENV) or "glibc.malloc." in os.environ.get(
-            "GLIBC_TUNABLES", ""):
+    if any(n in os.environ for n in MALLOC_ENV) or "glibc.malloc." in os.getenv("GLIBC_TUNABLES", ""):
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -74,6 +71,7 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # not glibc: nothing to tune
         pass
     return _malloc["tuned"]
+
 
 GB = 1e9
 SLACK = 0.5  # allocator slack, as a share of the activations (see the module docstring)
