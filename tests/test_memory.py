@@ -457,7 +457,8 @@ print(json.dumps({"tuned": memory.keep_freed_memory(), "faults": faults}))
 def _analysis_faults(mode: str, **env: str) -> dict:
     """A fresh process's analysis of theorem3 at d = 6: its minor page faults, and whether glibc
     malloc was tuned."""
-    clean = {k: v for k, v in os.environ.items() if k not in memory.MALLOC_ENV}
+    clean = {k: v for k, v in os.environ.items()
+             if k not in (*memory.MALLOC_ENV, "GLIBC_TUNABLES")}  # glibc's defaults, untuned
     done = subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True, text=True,
                           check=True, env={**clean, "OMP_NUM_THREADS": "1", **env}, timeout=300)
     return json.loads(done.stdout.strip().splitlines()[-1])
