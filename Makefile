@@ -58,7 +58,7 @@ sweep: $(STAMP)
 
 # Beyond the note: what training learns, counted over seeds: the grid analyses/grids/census.toml
 # (224 runs with early stopping, each analysed; one worker process per core: 19-23 minutes on
-# 2 cores over four runs on one shared machine), then its report in
+# 2 cores over five runs on one shared machine), then its report in
 # assets/census.{md,json,png,svg}. Resumable: finished runs and analyses are skipped.
 census: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/census.toml --out runs/census
