@@ -84,5 +84,5 @@ def _stacked(outs: Tensor, batch: Batch, baseline: float, model_mse: float,
     # R = (b - mean e_c) / (b - mean e_m): Var R ~ Var(e_c - R e_m) / (n gap²)
     spread = per - recovered[:, None] * m  # (V, B)
     se = [float(x.std(unbiased=True)) / (n ** 0.5 * gap) if n > 1 else 0.0 for x in spread]
-    return [Score(e, r, (baseline - e) / gap, s, c, n)
-            for e, r, s, c in zip(err_l, rows_l, rows_se_l, se)]
+    return [Score(e, r, rec, s, c, n)
+            for e, r, rec, s, c in zip(err_l, rows_l, recovered.tolist(), rows_se_l, se)]
