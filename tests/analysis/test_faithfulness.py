@@ -192,6 +192,7 @@ def test_raw_weights_are_the_projection_s_raw_part(unit):
                 assert torch.equal(a, b)
         assert any(bool(r.any()) for r in expected)
 
+
 def test_a_tester_runs_each_circuit_once_and_its_scores_stay_its_own():
     """A circuit met again on one tester (a construction's circuit, then a start of the minimal
     search) is scored once; the same sites in another order or with other labels (a cells fit
