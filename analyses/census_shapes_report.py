@@ -32,12 +32,11 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from census_report import share_text  # noqa: E402
-from common import ASSETS  # noqa: E402
+from common import report_folder  # noqa: E402
 
 from invperm_interp.analysis.mechanism import RULE  # noqa: E402
-from invperm_interp.analysis.placements import construction_of  # noqa: E402
 from invperm_interp.analysis.sweep_record import STYLES, SweepRecord  # noqa: E402
-from invperm_interp.maths.placement import Placement, parse  # noqa: E402
+from invperm_interp.maths.placement import Placement  # noqa: E402
 from invperm_interp.sweep.collect import read_sweep  # noqa: E402
 from invperm_interp.task import sample_batch  # noqa: E402
 from invperm_interp.training.run import Run  # noqa: E402
@@ -92,7 +91,14 @@ def needed_heads(rows_exact: dict[str, float]) -> list[str]:
 
 def placement_heads(placed: Placement) -> set[str]:
     """The heads a placement's cells sit on (every head of a summed layer)."""
-    return {f"L{placed.layers[i] + 1}h{k}" for i in (0, 1) for k in placed.head_list(i)}
+    return {f"L{placed.layers[i] + 1}h{k}" for i in range(len(placed.layers)) for k in placed.head_list(i)}
+
+
+def constructions(record: SweepRecord, style: str) -> str:
+    """The constructions the answer under ``style`` names, placements dropped (``" = "`` between
+    those tied), or its verdict when it names none."""
+    answer = record.answer if style == "zero" else record.under[style]
+    return " = ".join(record.constructions(style)) or answer.verdict
 
 
 def role(record: SweepRecord, heads: tuple[int, ...], needed: list[str] | None) -> str | None:
@@ -102,13 +108,14 @@ def role(record: SweepRecord, heads: tuple[int, ...], needed: list[str] | None) 
     mech = record.mechanism
     if mech.name is None:
         return None
-    placed = mech.placement or parse(mech.name, heads)
+    # a construction on its own shape is named bare: it sits where it was registered
+    placed = mech.placement or mech.faithfulness.placement or Placement.own(mech.name)
     if placed.summed:
         return "split"
     mine = placement_heads(placed)
     if needed is not None and not mine <= set(needed):
         return "copied"
-    others = [parse(n, heads) for n in mech.also_faithful]
+    others = [t.placement for t in mech.tested if t.hypothesis in mech.also_faithful and t.placement]
     if any(p.construction == placed.construction and not p.summed for p in others):
         return "copied"
     return "split" if needed is not None and set(needed) - mine else "alone"
@@ -139,14 +146,17 @@ def shape_rows(folder: Path, measure: bool = True) -> list[dict]:
         rows.append({"run": record["name"], "kind": kind, "d": model["layout"]["d"],
                      "shape": shape_of(model), "heads": sum(heads), "seed": record["train"]["seed"],
                      "solved": solved, "steps_to_target": record["steps_to_solve"],
-                     "mechanism": named, "construction": None if named is None else construction_of(named),
+                     "mechanism": named,
+                     "construction": None if named is None else constructions(analysis, "zero"),
                      "knockout_rows_exact": rows_exact, "needed_heads": needed,
                      "idle_layers": None if needed is None else idle_layers(heads, needed),
                      "role": role(analysis, heads, needed) if analysis else None,
                      "untested": analysis.mechanism.untested if analysis else None,
                      "also_faithful": list(analysis.mechanism.also_faithful) if analysis else [],
                      **{style: str(analysis.under[style]) if analysis and style in analysis.under
-                        else None for style in STYLES}})
+                        else None for style in STYLES},
+                     "constructions_under": {style: constructions(analysis, style) for style in STYLES
+                                             if analysis and style in analysis.under}})
     return rows
 
 
@@ -159,7 +169,7 @@ def summarize(rows: list[dict]) -> list[dict]:
         n = len(solved)
         verdicts = Counter("none" if r["mechanism"] == "none" else
                            "borderline" if r["mechanism"] == "borderline" else "named" for r in solved)
-        styles = {style: Counter(construction_of(r[style]) for r in solved if r[style])
+        styles = {style: Counter(r["constructions_under"][style] for r in solved if r[style])
                   for style in STYLES}
         measured = [r for r in solved if r["needed_heads"] is not None]
         out.append({
@@ -286,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-knockouts", action="store_true",
                         help="roles from the tested placements only (no model is loaded)")
     args = parser.parse_args(argv)
+    try:
+        out = report_folder(args.folder, False, args.update_assets)
+    except ValueError as err:
+        print(f"census_shapes_report: error: {err}", file=sys.stderr)
+        return 2
     if not (args.folder / "sweep.jsonl").is_file():
         print(f"{args.folder} has no sweep.jsonl: run `invperm sweep "
               f"analyses/grids/census_shapes.toml --out {args.folder}` first", file=sys.stderr)
@@ -294,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"no runs in {args.folder}", file=sys.stderr)
         return 1
-    for path in write(rows, ASSETS if args.update_assets else args.folder):
+    for path in write(rows, out):
         print(f"wrote {path}")
     return 0
 

@@ -35,7 +35,6 @@ from census_report import share_text  # noqa: E402
 from common import ASSETS, report_folder  # noqa: E402
 
 from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
-from invperm_interp.analysis.placements import construction_of as placed_construction  # noqa: E402
 from invperm_interp.analysis.sweep_record import STYLES, SweepRecord  # noqa: E402
 from invperm_interp.model.note_map import numerical_ranks, ov_spectra  # noqa: E402
 from invperm_interp.sweep.collect import read_sweep  # noqa: E402
@@ -49,10 +48,12 @@ DISENTANGLED = "disentangled (census)"
 
 def construction_of(name: str | None) -> str | None:
     """``"two_block @ L1h0→L2h1"`` → ``"two_block"``; a tie of placements of one construction is that
-    construction; ``"none"``, ``"borderline"`` and ties of several constructions as they are."""
+    construction; ``"none"``, ``"borderline"`` and ties of several constructions as they are. The
+    census JSON this report rebuilds from keeps the rule's answers as their labels (tables show
+    them), so this reads a label's own printed form; the package itself keeps placements as values."""
     if name is None:
         return None
-    return " = ".join(dict.fromkeys(placed_construction(part) for part in name.split(" = ")))
+    return " = ".join(dict.fromkeys(part.split(" @ ", 1)[0] for part in name.split(" = ")))
 
 
 def verdict_of(name: str) -> str:

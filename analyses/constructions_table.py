@@ -1,14 +1,20 @@
 """Claim: the note's constructions as printed fail; the corrected forms of docs/design.md section 6 work.
 
-Writes assets/constructions.{json,md} (max error and MSE against Y per construction, d and beta)
-and assets/constructions/NAME.{png,svg} (the labelled weights of every construction at d = 10).
+Writes constructions.{json,md} (max error and MSE against Y per construction, d and beta) and
+constructions/NAME.{png,svg} (the labelled weights of every construction at d = 10) into
+runs/reproduce/ (or ``--out DIR``; the checkout's assets/ with ``--update-assets``, as
+``make reproduce`` does).
+
+    python analyses/constructions_table.py [--out DIR | --update-assets]
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 import textwrap
 
-from common import asset, write_table
+from common import REPRODUCE, add_output_arguments, output, output_folder, refuse, write_table
 
 from invperm_interp.labels import layer_name
 from invperm_interp.maths import constructions
@@ -18,7 +24,14 @@ DS = (2, 5, 10, 16)
 BETAS = (10.0, 100.0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_output_arguments(parser, str(REPRODUCE))
+    args = parser.parse_args(argv)
+    try:
+        out = output_folder(args, REPRODUCE)
+    except ValueError as err:
+        return refuse("constructions_table", err)
     rows = []
     for name, spec in constructions.REGISTRY.items():
         for d in DS:
@@ -27,13 +40,14 @@ def main() -> None:
                 rows.append({"construction": name, "works": spec.works, "attention": spec.attention_dir,
                              "d": d, "beta": beta, "max_error": result.max_error, "mse": result.mse})
         model = constructions.build(name, 10)
-        cells = ", ".join(f"{t} at ({q}, {k}) in {layer_name(layer)}" for layer, q, k, t in spec.cells)
+        cells = ", ".join(f"{t} at ({q}, {k}) in {layer_name(layer)}" for layer, _, q, k, t in spec.cells)
         title = textwrap.fill(f"{name}: {cells}; read {spec.read_block}", 110)
-        save_figures(plot_circuit(model, title=title), asset(f"constructions/{name}.png"))
-    write_table("constructions", rows, "Constructions: error against Y (float64, 512 samples)",
+        save_figures(plot_circuit(model, title=title), output(out, f"constructions/{name}.png"))
+    write_table(out, "constructions", rows, "Constructions: error against Y (float64, 512 samples)",
                 "Printed forms (works = False) keep errors near 1 at every beta; corrected forms "
                 "fall to 0 as beta grows.")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -24,8 +24,14 @@ queries get nothing; a ``P`` row's query (mass 1) lifts every ``P`` key by β an
 were and lowers every ``Y_P`` key by ``βm(1 + its mass)``, widening the margin by which the
 ``Y_P`` rows attend to the ``P`` rows. ``tests/maths/test_guarded_forms.py`` holds the registered forms to it.
 
+Writes discovery.{json,md} next to the runs (the sweep folder), or into ``--out DIR``, or into the
+checkout's assets/ with ``--update-assets`` (as ``make discovery`` does); the committed census is
+read from assets/census.json. A folder holding no analysed run is refused before anything is
+written.
+
 Run: invperm sweep analyses/grids/discovery.toml --out runs/discovery --workers 1
-     python analyses/discovery.py runs/discovery   (each run's row is kept in its discovery.json)
+     python analyses/discovery.py runs/discovery [--update-assets]   (each run's row is kept in its
+     run folder's discovery.json)
 """
 
 from __future__ import annotations
@@ -33,12 +39,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections import Counter
 from pathlib import Path
 
 import torch
 from census_report import share_text
-from common import ASSETS, asset
+from common import ASSETS, add_output_arguments, output, output_folder, refuse
 
 from invperm_interp import HookedDisentangledTransformer
 from invperm_interp.analysis.faithfulness import Tester
@@ -50,7 +57,6 @@ from invperm_interp.analysis.mechanism import (
     test_constructions,
     verdict_of,
 )
-from invperm_interp.analysis.placements import construction_of
 from invperm_interp.analysis.scrub import completeness, scrub_tester
 from invperm_interp.analysis.sweep_record import SweepRecord
 from invperm_interp.analysis.verdict import RULE, evaluation_batch
@@ -76,7 +82,7 @@ def beta_exact() -> dict[str, float]:
 def without_forms(tested: list) -> Answer:
     """The rule's answer from ``tested`` (anything :func:`name_by_rule` reads) with the guarded forms
     (:data:`FORMS`, at any placement) left out: the name before they were registered."""
-    return name_by_rule([t for t in tested if construction_of(t.hypothesis) not in FORMS])
+    return name_by_rule([t for t in tested if t.construction not in FORMS])
 
 
 def as_list(answer: Answer) -> list:
@@ -103,7 +109,7 @@ def raw(text: str) -> tuple[int, str, str]:
 
 def family_sites(name: str, identify: bool = True) -> frozenset[tuple[int, str, str]]:
     strip = lambda block: block.split(".", 1)[1] if identify and block.startswith("L1.") else block  # noqa: E731
-    return frozenset((layer + 1, strip(q), strip(k)) for layer, q, k, _ in registry.get(name).cells)
+    return frozenset((c.layer + 1, strip(c.query), strip(c.key)) for c in registry.get(name).cells)
 
 
 def by_cell_set(rows: list[dict]) -> dict:
@@ -148,8 +154,7 @@ def guard_betas(model, batch) -> list[float]:
     """The model's fitted β of each :data:`GUARD` atom (its template and sign, with
     ``theorem3_superposed``'s atoms beside it, gauge-fixed weights): positive where it agrees."""
     base = as_hypothesis(model, FAMILY)
-    atoms = Hypothesis("guarded", base.cells + tuple((layer, 0, q, k, label) for layer, q, k, label
-                                                     in GUARD), base.read, "atoms")
+    atoms = Hypothesis("guarded", base.cells + GUARD, base.read, "atoms")
     test = Tester(model, batch.head(SCREEN_SAMPLES)).test(atoms, minimality=False)
     return list(test.template_betas[-len(GUARD):])
 
@@ -239,7 +244,7 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
                   f"({q}, {k}) {label}: {sum(r['guard_betas'][i] > 0 for r in rows)} of "
                   f"{len(rows)} runs, {min(r['guard_betas'][i] for r in rows):.2f} to "
                   f"{max(r['guard_betas'][i] for r in rows):.2f}"
-                  for i, (_, q, k, label) in enumerate(GUARD)) + ".", "",
+                  for i, (_, _, q, k, label) in enumerate(GUARD)) + ".", "",
               "## The re-trained runs", "",
               f"{len(rows)} runs ({n} of them 'none' under zero ablation without the guarded forms), "
               "each named by the rule on the census's 4,096 evaluation samples (seed 12345) under "
@@ -283,16 +288,24 @@ def markdown(census: dict, rows: list[dict], runs_on: dict, betas: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", type=Path, help="the sweep folder of analyses/grids/discovery.toml")
-    args = parser.parse_args()
+    add_output_arguments(parser, "the runs folder")
+    args = parser.parse_args(argv)
+    try:
+        out = output_folder(args, args.runs)
+    except ValueError as err:
+        return refuse("discovery", err)
+    run_dirs = sorted(p for p in args.runs.glob("scratch_d*_seed*") if (p / "mechanism.json").is_file())
+    if not run_dirs:
+        return refuse("discovery", f"runs: {args.runs} holds no analysed run (scratch_d*_seed*/"
+                      "mechanism.json): expected the sweep folder of analyses/grids/discovery.toml")
     torch.set_num_threads(1)
     betas = beta_exact()
     census = by_cell_set(json.loads((ASSETS / "census.json").read_text())["runs"])
     rows = []
-    for run_dir in sorted(p for p in args.runs.glob("scratch_d*_seed*")
-                          if (p / "mechanism.json").is_file()):
+    for run_dir in run_dirs:
         cached = run_dir / "discovery.json"  # one run's row, kept so a rerun resumes
         if not cached.is_file():
             cached.write_text(json.dumps(analyse(run_dir), indent=2) + "\n")
@@ -305,12 +318,14 @@ def main() -> None:
         print(rows[-1]["run"], {s: text(v) for s, v in rows[-1]["names"].items()}, flush=True)
     rows.sort(key=lambda r: (r["d"], int(r["run"].rsplit("seed", 1)[1])))
     runs_on = behaviour(rows, args.runs)
-    data = {"guard": [list(c) for c in GUARD], "beta_exact": betas, "census": census,
+    guard = [[c.layer, c.query, c.key, c.label] for c in GUARD]  # as first recorded: no head
+    data = {"guard": guard, "beta_exact": betas, "census": census,
             "behaviour": runs_on, "runs": rows}
-    asset("discovery.json").write_text(json.dumps(data, indent=1) + "\n")
-    asset("discovery.md").write_text(markdown(census, rows, runs_on, betas))
-    print("wrote assets/discovery.json and assets/discovery.md")
+    output(out, "discovery.json").write_text(json.dumps(data, indent=1) + "\n")
+    output(out, "discovery.md").write_text(markdown(census, rows, runs_on, betas))
+    print(f"wrote {out / 'discovery.json'} and {out / 'discovery.md'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

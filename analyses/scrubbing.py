@@ -7,21 +7,25 @@ mean and resample ablation (the sweep's mechanism.json) and under causal scrubbi
 under each style; the model with the claim removed under each style (completeness); and the cells
 outside the claim that path patching finds missing (each restored alone, the rest resampled or
 scrubbed). The claim of a run the rule does not name is ``theorem3_superposed``, the family the
-census finds in most scratch circuits. Writes assets/scrubbing.{json,md}.
+census finds in most scratch circuits. Writes scrubbing.{json,md} next to the runs (the sweep
+folder), or into ``--out DIR``, or into the checkout's assets/ with ``--update-assets`` (as
+``make scrubbing`` does). A folder holding no analysed run is refused before anything is written.
 
 Run: invperm sweep analyses/grids/scrubbing.toml --out runs/scrubbing --workers 1
-     python analyses/scrubbing.py runs/scrubbing   (each run's row is kept in its scrubbing.json)
+     python analyses/scrubbing.py runs/scrubbing [--update-assets]   (each run's row is kept in its
+     run folder's scrubbing.json)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
 from census_report import share_text
-from common import asset
+from common import add_output_arguments, output, output_folder, refuse
 
 from invperm_interp import HookedDisentangledTransformer
 from invperm_interp.analysis.compare import candidates
@@ -67,7 +71,7 @@ def plus_content_cell(model, batch) -> dict:
     verdict, signs included)."""
     tester = Tester(model, batch, "resample")
     out = {}
-    for name in candidates(model):
+    for name in (placed.construction for placed in candidates(model)):  # the scratch runs: 2 × 1
         if constructions.get(name).works:
             hyp = as_hypothesis(model, name)
             plus = Hypothesis(f"{name} + (x, x)", hyp.cells + GUARD[2:], hyp.read, hyp.unit)
@@ -174,31 +178,45 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def analysed_runs(folder: Path) -> list[Path]:
+    """The sweep's ``scratch_d10_seed*`` runs with a ``mechanism.json`` (analysed), by seed."""
+    return sorted((p for p in folder.glob("scratch_d10_seed*") if (p / "mechanism.json").is_file()),
+                  key=lambda p: int(p.name.rsplit("seed", 1)[-1]))
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", type=Path, help="the sweep folder of analyses/grids/scrubbing.toml")
-    args = parser.parse_args()
+    add_output_arguments(parser, "the runs folder")
+    args = parser.parse_args(argv)
+    try:
+        out = output_folder(args, args.runs)
+    except ValueError as err:
+        return refuse("scrubbing", err)
+    run_dirs = analysed_runs(args.runs)
+    if not run_dirs:
+        return refuse("scrubbing", f"runs: {args.runs} holds no analysed run (scratch_d10_seed*/"
+                      "mechanism.json): expected the sweep folder of analyses/grids/scrubbing.toml")
     torch.set_num_threads(1)
     rows = []
-    for run_dir in sorted(args.runs.glob("scratch_d10_seed*"),
-                          key=lambda p: int(p.name.rsplit("seed", 1)[-1])):
-        if (run_dir / "mechanism.json").is_file():
-            cached = run_dir / "scrubbing.json"  # one run's row, kept so a rerun resumes
-            if not cached.is_file():
-                cached.write_text(json.dumps(analyse(run_dir), indent=2) + "\n")
-            row = json.loads(cached.read_text())
-            missing = [key for key in EXTRA if key not in row]
-            if missing:
-                model = HookedDisentangledTransformer.from_run(str(run_dir))
-                batch = evaluation_batch(model, SAMPLES, SEED)
-                row.update({key: EXTRA[key](model, batch) for key in missing})
-                cached.write_text(json.dumps(row, indent=2) + "\n")
-            rows.append(row)
-            print(rows[-1]["run"], rows[-1]["names"], flush=True)
-    asset("scrubbing.json").write_text(json.dumps(rows, indent=2) + "\n")
-    asset("scrubbing.md").write_text(markdown(rows))
-    print("wrote assets/scrubbing.json and assets/scrubbing.md")
+    for run_dir in run_dirs:
+        cached = run_dir / "scrubbing.json"  # one run's row, kept so a rerun resumes
+        if not cached.is_file():
+            cached.write_text(json.dumps(analyse(run_dir), indent=2) + "\n")
+        row = json.loads(cached.read_text())
+        missing = [key for key in EXTRA if key not in row]
+        if missing:
+            model = HookedDisentangledTransformer.from_run(str(run_dir))
+            batch = evaluation_batch(model, SAMPLES, SEED)
+            row.update({key: EXTRA[key](model, batch) for key in missing})
+            cached.write_text(json.dumps(row, indent=2) + "\n")
+        rows.append(row)
+        print(rows[-1]["run"], rows[-1]["names"], flush=True)
+    output(out, "scrubbing.json").write_text(json.dumps(rows, indent=2) + "\n")
+    output(out, "scrubbing.md").write_text(markdown(rows))
+    print(f"wrote {out / 'scrubbing.json'} and {out / 'scrubbing.md'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -56,12 +57,13 @@ def assert_same_weights(a: nn.Module | dict, b: nn.Module | dict) -> None:
 
 
 def add_cells(model, cells, beta):
-    """``model`` with ``beta`` times each (layer, query, key, template) cell added to ``A``."""
-    from invperm_interp.maths.cells import cell_template
+    """``model`` with ``beta`` times each cell (a ``Cell``, or ``(layer, query, key, template)`` on
+    head 0) added to ``A``."""
+    from invperm_interp.maths.cells import Cell, cell_template
 
     with torch.no_grad():
-        for layer, query, key, kind in cells:
-            view = model.stream.split(model.blocks[layer].attn.A.data[0], layer)[(query, key)]
+        for layer, head, query, key, kind in map(Cell.of, cells):
+            view = model.stream.split(model.blocks[layer].attn.A.data[head], layer)[(query, key)]
             view += beta * cell_template(kind, *view.shape, dtype=view.dtype)
     return model
 
@@ -119,6 +121,27 @@ def analyses_script(monkeypatch, name: str):
     return importlib.import_module(name)
 
 
+def files_in(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``folder`` (its path relative to it): its size and modification time."""
+    return {p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in folder.rglob("*") if p.is_file()}
+
+
+def run_analyses_script(module, *args) -> int:
+    """``module.main()`` (an :func:`analyses_script`) with ``sys.argv`` set as ``python
+    analyses/NAME.py ARGS`` sets it: the exit status the command would have (0 for ``None``, 1 for
+    an exception's message)."""
+    argv = sys.argv
+    sys.argv = [module.__file__, *map(str, args)]
+    try:
+        code = module.main()
+    except SystemExit as exit:
+        code = exit.code
+    finally:
+        sys.argv = argv
+    return 0 if code is None else code if isinstance(code, int) else 1
+
+
 def run_with_weights(model, As, W_U, X):
     """``model`` run on ``X`` with its ``A`` s and ``W_U`` replaced (its weights untouched), through
     its hooks: the reference the batched circuit evaluator is tested against. ``(B, d, d)``."""
@@ -151,15 +174,17 @@ def differences(want, got, rel: float, abs_tol: float, path: str = "") -> list[s
     return [] if want == got else [f"{path}: {want!r} != {got!r}"]
 
 
-def scored(name="two_block", rows=1.0, rows_se=0.0, recovered=0.97, recovered_se=0.01):
-    """A construction's test: two cells, signs agreeing, its circuit-only model's scores."""
+def scored(name="two_block", rows=1.0, rows_se=0.0, recovered=0.97, recovered_se=0.01,
+           placement=None):
+    """A construction's test: two cells, signs agreeing, its circuit-only model's scores;
+    ``placement``: where it sits (then labelled by it)."""
     from invperm_interp.analysis.faithfulness import Faithfulness, Score
 
     cells = ((0, 0, "pos.Y", "pos.P", "I"), (1, 0, "pos.P", "L1.x", "-1"))
-    return Faithfulness(name, "cells", cells, ("L2.x",), (1.0, 1.0), (1.0, 1.0), 0.5, 1.5,
-                        Score(1e-3, 1.0, 1.0, n=4096), Score(0.01, rows, recovered, rows_se,
-                                                             recovered_se, 4096),
-                        Score(2.0, 0.1, 0.0, n=4096))
+    return Faithfulness(str(placement) if placement else name, "cells", cells, ("L2.x",), (1.0, 1.0),
+                        (1.0, 1.0), 0.5, 1.5, Score(1e-3, 1.0, 1.0, n=4096),
+                        Score(0.01, rows, recovered, rows_se, recovered_se, 4096),
+                        Score(2.0, 0.1, 0.0, n=4096), placement=placement)
 
 
 def fake_mechanism(monkeypatch, name: str) -> list[tuple[int, int]]:
@@ -180,23 +205,29 @@ def fake_mechanism(monkeypatch, name: str) -> list[tuple[int, int]]:
 def analysed(mechanism, tests=None, names=None, mean=None, candidates=10, optimal=True,
              resample=None, also=(), samples=4096, seed=12345):
     """A sweep's record (``SweepRecord``) of a run the rule calls ``mechanism`` (a construction, or
-    the verdict "none" or "borderline"): its first test the named (or straddling) one, the answers
-    on 3 batches, under mean and resample ablation (default: the same), written as text, each
-    style's tests the same ``tests``."""
+    the verdict "none" or "borderline", or a ``Placement``): its first test the named (or
+    straddling) one, the answers on 3 batches, under mean and resample ablation (default: the
+    same), written as text, each style's tests the same ``tests``; ``also``: the other faithful
+    constructions (names, or placements, each then tested too)."""
     from invperm_interp.analysis.faithfulness import Score
     from invperm_interp.analysis.mechanism import Mechanism
     from invperm_interp.analysis.minimal import MinimalCircuit
     from invperm_interp.analysis.sweep_record import SweepRecord
     from invperm_interp.analysis.verdict import BORDERLINE, NONE, Answer
+    from invperm_interp.maths.placement import Placement
 
-    tested = tuple(tests if tests is not None else [scored()])
+    placed = mechanism if isinstance(mechanism, Placement) else None
+    mechanism = str(mechanism)
+    tested = tuple(tests if tests is not None else [scored(mechanism, placement=placed)])
+    tested += tuple(scored(placement=p) for p in also if isinstance(p, Placement))
+    also = tuple(map(str, also))
     minimal = MinimalCircuit(tested[0].cells, ("L2.x",), True, Score(0.01, 1.0, 0.97, n=512), 0.9,
                              optimal, 100, candidates)
     answer = Answer.of_label(mechanism)
     chosen = None if answer.verdict == NONE else tested[0]
     borderline = (tested[0].hypothesis,) if answer.verdict == BORDERLINE else ()
     mech = Mechanism(answer.name, chosen, tested, minimal, also_faithful=tuple(also),
-                     borderline=borderline)
+                     borderline=borderline, placement=placed if placed and not placed.trivial else None)
     under = {"mean": mechanism if mean is None else mean,
              "resample": mechanism if resample is None else resample}
     return SweepRecord(mech, samples, seed, tuple(map(Answer.of_label, names or [mechanism] * 3)),
@@ -237,3 +268,39 @@ def svg_image(doc):
     data = base64.b64decode(node.getAttribute("href").split(",", 1)[1])
     box = tuple(float(node.getAttribute(k)) for k in ("x", "y", "width", "height"))
     return np.asarray(Image.open(io.BytesIO(data)).convert("RGBA")), box
+
+
+def numpy_forward(As, W_U, X, causal: bool, rows: slice) -> np.ndarray:
+    """The disentangled transformer in numpy: ``h0 = [X, I]``, per head ``softmax(h A hᵀ) h``
+    concatenated onto the stream, the read-out rows times ``W_U``."""
+    B, T, _ = X.shape
+    h = np.concatenate([X, np.broadcast_to(np.eye(T), (B, T, T))], axis=-1)
+    hidden = np.triu(np.ones((T, T), dtype=bool), k=1)
+    for A in As:
+        outs = []
+        for head in A:
+            s = np.einsum("bid,de,bje->bij", h, head, h)
+            if causal:
+                s = np.where(hidden, -np.inf, s)
+            p = np.exp(s - s.max(-1, keepdims=True))
+            outs.append(np.einsum("bij,bjd->bid", p / p.sum(-1, keepdims=True), h))
+        h = np.concatenate([h, *outs], axis=-1)
+    return h[:, rows] @ W_U
+
+
+def numpy_run(cfg, As, W_U, X):
+    """:func:`numpy_forward` of a config's weights ``As`` (per layer ``(H_l, D_l, D_l)``) and ``W_U``."""
+    return numpy_forward([a.numpy() for a in As], W_U.numpy(), X, cfg.causal, cfg.readout_rows)
+
+
+_NETWORK_LOADS = (
+    r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"']?(?:https?:)?//",  # tags that fetch
+    r"\bimport\b[^;\n]*\bfrom\s*[\"'](?:https?:)?//",  # ES module imports from a CDN
+)
+
+
+def loads_from_network(page: str) -> bool:
+    """True if an HTML page would fetch anything: a remote script/link/img/iframe or a CDN import."""
+    import re
+
+    return any(re.search(pattern, page) for pattern in _NETWORK_LOADS)

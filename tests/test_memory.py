@@ -121,7 +121,7 @@ def test_a_search_holds_a_bounded_number_of_circuits_and_fits(monkeypatch):
 def test_the_fit_cache_drops_the_least_recently_used_first():
     import torch
 
-    from invperm_interp.analysis.faithfulness import FitCache
+    from invperm_interp.analysis.fit_cache import FitCache
 
     cache = FitCache(limit=3 * 80)  # three 10-float64 values
     for key in "abc":

@@ -56,9 +56,16 @@ def hook_label(hook: str, block: int) -> str:
     return f"{layer_name(block)} {hook}"
 
 
-def excess_text(mse: float, floor: float | None) -> str:
-    """``"2.5025 = floor 2.5 + 0.0025"``: the MSE with the digits that tell it from its floor."""
+def excess_parts(mse: float, floor: float | None) -> tuple[str, str | None]:
+    """``("2.5025", "floor 2.5 + 0.0025")``: the MSE with the digits that tell it from its floor,
+    and its floor plus the excess (``None`` without a floor)."""
     if floor is None or floor <= 0:
-        return f"{mse:.4g}"
+        return f"{mse:.4g}", None
     excess = mse - floor
-    return f"{mse:.6g} = floor {floor:.6g} {'+' if excess >= 0 else '−'} {abs(excess):.3g}"
+    return f"{mse:.6g}", f"floor {floor:.6g} {'+' if excess >= 0 else '−'} {abs(excess):.3g}"
+
+
+def excess_text(mse: float, floor: float | None) -> str:
+    """``"2.5025 = floor 2.5 + 0.0025"``: :func:`excess_parts` as one text."""
+    value, rest = excess_parts(mse, floor)
+    return value if rest is None else f"{value} = {rest}"

@@ -12,10 +12,9 @@ Estimates count the tensors the code allocates. Per layer ``l`` with ``H`` heads
   layers, plus the final stream and its read-out rows.
 - Analysis: the largest of its phases: the forwards on the whole batch (one at a time, or the
   gauge check's two together); the circuit searches' variants held at once with either the largest
-  circuit fit or a chunk of them running (bounded by ``model.variants.MAX_ELEMENTS``), both
-  counted from the model's own cells (``analysis.budget``); the comparison with constructions at
-  several β. Plus the fits the tester keeps and their float64 gauge factors, a few
-  ``(D_l, D_l)`` per layer.
+  circuit fit or a chunk of them running (bounded by ``MAX_ELEMENTS``), both counted from the
+  model's own cells (``analysis.budget``); the comparison with constructions at several β. Plus
+  the fits the tester keeps and their float64 gauge factors, a few ``(D_l, D_l)`` per layer.
 - Training step: counted from the code itself (``training.footprint``: the tensors autograd saves
   in one real step's forward, scaled from a few samples). Weights, their gradients and Adam's two
   moments are four copies of the parameters (two for SGD), plus the optimizer step's temporaries.
@@ -305,11 +304,14 @@ def gauge_factor_bytes(cfg: ModelConfig) -> int:
     return sum(4 * D * D * 8 for D in cfg.widths)
 
 
-def chunk_variants(cfg: ModelConfig, n: int) -> int:
-    """Variants of ``n`` samples that ``model.variants.forward_many`` runs in one chunk: ``V``
-    with ``V·n·T·D_L`` at most ``MAX_ELEMENTS`` (one when a single one is larger)."""
-    from .model.variants import MAX_ELEMENTS
+#: Largest ``variants × batch × T × D_L`` entries in one ``forward_many`` chunk (16 MiB of float64):
+#: on a CPU, chunks larger than the caches run slower than one variant at a time.
+MAX_ELEMENTS = 1 << 21
 
+
+def chunk_variants(cfg: ModelConfig, n: int) -> int:
+    """Variants of ``n`` samples ``model.variants.forward_many`` runs in one chunk: ``V·n·T·D_L``
+    at most ``MAX_ELEMENTS`` (one when a single one is larger)."""
     return max(1, MAX_ELEMENTS // max(n * cfg.T * cfg.widths[-1], 1))
 
 

@@ -46,7 +46,7 @@ def test_closest_construction_names_the_one_a_learned_like_model_came_from(name)
     learned = perturb(built, gauge=30.0, noise=0.5, seed=1)
     ranked = closest_construction(learned, batch_for(learned))
     assert [m.name for m in ranked][0] == name
-    assert set(m.name for m in ranked) == set(candidates(learned))
+    assert set(m.name for m in ranked) == {str(p) for p in candidates(learned)}
     best = ranked[0]
     assert best.weight_cosine > 0.9 and best.circuit_overlap == best.cells_found == 1.0
     # its cells carry the weights, the noise the rest: as much as in the construction itself (each
@@ -73,17 +73,22 @@ def test_closest_construction_fits_beta(name):
       "theorem3_superposed_guarded", "theorem3_superposed_complement_guarded"]),
     (dict(layout=Layout.plain(4), attention_dir="causal"), []),
     (dict(layout=Layout.scratch(4, 3), attention_dir="causal", readout="P"), []),
-    (dict(layout=Layout.plain(4), attention_dir="bidirectional", n_heads=2), []),
+    # two heads a layer: each at its best-weighted placement, on one head of each layer
+    (dict(layout=Layout.plain(4), attention_dir="bidirectional", n_heads=2),
+     ["theorem2_as_printed", "theorem2", "two_block", "appendix_b_as_printed", "appendix_b"]),
 ])
 def test_candidates_share_layout_mask_and_readout(cfg, expected):
     model = HookedDisentangledTransformer(ModelConfig(**cfg))
-    assert candidates(model) == expected
+    found = candidates(model)
+    assert [p.construction for p in found] == expected
+    assert all(p.shape == model.cfg.heads and not p.summed for p in found)
+    assert all(p.trivial for p in found) == (model.cfg.heads == (1, 1))
 
 
 def test_constructions_that_cannot_be_built_at_d_are_not_candidates():
     """At d = 1 the forms that need another P row (``min_d`` 2) are skipped, not fatal."""
     model = C.build("theorem3", 1)
-    names = candidates(model)
+    names = [p.construction for p in candidates(model)]
     assert "theorem3" in names and "theorem3_superposed_complement" not in names
     assert all(C.REGISTRY[n].min_d <= 1 for n in names)
     assert closest_construction(model, batch_for(model))[0].name == "theorem3"
@@ -117,7 +122,7 @@ def test_analyze_writes_analysis_json_for_a_construction(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "I at (L1.pos.P, pos.Y)" in printed and "scratch remove" in printed
     report = json.loads((tmp_path / "analysis.json").read_text())
-    cells = {(a["layer"], a["query"], a["key"], a["label"]) for a in report["circuit"]["atoms"]}
+    cells = {(a["layer"], a["head"], a["query"], a["key"], a["label"]) for a in report["circuit"]["atoms"]}
     assert cells == set(C.REGISTRY["theorem3"].cells)
     assert report["closest"][0]["name"] == "theorem3"
     assert report["mechanism"]["name"] == "theorem3" and "mechanism: theorem3" in printed

@@ -53,7 +53,7 @@ def test_a_construction_is_its_own_faithful_complete_minimal_mechanism(name):
     assert all(not is_faithful(s) for s in f.minimality)
     # the minimal circuit is exactly its cells (counting a -1 cell's gauge twin as the cell)
     found = {(c[0], c[2], c[3]) for c in mech.minimal.cells}
-    assert found == {(c[0], c[1], c[2]) for c in spec.cells}
+    assert found == {(c.layer, c.query, c.key) for c in spec.cells}
     assert mech.minimal.read == tuple(block for block, _ in spec.read_terms)
 
 
@@ -87,7 +87,6 @@ def test_a_construction_with_another_faintly_added_is_still_named(name, other):
 def test_a_construction_missing_a_needed_cell_is_not_named(name):
     spec = C.REGISTRY[name]
     model = C.build(name, 5, spec.beta_exact)
-    layer, query, key, kind = spec.cells[0]
     add_cells(model, [spec.cells[0]], -spec.beta_exact)  # remove it
     mech = mechanism(model, batch_for(model, 256))
     assert mech.name != name
@@ -346,8 +345,7 @@ def test_minimal_circuit_of_a_perturbed_construction_is_its_cells():
     model = perturb(C.build("theorem2", 10, 20.0), gauge=2.0, seed=4)
     result = minimal_circuit(model, batch_for(model, 256))
     assert result.faithful
-    assert {(c[0], c[2], c[3]) for c in result.cells} == {(c[0], c[1], c[2])
-                                                          for c in C.REGISTRY["theorem2"].cells}
+    assert {c.site for c in result.cells} == {c.site for c in C.REGISTRY["theorem2"].cells}
 
 
 def test_a_faithful_start_bounds_the_minimal_circuit_the_greedy_search_misses():
@@ -356,7 +354,7 @@ def test_a_faithful_start_bounds_the_minimal_circuit_the_greedy_search_misses():
     model = perturb(C.build("theorem2", 6, 20.0), gauge=2.0, seed=4)
     batch = batch_for(model, 256)
     needed = C.REGISTRY["theorem2"].cells[-1]  # I at (L1.pos.P, pos.Y): the fetch
-    atoms = [a for a in explain(model) if (a.layer, a.query, a.key) != needed[:3]]
+    atoms = [a for a in explain(model) if (a.layer, a.head, a.query, a.key) != needed.site]
     assert not minimal_circuit(model, batch, circuit=atoms).faithful
     start = as_hypothesis(model, "theorem2")
     result = minimal_circuit(model, batch, circuit=atoms, starts=[start])
@@ -372,7 +370,7 @@ def test_a_fallback_is_pruned_only_when_nothing_else_is_faithful():
     model = perturb(C.build("theorem2", 6, 20.0), gauge=2.0, seed=4)
     batch = batch_for(model, 256)
     needed = C.REGISTRY["theorem2"].cells[-1]
-    atoms = [a for a in explain(model) if (a.layer, a.query, a.key) != needed[:3]]
+    atoms = [a for a in explain(model) if (a.layer, a.head, a.query, a.key) != needed.site]
     start = as_hypothesis(model, "theorem2")
     alone = minimal_circuit(model, batch, circuit=atoms, starts=[start])
     rescued = minimal_circuit(model, batch, circuit=atoms, fallback=[start])

@@ -15,6 +15,7 @@ from invperm_interp.analysis.scrub import (
     scrub,
 )
 from invperm_interp.maths import constructions as C
+from invperm_interp.maths.cells import Cell
 from invperm_interp.task import mse
 
 D, BETA, GAMMA = 4, 45.0, 30.0
@@ -46,9 +47,9 @@ def raw_split(model, cells):
     for layer, block in enumerate(model.blocks):
         A = block.attn.A.detach()[0].double()
         keep = torch.zeros_like(A)
-        for c in cells:
-            if c[0] == layer:
-                keep[model.stream.slice(c[1], layer), model.stream.slice(c[2], layer)] = 1.0
+        for c in map(Cell.of, cells):
+            if c.layer == layer:
+                keep[model.stream.slice(c.query, layer), model.stream.slice(c.key, layer)] = 1.0
         inside.append(A * keep)
         outside.append(A * (1 - keep))
     return inside, outside
@@ -138,7 +139,7 @@ def test_scrubbing_cannot_see_a_position_only_cell_and_zero_ablation_can():
     """The construction's own ``-1`` at (pos.S, pos.P) is the same on every partner."""
     model = C.build(BASE, D, BETA, scratch=SCRATCH)
     batch = batch_for(model, 256, seed=2)
-    lacking = [c for c in C.get(BASE).cells if c[1:3] != ("pos.S", "pos.P")]
+    lacking = [c for c in C.get(BASE).cells if (c.query, c.key) != ("pos.S", "pos.P")]
     lacking.append((1, "pos.S", "pos.S", "-1"))
     assert scrub(model, lacking, batch).loss_recovered == pytest.approx(1.0, abs=1e-9)
     from invperm_interp.analysis import faithfulness

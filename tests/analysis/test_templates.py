@@ -36,7 +36,7 @@ def place(model, layer, query, key, values, head=0):
 def test_circuit_is_exactly_the_registry_cells(name, d):
     cells = C.REGISTRY[name].cells
     opposite = {"-I": "1", "I": "-1"}  # 1 - I is J and I - 1 is -J at d = 2
-    if d == 2 and any(c[3] in opposite and (*c[:3], opposite[c[3]]) in cells for c in cells):
+    if d == 2 and any(c.label in opposite and c._replace(label=opposite[c.label]) in cells for c in cells):
         pytest.skip("1 - I is J at d = 2: the sparser reading wins, as it should")
     model = C.build(name, d, BETA)
     circuit = explain(model)
@@ -44,7 +44,8 @@ def test_circuit_is_exactly_the_registry_cells(name, d):
     for atom in circuit:
         assert atom.scale == pytest.approx(BETA, rel=0.01)
         assert atom.score == pytest.approx(1.0, abs=1e-9)
-        shared = sum(c[:3] == (atom.layer, atom.query, atom.key) for c in C.REGISTRY[name].cells)
+        shared = sum((c.layer, c.query, c.key) == (atom.layer, atom.query, atom.key)
+                     for c in C.REGISTRY[name].cells)
         if shared == 1:  # a raw cell holding two templates (1 - I) matches neither alone
             assert atom.raw_score == pytest.approx(1.0)
     assert max(circuit.residual_share) < 1e-9
@@ -52,7 +53,8 @@ def test_circuit_is_exactly_the_registry_cells(name, d):
     for row in match_templates(model):
         atom = in_circuit.get((row.layer, row.query, row.key))
         assert row.residual < 1e-9  # nothing else above a small threshold, anywhere
-        if sum(c[:3] == (row.layer, row.query, row.key) for c in C.REGISTRY[name].cells) > 1:
+        if sum((c.layer, c.query, c.key) == (row.layer, row.query, row.key)
+               for c in C.REGISTRY[name].cells) > 1:
             continue  # a cell holding two templates: the table shows the stronger one
         if atom is None:
             assert row.template == "zeros" and row.raw_template == "zeros" and row.raw_norm_share == 0

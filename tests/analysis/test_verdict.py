@@ -140,7 +140,7 @@ def test_the_exact_search_finds_the_smallest_circuit_among_distractors():
     assert 4 <= len(cells) <= 10
     smallest = _brute_force_smallest(model, batch, cells, reads)
     result = minimal_circuit(model, batch, circuit=circuit)
-    own = {(c[0], 0, c[1], c[2]) for c in C.REGISTRY["appendix_b"].cells}
+    own = {c.site for c in C.REGISTRY["appendix_b"].cells}
     assert result.faithful and result.optimal and result.size == smallest == len(own)
     assert {c[:4] for c in result.cells} == own
 
@@ -148,7 +148,7 @@ def test_the_exact_search_finds_the_smallest_circuit_among_distractors():
 def test_the_exact_search_beats_a_greedy_start_and_says_when_it_cannot_prove():
     model = perturb(C.build("theorem2", 6, 20.0), gauge=2.0, seed=4)
     batch = batch_for(model, 256)
-    start = Hypothesis("all", tuple((c[0], 0, *c[1:]) for c in C.REGISTRY["theorem2"].cells),
+    start = Hypothesis("all", C.REGISTRY["theorem2"].cells,
                        ("L2.x",))
     exact = minimal_circuit(model, batch, starts=[start])
     # at this β theorem2's lookups need not its -1 guard (99%+ of rows without it)

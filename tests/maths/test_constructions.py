@@ -84,7 +84,8 @@ def test_weights_are_exactly_the_registry_cells(name):
                  "1": torch.ones(d, d, dtype=F64)}
     templates.update({f"-{k}": -v for k, v in list(templates.items())})
     expected = {}
-    for layer, q, k, t in spec.cells:  # a cell may hold several templates: they add
+    for layer, head, q, k, t in spec.cells:  # a cell may hold several templates: they add
+        assert head == 0
         expected[(layer, q, k)] = expected.get((layer, q, k), 0) + beta * templates[t]
     for layer, block in enumerate(model.blocks):
         for (q, k), cell in model.stream.split(block.attn.A.data[0], layer).items():
@@ -223,9 +224,12 @@ def test_register_refuses_reserved_odd_and_taken_names(name, match):
     ([(0, "pos.Y", "pos.P", "I")], {}, "does not solve the task"),  # half of two_block
     ([(0, "pos.Q", "pos.P", "I")], {}, "pos.Q"),
     ([(0, "pos.Y", "pos.P", "K")], {}, "template"),
-    ([(2, "pos.Y", "pos.P", "I")], {}, "layer"),
+    ([(9, "pos.Y", "pos.P", "I")], {}, r"layer must be in \[0, 7\]"),
+    ([(0, -1, "pos.Y", "pos.P", "I")], {}, r"head must be in \[0, 7\]"),
+    ([("pos.Y", "pos.P", "I")], {}, "a cell must be"),
+    ([(0, 1, "pos.Y", "L1.x", "I")], {}, "L1.x"),  # head 1 of layer 1 copies to L1h1.x, not L1.x
     ([(0, "pos.S", "pos.P", "I")], {}, "pos.S"),  # no scratch rows in the plain layout
-    ([(0, "pos.Y", "pos.P", "I")], {"wiring": C.Wiring(read="L3.x")}, "L3.x"),
+    ([(0, "pos.Y", "pos.P", "I")], {"wiring": C.Wiring(read="L2.pos.Q")}, "L2.pos.Q"),
     ([(0, "pos.Y", "pos.P", "I")], {"wiring": C.Wiring(layout="code")}, "layout"),
     ([(0, "pos.Y", "pos.P", "I")], {"min_d": 0}, "min_d and max_d"),
     ([(0, "pos.Y", "pos.P", "I")], {"min_d": 5, "max_d": 4}, "min_d and max_d"),

@@ -15,17 +15,20 @@ def report(monkeypatch):
 def record(name, layers, heads, seed, mechanism, also=(), solved=True):
     return {"name": name, "variant": "bidirectional_d8", "status": "stopped", "step": 700,
             "steps_to_solve": 700 if solved else None, "solve_mse": 1e-3,
-            "final": {"step": 700, "mse": 9e-4, "row_acc": 1.0}, "mechanism": mechanism,
+            "final": {"step": 700, "mse": 9e-4, "row_acc": 1.0}, "mechanism": str(mechanism),
             "model": {"layout": {"d": 8}, "attention_dir": "bidirectional", "n_layers": layers,
                       "n_heads": heads},
             "train": {"seed": seed}, "analysis": analysed(mechanism, also=also).to_dict()}
 
 
 def test_names_placements_and_roles_are_counted_per_shape(tmp_path, report):
+    from invperm_interp.maths.placement import SUM, Placement
+
     rows = [record("a", 2, 1, 0, "two_block"),
-            record("b", 2, 2, 0, "two_block @ L1h0→L2h1", also=["two_block @ L1h1→L2h1"]),
-            record("c", 2, 2, 1, "two_block @ L1(h0+h1)→L2(h0+h1)"),
-            record("d", 3, 2, 0, "appendix_b @ L1h1→L3h0"),
+            record("b", 2, 2, 0, Placement("two_block", (0, 1), (0, 1), (2, 2)),
+                   also=[Placement("two_block", (0, 1), (1, 1), (2, 2))]),
+            record("c", 2, 2, 1, Placement("two_block", (0, 1), (SUM, SUM), (2, 2))),
+            record("d", 3, 2, 0, Placement("appendix_b", (0, 2), (1, 0), (2, 2, 2))),
             record("e", 3, 2, 1, "none"),
             record("f", 3, 2, 2, "none", solved=False)]
     (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -65,7 +68,7 @@ def test_knocking_out_heads_finds_the_placement_and_an_idle_layer(report, monkey
     needed = report.needed_heads(found)
     assert needed == ["L1h0", "L3h1"] and found["L2h0"] == found["L1h1"] == 1.0
     assert report.idle_layers((2, 2, 2), needed) == [2]
-    named = analysed(str(placed))
+    named = analysed(placed)
     assert report.role(named, (2, 2, 2), needed) == "alone"
     assert report.role(named, (2, 2, 2), ["L3h1"]) == "copied"  # L1h0 not needed: a copy covers it
     assert report.role(named, (2, 2, 2), ["L1h0", "L2h0", "L3h1"]) == "split"

@@ -36,7 +36,10 @@ def test_minimal_cells_are_grouped_with_a_layers_copies_identified(discovery):
 
 
 def test_before_is_the_rules_name_from_the_same_tests_with_the_guarded_forms_left_out(discovery):
-    tests = [scored("theorem3_superposed_guarded @ L1h0→L2h0", recovered=0.97, recovered_se=1e-3),
+    from invperm_interp.maths.placement import Placement
+
+    where = Placement("theorem3_superposed_guarded", (0, 1), (0, 0), (2, 2))
+    tests = [scored(recovered=0.97, recovered_se=1e-3, placement=where),
              scored("theorem3_superposed_complement_guarded", recovered=0.96, recovered_se=1e-3),
              scored("theorem3_superposed", recovered=0.93, recovered_se=1e-3),
              scored("theorem3", recovered=0.50, recovered_se=1e-3)]

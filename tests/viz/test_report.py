@@ -8,8 +8,7 @@ import xml.dom.minidom
 import numpy as np
 import pytest
 import torch
-from conftest import loads_from_network
-from helpers import analysed, svg_doc, svg_polylines, svg_texts
+from helpers import analysed, loads_from_network, svg_doc, svg_polylines, svg_texts
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, sample_batch
 from invperm_interp.analysis.record import ModelAnalysis, analyze, headline
@@ -256,7 +255,7 @@ def test_cli_report_on_a_construction(tmp_path, capsys):
 
 def test_analyze_headline_names_the_construction_cells(theorem3):
     _, _, summary = theorem3
-    for _layer, query, key, template in constructions.REGISTRY["theorem3"].cells:
+    for _layer, _head, query, key, template in constructions.REGISTRY["theorem3"].cells:
         assert f"{template} at ({query}, {key})" in headline(summary)
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from conftest import loads_from_network
+from helpers import loads_from_network
 
 from invperm_interp import HookedDisentangledTransformer, Layout, ModelConfig, make_input
 from invperm_interp.maths import constructions

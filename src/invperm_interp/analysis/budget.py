@@ -6,7 +6,7 @@ placed constructions are tested, a few circuit variants each, on a few cells of 
 with candidate cells is (``analysis.minimal``): ``faithfulness.CIRCUITS_HELD`` variants at once
 (one per cell and one more beyond ``MAX_EXACT_CELLS`` cells, where only the greedy search runs),
 the tester and those it hands the search (``Tester.head``) sharing one cache of
-``faithfulness.fits_kept_bytes`` of fits, alive for the whole analysis. The gauge factors the fits use are
+``fit_cache.fits_kept_bytes`` of fits, alive for the whole analysis. The gauge factors the fits use are
 made here, before the check, so they are not counted again. The largest single fit is the one on
 every candidate cell of a head: its ``|S|`` entries against the ``r`` gauge directions they see
 (``projection._fit_cells``).
@@ -19,10 +19,13 @@ import inspect
 import torch
 
 from .. import memory
+from ..maths.placement import placed_weights
 from ..memory import Estimate
 from ..model.disentangled import DisentangledModel
+from ..model.variants import kept_widths
 from .compare import BETAS, candidates, closest_construction
-from .faithfulness import CIRCUITS_HELD, fits_kept_bytes
+from .faithfulness import CIRCUITS_HELD
+from .fit_cache import fits_kept_bytes
 from .mechanism import SCREEN_SAMPLES
 from .minimal import MAX_EXACT_CELLS, candidate_cells
 from .placements import candidate_placements, hypothesis
@@ -98,11 +101,29 @@ def compared_bytes(model: DisentangledModel) -> tuple[int, int]:
     fitting the model, built at each of ``BETAS`` and run on ``COMPARED_SAMPLES`` samples as
     chunks of variants with their attention patterns; each construction's runs hold every β's
     patterns ``(b, H_l, T, T)`` per layer (and the model's own) and its float64 weights."""
-    names, cfg = candidates(model), model.cfg
-    if not names:
+    found, cfg = candidates(model), model.cfg
+    if not found:
         return 0, 0
     b, betas = COMPARED_SAMPLES, len(BETAS)
-    activations = memory.forward_bytes(cfg, b * min(betas, memory.chunk_variants(cfg, b)))
+    if all(p.trivial for p in found):
+        activations = memory.forward_bytes(cfg, b * min(betas, memory.chunk_variants(cfg, b)))
+    else:  # placed in a larger model: only the columns the placed heads read are formed
+        scratch = cfg.layout.scratch_vector or None
+        activations = max(kept_variant_bytes(cfg, b, betas, kept_widths(
+            cfg, *placed_weights(p, cfg.d, 1.0, scratch=scratch)[1:], patterns=True)) for p in found)
     patterns = (betas + 1) * b * sum(H * cfg.T * cfg.T for H in cfg.heads) * memory.elem(cfg)
     weights = betas * 8 * (sum(D * D for D in cfg.widths[:-1]) + cfg.widths[-1] * cfg.d)
     return activations, patterns + weights
+
+
+def kept_variant_bytes(cfg: memory.ModelConfig, n: int, variants: int, kept: list[int]) -> int:
+    """``memory.variant_bytes`` of variants that compute only ``kept`` columns of each stream
+    ``h^0..h^L`` (``model.variants.kept_widths``: a placed construction's zero heads read nothing),
+    every head's pattern formed."""
+    b, e, T, peak = n * min(variants, memory.chunk_variants(cfg, n)), memory.elem(cfg), cfg.T, 0
+    last = len(cfg.heads) - 1
+    for layer, H in enumerate(cfg.heads):
+        R = cfg.layout.segment(cfg.readout).n_rows if layer == last else T
+        D, nxt = kept[layer], 2 * b * R * kept[layer + 1]
+        peak = max(peak, b * T * D + nxt + 3 * b * R * D + 2 * b * T * D + 2 * b * H * R * T)
+    return peak * e

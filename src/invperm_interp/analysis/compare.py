@@ -4,7 +4,8 @@ Two readings side by side (docs/design.md section 4): the **weights**, cell by c
 ``A`` (only when both models share a stream layout), and the **function**: attention patterns,
 outputs and MSE on the same batch. :func:`closest_construction` ranks the registry's constructions
 that fit a model's layout, mask and read-out by how far their attention patterns are from the
-model's, each at the β that brings it closest.
+model's, each at the β that brings it closest; on a model of another shape than a construction's
+own, at its best-weighted placement (``analysis.placements``), compared on the placed heads.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import torch
 from torch import Tensor
 
 from ..maths import constructions
+from ..maths.placement import Placement, placed_weights
 from ..model.disentangled import DisentangledModel, check_disentangled
 from ..model.variants import forward_many, model_patterns
 from ..task import Batch, mse
 from .gauge import gauge_fix
-from .placements import fitting_names
+from .placements import candidate_placements, fits, fitting_names
 from .templates import Circuit, explain
 
 #: β values tried when matching a construction to a model (its patterns sharpen as β grows).
@@ -58,11 +60,11 @@ class HeadComparison:
 class ConstructionMatch:
     """A registry construction at the β closest to a model, by attention patterns."""
 
-    name: str
+    name: str  # the construction, or its placement's label beyond its own shape
     works: bool
     beta: float
-    pattern_tv: float  # mean over layers of the mean total-variation distance
-    weight_cosine: float  # mean over layers of the gauge-fixed weight cosine (β does not matter)
+    pattern_tv: float  # mean over its layers (placed heads) of the mean total-variation distance
+    weight_cosine: float  # mean over its layers (placed heads) of the gauge-fixed weight cosine
     circuit_overlap: float  # Jaccard index of the explained cells (layer, query, key, label)
     cells_found: float  # share of the construction's cells among the model's atoms
     norm_share: float  # share of the model's gauge-fixed weights its cells carry (Circuit.norm_share)
@@ -195,12 +197,24 @@ def _best_name(model: DisentangledModel, batch: Batch) -> str | None:
     return ranked[0].name if ranked else None
 
 
-def candidates(model: DisentangledModel) -> list[str]:
-    """Registry constructions with the model's layout, attention direction, read-out and shape,
-    that can be built at its ``d`` (from ``min_d``). Patterns are compared layer by layer, so only
-    on two layers of one head; the mechanism rule places constructions on any shape
-    (``analysis.placements``)."""
-    return fitting_names(model.cfg) if model.cfg.heads == (1, 1) else []
+def candidates(model: DisentangledModel, fixed: Sequence[Tensor] | None = None) -> list[Placement]:
+    """Registry constructions (the printed forms too) with the model's layout, attention direction
+    and read-out that can be built at its ``d`` (from ``min_d``) and fit its layers and heads: on
+    the model's own shape as registered, else at the placement whose cells hold the largest share
+    of the model's gauge-fixed weights (``fixed``: per layer ``gauge_fix(A)``, computed if not
+    given)."""
+    shape, out = model.cfg.heads, []
+    for name in fitting_names(model.cfg):
+        if not fits(name, shape):
+            continue
+        own = Placement.own(name)
+        if own.shape == shape:
+            out.append(own)
+            continue
+        if fixed is None:
+            fixed = [_fixed(model, layer) for layer in range(model.cfg.n_layers)]
+        out += candidate_placements(model, fixed, [name])[:1]
+    return out
 
 
 def closest_construction(model: DisentangledModel, batch: Batch,
@@ -217,18 +231,22 @@ def closest_construction(model: DisentangledModel, batch: Batch,
     computed.
     """
     _check_pair(model, model, batch)
-    names = candidates(model)
-    if not names:
+    fixed = fixed if fixed is not None else [_fixed(model, layer) for layer in range(model.cfg.n_layers)]
+    found = candidates(model, fixed)
+    if not found:
         return ()
     X = batch.X[:max_samples]
     own = ([b.attn.A.detach() for b in model.blocks], model.unembed.W_U.detach())
     (_, pats), = forward_many(model.cfg, [own], X, patterns=True)
     pats = [p.double().cpu() for p in pats]
-    fixed = fixed if fixed is not None else [_fixed(model, layer) for layer in range(model.cfg.n_layers)]
     circuit = circuit if circuit is not None else explain(model)
     scratch = model.cfg.layout.scratch_vector or None
     matches = []
-    for name in names:
+    for placed in found:
+        if not placed.trivial:
+            matches.append(_placed_match(model, placed, pats, fixed, circuit, betas, X))
+            continue
+        name = placed.construction
         spec = constructions.REGISTRY[name]
         # every cell is β times its template: built once at β = 1 and scaled
         cfg, unit, W_U = constructions.weights(name, model.cfg.d, 1.0, scratch=scratch)
@@ -247,3 +265,28 @@ def closest_construction(model: DisentangledModel, batch: Batch,
                                          circuit.overlap(spec.cells), circuit.recall(spec.cells),
                                          circuit.norm_share(spec.cells)))
     return tuple(sorted(matches, key=lambda m: (round(m.pattern_tv, 9), -m.weight_cosine)))
+
+
+def _placed_match(model: DisentangledModel, placed: Placement, pats: list[Tensor],
+                  fixed: Sequence[Tensor], circuit: Circuit, betas: tuple[float, ...],
+                  X: Tensor) -> ConstructionMatch:
+    """:func:`closest_construction`'s match of a construction at a placement: patterns and
+    gauge-fixed weights compared on the placed heads only (the others, zero in the placed weights,
+    attend uniformly there, which says nothing of the model's)."""
+    scratch = model.cfg.layout.scratch_vector or None
+    cfg, unit, W_U = placed_weights(placed, model.cfg.d, 1.0, scratch=scratch)
+    units = sorted({(cell.layer, cell.head) for cell, _ in placed.cells})
+    built = [[beta * A for A in unit] for beta in betas]
+    runs = forward_many(cfg, [(As, W_U) for As in built], X, patterns=True, dtype=model.cfg.torch_dtype)
+    best_tv, best = float("inf"), 0
+    for i, (_, cpats) in enumerate(runs):
+        tv = sum(float(_tv(pats[layer][:, head], cpats[layer][:, head].double().cpu()).mean())
+                 for layer, head in units) / len(units)
+        if tv < best_tv:
+            best_tv, best = tv, i
+    As = built[best]
+    cos = sum(_signed_cosine(fixed[layer][head], gauge_fix(As[layer], model.stream, layer)[head])
+              for layer, head in units) / len(units)
+    cells = [cell for cell, _ in placed.cells]
+    return ConstructionMatch(str(placed), placed.spec.works, betas[best], best_tv, cos,
+                             circuit.overlap(cells), circuit.recall(cells), circuit.norm_share(cells))

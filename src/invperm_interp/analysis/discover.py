@@ -29,10 +29,12 @@ import torch
 
 from ..config import AttentionDir
 from ..maths import constructions
+from ..maths.cells import Cell
 from ..maths.placement import Placement, unplace
 from ..maths.registry import parse_read
 from ..model.disentangled import DisentangledModel, check_disentangled
 from .faithfulness import Faithfulness, Tester
+from .hypothesis import cell_text
 from .mechanism import Mechanism, mechanism, verdict_of
 from .placements import hypothesis as placed_hypothesis
 from .templates import explain
@@ -41,7 +43,6 @@ from .verdict import BORDERLINE, FAITHFUL, VERDICT_SAMPLES, check_seed, evaluati
 #: An atom belongs to a form when its ``|β|`` is at least this share of its cell's largest.
 ATOM_SHARE = 0.25
 
-Cell = tuple[int, str, str, str]  # (layer, query, key, label), as constructions write them
 
 
 #: The sizes a proposed form is checked exact at (``register`` then checks its whole range).
@@ -54,7 +55,7 @@ class Form:
     attention_dir: AttentionDir
     layout: str  # "plain" or "scratch"
     readout: str
-    cells: tuple[Cell, ...]  # sorted
+    cells: tuple[Cell, ...]  # sorted; on the heads of the model they were found in
     read: str  # "L2.x" or "L2.x - L1.x"
 
     def spec(self, name: str, description: str = "") -> constructions.ConstructionSpec:
@@ -64,18 +65,13 @@ class Form:
 
     @property
     def text(self) -> str:
-        return "; ".join(f"L{c[0] + 1} {c[3]} at ({c[1]}, {c[2]})" for c in self.cells)
+        return "; ".join(cell_text(c) for c in self.cells)
 
     def snippet(self, name: str) -> str:
-        """Python that registers the form (``constructions.register`` checks it again); a form over
-        more than two layers is built and checked as it is, but the registry, whose constructions
-        the rule places on two layers, does not take it: the snippet says so."""
-        cells = ",\n    ".join(repr(c) for c in self.cells)
-        layers = self.spec(name).n_layers
-        note = ("" if layers <= 2 else
-                f"# spans {layers} layers: constructions.build checks it, the registry "
-                f"(two-layer constructions, placed by the rule) refuses it\n")
-        return (f"{note}from invperm_interp.maths import constructions\n\n"
+        """Python that registers the form (``constructions.register`` checks it again), at any
+        number of layers and heads."""
+        cells = ",\n    ".join(repr(tuple(c)) for c in self.cells)
+        return ("from invperm_interp.maths import constructions\n\n"
                 f"constructions.register(\n    {name!r},\n    [{cells}],\n"
                 f"    constructions.Wiring(layout={self.layout!r}, "
                 f"attention_dir={self.attention_dir!r}, readout={self.readout!r}, "
@@ -159,7 +155,7 @@ def form_of(model: DisentangledModel, cells, read: tuple[str, ...]) -> Form:
     for a in atoms:
         largest[(a.layer, a.head, a.query, a.key)] = max(largest[(a.layer, a.head, a.query, a.key)],
                                                           a.scale)
-    kept = {(a.layer, *_canonical(a)) for a in atoms
+    kept = {Cell(a.layer, a.head, *_canonical(a)) for a in atoms
             if a.scale >= ATOM_SHARE * largest[(a.layer, a.head, a.query, a.key)]}
     layout = "scratch" if any(s.kind == "S" for s in cfg.layout.segments) else "plain"
     return Form(cfg.attention_dir, layout, cfg.readout, tuple(sorted(kept)), _read_text(model, read))
@@ -204,13 +200,8 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
         elif not mech.minimal.faithful:
             reasons[key] = "no faithful minimal circuit"
         elif model.cfg.heads != (1, 1):
-            found = _unplaced_form(model, mech.minimal.cells, mech.minimal.read)
-            if found is None:
-                reasons[key] = ("its minimal circuit is not on one head of each of two layers, or "
-                                "of every layer of a model with one head per layer")
-            else:
-                forms[key], where[key] = found
-                reasons[key] = "unnamed"
+            forms[key], where[key] = _unplaced_form(model, mech.minimal.cells, mech.minimal.read)
+            reasons[key] = "unnamed"
         else:
             forms[key] = form_of(model, mech.minimal.cells, mech.minimal.read)
             reasons[key] = "unnamed"
@@ -245,21 +236,16 @@ def _unplaced_form(model: DisentangledModel, cells, read: tuple[str, ...]):
     """``(form, (layers, heads))``: the form of a circuit on one head of each of two layers of a
     deeper or wider model, in a two-layer one-head model's block names (``maths.placement.unplace``),
     so that runs holding the same circuit on other layers or heads share a form; ``(form, None)``
-    for a circuit over more than two layers of a model with one head per layer, written as it is
-    (no two-layer placement holds it); ``None`` otherwise."""
-    heads = {}
-    for c in cells:
-        heads.setdefault(c[0], set()).add(c[1])
-    if len(heads) > 2 and set(model.cfg.heads) == {1}:  # a circuit over more layers, as it is
-        return form_of(model, cells, read), None
-    if len(heads) != 2 or any(len(h) != 1 for h in heads.values()):
-        return None
+    for any other circuit, written on the model's own layers and heads (a construction of that
+    shape)."""
     form = form_of(model, cells, read)
+    units = {(c.layer, c.head) for c in form.cells}
+    if len(units) != 2 or len({layer for layer, _ in units}) != 2:
+        return form, None
     terms = parse_read(form.read)
-    found = unplace(tuple((c[0], next(iter(heads[c[0]])), *c[1:]) for c in form.cells),
-                    tuple(block for block, _ in terms), model.cfg.heads)
+    found = unplace(form.cells, tuple(block for block, _ in terms), model.cfg.heads)
     if found is None:
-        return None
+        return form, None
     layers, chosen, placed, blocks = found
     text = " ".join(f"{'-' if sign < 0 else '+'} {b}" for b, (_, sign) in zip(blocks, terms))
     text = text[2:] if text.startswith("+ ") else text

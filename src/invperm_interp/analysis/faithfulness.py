@@ -26,7 +26,6 @@ thresholds that turn these numbers into verdicts live in ``analysis.mechanism``.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
@@ -35,11 +34,13 @@ import torch
 from torch import Tensor
 
 from ..errors import check_choice
+from ..maths.placement import Placement
 from ..memory import keep_freed_memory
 from ..model.disentangled import DisentangledModel, check_disentangled, readout_forward
 from ..model.variants import forward_many
 from ..task import Batch, mse
 from ..training.progress import progress_bar
+from .fit_cache import FitCache, fits_kept_bytes
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis, read_cells
 from .projection import Projection, fixed_weights, project, raw_weights
 from .score import Score, read_score, score, scores
@@ -55,51 +56,6 @@ CIRCUITS_HELD = 64
 #: A batch of circuits still being fitted after this many seconds shows a progress bar (a wide
 #: model's minimal-circuit search fits one circuit per candidate cell, each up to ~0.2 s).
 PROGRESS_AFTER_S = 2.0
-#: A tester keeps per-head fits for reuse up to this many circuit variants' weights (least
-#: recently used dropped first; every head's fit on all candidate cells, the ones a search reuses
-#: most, take one): a search scoring thousands of sets of cells would otherwise keep them all.
-FITS_KEPT_VARIANTS = 4
-
-
-def fits_kept_bytes(cfg) -> int:
-    """Bytes of fits one :class:`Tester` keeps: ``FITS_KEPT_VARIANTS`` times a variant's
-    ``(M, gauge_fix(M))`` of every head, float64."""
-    return FITS_KEPT_VARIANTS * 2 * 8 * sum(H * D * D for H, D in zip(cfg.heads, cfg.widths))
-
-
-# -- the circuit-only model -------------------------------------------------------------------------
-class FitCache(OrderedDict):
-    """Per-head fits by key (``projection.project``'s ``fits``), at most ``limit`` bytes of
-    tensors kept; the least recently used go first (the one just stored always stays)."""
-
-    def __init__(self, limit: int):
-        super().__init__()
-        self.limit, self.nbytes = limit, 0
-
-    def __getitem__(self, key):
-        self.move_to_end(key)
-        return super().__getitem__(key)
-
-    def __setitem__(self, key, value) -> None:
-        if key in self:
-            self.pop(key)
-        super().__setitem__(key, value)
-        self.nbytes += _nbytes(value)
-        while self.nbytes > self.limit and len(self) > 1:
-            self.pop(next(iter(self)))
-
-    def pop(self, key, *default):
-        if key not in self:
-            return super().pop(key, *default)
-        value = super().pop(key)
-        self.nbytes -= _nbytes(value)
-        return value
-
-
-def _nbytes(value) -> int:
-    return sum(t.nelement() * t.element_size() for t in value)
-
-
 def read_out(model: DisentangledModel, read: tuple[str, ...] | None) -> Tensor:
     """``W_U`` with the rows outside the ``read`` blocks zeroed (all kept for ``None``)."""
     W = model.unembed.W_U.detach().clone()
@@ -127,6 +83,30 @@ class Faithfulness:
     circuit: Score  # the circuit-only model: faithfulness
     without: Score | None  # the model less the atoms: completeness (None: not run, see Tester)
     minimality: tuple[Score, ...] = field(default=())  # circuit less each cell, in ``cells`` order
+    #: Where the tested construction sits (the hypothesis's); ``None`` for a circuit, and for a
+    #: construction on its own shape, as registered (``hypothesis`` is then its bare name).
+    placement: Placement | None = None
+
+    def __post_init__(self) -> None:
+        if self.placement is not None and self.placement.trivial:
+            object.__setattr__(self, "placement", None)
+
+    @property
+    def construction(self) -> str:
+        """The registry construction tested (its placement's), else the hypothesis's name."""
+        return self.placement.construction if self.placement is not None else self.hypothesis
+
+    @property
+    def summed(self) -> bool:
+        """Whether the construction sits on a sum of a layer's heads. A record written before
+        placements were kept (every construction then one head per layer) says so by its cells:
+        some layer's cells on several heads."""
+        if self.placement is not None:
+            return self.placement.summed
+        heads: dict[int, set[int]] = {}
+        for cell in self.cells:
+            heads.setdefault(cell.layer, set()).add(cell.head)
+        return any(len(h) > 1 for h in heads.values())
 
     @property
     def n_atoms(self) -> int:
@@ -162,7 +142,8 @@ class Faithfulness:
                 "weight_share": self.weight_share, "baseline": self.baseline,
                 "model": self.model.to_dict(), "circuit": self.circuit.to_dict(),
                 "without": None if self.without is None else self.without.to_dict(),
-                "minimality": [s.to_dict() for s in self.minimality]}
+                "minimality": [s.to_dict() for s in self.minimality],
+                **({"placement": self.placement.to_dict()} if self.placement is not None else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> Faithfulness:
@@ -172,7 +153,8 @@ class Faithfulness:
                    data["weight_share"], data["baseline"], read_score(data["model"]),
                    read_score(data["circuit"]),
                    None if data["without"] is None else read_score(data["without"]),
-                   tuple(read_score(s) for s in data["minimality"]))
+                   tuple(read_score(s) for s in data["minimality"]),
+                   Placement.from_dict(data["placement"]) if data.get("placement") else None)
 
 
 Ablation = Literal["zero", "mean", "resample"]  # how a removed part is removed (Tester)
@@ -354,7 +336,7 @@ class Tester:
             out.append(Faithfulness(hyp.name, hyp.unit, hyp.cells, hyp.read, proj.betas,
                                     atoms.betas, proj.weight_share, self.baseline, self.clean,
                                     circuit, next(withouts) if complete else None,
-                                    tuple(next(minimal) for _ in group)))
+                                    tuple(next(minimal) for _ in group), hyp.placement))
         return out
 
     def minimality(self, hyps: Sequence[Hypothesis]) -> list[tuple[Score, ...]]:

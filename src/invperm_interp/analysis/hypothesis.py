@@ -11,29 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from ..maths import constructions
-from ..maths.cells import cell_template
+from ..maths.cells import Cell, cell_template
+from ..maths.placement import Placement
 from ..model.disentangled import DisentangledModel
 from .templates import Atom, Circuit
 
-
-class AtomCell(NamedTuple):
-    """One template in one (query block, key block) cell of a head's ``A``; ``label`` is a template
-    with an optional sign, ``"I"``, ``"-I"``, ``"J"``, ``"1"``/``"-1"`` (all ones), ``"shift+1"`` …
-    (``default_templates``). A tuple: records store it as a JSON list."""
-
-    layer: int
-    head: int
-    query: str
-    key: str
-    label: str
-
-    @property
-    def site(self) -> tuple[int, int, str, str]:
-        """``(layer, head, query, key)``: the cell without its template."""
-        return self.layer, self.head, self.query, self.key
+#: An atom's cell: the one typed cell (:class:`maths.cells.Cell`), under the name the analysis
+#: modules use.
+AtomCell = Cell
 
 UNITS = ("cells", "atoms")
 
@@ -50,6 +37,9 @@ class Hypothesis:
     cells: tuple[AtomCell, ...]
     read: tuple[str, ...] | None = None
     unit: str = "cells"
+    #: Where a registry construction sits in the model, when the claim is one (``name`` is then
+    #: ``str(placement)``, a display label nothing parses).
+    placement: Placement | None = None
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -76,7 +66,7 @@ def cell_text(cell: AtomCell) -> str:
 
 def read_cells(data) -> tuple[AtomCell, ...]:
     """Cells from a record's JSON lists."""
-    return tuple(AtomCell(*c) for c in data)
+    return tuple(Cell(*c) for c in data)
 
 
 def as_hypothesis(model: DisentangledModel, hypothesis, read=None,
@@ -93,13 +83,14 @@ def as_hypothesis(model: DisentangledModel, hypothesis, read=None,
     """
     if isinstance(hypothesis, Hypothesis):
         hyp = Hypothesis(hypothesis.name, hypothesis.cells,
-                         hypothesis.read if read is None else tuple(read), unit or hypothesis.unit)
+                         hypothesis.read if read is None else tuple(read), unit or hypothesis.unit,
+                         hypothesis.placement)
     elif isinstance(hypothesis, (str, constructions.ConstructionSpec)):
         spec = constructions.get(hypothesis) if isinstance(hypothesis, str) else hypothesis
         _check_fits(model, spec)
         blocks = tuple(block for block, _ in spec.read_terms)
-        hyp = Hypothesis(spec.name, tuple((c[0], 0, c[1], c[2], c[3]) for c in spec.cells),
-                         tuple(read) if read is not None else blocks, unit or "cells")
+        hyp = Hypothesis(spec.name, spec.cells, tuple(read) if read is not None else blocks,
+                         unit or "cells", _as_registered(spec, model.cfg.heads))
     elif isinstance(hypothesis, (Circuit, Sequence)):
         cells, atoms = [], isinstance(hypothesis, Circuit)
         for item in hypothesis:
@@ -107,7 +98,7 @@ def as_hypothesis(model: DisentangledModel, hypothesis, read=None,
                 atoms = True
                 cells.append((item.layer, item.head, item.query, item.key, item.label))
             elif isinstance(item, (tuple, list)) and len(item) in (4, 5):
-                cells.append(tuple(item) if len(item) == 5 else (item[0], 0, *item[1:]))
+                cells.append(Cell.of(item))
             else:
                 raise ValueError(f"hypothesis cells must be Atoms or (layer, [head,] query, key, "
                                  f"label) tuples, got {item!r}")
@@ -118,6 +109,16 @@ def as_hypothesis(model: DisentangledModel, hypothesis, read=None,
                          f"or a list of atoms or cells, got {type(hypothesis).__name__}")
     _check_cells(model, hyp)
     return hyp
+
+
+def _as_registered(spec: constructions.ConstructionSpec, shape: tuple[int, ...]) -> Placement | None:
+    """The construction on its own layers and heads of a model of ``shape`` (``None`` where they
+    are not there: the cell checks then say which)."""
+    own = Placement.own(spec)
+    try:
+        return Placement(own.construction, own.layers, own.heads, shape, own.custom)
+    except ValueError:
+        return None
 
 
 def _check_fits(model: DisentangledModel, spec: constructions.ConstructionSpec) -> None:

@@ -19,23 +19,27 @@ no name (``None``) and the verdict says why: borderline when one straddles a thr
 candidates in ``borderline``: the batch cannot tell), else none, and :func:`minimal_circuit` says
 what the model does instead. ``invperm analyze``, the HTML report and ``analyses/`` all use this rule.
 
-Beyond two layers of one head each construction is tested at its best-weighted placements on two
-layers' heads (``analysis.placements``; docs/shapes.md) and named with its placement
-(``"two_block @ L1h0→L3h1"``); a faithful placement on one head comes before one on a sum of heads.
+On a model of another shape than a construction's own, it is tested at its best-weighted
+placements on the model's layers and heads (``analysis.placements``; docs/shapes.md) and named by
+its placement's label (``"two_block @ L1h0→L3h1"``), the placement kept as a value
+(``Mechanism.placement``, each test's ``placement``); a faithful placement on one head comes before
+one on a sum of heads.
 A model no construction can fit gets no name, with the reason in ``Mechanism.untested``.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
-from ..maths.placement import Placement, parse
+from ..maths import registry
+from ..maths.placement import Placement, placements
 from ..model.disentangled import DisentangledModel, check_disentangled
 from ..task import Batch
 from .faithfulness import Ablation, Faithfulness, Tester
 from .hypothesis import Hypothesis
 from .minimal import EXACT, MinimalCircuit, minimal_circuit
-from .placements import candidate_placements, construction_of, hypothesis, summed, untested_reason
+from .placements import candidate_placements, fits, hypothesis, untested_reason
 from .templates import Circuit
 from .ties import tied_with
 from .verdict import (
@@ -154,14 +158,36 @@ class Mechanism:
                              "re-analyse the runs (no training)")
         f = data["faithfulness"]
         name = data["name"] if version > 3 else Answer.of_label(data["name"]).name
-        return cls(name, None if f is None else Faithfulness.from_dict(f),
-                   tuple(Faithfulness.from_dict(t) for t in data["tested"]),
+        placement = Placement.from_dict(data["placement"]) if data.get("placement") else None
+        shape = placement.shape if placement is not None else None
+        return cls(name, None if f is None else placed_by_cells(Faithfulness.from_dict(f), shape),
+                   tuple(placed_by_cells(Faithfulness.from_dict(t), shape) for t in data["tested"]),
                    MinimalCircuit.from_dict(data["minimal"]),
                    Rule(data["rows"], data["recovered"], data.get("z", RULE.z)),
                    tuple(data.get("also_faithful", ())), tuple(data.get("borderline", ())),
-                   data.get("untested"),
-                   Placement.from_dict(data["placement"]) if data.get("placement") else None,
-                   tuple(data.get("tied", ())))
+                   data.get("untested"), placement, tuple(data.get("tied", ())))
+
+
+def placed_by_cells(test: Faithfulness, shape: tuple[int, ...] | None) -> Faithfulness:
+    """``test`` with its placement on a model of ``shape`` (heads per layer) where its record did
+    not keep one (written before placements were kept as values): the registry placement that
+    ``str()`` labels as the test was labelled and whose placed cells are the test's (the label is
+    looked up among the placements' own, never taken apart). Unchanged where it has one, where
+    ``shape`` is unknown or where none matches (a circuit)."""
+    if test.placement is not None or shape is None:
+        return test
+    found = _placements_by_label(tuple(shape), tuple(registry.REGISTRY.items())).get(test.hypothesis)
+    if found is None or {cell for cell, _ in found.cells} != set(test.cells):
+        return test
+    return replace(test, placement=found)
+
+
+@functools.lru_cache(maxsize=16)
+def _placements_by_label(shape: tuple[int, ...], constructions: tuple) -> dict[str, Placement]:
+    """Every placement on ``shape`` of the registry's ``constructions`` (``(name, spec)`` pairs,
+    the registry as it is), by its label."""
+    return {str(placed): placed for name, _ in constructions if fits(name, shape)
+            for placed in placements(name, shape)}
 
 
 def ranked(tested: list[Faithfulness], rule: Rule = RULE
@@ -192,15 +218,16 @@ def test_constructions(model: DisentangledModel, tester: Tester, *,
     """Every working registry construction that fits the model, at its best-weighted placements
     (``analysis.placements``), tested on ``tester``'s batch; ``resolve`` (a :class:`Tester` on a
     larger batch, or a function making one) measures again those whose interval straddles a
-    threshold there. ``minimality``: the per-cell runs, for every test on two layers of one head
-    (one placement per construction); beyond, where placements multiply, only for those that pass
-    or straddle (the others' ``minimality`` is empty). Likewise the model less the circuit
-    (``without``, a whole-model run: most of the cost on a wide model) is run, beyond two layers of
-    one head, only for those that pass or straddle and for each construction's best placement
+    threshold there. ``minimality``: the per-cell runs, for every test where each construction sits
+    as registered (one placement per construction); elsewhere, where placements multiply, only for
+    those that pass or straddle (the others' ``minimality`` is empty). Likewise the model less the
+    circuit (``without``, a whole-model run: most of the cost on a wide model) is run there only
+    for those that pass or straddle and for each construction's best placement
     (the others' ``without`` is ``None``). ``complete=False``: no model less a circuit at all (every
     ``without`` is ``None``; the verdicts do not read it)."""
-    hyps = [hypothesis(model, p) for p in candidate_placements(model, tester.fixed)]
-    single = model.cfg.heads == (1, 1)  # one placement per construction
+    placed = candidate_placements(model, tester.fixed)
+    hyps = [hypothesis(model, p) for p in placed]
+    single = all(p.trivial for p in placed)  # one placement per construction, as registered
     tested = tester.test_many(hyps, minimality and single, complete=single and complete)
     verdicts = [verdict_of(t, rule) for t in tested]
     again = [i for i, v in enumerate(verdicts) if v == BORDERLINE]
@@ -230,7 +257,7 @@ def _completed(tested: list[Faithfulness], verdicts: list[str], rule: Rule) -> l
     those that pass or straddle, and each construction's best placement in the rule's order."""
     best: dict[str, int] = {}
     for i, t in enumerate(tested):
-        name = construction_of(t.hypothesis)
+        name = t.construction
         if name not in best or _order(t, verdicts[i]) < _order(tested[best[name]], verdicts[best[name]]):
             best[name] = i
     return sorted(set(best.values()) | {i for i, v in enumerate(verdicts) if v in (FAITHFUL, BORDERLINE)})
@@ -239,7 +266,7 @@ def _completed(tested: list[Faithfulness], verdicts: list[str], rule: Rule) -> l
 def _order(test: Faithfulness, verdict: str) -> tuple:
     """The rule's order: faithful, then borderline, then the rest; within each a placement on one
     head first, then the most loss recovered (to 1e-4), then the fewest atoms."""
-    return ({FAITHFUL: 0, BORDERLINE: 1}.get(verdict, 2), summed(test.hypothesis),
+    return ({FAITHFUL: 0, BORDERLINE: 1}.get(verdict, 2), getattr(test, "summed", False),
             -round(test.circuit.loss_recovered or -1e9, 4), test.n_atoms)
 
 
@@ -293,13 +320,13 @@ def mechanism(model: DisentangledModel, batch: Batch, *, circuit: Circuit | None
     tested = test_constructions(model, first, resolve=resolve, rule=rule)
     good, straddle = ranked(tested, rule)
     faithful = [t for t in tested if rule.is_faithful(t.circuit)]
-    starts, fallback = ([Hypothesis(t.hypothesis, t.cells, t.read, t.unit) for t in faithful
+    starts, fallback = ([Hypothesis(t.hypothesis, t.cells, t.read, t.unit, t.placement) for t in faithful
                          if t.signs_agree == agree] for agree in (True, False))
     minimal = minimal_circuit(model, first.batch, circuit=circuit, tester=first, rule=rule,
                               starts=starts, fallback=fallback, exact=EXACT if exact else None)
     chosen = good[0] if good else (straddle[0] if straddle else None)
     name = chosen.hypothesis if good else None
-    placed = parse(name, model.cfg.heads) if good and model.cfg.heads != (1, 1) else None
+    placed = chosen.placement if good else None
     return Mechanism(name, chosen, tuple(tested), minimal, rule,
                      tuple(t.hypothesis for t in good[1:]), tuple(t.hypothesis for t in straddle),
                      untested_reason(model.cfg), placed, tied_with(good, rule))

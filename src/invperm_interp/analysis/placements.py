@@ -1,14 +1,14 @@
 """Which placed constructions the mechanism rule tests on a model of any depth and width.
 
-A registry construction is a circuit on two layers of one head (:mod:`maths.placement`); on a
-model with ``L`` layers and ``H_l`` heads it can sit on every pair of layers ``l1 < l2``, on one
-head of each or on the sum of a layer's heads. Testing every placement by running it would cost
-``O(L² H²)`` faithfulness tests per construction; the rule tests only those where the model's
-weights are: each placement is scored by the share of each of its two layers' gauge-fixed norm²
-(all heads) that its cells hold, averaged over the two (equal to ``SHARE_TOLERANCE``: the one on
-fewer heads first), and per construction the ``KEEP_SINGLE`` best one-head placements and the
-``KEEP_SUM`` best with a sum of heads are tested
-(on a two-layer one-head model: the one placement, the construction as registered).
+A registry construction is a circuit on its own layers and heads (:mod:`maths.placement`: two
+layers of one head for the note's forms); on a model with ``L`` layers and ``H_l`` heads it can sit
+on any increasing layers, each of its heads on a head of the model's layer (a one-head layer also on
+the sum of the layer's heads). Testing every placement by running it would cost a faithfulness test
+per placement; the rule tests only those where the model's weights are: each placement is scored by
+the share of each of its layers' gauge-fixed norm² (all heads) that its cells hold, averaged over
+its layers (equal to ``SHARE_TOLERANCE``: the one on fewer heads first), and per construction the
+``KEEP_SINGLE`` best placements on single heads and the ``KEEP_SUM`` best with a sum of heads are
+tested (on a model of the construction's own shape: the one placement, as registered).
 
 A model no construction can fit (one layer; no construction with its layout, attention or
 read-out rows; a ``d`` below every fitting construction's ``min_d``) gets a reason instead of
@@ -59,8 +59,12 @@ def untested_reason(cfg: ModelConfig) -> str | None:
     if cfg.n_layers < 2:
         return (f"no construction was tried: the model has {cfg.n_layers} layer and every registry "
                 f"construction needs two (one that copies, one that looks up)")
-    if fitting_names(cfg, working=True):
+    names = fitting_names(cfg, working=True)
+    if any(fits(name, cfg.heads) for name in names):
         return None
+    if names:
+        return (f"no construction was tried: every one that fits the model's layout "
+                f"({', '.join(names)}) needs more layers or heads than its {list(cfg.heads)}")
     same = [s for s in registry.REGISTRY.values() if s.works and s.attention_dir == cfg.attention_dir
             and s.readout == cfg.readout]
     if same and all(cfg.d < s.min_d for s in same):
@@ -71,23 +75,38 @@ def untested_reason(cfg: ModelConfig) -> str | None:
             f"model's layout ({', '.join(cfg.layout.names)}) reading its {cfg.readout} rows")
 
 
+def fits(name: str, shape: tuple[int, ...]) -> bool:
+    """Whether a model of ``shape`` (heads per layer) has room for construction ``name``: as many
+    layers, and for each of its layers in order a model layer with as many heads."""
+    own, shape = registry.get(name).heads, list(shape)
+    for need in own:  # greedily, the first model layer wide enough
+        while shape and shape[0] < need:
+            shape.pop(0)
+        if not shape:
+            return False
+        shape.pop(0)
+    return True
+
+
 def hypothesis(model: DisentangledModel, placement: Placement) -> Hypothesis:
     """The placed construction as a claim about ``model``: its placed cells (their whole content,
-    ``unit="cells"``) and the placed read-out blocks, named ``str(placement)``."""
-    cells = tuple(dict.fromkeys(c[:5] for c in placement.cells))
+    ``unit="cells"``) and the placed read-out blocks, labelled ``str(placement)``, the placement
+    kept as a value."""
+    cells = tuple(dict.fromkeys(cell for cell, _ in placement.cells))
     read = tuple(dict.fromkeys(block for block, _ in placement.read_terms))
-    return Hypothesis(str(placement), cells, read, "cells")
+    return Hypothesis(str(placement), cells, read, "cells", placement)
 
 
 def weight_share(placement: Placement, fixed: Sequence[Tensor], stream) -> float:
-    """The share of each of the placement's two layers' gauge-fixed norm² (every head) that its
-    cells hold, averaged over the two; ``fixed``: per layer ``gauge_fix(A)`` ``(H, D, D)``."""
+    """The share of each of the placement's layers' gauge-fixed norm² (every head) that its cells
+    hold, averaged over them; ``fixed``: per layer ``gauge_fix(A)`` ``(H, D, D)``."""
     shares = []
     for layer in placement.layers:
         F = fixed[layer]
         total = float(F.pow(2).sum())
         held = sum(float(F[head, stream.slice(q, layer), stream.slice(k, layer)].pow(2).sum())
-                   for head, q, k in {(c[1], c[2], c[3]) for c in placement.cells if c[0] == layer})
+                   for head, q, k in {(c.head, c.query, c.key) for c, _ in placement.cells
+                                      if c.layer == layer})
         shares.append(held / total if total > 0 else 0.0)
     return sum(shares) / len(shares)
 
@@ -100,6 +119,8 @@ def candidate_placements(model: DisentangledModel, fixed: Sequence[Tensor],
         return []
     out = []
     for name in fitting_names(model.cfg, working=True) if names is None else names:
+        if not fits(name, model.cfg.heads):
+            continue
         found = placements(name, model.cfg.heads)
         share = {p: weight_share(p, fixed, model.stream) for p in found}
         # to SHARE_TOLERANCE, the fewest heads first (a sum that adds an idle head adds nothing)
@@ -109,20 +130,9 @@ def candidate_placements(model: DisentangledModel, fixed: Sequence[Tensor],
 
 
 def heads_used(placement: Placement) -> int:
-    """How many heads the placement's cells sit on."""
-    return len(placement.head_list(0)) + len(placement.head_list(1))
+    """How many model heads the placement's cells sit on."""
+    return sum(len(placement.head_list(index)) for index in range(len(placement.layers)))
 
 
-def construction_of(name: str) -> str:
-    """The construction of a tested hypothesis's name: ``"two_block @ L1h0→L3h1"`` →
-    ``"two_block"`` (an unplaced name as it is)."""
-    return name.split(" @ ", 1)[0]
-
-
-def summed(name: str) -> bool:
-    """Whether a tested hypothesis's name is a placement on a sum of heads (``"L1(h0+h1)"``)."""
-    return " @ " in name and "(" in name.split(" @ ", 1)[1]
-
-
-__all__ = ["KEEP_SINGLE", "KEEP_SUM", "SUM", "candidate_placements", "fitting_names", "hypothesis",
-           "summed", "untested_reason", "weight_share"]
+__all__ = ["KEEP_SINGLE", "KEEP_SUM", "SUM", "candidate_placements", "fits", "fitting_names",
+           "hypothesis", "untested_reason", "weight_share"]

@@ -95,6 +95,17 @@ class SweepRecord:
             return None
         return next((t for t in self.tested_under.get(style, ()) if t.hypothesis == answer.name), None)
 
+    def constructions(self, style: str = "zero") -> tuple[str, ...]:
+        """The registry constructions the answer under ``style`` names, each once: the named one's
+        and those tied with it, read from their tests' placements (a name whose test was not kept
+        as it is); ``()`` when it names none."""
+        answer = self.answer if style == "zero" else self.under.get(style)
+        if answer is None:
+            return ()
+        tests = {t.hypothesis: t for t in (self.mechanism.tested if style == "zero"
+                                           else self.tested_under.get(style, ()))}
+        return tuple(dict.fromkeys(tests[n].construction if n in tests else n for n in answer.names))
+
     def to_dict(self) -> dict:
         return {**self.mechanism.to_dict(), "samples": self.samples, "seed": self.seed,
                 "names_by_batch": list(self.names_by_batch),

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..maths.cells import TEMPLATES, TemplateFn, label, shifted
+from ..maths.cells import TEMPLATES, Cell, TemplateFn, label, shifted
 from ..model.disentangled import DisentangledModel
 from .pursuit import Dictionary, Fit, PursuitLimits, build_dictionary, pursue
 
@@ -115,9 +115,9 @@ class Circuit:
     atoms: tuple[Atom, ...]
     residual_share: tuple[float, ...]  # per layer: share of ||gauge_fix(A)||² left unexplained
 
-    def cells(self) -> set[tuple[int, str, str, str]]:
-        """``{(layer, query, key, label)}``, comparable with ``ConstructionSpec.cells`` (one head)."""
-        return {(a.layer, a.query, a.key, a.label) for a in self.atoms}
+    def cells(self) -> set[Cell]:
+        """The atoms as ``Cell`` values, comparable with ``ConstructionSpec.cells``."""
+        return {Cell(a.layer, a.head, a.query, a.key, a.label) for a in self.atoms}
 
     def to_dict(self) -> dict:
         return {"atoms": [a.to_dict() for a in self.atoms], "residual_share": list(self.residual_share)}
@@ -128,30 +128,30 @@ class Circuit:
 
     def _matched(self, cells: set) -> set:
         """The ``cells`` that some atom is, counting its gauge twins (:attr:`Atom.placements`)."""
-        return {c for c in cells for a in self.atoms if c in {(a.layer, *p) for p in a.placements}}
+        return {c for c in cells for a in self.atoms if c in {(a.layer, a.head, *p) for p in a.placements}}
 
     def overlap(self, cells) -> float:
-        """Jaccard index between the atoms and ``cells`` ``(layer, query, key, label)``."""
-        cells = set(cells)
+        """Jaccard index between the atoms and ``cells`` (``Cell`` values, or 4-tuples on head 0)."""
+        cells = set(map(Cell.of, cells))
         matched = len(self._matched(cells))
         union = len(self.atoms) + len(cells) - matched
         return matched / union if union else 1.0
 
     def recall(self, cells) -> float:
         """Share of ``cells`` found among the atoms: 1 when a circuit contains a construction's."""
-        cells = set(cells)
+        cells = set(map(Cell.of, cells))
         return len(self._matched(cells)) / len(cells) if cells else 1.0
 
     def norm_share(self, cells) -> float:
         """Share of the gauge-fixed weights carried by atoms that are among ``cells`` (with sign,
         counting gauge twins), averaged over the layers of the circuit and of ``cells``: how much of
         a learned model a construction accounts for (recall alone is 1 for any superset)."""
-        cells = set(cells)
+        cells = set(map(Cell.of, cells))
         layers = {c[0] for c in cells} | {a.layer for a in self.atoms}
         if not layers:
             return 0.0
         carried = sum(a.share for a in self.atoms
-                      if any((a.layer, *p) in cells for p in a.placements))
+                      if any((a.layer, a.head, *p) in cells for p in a.placements))
         return carried / len(layers)
 
     def __iter__(self):

@@ -47,12 +47,12 @@ def _check_style(style: str) -> None:
         raise ValueError(f"style must be one of {STYLES}, got {style!r}")
 
 
-def visible_sites(spec: registry.ConstructionSpec, style: str) -> frozenset[tuple[int, str, str]]:
-    """The ``(layer, query, key)`` cells of a construction that ``style`` can tell kept from
+def visible_sites(spec: registry.ConstructionSpec, style: str) -> frozenset[tuple[int, int, str, str]]:
+    """The ``(layer, head, query, key)`` cells of a construction that ``style`` can tell kept from
     removed (under zero ablation all of them)."""
     _check_style(style)
-    return frozenset((layer, q, k) for layer, q, k, _ in spec.cells
-                     if not (KEEPS_INPUT_INDEPENDENT[style] and input_independent(q, k)))
+    return frozenset(c.site for c in spec.cells
+                     if not (KEEPS_INPUT_INDEPENDENT[style] and input_independent(c.query, c.key)))
 
 
 def relation(a: str, b: str, style: str) -> str:
@@ -62,11 +62,11 @@ def relation(a: str, b: str, style: str) -> str:
     sa, sb = registry.get(a), registry.get(b)
     if sa.read_block != sb.read_block or visible_sites(sa, style) != visible_sites(sb, style):
         return CELLS
-    labels = lambda s: {(c[0], c[1], c[2]): set() for c in s.cells}  # noqa: E731
+    labels = lambda s: {c.site: set() for c in s.cells}  # noqa: E731
     la, lb = labels(sa), labels(sb)
     for spec, into in ((sa, la), (sb, lb)):
-        for layer, q, k, label in spec.cells:
-            into[(layer, q, k)].add(label)
+        for cell in spec.cells:
+            into[cell.site].add(cell.label)
     return SIGNS if any(la[s] != lb[s] for s in set(la) & set(lb)) else SAME
 
 

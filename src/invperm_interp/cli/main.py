@@ -23,8 +23,9 @@ def _cmd_demo(args: argparse.Namespace) -> None:
     from ..config import TrainConfig
     from ..labels import excess_text
     from ..runs.directory import RunDir
+    from ..sweep.run_rows import find_runs
     from ..training.single import train_or_reuse
-    from ..viz.index import find_runs, report_links, write_index
+    from ..viz.index import report_links, write_index
     from ..viz.page import write_bundle
     from ..viz.report import ReportContext
 
@@ -52,7 +53,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
           f"bidirectional model learns (MSE {bi.mse:.3g}, rows exact {bi.row_acc:.1%}); the "
           f"causal one sits on its floor (MSE {excess_text(ca.mse, ca.causal_floor)}; 0.5 "
           f"everywhere scores {0.25 * args.d:.4g})")
-    index = write_index(out, title=f"invperm demo: the note's two models at d = {args.d}")
+    index = write_index(out, find_runs(out), title=f"invperm demo: the note's two models at d = {args.d}")
     print(f"open {index}, or {RunDir(out / 'bidirectional').report} and "
           f"{RunDir(out / 'causal').report}")
 
@@ -76,8 +77,11 @@ def _cmd_construct(args: argparse.Namespace) -> None:
     print(f"{spec.name}: {spec.description}")
     print(f"{spec.attention_dir} attention on {model.cfg.layout}; W_U = I on {spec.read_block} "
           f"of the {spec.readout} rows")
-    for layer, query, key, template in spec.cells:
-        print(f"  layer {layer + 1} (blocks.{layer}): {template:>2s} at ({query}, {key}) x beta={beta:g}")
+    several = max(spec.heads) > 1
+    for layer, head, query, key, template in spec.cells:
+        where = f"layer {layer + 1} head {head} (blocks.{layer}.attn.A[{head}])" if several else (
+            f"layer {layer + 1} (blocks.{layer})")
+        print(f"  {where}: {template:>2s} at ({query}, {key}) x beta={beta:g}")
     print(f"verification on {check.n} samples: max |error| {check.max_error:.3g}, "
           f"MSE {check.mse:.3g}")
 

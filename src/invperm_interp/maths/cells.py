@@ -10,9 +10,41 @@ minus all ones) and ``shift+k`` (query i ↔ key i + k, no wrap-around).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+
+class Cell(NamedTuple):
+    """One template in one (query block, key block) cell of head ``head`` of ``blocks.{layer}``'s
+    ``A``: the one cell value of constructions, placements, fitted atoms and records. ``label`` is
+    a template with an optional sign (``"I"``, ``"-I"``, ``"J"``, ``"1"``, ``"shift+1"`` …). A
+    tuple: records store it as a JSON list ``[layer, head, query, key, label]``."""
+
+    layer: int
+    head: int
+    query: str
+    key: str
+    label: str
+
+    @property
+    def site(self) -> tuple[int, int, str, str]:
+        """``(layer, head, query, key)``: the cell without its template."""
+        return self.layer, self.head, self.query, self.key
+
+    @classmethod
+    def of(cls, item) -> Cell:
+        """A cell from ``(layer, head, query, key, label)``, or ``(layer, query, key, label)`` on
+        head 0 (how the note's one-head constructions are written); ``ValueError`` otherwise."""
+        if isinstance(item, (tuple, list)) and len(item) in (4, 5):
+            cell = cls(*item) if len(item) == 5 else cls(item[0], 0, *item[1:])
+            if all(isinstance(v, int) and not isinstance(v, bool) for v in cell[:2]) and all(
+                    isinstance(v, str) for v in cell[2:]):
+                return cell
+        raise ValueError(f"a cell must be (layer, [head,] query block, key block, template), "
+                         f"got {item!r}")
+
 
 #: ``template(rows, cols) -> (rows, cols)`` float64 tensor, or ``None`` where it does not apply.
 TemplateFn = Callable[[int, int], "Tensor | None"]

@@ -1,7 +1,8 @@
 """Analytic weights for the note's Theorems 2 and 3 and Appendix B, as ready models.
 
 Each construction is data (:mod:`.registry`: a ``ConstructionSpec`` listing the nonzero
-``(layer, query block, key block, template)`` cells of the attention matrices), and one generic
+``(layer, head, query block, key block, template)`` cells of the attention matrices, on any number
+of layers and heads per layer), and one generic
 builder turns cells into a ``HookedDisentangledTransformer``: every template times ``beta``,
 labels of the vocabulary in ``cells``, which the template matching reads back. The read-out ``W_U``
 is the identity on ``read_block`` of the final stream, or a signed sum of identities
@@ -47,8 +48,8 @@ def scratch_guard(spec: ConstructionSpec, scratch) -> list[tuple[Cell, float]]:
     if not bool((s > 0).any()):  # s ≤ 0 only lowers the scratch keys' scores
         return []
     scale = max(1.0, float(s.max()))
-    layers = sorted({c[0] for c in spec.cells if c[1] == "pos.S" and c[2].endswith("x")})
-    return [((layer, "pos.S", "pos.S", "-1"), scale) for layer in layers]
+    heads = sorted({(c.layer, c.head) for c in spec.cells if c.query == "pos.S" and c.key.endswith("x")})
+    return [(Cell(layer, head, "pos.S", "pos.S", "-1"), scale) for layer, head in heads]
 
 
 def default_beta(name: str) -> float:
@@ -68,7 +69,8 @@ def _config(name: str, d: int, beta, dtype: torch.dtype, scratch) -> tuple:
         raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
-    cfg = ModelConfig(spec.make_layout(d, scratch), n_layers=spec.n_layers, n_heads=1,
+    heads = spec.heads[0] if len(set(spec.heads)) == 1 else spec.heads  # one count: as an int
+    cfg = ModelConfig(spec.make_layout(d, scratch), n_layers=spec.n_layers, n_heads=heads,
                       attention_dir=spec.attention_dir, readout=spec.readout,
                       dtype="float64" if dtype == torch.float64 else "float32", init="zeros")
     return spec, cfg, beta
@@ -76,16 +78,16 @@ def _config(name: str, d: int, beta, dtype: torch.dtype, scratch) -> tuple:
 
 def weights(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = torch.float64,
             scratch=None, into: DisentangledModel | None = None) -> tuple:
-    """:func:`build`'s weights without a model: ``(cfg, [A (1, D_l, D_l) per layer], W_U (D_L, d))``
+    """:func:`build`'s weights without a model: ``(cfg, [A (H_l, D_l, D_l) per layer], W_U (D_L, d))``
     (``into``: a zero model of that config to write them into instead)."""
     spec, cfg, beta = _config(name, d, beta, dtype, scratch)
     stream = Stream(cfg.layout, cfg.heads) if into is None else into.stream
-    As = ([torch.zeros(1, w, w, dtype=dtype) for w in cfg.widths[:-1]] if into is None
+    As = ([torch.zeros(h, w, w, dtype=dtype) for h, w in zip(cfg.heads, cfg.widths[:-1])] if into is None
           else [b.attn.A.data for b in into.blocks])
     W_U = torch.zeros(cfg.widths[-1], cfg.d, dtype=dtype) if into is None else into.unembed.W_U.data
-    for (layer, query, key, kind), scale in ([(c, 1.0) for c in spec.cells]
-                                             + scratch_guard(spec, cfg.layout.scratch_vector)):
-        view = stream.split(As[layer][0], layer)[(query, key)]
+    for cell, scale in [(c, 1.0) for c in spec.cells] + scratch_guard(spec, cfg.layout.scratch_vector):
+        layer, head, query, key, kind = Cell.of(cell)
+        view = stream.split(As[layer][head], layer)[(query, key)]
         view += beta * scale * cell_template(kind, *view.shape, dtype=dtype)
     for block, sign in spec.read_terms:
         W_U[stream.slice(block, cfg.n_layers)] = sign * torch.eye(cfg.d, dtype=dtype)
@@ -203,8 +205,12 @@ REGISTER_TOL = 1e-6
 RESERVED = ("borderline", "none")
 
 
-def _check_cells(cells, wiring: Wiring) -> tuple[Cell, ...]:
-    """Cells in the vocabulary, on blocks of a 2-layer one-head stream of this layout."""
+#: The largest construction :func:`register` builds: layers, and heads in one layer.
+MAX_LAYERS = MAX_HEADS = 8
+
+
+def _check_wiring(wiring: Wiring) -> None:
+    """The layout, attention and read-out segment are ones the task has."""
     layout, attention_dir, readout = wiring.layout, wiring.attention_dir, wiring.segment
     if layout not in ("plain", "scratch"):
         raise ValueError(f"layout must be 'plain' ([P; Y_P]) or 'scratch' ([P; Y_P; S]), got {layout!r}")
@@ -214,27 +220,36 @@ def _check_cells(cells, wiring: Wiring) -> tuple[Cell, ...]:
     probe = Layout.scratch(3) if layout == "scratch" else Layout.plain(3)
     if readout not in probe.names:
         raise ValueError(f"readout must be a segment of the {layout} layout {probe.names}, got {readout!r}")
-    stream = Stream(probe, (1, 1))
-    out = []
-    for cell in cells:
-        if not (isinstance(cell, (tuple, list)) and len(cell) == 4):
-            raise ValueError(f"cells must be (layer, query block, key block, template), got {cell!r}")
-        layer, query, key, kind = cell
-        if layer not in (0, 1):
-            raise ValueError(f"cell {cell!r}: layer must be 0 or 1 (blocks.0, blocks.1)")
-        for block in (query, key):
-            if block not in stream.labels(layer):
-                raise ValueError(f"cell {cell!r}: block {block!r} is not in the stream read by "
-                                 f"blocks.{layer} (known: {stream.labels(layer)})")
-        if kind not in CELL_LABELS:
-            raise ValueError(f"cell {cell!r}: template must be one of {CELL_LABELS}")
-        out.append((layer, query, key, kind))
-    if not out:
+
+
+def _check_cells(spec: ConstructionSpec) -> None:
+    """Cells in the vocabulary, on blocks of the stream of the construction's own shape
+    (``spec.heads``: the layers and heads its cells and block names use)."""
+    if not spec.cells:
         raise ValueError("cells must list at least one cell")
-    for block, _ in parse_read(wiring.read):
-        if block not in stream.labels(2):
-            raise ValueError(f"read block {block!r} is not in the final stream (known: {stream.labels(2)})")
-    return tuple(out)
+    for cell in spec.cells:
+        if not 0 <= cell.layer < MAX_LAYERS:
+            raise ValueError(f"cell {tuple(cell)!r}: layer must be in [0, {MAX_LAYERS - 1}] "
+                             f"(blocks.0 …)")
+        if not 0 <= cell.head < MAX_HEADS:
+            raise ValueError(f"cell {tuple(cell)!r}: head must be in [0, {MAX_HEADS - 1}]")
+        if cell.label not in CELL_LABELS:
+            raise ValueError(f"cell {tuple(cell)!r}: template must be one of {CELL_LABELS}")
+    heads = spec.heads
+    if len(heads) > MAX_LAYERS or max(heads) > MAX_HEADS:
+        raise ValueError(f"the construction's block names ask for {len(heads)} layers of up to "
+                         f"{max(heads)} heads; at most {MAX_LAYERS} layers of {MAX_HEADS} heads")
+    stream = Stream(Layout.scratch(3) if spec.layout == "scratch" else Layout.plain(3), heads)
+    for cell in spec.cells:
+        for block in (cell.query, cell.key):
+            if block not in stream.labels(cell.layer):
+                raise ValueError(f"cell {tuple(cell)!r}: block {block!r} is not in the stream read "
+                                 f"by blocks.{cell.layer} of a model of {list(heads)} heads "
+                                 f"(known: {stream.labels(cell.layer)})")
+    for block, _ in spec.read_terms:
+        if block not in stream.labels(len(heads)):
+            raise ValueError(f"read block {block!r} is not in the final stream of a model of "
+                             f"{list(heads)} heads (known: {stream.labels(len(heads))})")
 
 
 def register(name: str, cells, wiring: Wiring = PLAIN, *, description: str = "",
@@ -242,12 +257,14 @@ def register(name: str, cells, wiring: Wiring = PLAIN, *, description: str = "",
              replace: bool = False) -> ConstructionSpec:
     """Add a working construction to the registry, after checking that it solves the task.
 
-    ``cells``: ``(layer, query block, key block, template)`` in the vocabulary above (layer 0 or 1
-    of a two-layer, one-head model); ``wiring``: the layout, attention, read-out segment and the
-    blocks ``W_U`` copies (``Wiring``; default: ``[P; Y_P]``, bidirectional, reads ``L2.x`` into
-    the ``P`` rows). The range it claims, ``min_d`` to ``max_d``, is checked
-    in full: :func:`exact_error` must be below 1e-6 at every ``d`` of it at ``beta`` (or, when
-    ``None``, at the smallest of ``REGISTER_BETAS`` that works, stored as ``beta_exact``);
+    ``cells``: :class:`Cell` values ``(layer, head, query block, key block, template)`` in the
+    vocabulary above, or ``(layer, query block, key block, template)`` on head 0, on any layers and
+    heads (the construction's shape, ``ConstructionSpec.heads``, is what its cells and block names
+    use: ``L2h1.x`` is head 1 of a layer of two heads at least); ``wiring``: the layout, attention,
+    read-out segment and the blocks ``W_U`` copies (``Wiring``; default: ``[P; Y_P]``,
+    bidirectional, reads ``L2.x`` into the ``P`` rows). The range it claims, ``min_d`` to
+    ``max_d``, is checked in full: :func:`exact_error` must be below 1e-6 at every ``d`` of it at
+    ``beta`` (or, when ``None``, at the smallest of ``REGISTER_BETAS`` that works, stored as ``beta_exact``);
     otherwise ``ValueError``. Names are identifiers, not in ``RESERVED``, and unique unless
     ``replace``. The construction then works everywhere a registry name does (``build``,
     ``invperm construct``, ``analysis.mechanism``).
@@ -263,9 +280,14 @@ def register(name: str, cells, wiring: Wiring = PLAIN, *, description: str = "",
             1 <= min_d <= max_d):
         raise ValueError(f"min_d and max_d must be integers with 1 <= min_d <= max_d, got "
                          f"{min_d!r} and {max_d!r}")
+    _check_wiring(wiring)
+    if not isinstance(cells, (list, tuple)):
+        raise ValueError(f"cells must be a list of (layer, [head,] query, key, template), got "
+                         f"{type(cells).__name__}")
+    parse_read(wiring.read)
     spec = ConstructionSpec(name, description or name, wiring.attention_dir, wiring.layout,
-                            wiring.segment, wiring.read, True, _check_cells(cells, wiring),
-                            min_d=min_d, max_d=max_d)
+                            wiring.segment, wiring.read, True, cells, min_d=min_d, max_d=max_d)
+    _check_cells(spec)
     failures = []
     for b in REGISTER_BETAS if beta is None else (beta,):
         failure = _first_failure(spec, b)

@@ -1,9 +1,11 @@
 """The registry of analytic constructions: the note's Theorems 2 and 3 and Appendix B, their
 corrected forms and the forms trained models learn, each as data (docs/design.md section 6).
 
-A ``ConstructionSpec``'s ``cells`` list the nonzero ``(layer, query block, key block, template)``
-cells of the attention matrices; ``layer`` is the module index (``blocks.{layer}``; the note's
-"layer 1" is ``0``); templates are ``"I"`` (identity), ``"J"`` (anti-diagonal) and ``"1"`` (all
+A ``ConstructionSpec``'s ``cells`` list the nonzero cells of the attention matrices as typed
+:class:`~invperm_interp.maths.cells.Cell` values ``(layer, head, query block, key block,
+template)``, on any number of layers and heads (the note's one-head forms are written
+``(layer, query, key, template)``, on head 0); ``layer`` is the module index (``blocks.{layer}``; the
+note's "layer 1" is ``0``); templates are ``"I"`` (identity), ``"J"`` (anti-diagonal) and ``"1"`` (all
 ones), each with an optional ``-``, times ``beta``. :mod:`.constructions` builds them into models.
 """
 
@@ -13,9 +15,10 @@ import re
 from dataclasses import dataclass
 
 from ..config import AttentionDir
+from ..stream import BlockName
 from ..task import Layout
+from .cells import Cell
 
-Cell = tuple[int, str, str, str]  # (layer, query block, key block, template)
 CELL_LABELS = ("I", "J", "1", "-I", "-J", "-1")  # what a registered cell may hold
 
 
@@ -69,8 +72,22 @@ class ConstructionSpec:
 
     @property
     def n_layers(self) -> int:
-        """Layers its cells span, at least two (beyond two: a discovered form, not registered)."""
-        return max(2, 1 + max((c[0] for c in self.cells), default=0))
+        """Layers its cells and block names span, at least two (one that copies, one that reads)."""
+        return len(self.heads)
+
+    @property
+    def heads(self) -> tuple[int, ...]:
+        """Heads per layer, its shape: per layer the most its cells sit on or its block names copy
+        from (a layer named by head, ``L2h1.x``, has two heads at least), one where none."""
+        need: dict[int, int] = {}
+        blocks = [b for c in self.cells for b in (c.query, c.key)]
+        blocks += [b for b, _ in parse_read(self.read_block)]
+        for cell in self.cells:
+            need[cell.layer] = max(need.get(cell.layer, 1), cell.head + 1)
+        for block in blocks:
+            for layer, head in _path(block):
+                need[layer - 1] = max(need.get(layer - 1, 1), 1 if head is None else max(2, head + 1))
+        return tuple(need.get(layer, 1) for layer in range(max(2, 1 + max(need, default=0))))
 
     @property
     def read_terms(self) -> tuple[tuple[str, float], ...]:
@@ -78,7 +95,7 @@ class ConstructionSpec:
         return parse_read(self.read_block)
 
     def __post_init__(self):
-        object.__setattr__(self, "cells", tuple(self.cells))
+        object.__setattr__(self, "cells", tuple(Cell.of(c) for c in self.cells))
 
     def make_layout(self, d: int, scratch=None) -> Layout:
         if self.layout == "scratch":
@@ -86,6 +103,15 @@ class ConstructionSpec:
         if scratch is not None:
             raise ValueError(f"scratch is only for scratch layouts; {self.name!r} reads [P; Y_P]")
         return Layout.plain(d)
+
+
+def _path(block: str) -> tuple[tuple[int, int | None], ...]:
+    """The copies a block name's path steps through, ``((layer, head), …)``; none for a name that is
+    not a block (the registry's checks name it)."""
+    try:
+        return BlockName.parse(block).path
+    except ValueError:
+        return ()
 
 
 def parse_read(text: str) -> tuple[tuple[str, float], ...]:
@@ -114,7 +140,8 @@ _S_COMPLEMENT_LOOKUPS = [(1, "pos.S", "L1.x", "-I"), (1, "pos.S", "pos.Y", "1"),
 
 #: Layer 1's content-mass guard: the query row's content lifts the P keys, lowers the Y_P keys and
 #: lowers keys by their own content (a scratch row's content is 0: its queries are untouched).
-CONTENT_MASS_GUARD = ((0, "x", "pos.P", "1"), (0, "x", "pos.Y", "-1"), (0, "x", "x", "-1"))
+CONTENT_MASS_GUARD = tuple(map(Cell.of, ((0, "x", "pos.P", "1"), (0, "x", "pos.Y", "-1"),
+                                          (0, "x", "x", "-1"))))
 
 REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
     # Theorem 2 (Appendix C.2) as printed: L1 gives row-reversed P, L2 then looks up Y_P rows by

@@ -25,11 +25,9 @@ import torch
 from torch import Tensor
 
 from ..config import ModelConfig
+from ..memory import MAX_ELEMENTS
 from .causal import causal_mask, mask_term
-
-#: Largest ``variants × batch × T × D_L`` entries in one chunk (16 MiB of float64 streams): on a
-#: CPU, chunks larger than the caches run slower than one variant at a time.
-MAX_ELEMENTS = 1 << 21
+from .disentangled import embedding
 
 
 @dataclass(frozen=True)
@@ -83,6 +81,15 @@ def _plan(cfg: ModelConfig, As: Sequence[Tensor], need: Tensor,
     return [n.nonzero().squeeze(1) for n in reversed(needs)], layers[::-1]
 
 
+def kept_widths(cfg: ModelConfig, As: Sequence[Tensor], W_U: Tensor, patterns: bool = False
+                ) -> list[int]:
+    """Columns of each stream ``h^0..h^L`` that a forward of weights ``As[l] (H_l, D_l, D_l)`` and
+    ``W_U (D_L, d)`` computes (``patterns``: every head's attention too): what its memory scales
+    with (``memory.kept_variant_bytes``)."""
+    cols, _ = _plan(cfg, [A.unsqueeze(0) for A in As], _read(W_U.unsqueeze(0)), patterns)
+    return [len(c) for c in cols]
+
+
 def _read(W_U: Tensor) -> Tensor:
     """``(D_L,)`` bool: the rows of ``W_U (V, D_L, d)`` some variant reads."""
     return (W_U != 0).any(-1).any(0).cpu()
@@ -116,10 +123,9 @@ class FirstLayer:
 
 
 def _embedded(X: Tensor, dtype: torch.dtype) -> Tensor:
-    """``h^0 = [X, I_T]`` ``(B, T, d + T)`` of ``X (B, T, d)``, in ``dtype`` (as
-    ``model.disentangled.embedding``, which this module cannot import: ``memory`` imports it)."""
-    B, T, _ = X.shape
-    return torch.cat([X.to(dtype), torch.eye(T, dtype=dtype, device=X.device).expand(B, T, T)], -1)
+    """``h^0 = [X, I_T]`` ``(B, T, d + T)`` of ``X (B, T, d)``, in ``dtype``."""
+    T = X.shape[1]
+    return embedding(X.to(dtype), torch.eye(T, dtype=dtype, device=X.device))
 
 
 def first_layer(cfg: ModelConfig, A: Tensor, X: Tensor, columns: Tensor) -> FirstLayer:

@@ -2,186 +2,29 @@
 reached, one sortable table linking every run's report, and a figure (steps to solve against d, or,
 when the runs share one d, their training curves).
 
-A directory is read in one of two forms: a ``sweep.jsonl`` (one JSON object per run, as the sweep
-command writes it) or, failing that, every run directory below it (a folder with ``config.json``).
-For each run the table shows the model, the final MSE against the causal floor, rows exact, the
-first eval step with MSE below the target, and the mechanism when an analysis has named one.
+The page renders the rows it is handed (``RunRow``, read by ``sweep.run_rows.find_runs`` from a
+``sweep.jsonl`` or the run directories below a folder). For each run the table shows the model,
+the final MSE against the causal floor, rows exact, the first eval step with MSE below the target,
+and the mechanism when an analysis has named one.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import os
-from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..config import ModelConfig
-from ..labels import excess_text
+from ..labels import excess_parts, excess_text
 from ..runs.directory import RunDir
-from ..runs.evaluation import Evaluation
-from ..sweep.collect import SWEEP_FILE, read_sweep
-from .curves import SOLVED_BELOW
+from .curves import AT_FLOOR, SOLVED_BELOW
 from .html import figure, table
 from .page import page
 from .sweep import GROUP_HEADER, MEDIAN_IS, group_rows, how_text, median_steps, plot_sweep
 from .training import plot_runs
 
-AT_FLOOR = 0.01  # a causal run within 1% of its floor sits on it
-
-
-@dataclass(frozen=True)
-class RunRow:
-    """One run of the index: what the table shows about it."""
-
-    dir: Path
-    group: str  # the model kind: attention, layout and read-out
-    d: int
-    seed: int
-    steps: int
-    mse: float | None
-    causal_floor: float | None
-    row_acc: float | None
-    steps_to_solve: int | None
-    mechanism: str | None
-    causal: bool
-    status: str | None = None  # "diverged", "unfinished": a run that did not end normally
-    # (style, name) where the sweep's analysis names it otherwise under mean or resample ablation
-    other_styles: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def solvable(self) -> bool:
-        """False for a causal run whose floor is above the target: it cannot get there."""
-        return not (self.causal and (self.causal_floor or 0.0) >= SOLVED_BELOW)
-
-    @property
-    def solved(self) -> bool:
-        return self.steps_to_solve is not None or (self.mse is not None and self.mse < SOLVED_BELOW)
-
-    @property
-    def at_floor(self) -> bool:
-        """A causal run that cannot solve the task and ends within 1% of its floor."""
-        return (not self.solvable and self.mse is not None
-                and self.mse <= (1 + AT_FLOOR) * self.causal_floor)
-
-
-def _model(model: dict) -> ModelConfig:
-    try:
-        return ModelConfig.from_dict(model)
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"not a model configuration ({err}): {model}") from None
-
-
-def _group(cfg: ModelConfig) -> str:
-    """``"bidirectional [P; Y] → P"``: the model kind, the same for every d; for a standard model
-    also its shape and the disentangled widths its exact map reads it in (or why there is none)."""
-    kind = (f"{cfg.attention_dir} [{'; '.join(s.name for s in cfg.layout.segments)}] "
-            f"→ {cfg.readout}")
-    if cfg.arch != "standard":
-        return kind
-    shape = (f"standard, d_model {cfg.d_model}, d_head {cfg.d_head}"
-             + (", LayerNorm" if cfg.layernorm else "") + (f", MLP {cfg.d_mlp}" if cfg.d_mlp else ""))
-    if cfg.layernorm or cfg.d_mlp is not None:
-        return f"{kind} ({shape}; no exact map)"
-    return f"{kind} ({shape}; read as disentangled, widths {' → '.join(map(str, cfg.widths))})"
-
-
-def _first_below(metrics: list[Evaluation], target: float) -> int | None:
-    return next((m.step for m in metrics if m.mse < target), None)
-
-
-def _mechanism(run_dir: Path) -> str | None:
-    """The mechanism an analysis of the run named (its analysis record), if any."""
-    path = RunDir(run_dir).analysis
-    if not path.is_file():
-        return None
-    from ..analysis.record import ModelAnalysis
-
-    try:
-        return str(ModelAnalysis.from_json(path.read_text()).mechanism.answer)
-    except (ValueError, KeyError, TypeError):  # a record of another version: no name to show
-        return None
-
-
-def _row_from_dir(run_dir: Path) -> RunRow:
-    model, train = RunDir(run_dir).read_config()
-    metrics = RunDir(run_dir).read_metrics()
-    last = metrics[-1] if metrics else None
-    return RunRow(run_dir, _group(model), model.d, train.seed, last.step if last else 0,
-                  last and last.mse, last and last.causal_floor, last and last.row_acc,
-                  _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir), model.causal)
-
-
-def _sweep_record(analysis, run_dir: Path):
-    """The run's typed record (``SweepRecord``): from its sweep line's ``analysis``, else its
-    ``mechanism.json``; None without one this version reads."""
-    from ..analysis.sweep_record import SweepRecord
-
-    try:
-        if isinstance(analysis, dict):
-            return SweepRecord.from_dict(analysis)
-        path = RunDir(run_dir).mechanism
-        return SweepRecord.read(path) if path.is_file() else None
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _row_from_record(root: Path, record: dict) -> RunRow:
-    """A run from a ``sweep.jsonl`` line (``invperm sweep``'s format: ``name`` (its folder under the
-    sweep), ``status``, ``step``, ``steps_to_solve``, ``final`` (the last metrics), ``mechanism``,
-    ``model`` and ``train``)."""
-    model, train = _model(record["model"]), record.get("train", {})
-    final = record.get("final")  # an Evaluation (read_sweep), or None
-    name = record.get("name") or record.get("run_dir")
-    run_dir = root / name if name else Path(train.get("out_dir") or root)
-    typed = _sweep_record(record.get("analysis"), run_dir)
-    mechanism = str(typed.answer) if typed else record.get("mechanism")
-    if isinstance(mechanism, dict):
-        mechanism = mechanism.get("name")
-    solve = record.get("steps_to_solve")
-    status = record.get("status")
-    others = tuple((style, str(answer)) for style, answer in (typed.under if typed else {}).items()
-                   if str(answer) != mechanism)
-    return RunRow(run_dir, _group(model), model.d, int(train.get("seed", 0)),
-                  int(record.get("step") or (final and final.step) or 0), final and final.mse,
-                  final and final.causal_floor, final and final.row_acc,
-                  None if solve is None else int(solve), mechanism or _mechanism(run_dir),
-                  model.causal, None if status in (None, "finished", "stopped") else status,
-                  others)
-
-
-def _varying_training(records: list[dict]) -> list[str]:
-    """The training settings that differ between a sweep's runs (seed and folder aside): they
-    join the model kind in a group's label, so runs trained otherwise are not counted together."""
-    keys = sorted({k for r in records for k in r["train"]} - {"seed", "out_dir"})
-    return [k for k in keys if len({json.dumps(r["train"].get(k)) for r in records}) > 1]
-
-
-def find_runs(directory: str | Path) -> list[RunRow]:
-    """Every run of ``directory``: from its sweep file if it has one, else each folder below it
-    holding a run. Raises ``ValueError`` when there is none."""
-    root = Path(directory)
-    if not root.is_dir():
-        raise ValueError(f"directory {root} does not exist")
-    sweep = root / SWEEP_FILE
-    if sweep.is_file():
-        rows, records = [], read_sweep(root)
-        varying = _varying_training([record for _, record in records])
-        for i, record in records:
-            try:
-                row = _row_from_record(root, record)
-            except (AttributeError, KeyError, TypeError, ValueError) as err:
-                raise ValueError(f"{sweep} line {i} is not a run record: {err}") from None
-            rows.append(replace(row, group=", ".join(
-                [row.group, *(f"{k}={record['train'].get(k)}" for k in varying)])))
-    else:
-        rows = [_row_from_dir(p.parent) for p in sorted(root.rglob(RunDir.CONFIG))
-                if p.parent != root]
-    if not rows:
-        raise ValueError(f"{root} holds no runs (no {SWEEP_FILE} and no run directory with "
-                         f"{RunDir.CONFIG} below it)")
-    return sorted(rows, key=lambda r: (r.group, r.d, r.seed, str(r.dir)))
-
+if TYPE_CHECKING:  # the rows are read above this stage (sweep.run_rows); the page only renders them
+    from ..sweep.run_rows import RunRow
 
 _SORT_JS = """
 document.querySelectorAll('table.sortable th').forEach((th, col) => {
@@ -343,17 +186,17 @@ def _group_table(rows: list[RunRow]) -> str:
 def index_html(directory: str | Path, rows: list[RunRow], title: str | None = None) -> str:
     """The index page (a string) for ``rows`` found under ``directory``."""
     root = Path(directory)
-    title = title or (f"Sweep {root.name}" if (root / SWEEP_FILE).is_file() else f"Runs in {root}")
+    title = title or f"Runs in {root}"
     body = []
     for r in rows:
         report = RunDir(r.dir).report
         name, _, _, _, _, mse, exact, solve, _ = run_texts(root, r)
         link = (f'<a href="{html.escape(os.path.relpath(report, root))}">{_breakable(name)}</a>'
                 if report.is_file() else f"{_breakable(name)} <span class='meta'>(no report)</span>")
-        mse = html.escape(mse)
-        if " = " in mse:  # the floor and the excess may wrap as one piece: a narrower column
-            value, rest = mse.split(" = ", 1)
-            mse = f"{value} = <span class='nowrap'>{rest}</span>"
+        if r.mse is not None:  # the floor and the excess may wrap as one piece: a narrower column
+            value, rest = excess_parts(r.mse, r.causal_floor if r.causal else None)
+            mse = html.escape(value) + ("" if rest is None else
+                                        f" = <span class='nowrap'>{html.escape(rest)}</span>")
         body.append("<tr>" + "".join([
             _td(link, html.escape(name)), _td(html.escape(r.group)), _td(str(r.d), r.d, True),
             _td(str(r.seed), r.seed, True), _td(str(r.steps), r.steps, True),
@@ -388,11 +231,10 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
                 script=_SORT_JS)
 
 
-def write_index(directory: str | Path, rows: list[RunRow] | None = None,
-                title: str | None = None) -> Path:
-    """Write ``directory/index.html`` for the runs under it (found with :func:`find_runs`)."""
+def write_index(directory: str | Path, rows: list[RunRow], title: str | None = None) -> Path:
+    """Write ``directory/index.html`` for ``rows``, the runs under it (``sweep.run_rows.find_runs``;
+    ``title``: default ``"Runs in DIR"``, ``run_rows.index_title`` names a sweep's)."""
     root = Path(directory)
-    rows = find_runs(root) if rows is None else rows
     path = root / "index.html"
     path.write_text(index_html(root, rows, title), encoding="utf-8")
     return path

@@ -108,7 +108,8 @@ def _named(analysis: ModelAnalysis) -> str:
     proof = " (provably smallest among the candidate cells)" if m.optimal else ""
     placed = mech.placement
     where = ("" if placed is None else
-             f" It sits on layers {placed.layers[0] + 1} and {placed.layers[1] + 1}"
+             f" It sits on layers {', '.join(str(layer + 1) for layer in placed.layers[:-1])} and "
+             f"{placed.layers[-1] + 1}"
              + (", one layer's circuit spread over the sum of its heads" if placed.summed else "")
              + "; the test below removes every other layer's and head's weights.")
     return (f"<b>Mechanism: {html.escape(shown)}</b>"
