@@ -23,14 +23,27 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1]) if parts[-1] == "__init__" else ".".join(parts)
 
 
+def _type_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:``: imports for annotations, never run."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
+
+
 def import_graph() -> dict[str, set[str]]:
     """Module → the package modules it imports anywhere in its body (function-level imports too:
-    a deferred import is still a dependency)."""
+    a deferred import is still a dependency; one under ``if TYPE_CHECKING:`` runs never and is not)."""
     modules = {_module_name(p): p for p in SRC.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        skip = _type_only(tree)
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
             if isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
@@ -83,6 +96,38 @@ def test_the_import_graph_sees_relative_and_deferred_imports():
 def test_no_import_cycle_in_the_package():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def stage_order() -> dict[str, int]:
+    """docs/design.md section 8's stage table: stage (``"top"`` for the top-level modules, else the
+    subpackage) → its place in the order."""
+    text = (REPO / "docs" / "design.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| (?:`(\w+)/`|the top-level modules) \|", text, re.M)
+    return {folder or "top": int(order) for order, folder in rows}
+
+
+def _stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (SRC / parts[1]).is_dir()) else "top"
+
+
+def test_imports_follow_the_stage_order_of_the_design():
+    """Every import points to a stage at or below its own in docs/design.md's table (the package's
+    own ``__init__``, the public surface, re-exports from any stage)."""
+    order = stage_order()
+    stages = {p.parent.name for p in SRC.glob("*/__init__.py")} | {"top"}
+    assert set(order) == stages, f"the design's table lists {sorted(order)}, the package has {sorted(stages)}"
+    against = sorted(f"{a} -> {b}" for a, targets in import_graph().items() if a != "invperm_interp"
+                     for b in targets if order[_stage(b)] > order[_stage(a)])
+    assert against == [], "imports against the stage order (docs/design.md section 8)"
+
+
+def test_the_stage_order_check_sees_an_import_against_it():
+    order = stage_order()
+    assert order["top"] < order["runs"] < order["model"] < order["training"] < order["sweep"]
+    assert _stage("invperm_interp.memory") == "top" and _stage("invperm_interp.viz.index") == "viz"
+    assert _stage("invperm_interp.viz") == "viz"
+    assert order[_stage("invperm_interp.runs.checkpoint")] < order[_stage("invperm_interp.training.optim")]
 
 
 def test_the_top_level_holds_value_types_and_every_stage_is_a_documented_subpackage():

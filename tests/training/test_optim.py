@@ -3,8 +3,13 @@
 import pytest
 import torch
 
-from invperm_interp.runs import checkpoint as ckpt
-from invperm_interp.training.optim import SGD, Adam, make_optimizer
+from invperm_interp.training.optim import (
+    SGD,
+    Adam,
+    load_optimizer_tensors,
+    make_optimizer,
+    optimizer_tensors,
+)
 
 REFERENCE = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
@@ -63,11 +68,11 @@ def test_adam_restored_from_a_checkpoint_continues_as_the_uninterrupted_torch_ru
         _set_grads(theirs, step)
         first.step()
         ref.step()
-    tensors, scalars = ckpt.optimizer_tensors(first, names)
+    tensors, scalars = optimizer_tensors(first, names)
     fresh = [torch.nn.Parameter(p.detach().clone()) for p in ours]
     second = Adam(fresh, lr=3e-3)
-    ckpt.load_optimizer_tensors(second, "adam", {id(p): f"p{i}" for i, p in enumerate(fresh)},
-                                tensors, scalars, "ckpt")
+    load_optimizer_tensors(second, "adam", {id(p): f"p{i}" for i, p in enumerate(fresh)},
+                           tensors, scalars, "ckpt")
     for key, value in tensors.items():  # the restored state is a copy, not the checkpoint's tensors
         assert all(value is not v for s in second.state.values() for v in s.values()), key
     for step in range(10, 30):

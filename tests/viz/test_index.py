@@ -9,7 +9,8 @@ from helpers import analysed
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
-from invperm_interp.viz.index import find_runs, write_index
+from invperm_interp.sweep.run_rows import find_runs, index_title
+from invperm_interp.viz.index import write_index
 
 
 def _fake_run(run_dir, d: int, seed: int, attention: str, mses: list[float], floor: float) -> dict:
@@ -38,7 +39,7 @@ def test_index_of_run_directories(tmp_path):
     _fake_run(tmp_path / "b_d4_s1", 4, 1, "bidirectional", [2.0, 0.5, 0.1], 1.0)
     _fake_run(tmp_path / "c_d4_s0", 4, 0, "causal", [2.0, 1.01, 1.001], 1.0)
     (tmp_path / "b_d4_s0" / "report.html").write_text("<html></html>")
-    page = write_index(tmp_path).read_text()
+    page = write_index(tmp_path, find_runs(tmp_path), index_title(tmp_path)).read_text()
     rows = {r[0].split()[0]: r for r in _rows(page)}
     assert set(rows) == {"b_d4_s0", "b_d4_s1", "c_d4_s0"}
     assert rows["b_d4_s0"][7] == "200"  # first eval step below 1e-3
@@ -57,7 +58,8 @@ def test_a_standard_run_is_shown_with_the_disentangled_shape_it_is_read_in(tmp_p
         config = {"model": model.to_dict(), "train": TrainConfig(steps=100, seed=0).to_dict()}
         (tmp_path / name / "config.json").write_text(json.dumps(config))
         (tmp_path / name / "metrics.jsonl").write_text(json.dumps({"step": 100, "mse": 0.5}) + "\n")
-    rows = {r[0].split()[0]: r for r in _rows(write_index(tmp_path).read_text())}
+    page = write_index(tmp_path, find_runs(tmp_path), index_title(tmp_path)).read_text()
+    rows = {r[0].split()[0]: r for r in _rows(page)}
     # T = 8, so D_0 = 4 + 8 = 12, then each layer of 2 heads triples the width
     assert rows["att"][1] == ("bidirectional [P; Y] → P (standard, d_model 8, d_head 4; read as "
                               "disentangled, widths 12 → 36 → 108)")
@@ -78,14 +80,14 @@ def test_index_reads_a_sweep_jsonl(tmp_path):
     assert [(r.seed, r.steps_to_solve, r.mechanism, r.steps, r.status) for r in rows] == [
         (0, 300, "two_block", 400, None), (1, None, "two_block", 400, "diverged")]
     assert rows[0].dir == tmp_path / "run0"
-    page = write_index(tmp_path).read_text()
+    page = write_index(tmp_path, find_runs(tmp_path), index_title(tmp_path)).read_text()
     assert "diverged at step 400" in page
     assert "under mean or resample ablation" not in page  # no record of other styles: no note
     # the sweep's analysis names run0 otherwise under resample ablation: said beside its mechanism
     records[0]["analysis"] = analysed("two_block", resample="none").to_dict()
     (tmp_path / "sweep.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     assert find_runs(tmp_path)[0].other_styles == (("resample", "none"),)
-    page = write_index(tmp_path).read_text()
+    page = write_index(tmp_path, find_runs(tmp_path), index_title(tmp_path)).read_text()
     rows = {r[0].split()[0]: r for r in _rows(page)}
     assert rows["run0"][8] == "two_block (resample: none)" and rows["run1"][8] == "two_block"
     assert "the name the rule gives under mean or resample ablation" in page
@@ -112,7 +114,7 @@ def test_index_headline_states_the_result_and_the_figure_is_not_one_dot(tmp_path
     the figure is their training curves (steps to solve against d would be a single dot)."""
     _fake_run(tmp_path / "bidirectional", 10, 0, "bidirectional", [2.0, 6.4e-4], 2.5)
     _fake_run(tmp_path / "causal", 10, 0, "causal", [2.7, 2.503912], 2.5)
-    page = write_index(tmp_path).read_text()
+    page = write_index(tmp_path, find_runs(tmp_path), index_title(tmp_path)).read_text()
     head = re.sub(r"<[^>]+>", "", page.split("<h2>Headline</h2>")[1].split("</div>")[0])
     assert "bidirectional [P; Y] → P model learns the task: final MSE 0.00064" in head
     assert "causal [P; Y] → P model sits on its causal floor: 2.50391 = floor 2.5 + 0.00391" in head

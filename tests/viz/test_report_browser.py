@@ -165,6 +165,7 @@ def test_no_index_table_overflows_at_800_px(tmp_path):
     from helpers import analysed
     from test_index import _fake_run
 
+    from invperm_interp.sweep.run_rows import find_runs, index_title
     from invperm_interp.viz.index import write_index
 
     records = []
@@ -181,7 +182,7 @@ def test_no_index_table_overflows_at_800_px(tmp_path):
                                 "mechanism": None, **config,
                                 "analysis": analysed("theorem3_superposed_complement").to_dict()})
     (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    found, _ = _load(write_index(tmp_path), tmp_path, width=800)
+    found, _ = _load(write_index(tmp_path, find_runs(tmp_path), index_title(tmp_path)), tmp_path, width=800)
     assert found["errors"] == [] and found["overflow"], found
     assert max(found["overflow"]) <= 0 and found["pageOverflow"] <= 0, found
     assert found["images"] and all(i["ok"] for i in found["images"]), found["images"]
@@ -199,11 +200,12 @@ def test_the_probe_sees_a_request_that_leaves_the_file(tmp_path):
 def test_index_table_sorts_by_a_clicked_column(tmp_path):
     from test_index import _fake_run
 
+    from invperm_interp.sweep.run_rows import find_runs, index_title
     from invperm_interp.viz.index import write_index
 
     for seed, last in enumerate((1e-4, 0.3, 2e-3)):
         _fake_run(tmp_path / f"run{seed}", 4, seed, "bidirectional", [2.0, last], 1.0)
-    page = write_index(tmp_path)
+    page = write_index(tmp_path, find_runs(tmp_path), index_title(tmp_path))
     click = """<script>window.addEventListener('load', () => {
       const th = [...document.querySelectorAll('th')].find(t => t.textContent === 'final MSE');
       th.click(); th.click();  // ascending, then descending

@@ -210,8 +210,9 @@ def _report_directory(root, args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from ..runs.directory import RunDir
+    from ..sweep.run_rows import find_runs, index_title
     from ..training.progress import progress_bar
-    from ..viz.index import find_runs, report_links, write_index
+    from ..viz.index import report_links, write_index
     from ..viz.page import write_bundle
 
     if args.step is not None or args.out is not None:
@@ -241,7 +242,7 @@ def _report_directory(root, args: argparse.Namespace) -> None:
                               getattr(err, "signum", signal.SIGINT)) from None
         progress.close()
         rows = find_runs(root)  # the new analyses name mechanisms
-    path = write_index(root, rows)
+    path = write_index(root, rows, index_title(root))
     print(f"wrote {path} ({len(rows)} runs, {len(todo) if not args.index_only else 0} new reports)")
 
 

@@ -30,9 +30,9 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     from ..analysis.discover import discover, table
     from ..analysis.verdict import check_seed
     from ..runs.directory import RunDir, check_writable
+    from ..sweep.run_rows import find_runs
     from ..training.progress import progress_bar
     from ..training.run import Run
-    from ..viz.index import find_runs
     from .analyze import set_threads
 
     set_threads(args.threads)

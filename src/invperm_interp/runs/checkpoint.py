@@ -1,7 +1,8 @@
 """Checkpoint files: safetensors tensors plus JSON metadata, written atomically, checked on load.
 
 A checkpoint is one ``.safetensors`` file. Its tensors are ``model.{param}`` (the weights),
-``optim.{param}.{key}`` (the optimizer's per-parameter state) and ``rng.{stream}`` (generator
+``optim.{param}.{key}`` (the optimizer's per-parameter state, ``training.optim`` names and checks
+them) and ``rng.{stream}`` (generator
 states as uint8). Its metadata holds ``invperm`` (JSON: format, step, config hash, device, the
 optimizer's non-tensor state, loop counters) and ``sha256``, a digest of every tensor's name, dtype,
 shape and bytes, so a file whose bytes changed is refused instead of half-loaded. Nothing is
@@ -20,11 +21,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
 
-from ..training.optim import SGD, Adam
-
 FORMAT = "invperm-checkpoint/1"
-# Per-parameter state tensors each optimizer must have once it has taken a step.
-OPTIMIZER_STATE = {"adam": ("step", "exp_avg", "exp_avg_sq"), "sgd": ()}
 
 
 def digest(tensors: dict[str, Tensor]) -> str:
@@ -127,7 +124,7 @@ def check_meta(meta: dict, path: str | Path, expected: dict[str, str]) -> None:
                              f"{meta.get(key)!r}; delete it to resume from an earlier one")
 
 
-# -- model and optimizer state ----------------------------------------------------------------
+# -- model state ------------------------------------------------------------------------------------
 def model_tensors(model: nn.Module) -> dict[str, Tensor]:
     return {f"model.{k}": v for k, v in model.state_dict().items()}
 
@@ -149,52 +146,3 @@ def load_model_tensors(model: nn.Module, tensors: dict[str, Tensor], path: str |
                 f"the model expects {tuple(own[name].shape)} and {own[name].dtype}"
             )
     model.load_state_dict(given)
-
-
-def optimizer_tensors(
-    optimizer: Adam | SGD, names: dict[int, str]
-) -> tuple[dict[str, Tensor], dict]:
-    """The per-parameter state as ``optim.{param}.{key}`` tensors plus its non-tensor entries."""
-    tensors, scalars = {}, {}
-    for p, state in optimizer.state.items():
-        for key, value in state.items():
-            if isinstance(value, Tensor):
-                tensors[f"optim.{names[id(p)]}.{key}"] = value
-            elif value is not None:
-                scalars.setdefault(names[id(p)], {})[key] = value
-    return tensors, scalars
-
-
-def load_optimizer_tensors(
-    optimizer: Adam | SGD, kind: str, names: dict[int, str],
-    tensors: dict[str, Tensor], scalars: dict, path: str | Path,
-) -> None:
-    """Restore what :func:`optimizer_tensors` saved, checking every parameter's state."""
-    params = optimizer.param_groups[0]["params"]
-    known = {names[id(p)] for p in params}
-    state: dict[int, dict] = {}
-    seen = set()
-    for index, p in enumerate(params):
-        name = names[id(p)]
-        prefix = f"optim.{name}."
-        entry = {k[len(prefix):]: v for k, v in tensors.items()
-                 if k.startswith(prefix) and "." not in k[len(prefix):]}
-        seen.update(prefix + k for k in entry)
-        entry.update(scalars.get(name, {}))
-        required = OPTIMIZER_STATE[kind]
-        if entry or required:
-            lacking = [k for k in required if k not in entry]
-            if lacking:
-                raise ValueError(f"checkpoint {path}: optimizer state of {name} lacks {lacking}")
-            for key, value in entry.items():
-                if isinstance(value, Tensor) and value.ndim and value.shape != p.shape:
-                    raise ValueError(
-                        f"checkpoint {path}: optimizer state {name}.{key} has shape "
-                        f"{tuple(value.shape)}, the parameter has {tuple(p.shape)}"
-                    )
-            state[index] = entry
-    stray = sorted(k for k in tensors if k.startswith("optim.") and k not in seen)
-    stray += sorted(f"{n} (scalars)" for n in scalars if n not in known)
-    if stray:
-        raise ValueError(f"checkpoint {path}: optimizer state for unknown parameters {stray}")
-    optimizer.load_state(state)

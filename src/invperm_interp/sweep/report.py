@@ -44,8 +44,9 @@ def write_sweep_report(folder: str | Path) -> tuple[Path, Path]:
     (steps to solve and the mechanism at each point of the grid, ``viz.sweep.plot_sweep``, against
     ``d`` or else the first varying numeric setting)."""
     from ..viz.heatmaps import save_figures
-    from ..viz.index import GROUP_HEADER, RUN_HEADER, find_runs, run_texts, write_index
+    from ..viz.index import GROUP_HEADER, RUN_HEADER, run_texts, write_index
     from ..viz.sweep import MEDIAN_IS, group_rows, plot_sweep
+    from .run_rows import find_runs, index_title
 
     folder = Path(folder)
     records = {record["name"]: record for _, record in read_sweep(folder)}
@@ -66,7 +67,7 @@ def write_sweep_report(folder: str | Path) -> tuple[Path, Path]:
              *_markdown_table(RUN_HEADER, [run_texts(folder, r) for r in runs])]
     md = folder / "sweep_report.md"
     md.write_text("\n".join(lines) + "\n")
-    write_index(folder, runs)  # titled "Sweep NAME", as `invperm report` writes it again
+    write_index(folder, runs, index_title(folder))  # as `invperm report` writes it again
 
     x_label = (("d (task size)" if x_key == ("model", "layout") else f"{x_key[0]}.{x_key[1]}")
                if x_key else "run")

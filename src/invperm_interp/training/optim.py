@@ -11,6 +11,7 @@ first use (``benchmarks/train_memory.py``); the functional updates do not.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -103,3 +104,57 @@ def make_optimizer(kind: str, params: Iterable[Tensor], lr: float) -> Adam | SGD
     if kind not in ("adam", "sgd"):
         raise ValueError(f"optimizer must be 'adam' or 'sgd', got {kind!r}")
     return (Adam if kind == "adam" else SGD)(params, lr)
+
+
+# -- in a checkpoint (runs.checkpoint: ``optim.{param}.{key}`` tensors, the rest in its metadata) ----
+#: Per-parameter state tensors each optimizer must have once it has taken a step.
+OPTIMIZER_STATE = {"adam": ("step", "exp_avg", "exp_avg_sq"), "sgd": ()}
+
+
+def optimizer_tensors(
+    optimizer: Adam | SGD, names: dict[int, str]
+) -> tuple[dict[str, Tensor], dict]:
+    """The per-parameter state as ``optim.{param}.{key}`` tensors plus its non-tensor entries."""
+    tensors, scalars = {}, {}
+    for p, state in optimizer.state.items():
+        for key, value in state.items():
+            if isinstance(value, Tensor):
+                tensors[f"optim.{names[id(p)]}.{key}"] = value
+            elif value is not None:
+                scalars.setdefault(names[id(p)], {})[key] = value
+    return tensors, scalars
+
+
+def load_optimizer_tensors(
+    optimizer: Adam | SGD, kind: str, names: dict[int, str],
+    tensors: dict[str, Tensor], scalars: dict, path: str | Path,
+) -> None:
+    """Restore what :func:`optimizer_tensors` saved, checking every parameter's state."""
+    params = optimizer.param_groups[0]["params"]
+    known = {names[id(p)] for p in params}
+    state: dict[int, dict] = {}
+    seen = set()
+    for index, p in enumerate(params):
+        name = names[id(p)]
+        prefix = f"optim.{name}."
+        entry = {k[len(prefix):]: v for k, v in tensors.items()
+                 if k.startswith(prefix) and "." not in k[len(prefix):]}
+        seen.update(prefix + k for k in entry)
+        entry.update(scalars.get(name, {}))
+        required = OPTIMIZER_STATE[kind]
+        if entry or required:
+            lacking = [k for k in required if k not in entry]
+            if lacking:
+                raise ValueError(f"checkpoint {path}: optimizer state of {name} lacks {lacking}")
+            for key, value in entry.items():
+                if isinstance(value, Tensor) and value.ndim and value.shape != p.shape:
+                    raise ValueError(
+                        f"checkpoint {path}: optimizer state {name}.{key} has shape "
+                        f"{tuple(value.shape)}, the parameter has {tuple(p.shape)}"
+                    )
+            state[index] = entry
+    stray = sorted(k for k in tensors if k.startswith("optim.") and k not in seen)
+    stray += sorted(f"{n} (scalars)" for n in scalars if n not in known)
+    if stray:
+        raise ValueError(f"checkpoint {path}: optimizer state for unknown parameters {stray}")
+    optimizer.load_state(state)

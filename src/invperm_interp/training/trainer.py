@@ -29,7 +29,7 @@ from ..runs.evaluation import Evaluation
 from ..runs.lock import RunLock
 from ..task import mse, sample_batch
 from .metrics import Scores, evaluate, evaluation_chunk
-from .optim import make_optimizer
+from .optim import load_optimizer_tensors, make_optimizer, optimizer_tensors
 from .progress import progress_bar
 from .run import Run, kept_evaluation, resolve_device
 from .schedule import learning_rate
@@ -153,7 +153,7 @@ class Trainer:
             raise ValueError(f"steps must be >= the last checkpoint's step {step}, "
                              f"got {self.cfg.steps}")
         ckpt.load_model_tensors(self.model, tensors, path)
-        ckpt.load_optimizer_tensors(self.optimizer, self.cfg.optimizer, self.names, tensors,
+        load_optimizer_tensors(self.optimizer, self.cfg.optimizer, self.names, tensors,
                                     meta.get("optimizer", {}), path)
         rng = tensors.get("rng.data")
         if rng is None or rng.dtype != torch.uint8:
@@ -189,7 +189,7 @@ class Trainer:
 
     def checkpoint(self) -> None:
         tensors = ckpt.model_tensors(self.model)
-        opt_tensors, scalars = ckpt.optimizer_tensors(self.optimizer, self.names)
+        opt_tensors, scalars = optimizer_tensors(self.optimizer, self.names)
         tensors.update(opt_tensors)
         tensors["rng.data"] = self.generator.get_state()
         meta = {"step": self.step, "config_hash": self.hash, "device": self.device.type,

@@ -20,6 +20,7 @@ from .svg import BLUE, RED, Drawing
 ACCURACIES = (("entry_acc", "entries exact"), ("row_acc", "rows exact"),
               ("sample_acc", "samples exact (whole Y)"))  # Evaluation's fields
 SOLVED_BELOW = 1e-3  # a model with MSE below this solves the task ("steps to solve": first step below)
+AT_FLOOR = 0.01  # a causal run within 1% of its floor sits on it
 EXCESS_LINEAR = 1e-4  # symlog: linear within ±1e-4 of the floor, logarithmic beyond
 
 

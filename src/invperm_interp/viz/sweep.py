@@ -70,7 +70,7 @@ GROUP_HEADER = ["model", "runs", "learn the task", "median steps to learn it",
 
 
 def group_rows(rows: list) -> list[list]:
-    """One row per model kind (:data:`GROUP_HEADER`) of ``rows`` (``viz.index.RunRow``: ``group``,
+    """One row per model kind (:data:`GROUP_HEADER`) of ``rows`` (``sweep.run_rows.RunRow``: ``group``,
     ``solved``, ``steps_to_solve``, ``mechanism``): runs, how many learn the task, their median
     steps (:data:`MEDIAN_IS`) and the runs per mechanism."""
     groups: dict[str, list] = {}
