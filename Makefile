@@ -41,12 +41,13 @@ demo: $(STAMP)
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict
 
-# The note's claims' tables and figures under assets/ (trains 8 models: about 12 minutes on 2
-# cores, most of it the paper recipe's 10,000 steps); `make census`, `make dynamics` and
-# `make sweep` write the rest of assets/.
+# The note's claims' tables and figures under assets/ (trains 8 models into runs/reproduce: about
+# 12 minutes on 2 cores, most of it the paper recipe's 10,000 steps); `make census`, `make dynamics`
+# and `make sweep` write the rest of assets/. The scripts write into assets/ only when given
+# --update-assets, as every target here that rewrites assets/ does (without it: beside their runs).
 reproduce: $(STAMP)
 	for script in constructions_table causal_floors learned_circuits patching paper_recipe; do \
-		$(PY) analyses/$$script.py || exit 1; done
+		$(PY) analyses/$$script.py --update-assets || exit 1; done
 
 # Beyond the note: learning speed and mechanism across d (20 runs, one process per core, early
 # stopping; resumable). Table and figure: runs/sweep_d/sweep_report.{md,png,svg}, copied to
@@ -78,8 +79,8 @@ census-shapes: $(STAMP)
 # Resumable; timelines are cached per run.
 dynamics: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/dynamics.toml --out runs/dynamics --workers 1
-	$(PY) analyses/dynamics.py runs/dynamics
-	$(PY) analyses/dynamics_fine.py runs/dynamics
+	$(PY) analyses/dynamics.py runs/dynamics --update-assets
+	$(PY) analyses/dynamics_fine.py runs/dynamics --update-assets
 
 # Beyond the census: which test says "this circuit is the mechanism". Sixteen of the census's
 # causal-scratch d = 10 runs re-trained (one worker, about 4 CPU minutes), then each claim scrubbed
@@ -87,7 +88,7 @@ dynamics: $(STAMP)
 # docs/results/scrubbing.md.
 scrubbing: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/scrubbing.toml --out runs/scrubbing --workers 1
-	$(PY) analyses/scrubbing.py runs/scrubbing
+	$(PY) analyses/scrubbing.py runs/scrubbing --update-assets
 
 # The causal-scratch runs the census's rule left unnamed before the guarded superposed forms were
 # registered that stop by step 2,000, re-trained with four named ones (21 runs, about 30 CPU minutes
@@ -95,7 +96,7 @@ scrubbing: $(STAMP)
 # forms: assets/discovery.{md,json}, read in docs/results/census.md.
 discovery: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/discovery.toml --out runs/discovery --workers 1
-	$(PY) analyses/discovery.py runs/discovery
+	$(PY) analyses/discovery.py runs/discovery --update-assets
 
 # Beyond the note: the census on standard transformers beside the disentangled one (docs/standard.md):
 # the grid analyses/grids/census_standard.toml (224 runs, attention-only, d_model 64; its dry run
@@ -111,8 +112,10 @@ census-standard: $(STAMP)
 	$(PY) analyses/continue_unsolved.py runs/census_standard runs/standard_scratch_long \
 		--prefix scratch_d10_n_heads1_ --steps 5000 --limit 8
 	cp runs/standard_scratch_long/continued.json assets/standard_scratch_long.json
-	$(PY) analyses/minimal_under_mean.py runs/census_standard --out assets/minimal_under_mean.json
-	$(PY) analyses/minimal_under_mean.py runs/census --per-group 4 --out assets/minimal_under_mean.json
+	$(PY) analyses/minimal_under_mean.py runs/census_standard --out assets/minimal_under_mean.json \
+		--update-assets
+	$(PY) analyses/minimal_under_mean.py runs/census --per-group 4 --out assets/minimal_under_mean.json \
+		--update-assets
 	$(VENV)/bin/invperm sweep analyses/grids/standard_scratch_lr.toml --out runs/standard_scratch_lr
 	cp runs/standard_scratch_lr/sweep.jsonl assets/standard_scratch_lr.jsonl
 
@@ -125,7 +128,8 @@ standard: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/standard.toml --out runs/standard --workers 2
 	$(VENV)/bin/invperm sweep analyses/grids/standard_long.toml --out runs/standard_long --workers 2
 	$(VENV)/bin/invperm sweep analyses/grids/standard_solve.toml --out runs/standard_solve --workers 2
-	$(PY) analyses/standard.py --floor runs/standard --long runs/standard_long --solve runs/standard_solve
+	$(PY) analyses/standard.py --floor runs/standard --long runs/standard_long --solve runs/standard_solve \
+		--update-assets
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks analyses

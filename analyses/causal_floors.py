@@ -1,13 +1,19 @@
 """Claim (Theorem 1, made exact): under a causal mask the best MSE is a visibility floor.
 
-Writes assets/causal_floors.{json,md}: the closed-form floor, an independent Monte Carlo of the
-Bayes-optimal predictor (mean ± standard error) and, for d <= 3, exact enumeration, across layouts
-and read-out segments.
+Writes causal_floors.{json,md} into runs/reproduce/ (or ``--out DIR``; the checkout's assets/
+with ``--update-assets``, as ``make reproduce`` does): the closed-form floor, an independent Monte
+Carlo of the Bayes-optimal predictor (mean ± standard error) and, for d <= 3, exact enumeration,
+across layouts and read-out segments.
+
+    python analyses/causal_floors.py [--out DIR | --update-assets]
 """
 
 from __future__ import annotations
 
-from common import write_table
+import argparse
+import sys
+
+from common import REPRODUCE, add_output_arguments, output_folder, refuse, write_table
 
 from invperm_interp import Layout
 from invperm_interp.maths.floors import bayes_mse_monte_carlo, causal_floor, exact_floor_enumeration
@@ -21,7 +27,14 @@ LAYOUTS = {
 }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_output_arguments(parser, str(REPRODUCE))
+    args = parser.parse_args(argv)
+    try:
+        out = output_folder(args, REPRODUCE)
+    except ValueError as err:
+        return refuse("causal_floors", err)
     rows = []
     for layout_name, make in LAYOUTS.items():
         for d in (3, 10):
@@ -34,11 +47,12 @@ def main() -> None:
                 rows.append({"layout": layout_name, "d": d, "readout": seg.name,
                              "floor": causal_floor(layout, seg.name), "monte_carlo": mc,
                              "mc_se": se, "enumeration": "—" if exact is None else exact})
-    write_table("causal_floors", rows, "Exact causal floors (the note's loss; 0.5 everywhere costs d/4)",
+    write_table(out, "causal_floors", rows, "Exact causal floors (the note's loss; 0.5 everywhere costs d/4)",
                 "Reading P rows of [P; Y_P] the floor is d/4 = 2.5 at d = 10: the note's 'about 2.5' "
                 "is this floor. Reversing the input to [Y_P; P] does not rescue the model but lowers the "
                 "floor (0.9 at d = 10) because the P rows seen so far identify some Y rows.")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -39,9 +39,14 @@ KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "scratch": "causal 
 
 
 def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
-    """One row per analysed run of the sweep, and the number of runs planned per (model, d)."""
+    """One row per analysed run of the sweep, and the number of runs planned per (model, d);
+    ``ValueError`` when its ``sweep.jsonl`` is missing, not run records, or lists no runs (as
+    ``invperm sweep-report`` refuses it)."""
     rows, planned = [], Counter()
-    for _, record in read_sweep(folder):
+    records = read_sweep(folder)
+    if not records:
+        raise ValueError(f"{folder}/sweep.jsonl lists no runs")
+    for _, record in records:
         model, train = record["model"], record["train"]
         kind = "bidirectional" if model["attention_dir"] == "bidirectional" else "scratch"
         d = model["layout"]["d"]

@@ -1,18 +1,30 @@
-"""Shared output helpers for the analyses: every table is written as JSON and Markdown."""
+"""Shared output helpers for the analyses: where a script writes (next to its runs, ``--out``, or
+the checkout's ``assets/`` only with ``--update-assets``), and every table as JSON and Markdown."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
+REPRODUCE = Path("runs/reproduce")  # `make reproduce`'s runs, and its scripts' default output
 
 
-def asset(name: str) -> Path:
-    """Path of ``assets/name``, with its folder created."""
-    path = ASSETS / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
+def in_assets(path: Path) -> bool:
+    """Whether ``path`` is the checkout's ``assets/`` or lies inside it."""
+    resolved, assets = Path(path).resolve(), ASSETS.resolve()
+    return resolved == assets or assets in resolved.parents
+
+
+def outside_assets(folder: Path) -> Path:
+    """``folder``, or ``ValueError`` when it is in ``assets/``: only ``--update-assets`` writes
+    there (the committed tables and figures)."""
+    if in_assets(folder):
+        raise ValueError(f"{folder} is in assets/: pass --update-assets to rewrite the committed "
+                         "assets, or choose another folder")
+    return Path(folder)
 
 
 def report_folder(source: Path, from_json: bool, update_assets: bool) -> Path:
@@ -23,12 +35,39 @@ def report_folder(source: Path, from_json: bool, update_assets: bool) -> Path:
     if update_assets:
         return ASSETS
     if not from_json:
-        return source
-    folder = source.resolve().parent
-    if folder == ASSETS.resolve():
+        return outside_assets(source)
+    if in_assets(source.parent):
         raise ValueError(f"{source} is in assets/: pass --update-assets to rewrite the committed "
                          "assets, or copy the JSON elsewhere to write the report beside it")
     return source.parent
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--out DIR`` (the folder written; ``default`` says which it is without it) and
+    ``--update-assets`` (write into the checkout's ``assets/`` instead): read by
+    :func:`output_folder`."""
+    parser.add_argument("--out", type=Path, help=f"the folder written (default: {default})")
+    parser.add_argument("--update-assets", action="store_true",
+                        help="write into the checkout's assets/ (the committed tables and figures) "
+                        "instead")
+
+
+def output_folder(args: argparse.Namespace, default: Path) -> Path:
+    """Where a script writes: ``assets/`` with ``--update-assets``, else ``--out``, else ``default``.
+    ``ValueError`` for both options at once, and for a folder in ``assets/`` without
+    ``--update-assets``."""
+    if args.update_assets:
+        if args.out is not None:
+            raise ValueError(f"--out {args.out} and --update-assets: give one of them")
+        return ASSETS
+    return outside_assets(args.out if args.out is not None else Path(default))
+
+
+def output(folder: Path, name: str) -> Path:
+    """Path of ``folder/name``, with its folder created."""
+    path = Path(folder) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def fmt(value) -> str:
@@ -37,14 +76,18 @@ def fmt(value) -> str:
     return str(value)
 
 
-def write_table(name: str, rows: list[dict], title: str, notes: str = "") -> None:
-    """``assets/name.json`` (the rows) and ``assets/name.md`` (a Markdown table with a title)."""
-    asset(f"{name}.json").write_text(json.dumps(rows, indent=2) + "\n")
+def write_table(folder: Path, name: str, rows: list[dict], title: str, notes: str = "") -> None:
+    """``folder/name.json`` (the rows) and ``folder/name.md`` (a Markdown table with a title)."""
+    output(folder, f"{name}.json").write_text(json.dumps(rows, indent=2) + "\n")
     columns = list(rows[0])
     lines = [f"# {title}", "", notes, "" if notes else None,
              "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     lines += ["| " + " | ".join(fmt(r[c]) for c in columns) + " |" for r in rows]
-    asset(f"{name}.md").write_text("\n".join(x for x in lines if x is not None) + "\n")
-    print(f"wrote assets/{name}.json and assets/{name}.md")
+    output(folder, f"{name}.md").write_text("\n".join(x for x in lines if x is not None) + "\n")
+    print(f"wrote {Path(folder) / name}.json and {Path(folder) / name}.md")
 
 
+def refuse(script: str, message) -> int:
+    """``script: error: message`` on stderr, one line; returns 2, the exit status of a bad argument."""
+    print(f"{script}: error: {message}", file=sys.stderr)
+    return 2

@@ -9,7 +9,8 @@ rate, the adam recipe's, that is the run trained that long from the start). Ever
 reaches the solve MSE is analysed as the sweep analyses its runs (the ``mechanism`` settings
 recorded in ``sweep.jsonl``'s analyses: samples, seed, batches, ablation styles). Writes
 ``OUT/continued.json``: per run, the step it solved at (or none) and its final MSE, and the
-mechanism named. Resumable: a copy already trained to ``--steps`` or analysed is not redone.
+mechanism named. Resumable: a copy already trained to ``--steps`` or analysed is not redone. OUT
+is never in the checkout's assets/ (``make census-standard`` copies continued.json there).
 
     python analyses/continue_unsolved.py runs/census_standard runs/standard_scratch_long \\
         --prefix scratch_d10_n_heads1_ --steps 5000 --limit 8
@@ -25,6 +26,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from common import in_assets
 from tqdm import tqdm
 
 from invperm_interp.runs.directory import RunDir
@@ -82,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     from invperm_interp.sweep.tasks import write_analysis
 
     try:
+        if in_assets(args.out):
+            raise ValueError(f"out: {args.out} is in assets/: the copies train elsewhere (copy "
+                             "OUT/continued.json into assets/ after)")
         records = [r for _, r in read_sweep(args.sweep)]
         settings = settings_of(records)
         chosen = unsolved(records, args.prefix, args.limit)

@@ -16,9 +16,14 @@ circuit-only score, each cell's fitted β and the rule's name at every checkpoin
   reaches 0.5 (and the plateau exit's step minus where it reaches 0.1).
 
 Per (model, final mechanism) it writes medians, the cells' order of forming and how many seeds
-share it, and a figure of every run aligned at its drop: assets/dynamics.{json,md,png,svg}.
-Run: python analyses/dynamics.py runs/dynamics [--stride 1]; ``--from-json assets/dynamics.json``
-rewrites dynamics.md alone from the committed per-run rows (the figure needs the runs' curves).
+share it, and a figure of every run aligned at its drop: dynamics.{json,md,png,svg} next to the
+runs (the sweep folder), or into ``--out DIR``, or into the checkout's assets/ with
+``--update-assets`` (as ``make dynamics`` does). ``--from-json DYNAMICS.json`` rewrites the table
+(dynamics.json) and dynamics.md alone from a dynamics.json's per-run rows (the figure needs the
+runs' curves), beside that JSON; the committed one in assets/ only with ``--update-assets``.
+
+Run: python analyses/dynamics.py runs/dynamics [--stride 1] [--update-assets]
+     python analyses/dynamics.py assets/dynamics.json --from-json --update-assets
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -34,7 +40,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
-from common import asset  # noqa: E402
+from common import add_output_arguments, output, output_folder, refuse, report_folder  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
@@ -261,16 +267,17 @@ def markdown(runs: list[dict], folder_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_assets(runs: list[dict], folder: Path) -> None:
+def write(runs: list[dict], folder: Path, out: Path) -> None:
+    """``out/dynamics.{json,md,png,svg}`` of the runs of the sweep ``folder``."""
     per_run = [{k: v for k, v in r.items() if k != "curves"} for r in runs]
-    asset("dynamics.json").write_text(json.dumps({"table": table(runs), "runs": per_run}, indent=1)
-                                      + "\n")
-    asset("dynamics.md").write_text(markdown(runs, folder.name))
-    save_figures(figure(runs), asset("dynamics.png"))
-    print("wrote assets/dynamics.{json,md,png,svg}")
+    output(out, "dynamics.json").write_text(json.dumps({"table": table(runs), "runs": per_run},
+                                                       indent=1) + "\n")
+    output(out, "dynamics.md").write_text(markdown(runs, folder.name))
+    save_figures(figure(runs), output(out, "dynamics.png"))
+    print(f"wrote {out / 'dynamics'}.{{json,md,png,svg}}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="the sweep folder (runs trained with dense checkpoints), or "
                         "a dynamics.json with --from-json")
@@ -281,26 +288,39 @@ def main() -> None:
                         help="at most this many checkpoints per run (a larger stride for long runs)")
     parser.add_argument("--cached", action="store_true",
                         help="only the runs whose timeline is already computed (while a sweep runs)")
-    args = parser.parse_args()
+    add_output_arguments(parser, "the sweep folder, or beside the JSON with --from-json")
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     folder = Path(args.folder)
+    try:
+        if args.from_json and args.out is None and not args.update_assets:
+            out = report_folder(folder, True, False)  # beside the JSON, refused in assets/
+        else:
+            out = output_folder(args, folder)
+    except ValueError as err:
+        return refuse("dynamics", err)
     if args.from_json:
+        if not folder.is_file():
+            return refuse("dynamics", f"folder: {folder} is no file: expected a dynamics.json with "
+                          "--from-json")
         runs = json.loads(folder.read_text())["runs"]
-        asset("dynamics.json").write_text(json.dumps({"table": table(runs), "runs": runs}, indent=1)
-                                          + "\n")
-        asset("dynamics.md").write_text(markdown(runs, "dynamics"))
-        print("wrote assets/dynamics.{json,md}")
-        return
+        output(out, "dynamics.json").write_text(json.dumps({"table": table(runs), "runs": runs},
+                                                           indent=1) + "\n")
+        output(out, "dynamics.md").write_text(markdown(runs, "dynamics"))
+        print(f"wrote {out / 'dynamics'}.{{json,md}}")
+        return 0
     done = sorted(p for p in folder.iterdir() if RunDir(p).is_finished
-                  and (RunDir(p).timeline.is_file() or not args.cached))
+                  and (RunDir(p).timeline.is_file() or not args.cached)) if folder.is_dir() else []
     if not done:
-        raise SystemExit(f"{folder} holds no finished run")
+        return refuse("dynamics", f"folder: {folder} holds no finished run: expected the sweep "
+                      "folder of analyses/grids/dynamics.toml")
     runs = []
     for run_dir in tqdm(done, desc="dynamics: timelines", unit="run"):
         kind = RunDir(run_dir).read_config()[0].attention_dir
         runs.append(summarise(cached_timeline(run_dir, args.stride, args.most), kind))
-    write_assets(runs, folder)
+    write(runs, folder, out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

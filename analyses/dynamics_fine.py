@@ -10,10 +10,11 @@ it, bit for bit; the record counts the stored checkpoints met identically) and, 
 analysed against the final circuit (``analysis.timeline.refine``, cached as ``timeline_fine.json``).
 Every time of ``analyses/dynamics.py`` (leaving the plateau, the drop, a cell forming, the progress
 measures' leads) is then read again on the finer timeline, with a 95% interval for each median
-over runs (order statistics), and set beside its 25-step value:
-assets/dynamics_fine.{json,md,png,svg}.
+over runs (order statistics), and set beside its 25-step value: dynamics_fine.{json,md,png,svg}
+next to the runs (the sweep folder), or into ``--out DIR``, or into the checkout's assets/ with
+``--update-assets`` (as ``make dynamics`` does).
 
-Run: python analyses/dynamics_fine.py runs/dynamics [--every 5]
+Run: python analyses/dynamics_fine.py runs/dynamics [--every 5] [--update-assets]
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
-from common import asset  # noqa: E402
+from common import add_output_arguments, output, output_folder, refuse  # noqa: E402
 from dynamics import (  # noqa: E402
     KINDS,
     cached_timeline,
@@ -213,16 +214,24 @@ def markdown(rows: list[dict], runs: list[dict], replays: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="the dynamics sweep folder (runs/dynamics)")
     parser.add_argument("--every", type=int, default=5, help="the finest resolution, in steps")
-    args = parser.parse_args()
+    add_output_arguments(parser, "the sweep folder")
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     folder = Path(args.folder)
-    done = sorted(p for p in folder.iterdir() if RunDir(p).is_finished and RunDir(p).timeline.is_file())
+    try:
+        out = output_folder(args, folder)
+    except ValueError as err:
+        return refuse("dynamics_fine", err)
+    done = sorted(p for p in folder.iterdir() if RunDir(p).is_finished
+                  and RunDir(p).timeline.is_file()) if folder.is_dir() else []
     if not done:
-        raise SystemExit(f"{folder} holds no finished run with a timeline: run analyses/dynamics.py")
+        return refuse("dynamics_fine", f"folder: {folder} holds no finished run with a timeline: "
+                      "expected the sweep folder of analyses/grids/dynamics.toml after "
+                      "analyses/dynamics.py")
     coarse, fine, replays = [], [], []
     try:
         for run_dir in tqdm(done, desc="dynamics at 5 steps", unit="run"):
@@ -243,12 +252,13 @@ def main() -> None:
         raise SystemExit(130) from None
     rows = table(coarse, fine)
     per_run = [{k: v for k, v in r.items() if k != "curves"} for r in fine]
-    asset("dynamics_fine.json").write_text(json.dumps({"table": rows, "runs": per_run}, indent=1)
-                                           + "\n")
-    asset("dynamics_fine.md").write_text(markdown(rows, fine, replays))
-    save_figures(figure(fine), asset("dynamics_fine.png"))
-    print("wrote assets/dynamics_fine.{json,md,png,svg}")
+    output(out, "dynamics_fine.json").write_text(json.dumps({"table": rows, "runs": per_run},
+                                                            indent=1) + "\n")
+    output(out, "dynamics_fine.md").write_text(markdown(rows, fine, replays))
+    save_figures(figure(fine), output(out, "dynamics_fine.png"))
+    print(f"wrote {out / 'dynamics_fine'}.{{json,md,png,svg}}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,17 +6,21 @@ Trains, with the fast recipe (Adam, lr 1e-2, N(0, 0.01²) init, batch 1024, d = 
 - a causal model on [P; Y_P; S] reading the scratch rows (Theorem 3; the note trains none).
 For each run it records the final MSE against the causal floor, the circuit found in the gauge-fixed
 weights, and the mechanism by the library's rule (the construction whose circuit runs on its own).
-Writes assets/learned_circuits.{json,md}, assets/training_curves.{png,svg} and
-assets/learned/RUN.{png,svg} (the gauge-fixed weights of each run).
+Writes learned_circuits.{json,md}, training_curves.{png,svg} and learned/RUN.{png,svg} (the
+gauge-fixed weights of each run) beside the runs (``--runs``, default runs/reproduce/), or into
+``--out DIR``, or into the checkout's assets/ with ``--update-assets`` (as ``make reproduce`` does).
+
+    python analyses/learned_circuits.py [--runs DIR] [--out DIR | --update-assets]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
-from common import asset, write_table
+from common import REPRODUCE, add_output_arguments, output, output_folder, refuse, write_table
 
 from invperm_interp import Layout, ModelConfig, sample_batch
 from invperm_interp.analysis import closest_construction, explain, mechanism
@@ -38,12 +42,17 @@ def runs(seeds: int) -> dict[str, tuple[ModelConfig, int, int]]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=4, help="bidirectional seeds")
-    parser.add_argument("--runs", default="runs/reproduce", help="where the training runs go")
+    parser.add_argument("--runs", default=str(REPRODUCE), help="where the training runs go")
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    add_output_arguments(parser, "the --runs folder")
+    args = parser.parse_args(argv)
+    try:
+        out = output_folder(args, Path(args.runs))
+    except ValueError as err:
+        return refuse("learned_circuits", err)
 
     rows, curves, causal = [], {}, set()
     for name, (cfg, steps, seed) in runs(args.seeds).items():
@@ -73,10 +82,11 @@ def main() -> None:
         if cfg.causal:
             causal.add(name)
         fig = plot_circuit(model, gauge_fixed=True, title=f"{name}: gauge-fixed weights")
-        save_figures(fig, asset(f"learned/{name}.png"))
+        save_figures(fig, output(out, f"learned/{name}.png"))
 
-    save_figures(plot_runs(curves, causal, "Adam lr 1e-2, batch 1024, d = 10"), asset("training_curves.png"))
-    write_table("learned_circuits", rows, "What training learns (Adam lr 1e-2, d = 10, batch 1024)",
+    save_figures(plot_runs(curves, causal, "Adam lr 1e-2, batch 1024, d = 10"),
+                 output(out, "training_curves.png"))
+    write_table(out, "learned_circuits", rows, "What training learns (Adam lr 1e-2, d = 10, batch 1024)",
                 "mechanism: the library's rule (analysis.mechanism): the working construction whose "
                 "cells, run alone at the model's fitted beta, get at least 99% of rows exact and "
                 "recover at least 80% of the loss, with its templates' signs ('none' otherwise); "
@@ -85,7 +95,8 @@ def main() -> None:
                 "closest_by_patterns: the registry entry with the nearest "
                 "attention patterns at its best beta. top_atoms: the four largest atoms (L1 = "
                 "blocks.0).")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,10 +18,14 @@ variant and heads per layer, in grid order, this runs on the sweep's own evaluat
 
 Writes OUT (JSON): per run, the zero-ablation name and minimal circuit from its sweep record
 beside these, and a summary per setting, model and d, also as markdown (``.md``) and the final layer alone
-per run as a figure (``.png``) beside it. Resumable: runs already in OUT are not redone.
+per run as a figure (``.png``) beside it. Resumable: runs already in OUT are not redone. An OUT in
+the checkout's assets/ is written only with ``--update-assets`` (as ``make census-standard`` does).
 
-    python analyses/minimal_under_mean.py runs/census_standard --out assets/minimal_under_mean.json
-    python analyses/minimal_under_mean.py runs/census --per-group 4 --out assets/minimal_under_mean.json
+    python analyses/minimal_under_mean.py runs/census_standard --out runs/minimal_under_mean.json
+    python analyses/minimal_under_mean.py runs/census_standard --out assets/minimal_under_mean.json \
+        --update-assets
+    python analyses/minimal_under_mean.py runs/census --per-group 4 \
+        --out assets/minimal_under_mean.json --update-assets
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import json
 import sys
 from pathlib import Path
 
+from common import in_assets
 from tqdm import tqdm
 
 from invperm_interp.sweep.collect import read_sweep
@@ -284,16 +289,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-group", type=int, default=1000,
                         help="at most this many solved runs per variant and heads per layer")
     parser.add_argument("--out", type=Path, required=True, help="the JSON file written")
+    parser.add_argument("--update-assets", action="store_true",
+                        help="allow an OUT in the checkout's assets/ (the committed tables)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     args = parser.parse_args(argv)
     if args.per_group < 1:
         parser.error(f"--per-group must be at least 1, got {args.per_group}")
+    if in_assets(args.out) and not args.update_assets:
+        parser.error(f"--out {args.out} is in assets/: pass --update-assets to rewrite the committed "
+                     "assets, or choose another file")
     import torch
 
     torch.set_num_threads(args.threads)
     done = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
     seen = {(r["folder"], r["run"]) for r in done}
-    sweeps = {folder: [row for _, row in read_sweep(folder)] for folder in args.folders}
+    try:
+        sweeps = {folder: [row for _, row in read_sweep(folder)] for folder in args.folders}
+    except ValueError as err:
+        parser.error(str(err))
     todo = [(folder / row["name"], row) for folder, rows in sweeps.items()
             for row in chosen_runs(rows, args.prefix, args.per_group)
             if (folder.name, row["name"]) not in seen]

@@ -2,17 +2,21 @@
 
 Trains the bidirectional d = 10 model twice with the same data stream: the note's recipe exactly
 (zero init, SGD lr 1, element-wise gradient clipping to ±1, cosine decay over the note's 2^16 steps;
-the first --paper-steps of its run) and the default Adam recipe. Writes assets/paper_vs_adam.{png,svg}
-and assets/paper_vs_adam.{json,md}.
+the first --paper-steps of its run) and the default Adam recipe. Writes paper_vs_adam.{png,svg}
+and paper_vs_adam.{json,md} beside the runs (``--runs``, default runs/reproduce/), or into
+``--out DIR``, or into the checkout's assets/ with ``--update-assets`` (as ``make reproduce`` does).
+
+    python analyses/paper_recipe.py [--runs DIR] [--out DIR | --update-assets]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from common import asset, write_table
+from common import REPRODUCE, add_output_arguments, output, output_folder, refuse, write_table
 
 from invperm_interp import Layout, ModelConfig
 from invperm_interp.config import TrainConfig
@@ -20,13 +24,18 @@ from invperm_interp.training.single import train_or_reuse
 from invperm_interp.viz.heatmaps import save_figures
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--paper-steps", type=int, default=10_000)
     parser.add_argument("--adam-steps", type=int, default=1_500)
-    parser.add_argument("--runs", default="runs/reproduce")
+    parser.add_argument("--runs", default=str(REPRODUCE), help="where the training runs go")
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+    add_output_arguments(parser, "the --runs folder")
+    args = parser.parse_args(argv)
+    try:
+        out = output_folder(args, Path(args.runs))
+    except ValueError as err:
+        return refuse("paper_recipe", err)
 
     model_cfg = ModelConfig(Layout.plain(10), attention_dir="bidirectional", readout="P")
     metrics, rows = {}, []
@@ -58,11 +67,12 @@ def main() -> None:
     ax.set_title("Bidirectional d = 10: the note's recipe against Adam (same data stream)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save_figures(fig, asset("paper_vs_adam.png"))
-    write_table("paper_vs_adam", rows, "The note's recipe against Adam (bidirectional, d = 10)",
+    save_figures(fig, output(out, "paper_vs_adam.png"))
+    write_table(out, "paper_vs_adam", rows, "The note's recipe against Adam (bidirectional, d = 10)",
                 "paper: zero init, SGD lr 1, element-wise clipping to ±1, cosine over the note's "
                 "2^16 steps (a prefix of the note's run); adam: lr 1e-2 from N(0, 0.01²).")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

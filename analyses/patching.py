@@ -3,17 +3,22 @@
 For constructions and the learned bidirectional models (from learned_circuits.py), patch each named
 block of the clean run into a corrupted one (keep Y_P and change P, or keep P and change Y_P) at
 every layer's input, and plot how much of the clean output each block restores. Writes
-assets/patching/NAME.{png,svg} and assets/patching.{json,md}.
+patching/NAME.{png,svg} and patching.{json,md} beside the runs read (``--runs``, default
+runs/reproduce/), or into ``--out DIR``, or into the checkout's assets/ with ``--update-assets`` (as
+``make reproduce`` does).
+
+    python analyses/patching.py [--runs DIR] [--out DIR | --update-assets]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
-from common import asset, write_table
+from common import REPRODUCE, add_output_arguments, output, output_folder, refuse, write_table
 
 from invperm_interp import Run, make_input, sample_batch
 from invperm_interp.analysis import mse_to, patch_blocks
@@ -31,11 +36,17 @@ def models(runs: Path) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", default="runs/reproduce")
+    parser.add_argument("--runs", default=str(REPRODUCE),
+                        help="the runs of learned_circuits.py (its learned models are patched too)")
     parser.add_argument("--n", type=int, default=64)
-    args = parser.parse_args()
+    add_output_arguments(parser, "the --runs folder")
+    args = parser.parse_args(argv)
+    try:
+        out = output_folder(args, Path(args.runs))
+    except ValueError as err:
+        return refuse("patching", err)
 
     rows = []
     for name, model in models(Path(args.runs)).items():
@@ -59,11 +70,12 @@ def main() -> None:
                              "best_block": result.labels["block"][best],
                              "restores": float(values[best])})
         fig.tight_layout()
-        save_figures(fig, asset(f"patching/{name.replace(' ', '_')}.png"))
-    write_table("patching", rows, "Activation patching: the block that restores most, per layer input",
+        save_figures(fig, output(out, f"patching/{name.replace(' ', '_')}.png"))
+    write_table(out, "patching", rows, "Activation patching: the block that restores most, per layer input",
                 "Normalised: (metric - corrupted) / (clean - corrupted) with the note's MSE against the "
                 "clean Y; 1 = fully restored.")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

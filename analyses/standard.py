@@ -14,9 +14,12 @@ Reads two sweeps (docs/standard.md), each run by `invperm sweep` (resumable):
   Wilson 95% intervals, the steps to solve, and each solved attention-only run's mechanism named by
   the library's rule through the exact map.
 
-Runs not yet trained are not counted. Writes assets/standard.{json,md,png}.
+Runs not yet trained are not counted; a floor folder without a finished run is refused. Writes
+standard.{json,md,png} next to the floor runs (``--floor``), or into ``--out DIR``, or into the
+checkout's assets/ with ``--update-assets`` (as ``make standard`` does). Without the solve runs at
+hand, the solve part is the committed assets/standard.json's.
 Usage: python analyses/standard.py [--floor runs/standard] [--long runs/standard_long]
-                                   [--solve runs/standard_solve]
+                                   [--solve runs/standard_solve] [--out DIR | --update-assets]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -33,7 +37,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from census_report import share_text, wilson  # noqa: E402
-from common import asset  # noqa: E402
+from common import ASSETS, add_output_arguments, output, output_folder, refuse  # noqa: E402
 
 from invperm_interp.maths.floors import causal_floor  # noqa: E402
 from invperm_interp.runs.directory import RunDir  # noqa: E402
@@ -136,14 +140,22 @@ def solve_groups(rows: list[dict]) -> list[dict]:
     return table
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--floor", default="runs/standard")
     parser.add_argument("--long", default="runs/standard_long")
     parser.add_argument("--solve", default="runs/standard_solve")
-    args = parser.parse_args()
+    add_output_arguments(parser, "the --floor folder")
+    args = parser.parse_args(argv)
+    try:
+        out = output_folder(args, Path(args.floor))
+    except ValueError as err:
+        return refuse("standard", err)
     torch.set_num_threads(1)
     floors = floor_rows(Path(args.floor))
+    if not floors:
+        return refuse("standard", f"--floor: {args.floor} holds no finished run of "
+                      "analyses/grids/standard.toml: expected its sweep folder")
     limits = {job.model_cfg.readout: job.train_cfg.steps
               for job in load_grid(GRIDS / "standard.toml", allow_large=True).jobs}
     result = {"fresh_samples": FRESH, "step_limits": limits, "floor_groups": floor_groups(floors),
@@ -159,13 +171,14 @@ def main() -> None:
         result.update(solve_groups=solve_groups(solves), solve_from=None,
                       solve_runs=[{k: v for k, v in r.items() if k != "curve"} for r in solves])
     else:  # its runs are not here: the committed asset's solve part, said so on the page
-        solves, old = [], json.loads(asset("standard.json").read_text())
+        solves, old = [], json.loads((ASSETS / "standard.json").read_text())
         result.update(solve_groups=old["solve_groups"], solve_runs=old["solve_runs"],
                       solve_from=old.get("solve_from") or "an earlier run of the grid")
         print(f"{args.solve} does not exist: the solve part is the committed assets/standard.json's")
-    asset("standard.json").write_text(json.dumps(result, indent=2) + "\n")
-    write_markdown(result)
-    plot(floors, solves, longs)
+    output(out, "standard.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_markdown(result, out)
+    plot(floors, solves, longs, out)
+    return 0
 
 
 def _excess(g: dict) -> str:
@@ -173,7 +186,7 @@ def _excess(g: dict) -> str:
     return f"{g['excess_min']:+.2g} / {g['excess_median']:+.2g} / {g['excess_max']:+.2g}"
 
 
-def write_markdown(result: dict) -> None:
+def write_markdown(result: dict, out: Path) -> None:
     lines = ["# Standard transformers on the task: the causal floor, over seeds, and what solves", "",
              "Standard 2-layer, 1-head transformers at d = 10 (docs/standard.md), attention-only or "
              "with pre-LayerNorm and ReLU MLPs of width 128, init N(0, 0.1²), Adam lr 1e-2. Produced "
@@ -229,11 +242,11 @@ def write_markdown(result: dict) -> None:
         names = ", ".join(f"{k}: {v}" for k, v in g["mechanisms"].items()) or "—"
         lines.append(f"| {g['setting']} | {g['architecture']} | {g['runs']} | {g['solved_text']} | "
                      f"{steps} | {others} | {names} |")
-    asset("standard.md").write_text("\n".join(lines) + "\n")
-    print("wrote assets/standard.json and assets/standard.md")
+    output(out, "standard.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out / 'standard.json'} and {out / 'standard.md'}")
 
 
-def plot(floors: list[dict], solves: list[dict], longs: list[dict] = ()) -> None:
+def plot(floors: list[dict], solves: list[dict], longs: list[dict], out: Path) -> None:
     """Left: each causal run's final MSE above its floor; then (when their runs are at hand) the
     long Y_P runs' evaluation MSE above the floor, and the solve runs' evaluation curves."""
     panels = 1 + bool(longs) + bool(solves)
@@ -284,9 +297,9 @@ def plot(floors: list[dict], solves: list[dict], longs: list[dict] = ()) -> None
         right.set_title("bidirectional and scratch, d_model 64", fontsize=10)
         right.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(asset("standard.png"), dpi=120)
-    print("wrote assets/standard.png")
+    fig.savefig(output(out, "standard.png"), dpi=120)
+    print(f"wrote {out / 'standard.png'}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

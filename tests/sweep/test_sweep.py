@@ -292,6 +292,7 @@ def _record(**change):
     ("null\n", "line 1"),
     ("{not json\n", "line 1"),
     ("", "lists no runs"),  # an empty file
+    (json.dumps(_record()) + "\n" + json.dumps(_record()) + "\n", "line 2 repeats run d2_seed0 (line 1)"),
 ])
 def test_a_malformed_sweep_jsonl_is_one_line_naming_file_and_line(tmp_path, capsys, text, where):
     (tmp_path / "sweep.jsonl").write_text(text)

@@ -19,8 +19,9 @@ SWEEP_FILE = "sweep.jsonl"  # in a sweep folder: one line per job
 def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
     """``(line number, record)`` for every run line of ``folder/sweep.jsonl`` (blank lines skipped);
     ``ValueError`` naming the file and line when there is no such file or a line is not a run
-    record: a JSON object with :func:`run_record`'s keys, of its types. Its ``final`` is read into
-    an ``Evaluation`` (None when the run has none)."""
+    record: a JSON object with :func:`run_record`'s keys, of its types, naming a run no earlier line
+    names (two files concatenated would count every run twice). Its ``final`` is read into an
+    ``Evaluation`` (None when the run has none)."""
     number, optional_int = (int, float), (int, type(None))
     fields = {"name": str, "status": str, "step": optional_int, "steps_to_solve": optional_int,
               "solve_mse": number, "final": (dict, type(None)), "mechanism": (str, type(None)),
@@ -28,7 +29,7 @@ def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
     path = Path(folder) / SWEEP_FILE
     if not path.is_file():
         raise ValueError(f"DIR must be a sweep folder with sweep.jsonl, found none at {path}")
-    records = []
+    records, seen = [], {}
     for i, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
@@ -51,6 +52,9 @@ def read_sweep(folder: str | Path) -> list[tuple[int, dict]]:
             record["final"] = Evaluation.from_dict(record["final"]) if record["final"] else None
         except ValueError as err:
             raise ValueError(f"{path} line {i} is not a run record: final is not ({err})") from None
+        first = seen.setdefault(record["name"], i)
+        if first != i:
+            raise ValueError(f"{path} line {i} repeats run {record['name']} (line {first})")
         records.append((i, record))
     return records
 
