@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from collections import Counter
@@ -27,6 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from common import fmt, report_folder  # noqa: E402
 
+from invperm_interp.analysis.controls import wilson  # noqa: E402
 from invperm_interp.analysis.hypothesis import cell_text  # noqa: E402
 from invperm_interp.analysis.mechanism import is_minimal, name_by_rule, verdict_of  # noqa: E402
 from invperm_interp.analysis.score import read_score  # noqa: E402
@@ -90,7 +90,9 @@ def run_columns(record: SweepRecord) -> dict:
         "name_resample_ablation": _text(record.under.get("resample")),
         **{f"tested_{style}": tested_columns(record.tested_under[style], rule)
            for style in record.tested_under},
-        **{f"without_{style}": _without(record.named_test(style)) for style in record.tested_under}}
+        **{f"without_{style}": _without(record.named_test(style)) for style in record.tested_under},
+        **{("empty" if style == "zero" else f"empty_{style}"): tested_columns([found], rule)[0]
+           for style in ("zero", *record.tested_under) if (found := record.empty(style)) is not None}}
 
 
 def tested_columns(tested, rule) -> list[dict]:
@@ -139,16 +141,6 @@ def _median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson 95% interval of a share ``k / n``."""
-    if n == 0:
-        return 0.0, 1.0
-    p, z2 = k / n, z * z
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def share_text(k: int, n: int) -> str:
     """``"58 of 64 (82–96%)"``: a count with its Wilson 95% interval."""
     lo, hi = wilson(k, n)
@@ -158,7 +150,8 @@ def share_text(k: int, n: int) -> str:
 def name_at(row: dict, rows_min: float, recovered_min: float) -> str:
     """The rule's name for a run from its recorded tests, at other thresholds (the library's rule,
     ``analysis.mechanism.name_by_rule``, on the recorded scores and standard errors)."""
-    return str(name_by_rule(recorded_tests(row), Rule(rows_min, recovered_min, row.get("z", Z))))
+    rule = Rule(rows_min, recovered_min, row.get("z", Z))
+    return str(name_by_rule(recorded_tests(row), rule, recorded_empty(row)))
 
 
 def recorded_tests(row: dict, key: str = "tested") -> list:
@@ -168,6 +161,13 @@ def recorded_tests(row: dict, key: str = "tested") -> list:
                             circuit=read_score({"mse": 0.0, "n": t["n"], **{k: t[k] for k in (
                                 "rows_exact", "rows_se", "loss_recovered", "recovered_se")}}))
             for t in row[key]]
+
+
+def recorded_empty(row: dict, key: str = "tested") -> SimpleNamespace | None:
+    """The empty claim's recorded test beside ``key``'s (``analysis.controls``; None in a census
+    written before it was run), as ``name_by_rule`` reads it."""
+    found = row.get("empty" + key.removeprefix("tested"))
+    return None if found is None else recorded_tests({"x": [found]}, "x")[0]
 
 
 def without_recovered(row: dict) -> float | None:
@@ -190,7 +190,8 @@ def ties(rows: list[dict]) -> list[dict]:
     for kind in KINDS:
         solved = [r for r in rows if r["kind"] == kind and r["steps_to_target"] is not None]
         for style, key in (("zero", "tested"), ("mean", "tested_mean"), ("resample", "tested_resample")):
-            answers = [name_by_rule(recorded_tests(r, key)) for r in solved if key in r]
+            answers = [name_by_rule(recorded_tests(r, key), empty=recorded_empty(r, key))
+                       for r in solved if key in r]
             named = [a for a in answers if a.name is not None]
             if style != "zero" and not answers:
                 continue

@@ -17,6 +17,7 @@ MISSING = {
     "census_shapes_report": ["{M}"],
     "census_standard_report": ["{M}"],
     "continue_unsolved": ["{M}", "{T}/copies", "--steps", "10"],
+    "controls": ["{M}"],
     "discovery": ["{M}"],
     "dynamics": ["{M}"],
     "dynamics_fine": ["{M}"],
@@ -33,6 +34,7 @@ INTO_ASSETS = {
     "census_standard_report": ["{A}/sweep"],
     "constructions_table": ["--out", "{A}/x"],
     "continue_unsolved": ["{T}/sweep", "{A}/copies", "--steps", "10"],
+    "controls": ["{M}", "--out", "{A}/x"],
     "discovery": ["{M}", "--out", "{A}/x"],
     "dynamics": ["{M}", "--out", "{A}/x"],
     "dynamics_fine": ["{M}", "--out", "{A}/x"],
@@ -223,3 +225,34 @@ def test_standard(tmp_path, assets, script):
     assert files_in(assets) == before
     assert run_analyses_script(script("standard"), *args, "--update-assets") == 0
     assert set(files_in(assets)) == {"standard.json", "standard.md", "standard.png"}
+
+
+def test_controls(tmp_path, assets, script, monkeypatch):
+    """A copy of the committed reference run as a one-run sweep, analysed on 256 samples under
+    zero and mean ablation: its controls under every style, written beside it, then into assets."""
+    from invperm_interp.analysis.controls import CONTROL_STYLES
+    from invperm_interp.sweep.tasks import write_analysis
+
+    name = "bidirectional_d6_seed1000"
+    run = tmp_path / "runs" / name
+    shutil.copytree(REPO / "tests" / "data" / "reference_runs" / "bidirectional_d6_seed0", run)
+    (run / "analysis.json").unlink()
+    write_analysis(run, samples=256, seed=1, mean_ablation=True)
+    record = {"name": name, "variant": "bidirectional_d6", "status": "stopped", "step": 700,
+              "steps_to_solve": 700, "solve_mse": 1e-3, "final": {"step": 700, "mse": 9e-4, "row_acc": 1.0},
+              "mechanism": "two_block", "model": {"layout": {"d": 6}, "attention_dir": "bidirectional"},
+              "train": {"seed": 1000}}
+    (tmp_path / "runs" / "sweep.jsonl").write_text(json.dumps(record) + "\n")
+    controls = script("controls")
+    monkeypatch.setattr(controls, "SAMPLES", 256)
+    monkeypatch.setattr(controls, "DRAWS", 5)
+    assert run_analyses_script(controls, tmp_path / "runs") == 0
+    written = json.loads((tmp_path / "runs" / "controls.json").read_text())
+    (row,) = written["runs"]
+    assert row["claim"] == "two_block" and [c["style"] for c in row["controls"]] == list(CONTROL_STYLES)
+    assert all(c["testable"] and c["random_rejected"] == 5 for c in row["controls"])
+    zero = next(s for s in written["summary"] if s["style"] == "zero" and s["runs"] == 1)
+    assert zero["empty claim rejected"].startswith("1 of 1") and zero["named, held out"].startswith("1 of 1")
+    assert files_in(assets) == {}
+    assert run_analyses_script(controls, tmp_path / "runs", "--update-assets") == 0
+    assert set(files_in(assets)) == {"controls.json", "controls.md"}

@@ -68,15 +68,31 @@ def streams(model, As, X):
     return out
 
 
-def scrubbed_reference(model, inside, outside, X, X_partner):
-    """``inside`` on ``X``, ``outside`` on the full model's stream on ``X_partner``, downstream
-    recomputed: the scrubbed output ``(B, d, d)``."""
+def scrubbed_reference(model, inside, outside, X, X_inside, X_outside):
+    """Causal scrubbing written out: ``inside`` scored on the full model's stream on ``X_inside``
+    (a partner equivalent under the claim), ``outside`` on its stream on ``X_outside`` (another
+    input), the attention they make moving the sample's own recomputed stream: ``(B, d, d)``."""
     full = [a + b for a, b in zip(inside, outside)]
-    partner = streams(model, full, X_partner)
+    fed_in, fed_out = streams(model, full, X_inside), streams(model, full, X_outside)
     T = X.shape[1]
     h = streams(model, [], X)[0]
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)
     for layer, (K, R) in enumerate(zip(inside, outside)):
+        hi, ho = fed_in[layer], fed_out[layer]
+        s = (torch.einsum("btd,de,bse->bts", hi, K, hi)
+             + torch.einsum("btd,de,bse->bts", ho, R, ho)).masked_fill(mask, float("-inf"))
+        h = torch.cat([h, torch.einsum("bts,bsd->btd", s.softmax(-1), h)], -1)
+    return h[:, model.cfg.readout_rows] @ model.unembed.W_U.detach().double()
+
+
+def fed_reference(model, live, fed, X, X_partner):
+    """``live`` run on the sample's recomputed stream, ``fed`` scored on the full model's stream
+    on ``X_partner``: completeness under scrubbing, ``(B, d, d)``."""
+    partner = streams(model, [a + b for a, b in zip(live, fed)], X_partner)
+    T = X.shape[1]
+    h = streams(model, [], X)[0]
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    for layer, (K, R) in enumerate(zip(live, fed)):
         hp = partner[layer]
         s = (torch.einsum("btd,de,bse->bts", h, K, h)
              + torch.einsum("btd,de,bse->bts", hp, R, hp)).masked_fill(mask, float("-inf"))
@@ -84,9 +100,10 @@ def scrubbed_reference(model, inside, outside, X, X_partner):
     return h[:, model.cfg.readout_rows] @ model.unembed.W_U.detach().double()
 
 
-def partner_by_hand(batch, keep):
-    """``[P; P Y'; S]`` with ``Y'`` (``keep="P"``) or ``P`` (``keep="Y"``) from the next sample."""
-    nxt = lambda t: torch.cat([t[1:], t[:1]])  # noqa: E731
+def partner_by_hand(batch, keep, shift=1):
+    """``[P; P Y'; S]`` with ``Y'`` (``keep="P"``), ``P`` (``keep="Y"``) or both (``keep="any"``)
+    from sample ``b + shift``."""
+    nxt = lambda t: t.roll(-shift, 0)  # noqa: E731
     P = batch.P if keep == "P" else nxt(batch.P)
     Y = batch.Y if keep == "Y" else nxt(batch.Y)
     S = torch.tensor(SCRATCH, dtype=P.dtype).expand(len(P), D, D)
@@ -116,7 +133,8 @@ def test_scrubbing_matches_the_plain_einsum_forward(with_guard):
     batch = batch_for(model, 64, seed=1)
     cells = claim_cells(with_guard)
     inside, outside = raw_split(model, cells)
-    ref = scrubbed_reference(model, inside, outside, batch.X, partner_by_hand(batch, "P"))
+    ref = scrubbed_reference(model, inside, outside, batch.X, partner_by_hand(batch, "P", 2),
+                             partner_by_hand(batch, "any", 1))
     got = scrub(model, cells, batch)
     assert got.mse == pytest.approx(float(mse(ref, batch.Y)), rel=1e-9, abs=1e-12)
     exact = float((ref.round() == batch.Y.double()).all(-1).double().mean())
@@ -171,6 +189,6 @@ def test_completeness_under_every_style_against_the_plain_forward():
     got = completeness(model, BASE, batch)  # the claim: the registry's cells, not the scratch guard
     assert tuple(got) == STYLES
     inside, outside = raw_split(model, C.get(BASE).cells)
-    ref = scrubbed_reference(model, outside, inside, batch.X, partner_by_hand(batch, "Y"))
+    ref = fed_reference(model, outside, inside, batch.X, partner_by_hand(batch, "Y"))
     assert got["scrub"].mse == pytest.approx(float(mse(ref, batch.Y)), rel=1e-9)
     assert all(s.rows_exact < 0.5 and s.loss_recovered < 0.3 for s in got.values())

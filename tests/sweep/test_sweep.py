@@ -218,11 +218,12 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     # analysing nothing else.
     styles = []
 
-    def fake_tested_on(model, batch, *, ablation="zero", reference=None, **kwargs):
+    def fake_tests_on(model, batch, *, ablation="zero", reference=None, **kwargs):
         styles.append((ablation, len(batch), len(reference)))
-        return [scored("theorem2", recovered=0.99), scored("two_block", recovered=0.5)]
+        empty = scored("the empty claim", rows=0.1, recovered=0.05)  # rejected: a test that can
+        return [scored("theorem2", recovered=0.99), scored("two_block", recovered=0.5)], empty
 
-    monkeypatch.setattr(mech_mod, "tested_on", fake_tested_on)
+    monkeypatch.setattr(mech_mod, "tests_on", fake_tests_on)
     more = text.replace("mechanism = true", "mechanism = {resample_ablation = true}")
     rows = lines(run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False))
     assert len(seen) == 4 and styles == [("resample", 4096, 4096)] * 4
@@ -231,6 +232,7 @@ def test_the_mechanism_hook_fills_the_sweep_line(tmp_path, monkeypatch):
     again = SweepRecord.read(out / "d2_seed0" / "mechanism.json")
     assert [t.hypothesis for t in again.tested_under["resample"]] == ["theorem2", "two_block"]
     assert again.named_test("resample").circuit.loss_recovered == 0.99
+    assert again.empty("resample").circuit.loss_recovered == 0.05  # the control is kept
     run_sweep(grid_file(tmp_path, more), out, executor="debug", progress=False)
     assert len(styles) == 4  # now complete: nothing left to do
     # Other samples redo the whole analysis.
@@ -264,6 +266,30 @@ def test_a_run_trained_on_after_its_analysis_is_analysed_again(tmp_path, monkeyp
     assert sorted(d for d, _ in seen[:4]) == [2, 2, 3, 3] and seen[4][0] == 2  # only it again
     assert rows["d2_seed0"]["mechanism"] == "appendix_b"
     assert SweepRecord.read(run / "mechanism.json").weights == after
+
+
+def test_a_run_whose_mechanism_the_analysis_refuses_is_finished_with_the_reason(
+        tmp_path, monkeypatch, capsys):
+    """A LayerNorm run trains; only its mechanism is refused (its map to the disentangled model
+    is not exact): its sweep line says why, the sweep ends rc 0 and a rerun has nothing to do."""
+    seen = fake_mechanism(monkeypatch, "appendix_b")
+    text = tiny_grid_text(name="ln", seeds="1", d="3", steps=4, every=2, eval_every=2,
+                          head="mechanism = {samples = 64}")
+    text = text.replace("[model]\n", '[model]\narch = "standard"\nd_model = 8\n'
+                                      "layernorm = [false, true]\n")
+    path, out = grid_file(tmp_path, text), tmp_path / "out"
+    assert main(["sweep", str(path), "--out", str(out), "--executor", "debug"]) == 0
+    assert "layernormTrue_seed0: mechanism analysis refused: the map to the disentangled model is " \
+           "exact only without LayerNorm" in capsys.readouterr().out
+    rows = {r["name"]: r for r in lines(out / "sweep.jsonl")}
+    assert rows["layernormFalse_seed0"]["mechanism"] == "appendix_b"
+    assert "mechanism_refused" not in rows["layernormFalse_seed0"]
+    refused = rows["layernormTrue_seed0"]
+    assert refused["status"] == "finished" and refused["mechanism"] is None
+    assert refused["mechanism_refused"].startswith("the map to the disentangled model is exact only "
+                                                   "without LayerNorm")
+    assert not (out / ".sweep" / "failed").exists() and len(seen) == 1
+    assert units(load_grid(path), out) == []  # nothing left to train or analyse
 
 
 def _record(**change):

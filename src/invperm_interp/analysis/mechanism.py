@@ -36,6 +36,7 @@ from ..maths import registry
 from ..maths.placement import Placement, placements
 from ..model.disentangled import DisentangledModel, check_disentangled
 from ..task import Batch
+from .controls import empty_claim
 from .faithfulness import Ablation, Faithfulness, Tester
 from .hypothesis import Hypothesis
 from .minimal import EXACT, MinimalCircuit, minimal_circuit
@@ -50,22 +51,24 @@ from .verdict import (
     NONE,
     NOT_FAITHFUL,
     RULE,
+    UNTESTABLE,
     Answer,
     Rule,
     is_faithful,
     score_text,
 )
 
-__all__ = ["FAITHFUL_RECOVERED", "FAITHFUL_ROWS", "Mechanism", "MinimalCircuit", "is_faithful",
-           "is_minimal", "mechanism", "minimal_circuit", "name_by_rule", "name_on", "test_constructions",
-           "tested_on", "verdict_of"]
+__all__ = ["FAITHFUL_RECOVERED", "FAITHFUL_ROWS", "Mechanism", "MinimalCircuit", "cannot_reject",
+           "is_faithful", "is_minimal", "mechanism", "minimal_circuit", "name_by_rule", "name_on",
+           "test_constructions", "tested_on", "tests_on", "verdict_of"]
 
 #: ``Mechanism.to_dict``'s format, in ``analysis.json`` and in a sweep's ``mechanism.json``
 #: (``analysis.sweep_record``): 2 added the verdict's intervals, ``also_faithful``, ``borderline``
 #: and the minimal circuit's ``optimal``; 3 the minimal circuit's ``candidates`` and one format for
 #: both files; 4 no name (``null``) where no construction is named, the verdict saying why; 5 the
 #: constructions tied with the named one (``tied``; answers ``[verdict, name, tied]``). Versions 1 to
-#: 4 still read (no ties recorded).
+#: 4 still read (no ties recorded). A record may hold the empty claim's test (``"empty"``), absent
+#: from records written before it was run.
 VERSION = 5
 #: The rule's tests run on the first this many samples of the batch; a construction whose interval
 #: straddles a threshold there is measured again on all of it (clear verdicts need few samples:
@@ -103,17 +106,29 @@ class Mechanism:
     untested: str | None = None  # why no construction was tried (the model's shape or layout)
     placement: Placement | None = None  # where the named construction sits, beyond 2 layers × 1 head
     tied: tuple[str, ...] = ()
+    #: the empty claim tested as the constructions were (``analysis.controls``): where it is not
+    #: rejected the verdict is untestable; ``None`` in records written before it was run
+    empty: Faithfulness | None = None
 
     @property
     def verdict(self) -> str:
-        """``"faithful"`` (a construction is named), ``"borderline"`` or ``"none"``."""
-        return FAITHFUL if self.name is not None else BORDERLINE if self.borderline else NONE
+        """``"faithful"`` (a construction is named), ``"untestable"`` (the test does not reject the
+        empty claim), ``"borderline"`` or ``"none"``."""
+        if self.name is not None:
+            return FAITHFUL
+        if cannot_reject(self.empty, self.rule):
+            return UNTESTABLE
+        return BORDERLINE if self.borderline else NONE
 
     @property
     def answer(self) -> Answer:
         return Answer(self.verdict, self.name, self.tied)
 
     def __str__(self) -> str:
+        if self.verdict == UNTESTABLE:
+            return (f"untestable: the empty claim (no cell matters) gets "
+                    f"{score_text(self.empty.circuit, self.rule.z)}, which this test does not "
+                    f"reject, so it cannot tell a right claim from a wrong one on this batch")
         if self.faithfulness is None:
             m = self.minimal
             found = "faithful" if m.faithful else "not faithful even with every atom's cell"
@@ -141,7 +156,8 @@ class Mechanism:
                 "tested": [t.to_dict() for t in self.tested], "minimal": self.minimal.to_dict(),
                 "tied": list(self.tied),
                 **({"untested": self.untested} if self.untested else {}),
-                **({"placement": self.placement.to_dict()} if self.placement else {})}
+                **({"placement": self.placement.to_dict()} if self.placement else {}),
+                **({"empty": self.empty.to_dict()} if self.empty is not None else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> Mechanism:
@@ -165,7 +181,8 @@ class Mechanism:
                    MinimalCircuit.from_dict(data["minimal"]),
                    Rule(data["rows"], data["recovered"], data.get("z", RULE.z)),
                    tuple(data.get("also_faithful", ())), tuple(data.get("borderline", ())),
-                   data.get("untested"), placement, tuple(data.get("tied", ())))
+                   data.get("untested"), placement, tuple(data.get("tied", ())),
+                   Faithfulness.from_dict(data["empty"]) if data.get("empty") else None)
 
 
 def placed_by_cells(test: Faithfulness, shape: tuple[int, ...] | None) -> Faithfulness:
@@ -202,14 +219,35 @@ def ranked(tested: list[Faithfulness], rule: Rule = RULE
             [t for t in tested if verdicts[t.hypothesis] == BORDERLINE])
 
 
-def name_by_rule(tested: list, rule: Rule = RULE) -> Answer:
+def name_by_rule(tested: list, rule: Rule = RULE, empty=None) -> Answer:
     """The rule's answer from tested constructions (anything with ``hypothesis``, ``circuit`` (a
-    :class:`Score`), ``signs_agree`` and ``n_atoms``, e.g. records read back): the best faithful
-    one (with those tied with it), else borderline when one straddles a threshold, else none."""
+    :class:`Score`), ``signs_agree`` and ``n_atoms``, e.g. records read back): untestable when
+    ``empty`` (the empty claim's test on the same batch, ``analysis.controls``) is not rejected,
+    else the best faithful one (with those tied with it), else borderline when one straddles a
+    threshold, else none."""
+    if cannot_reject(empty, rule):
+        return Answer(UNTESTABLE)
     good, straddle = ranked(list(tested), rule)
     if good:
         return Answer(FAITHFUL, good[0].hypothesis, tied_with(good, rule))
     return Answer(BORDERLINE if straddle else NONE)
+
+
+def cannot_reject(empty, rule: Rule = RULE) -> bool:
+    """Whether the empty claim's test (``None``: not run) is not rejected by ``rule``: its
+    circuit-only score judged faithful or borderline."""
+    return empty is not None and rule.judge(empty.circuit) != NOT_FAITHFUL
+
+
+def test_empty(tester: Tester, resolve=None, rule: Rule = RULE) -> Faithfulness:
+    """The empty claim (no cell matters, ``W_U`` whole) tested on ``tester``'s batch, and again on
+    ``resolve``'s (a :class:`Tester` or a function making one) when its interval straddles a
+    threshold there."""
+    test = tester.test_many([empty_claim()], minimality=False, complete=False)[0]
+    if rule.judge(test.circuit) == BORDERLINE and resolve is not None:
+        resolve = resolve() if callable(resolve) else resolve
+        test = resolve.test_many([empty_claim()], minimality=False, complete=False)[0]
+    return test
 
 
 def test_constructions(model: DisentangledModel, tester: Tester, *,
@@ -284,6 +322,17 @@ def _screen_and_whole(model: DisentangledModel, batch: Batch, screen: int,
     return Tester(model, batch.head(screen), ablation, reference), full
 
 
+def tests_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "zero",
+             reference: Batch | None = None, rule: Rule = RULE,
+             screen: int = SCREEN_SAMPLES, complete: bool = True
+             ) -> tuple[list[Faithfulness], Faithfulness]:
+    """:func:`tested_on`'s tests and the empty claim's on the same testers (:func:`test_empty`)."""
+    first, full = _screen_and_whole(model, batch, screen, ablation, reference)
+    tested = test_constructions(model, first, resolve=full, rule=rule, minimality=False,
+                                complete=complete)
+    return tested, test_empty(first, full, rule)
+
+
 def tested_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "zero",
               reference: Batch | None = None, rule: Rule = RULE,
               screen: int = SCREEN_SAMPLES, complete: bool = True) -> list[Faithfulness]:
@@ -300,10 +349,11 @@ def tested_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "z
 def name_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "zero",
             reference: Batch | None = None, rule: Rule = RULE,
             screen: int = SCREEN_SAMPLES) -> Answer:
-    """The rule's answer (a construction named, borderline or none) on ``batch``, without the
-    minimal circuit: what a second evaluation batch or a second ablation style says."""
-    return name_by_rule(tested_on(model, batch, ablation=ablation, reference=reference, rule=rule,
-                                  screen=screen, complete=False), rule)
+    """The rule's answer (a construction named, untestable, borderline or none) on ``batch``,
+    without the minimal circuit: what a second evaluation batch or a second ablation style says."""
+    tested, empty = tests_on(model, batch, ablation=ablation, reference=reference, rule=rule,
+                             screen=screen, complete=False)
+    return name_by_rule(tested, rule, empty)
 
 
 def mechanism(model: DisentangledModel, batch: Batch, *, circuit: Circuit | None = None,
@@ -318,7 +368,10 @@ def mechanism(model: DisentangledModel, batch: Batch, *, circuit: Circuit | None
     check_disentangled(model)
     first, resolve = _screen_and_whole(model, batch, screen, whole=tester)
     tested = test_constructions(model, first, resolve=resolve, rule=rule)
+    empty = test_empty(first, resolve, rule)
     good, straddle = ranked(tested, rule)
+    if cannot_reject(empty, rule):  # the test cannot tell a right claim from a wrong one here
+        good, straddle = [], []
     faithful = [t for t in tested if rule.is_faithful(t.circuit)]
     starts, fallback = ([Hypothesis(t.hypothesis, t.cells, t.read, t.unit, t.placement) for t in faithful
                          if t.signs_agree == agree] for agree in (True, False))
@@ -329,4 +382,4 @@ def mechanism(model: DisentangledModel, batch: Batch, *, circuit: Circuit | None
     placed = chosen.placement if good else None
     return Mechanism(name, chosen, tuple(tested), minimal, rule,
                      tuple(t.hypothesis for t in good[1:]), tuple(t.hypothesis for t in straddle),
-                     untested_reason(model.cfg), placed, tied_with(good, rule))
+                     untested_reason(model.cfg), placed, tied_with(good, rule), empty)

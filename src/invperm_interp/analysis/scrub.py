@@ -3,14 +3,15 @@
 A circuit claim (``analysis.hypothesis``) says which cells of the attention weights compute the
 answer. Zero, mean and resample ablation (``analysis.faithfulness.Tester``) test it by removing
 the rest: zeroing it, or putting in its place its score contribution averaged over inputs or taken
-on another input. **Causal scrubbing** (Chan et al. 2022) asks a sharper question: the rest of the
-model is fed from another input *that agrees with the sample on what the claim says matters*, and
-everything downstream is recomputed. In this model the only paths outside a circuit are score
-terms (there are no value or output matrices: a head moves the stream itself), so the rest's
-contribution ``h' R h'ᵀ`` (``R`` the gauge-fixed weights outside the circuit, ``h'`` the full
-model's stream on the partner input) is added to the circuit's scores ``h K hᵀ`` on the sample,
-and the layers after it read the scrubbed stream. That is resample ablation with a partner drawn
-from the claim's equivalence class instead of from any input.
+on another input. **Causal scrubbing** (Chan et al. 2022) asks a sharper question: each path the
+claim names is fed from an input that agrees with the sample on what the claim says the path
+computes, every path it does not name from an input with nothing in common, and everything
+downstream is recomputed. In this model the paths into a head are score terms (there are no value
+or output matrices: a head moves the stream itself), so :class:`ScrubTester` forms every score
+term from partners: the claim's cells ``h' K h'ᵀ`` on a partner equivalent under the claim
+(:data:`CLAIM_EQUIVALENCE`), the rest ``h'' R h''ᵀ`` on another input, each on the partner's own
+clean stream; the attention they make moves the sample's own recomputed stream. One level of the
+recursion: a claimed cell reads its partner's clean run, not a run scrubbed in turn.
 
 **What each claim says matters** (:data:`CLAIM_EQUIVALENCE`). Every registered construction routes
 by the permutation alone: its lookups read positions and the content of the ``P`` rows (theorem2
@@ -18,16 +19,16 @@ and theorem3 find the ``P`` row holding ``e_i``; two_block and its scratch forms
 ``Y_P`` row's ``P`` row and look it up; appendix_b copies ``Y_P`` rows then looks them up by the
 ``P`` content; the complement and superposed forms do both with complements), and the target
 content ``Y`` only rides along as the values moved. So each claim's equivalence is **the same P,
-another Y** (``"P"``): a partner with the sample's ``P`` and another sample's ``Y``. Scrubbing
-then tests that the target content reaches the routing only through the circuit. It cannot see a
-cell whose contribution depends on the positions or on ``P`` alone (the partner has the same
-ones): resample ablation sees the ``P``-only ones, and only zero ablation the position-only
-ones. A claim's *completeness* under scrubbing feeds the circuit from the opposite partner,
-**another P, the same Y** (``"Y"``): a model whose mechanism is the circuit then loses the answer.
+another Y** (``"P"``). The empty claim is fed entirely from other inputs: resample ablation of
+everything, which fails, as a test that can reject claims must (``analysis.controls``). A claim's
+*completeness* under scrubbing feeds the claim's cells from the opposite partner, **another P, the
+same Y** (``"Y"``), the rest run on the sample: a model whose mechanism is the circuit then loses
+the answer.
 
-**Cell-level path patching** (:func:`cell_patching`) localises what a failing claim misses: with
-the rest scrubbed (or resampled), each (layer, head, query block, key block) cell outside the claim
-is restored alone (run on the sample itself), and the loss it recovers is reported.
+**Cell-level path patching** (:func:`cell_patching`) localises what a failing claim misses: each
+(layer, head, query block, key block) cell outside the claim is added to it alone (under
+scrubbing fed as the claim's cells are, under an ablation run on the sample), the rest still
+replaced, and the loss it recovers is reported.
 """
 
 from __future__ import annotations
@@ -41,10 +42,12 @@ import torch
 from ..errors import check_choice
 from ..maths import constructions
 from ..model.disentangled import DisentangledModel
+from ..model.variants import forward_many
 from ..task import Batch, make_input
 from .faithfulness import ABLATIONS, Ablation, Tester, read_out
 from .hypothesis import as_hypothesis
-from .score import Score
+from .score import Score, scores
+from .standin import Removed, StandIn
 
 #: What a partner input keeps of its sample: ``"P"`` the permutation (another sample's ``Y``),
 #: ``"Y"`` the target (another sample's ``P``), ``"any"`` neither (plain resample ablation).
@@ -82,10 +85,47 @@ def equivalence_of(hypothesis) -> str:
     return CLAIM_EQUIVALENCE.get(name, "P") if isinstance(name, str) else "P"
 
 
+class ScrubTester(Tester):
+    """A :class:`Tester` whose circuits are scrubbed (module docstring): a variant's live weights
+    (the claim's cells) form their score terms on :func:`partner_input` ``(keep, shift + 1)``,
+    what it removed on ``partner_input("any", shift)``, both per sample; nothing is scored on the
+    sample's own stream, which the attention then moves."""
+
+    def __init__(self, model: DisentangledModel, batch: Batch, keep: str = "P", shift: int = 1):
+        super().__init__(model, batch, "resample", reference=partner_input(batch, "any", shift))
+        inside = next(k for k in (shift + 1, shift + 2) if k % len(batch))
+        partner = partner_input(batch, keep, inside).X.to(model.device, model.cfg.torch_dtype)
+        with torch.no_grad():
+            streams = model.residual_streams(partner, check_input=False, last=model.cfg.n_layers - 1)
+        self.keep = keep
+        self._inside = StandIn(model.stream, self.fixed,
+                               [h.to("cpu", torch.float64) for h in streams], per_sample=True)
+
+    def run_many(self, variants, removed=None) -> list[Score]:
+        """Each ``(As, W_U)`` scrubbed: ``As`` scored on the equivalent partner, ``removed`` (per
+        variant, as :meth:`Tester.run_many` takes it; ``None``: nothing) on the other input."""
+        if removed is None:
+            removed = [[torch.zeros_like(A) for A in As] for As, _ in variants]
+        zeros = [([torch.zeros_like(A) for A in As], W_U) for As, W_U in variants]
+
+        def offsets(i: int) -> list[torch.Tensor]:
+            kept = Removed(0.0, tuple(A.detach().to("cpu", torch.float64) for A in variants[i][0]))
+            return [a + b for a, b in zip(self._inside(kept), self._standin(removed[i]))]
+
+        outs = forward_many(self.model.cfg, zeros, self.batch.X, offsets=offsets)
+        return scores(outs, self.batch, self.baseline, self.clean.mse, self.clean_errors)
+
+
 def scrub_tester(model: DisentangledModel, batch: Batch, keep: str = "P",
-                 shift: int = 1) -> Tester:
-    """A :class:`Tester` whose removed parts are fed, sample by sample, from :func:`partner_input`:
-    its circuit-only scores are the scrubbed model's."""
+                 shift: int = 1) -> ScrubTester:
+    """A :class:`ScrubTester`: its circuit-only scores are the scrubbed model's."""
+    return ScrubTester(model, batch, keep, shift)
+
+
+def fed_from(model: DisentangledModel, batch: Batch, keep: str, shift: int = 1) -> Tester:
+    """A resample :class:`Tester` whose removed parts are fed, sample by sample, from
+    :func:`partner_input` ``(keep, shift)``, the rest run on the sample (completeness under
+    scrubbing)."""
     return Tester(model, batch, "resample", reference=partner_input(batch, keep, shift))
 
 
@@ -112,7 +152,7 @@ def completeness(model: DisentangledModel, hypothesis, batch: Batch, *,
     testers = {style: Tester(model, batch, style) for style in ABLATIONS}
     if shift != 1:
         testers["resample"] = Tester(model, batch, "resample", partner_input(batch, "any", shift))
-    testers["scrub"] = scrub_tester(model, batch, opposite, shift)
+    testers["scrub"] = fed_from(model, batch, opposite, shift)
     return {style: tester.test(hyp, minimality=False).without for style, tester in testers.items()}
 
 
@@ -168,8 +208,9 @@ def cell_patching(model: DisentangledModel, hypothesis, batch: Batch, *,
                   style: Style = "scrub", keep: str | None = None, shift: int = 1,
                   cells: Sequence[tuple[int, int, str, str]] | None = None) -> PathPatching:
     """Per (layer, head, query block, key block) cell outside the claim, the claim with that cell
-    restored: its gauge-fixed weights outside the claim, in that cell only, run on the sample,
-    the rest still replaced under ``style`` (``"scrub"``, or ``"zero"``, ``"mean"``,
+    restored: its gauge-fixed weights outside the claim, in that cell only, added to the claim's
+    (under scrubbing fed from the claim's partner, else run on the sample), the rest still
+    replaced under ``style`` (``"scrub"``, or ``"zero"``, ``"mean"``,
     ``"resample"``). ``cells``: the cells to try (default every cell holding weights outside the
     claim, norm above :data:`CELL_NORM`). The cell that recovers the loss is what the claim misses.
     ``hypothesis`` as in ``as_hypothesis`` (a ``Hypothesis`` from it carries its own read-out

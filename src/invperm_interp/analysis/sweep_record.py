@@ -41,6 +41,9 @@ class SweepRecord:
     #: the sha256 of the weights file analysed (``runs.checkpoint.weights_digest``); None in a
     #: record written before it was kept
     weights: str | None = None
+    #: per style of ``under``, the empty claim's test on the same testers (``analysis.controls``):
+    #: where it is not rejected the style's answer is untestable; absent in older records
+    empty_under: Mapping[str, Faithfulness] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for label, styles in (("under", self.under), ("tested_under", self.tested_under)):
@@ -79,10 +82,17 @@ class SweepRecord:
                 and (s not in self.under or s not in self.tested_under)]
 
     def with_names(self, names: Mapping[str, Answer],
-                   tested: Mapping[str, tuple[Faithfulness, ...]] | None = None) -> SweepRecord:
-        """This record with the answers under more ablation styles (and the tests behind them)."""
+                   tested: Mapping[str, tuple[Faithfulness, ...]] | None = None,
+                   empty: Mapping[str, Faithfulness] | None = None) -> SweepRecord:
+        """This record with the answers under more ablation styles (and the tests behind them, the
+        empty claim's among them)."""
         return replace(self, under={**self.under, **names},
-                       tested_under={**self.tested_under, **(tested or {})})
+                       tested_under={**self.tested_under, **(tested or {})},
+                       empty_under={**self.empty_under, **(empty or {})})
+
+    def empty(self, style: str) -> Faithfulness | None:
+        """The empty claim's test under ``style`` (``"zero"``: the mechanism's), None if not run."""
+        return self.mechanism.empty if style == "zero" else self.empty_under.get(style)
 
     def named_test(self, style: str) -> Faithfulness | None:
         """The test of the construction named under ``style`` (``"zero"``: the mechanism's own),
@@ -112,7 +122,9 @@ class SweepRecord:
                 "under": dict(self.under),
                 "tested_under": {s: [t.to_dict() for t in tests]
                                  for s, tests in self.tested_under.items()},
-                **({"weights": self.weights} if self.weights is not None else {})}
+                **({"weights": self.weights} if self.weights is not None else {}),
+                **({"empty_under": {s: t.to_dict() for s, t in self.empty_under.items()}}
+                   if self.empty_under else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> SweepRecord:
@@ -124,7 +136,8 @@ class SweepRecord:
                    {s: answer(a) for s, a in data.get("under", {}).items()},
                    {s: tuple(Faithfulness.from_dict(t) for t in tests)
                     for s, tests in data.get("tested_under", {}).items()},
-                   data.get("weights"))
+                   data.get("weights"),
+                   {s: Faithfulness.from_dict(t) for s, t in data.get("empty_under", {}).items()})
 
     @classmethod
     def of_run(cls, run_dir: str | Path) -> SweepRecord | None:

@@ -42,15 +42,19 @@ FAITHFUL, BORDERLINE, NOT_FAITHFUL = "faithful", "borderline", "not faithful"
 VERDICTS = (FAITHFUL, BORDERLINE, NOT_FAITHFUL)
 #: The rule's verdict on a model when no construction of the registry is faithful.
 NONE = "none"
+#: The rule's verdict where the test does not reject the empty claim (``analysis.controls``): it
+#: cannot tell a right claim from a wrong one on this run, so it names nothing.
+UNTESTABLE = "untestable"
 #: The rule's verdicts on a model that name no construction (``constructions.RESERVED``).
-UNNAMED = (BORDERLINE, NONE)
+UNNAMED = (BORDERLINE, NONE, UNTESTABLE)
 
 
 class Answer(NamedTuple):
     """The mechanism rule's answer on one batch (``analysis.mechanism``): its verdict,
     :data:`FAITHFUL` with the ``name`` of the construction it names (and those ``tied`` with it:
     faithful, and the batch cannot rank them, ``analysis.ties``), or :data:`BORDERLINE` (an
-    interval straddles a threshold) or :data:`NONE` (none is faithful) with no name. ``str``: the
+    interval straddles a threshold), :data:`NONE` (none is faithful) or :data:`UNTESTABLE` (the
+    empty claim is not rejected) with no name. ``str``: the
     name, ``"a = b"`` for a tie, else the verdict (what tables show). A tuple: records store it as
     a JSON list."""
 

@@ -202,7 +202,7 @@ REGISTER_TOL = 1e-6
 #: Names :func:`register` refuses, in any case: the mechanism rule's verdicts when it names no
 #: construction (``analysis.verdict.UNNAMED``, which a test holds equal), so that a table of names
 #: cannot read a construction as a verdict.
-RESERVED = ("borderline", "none")
+RESERVED = ("borderline", "none", "untestable")
 
 
 #: The largest construction :func:`register` builds: layers, and heads in one layer.

@@ -3,9 +3,11 @@ leave, analyse each finished run, and note each run that failed.
 
 States a rerun recovers without manual deletion: a run killed before its first checkpoint starts
 again from scratch; a run with checkpoints resumes from the last; a run with final weights but no
-``mechanism.json`` is analysed; a diverged run stays diverged. A run that fails (a locked
-directory, a bad checkpoint, anything but a stop signal) is written to ``.sweep/failed/NAME`` and
-the worker goes on with the next; a stop signal checkpoints and ends the worker.
+``mechanism.json`` is analysed (unless the analyses cannot read its model,
+``training.run.unanalysable``: its ``sweep.jsonl`` line says why); a diverged run stays diverged.
+A run that fails (a locked directory, a bad checkpoint, anything but a stop signal) is written to
+``.sweep/failed/NAME`` and the worker goes on with the next; a stop signal checkpoints and ends
+the worker.
 
 Local workers run ``python -m invperm_interp.sweep.tasks GRID OUT UNITS TOKEN``: each claims the
 next unit no other worker of the sweep has claimed (an ``O_EXCL`` file), so fast and slow runs
@@ -113,6 +115,8 @@ def slurm_unit(grid_path: str, out: str, indices: list[int]) -> list[str]:
 
 
 def _train_unit(grid, out_dir: Path, indices: list[int]) -> list[str]:
+    from ..training.run import unanalysable
+
     jobs = [grid.jobs[i] for i in indices]
     together = len(jobs) > 1 and uses_gpu(grid, jobs[0], "local")
     groups = [jobs] if together else [[j] for j in jobs]
@@ -132,7 +136,7 @@ def _train_unit(grid, out_dir: Path, indices: list[int]) -> list[str]:
                 failed.append(job.name)
             continue
         for job in group:
-            if grid.analysis is None:
+            if grid.analysis is None or unanalysable(job.model_cfg) is not None:  # its line says why
                 continue
             try:
                 write_analysis(out_dir / job.name, **grid.analysis)
@@ -174,8 +178,10 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
         cached = replace(_sweep_record(model, batch, samples, seed, batches),
                          weights=weights_digest(RunDir(run_dir).final))
         missing = [s for s in STYLES if settings[f"{s}_ablation"]]
-    tested = {s: _tested_under(s, model, batch, samples, seed + batches) for s in missing}
-    record = cached.with_names({s: name_by_rule(t) for s, t in tested.items()}, tested)
+    found = {s: _tested_under(s, model, batch, samples, seed + batches) for s in missing}
+    tested, empty = {s: t for s, (t, _) in found.items()}, {s: e for s, (_, e) in found.items()}
+    record = cached.with_names({s: name_by_rule(tested[s], empty=empty[s]) for s in missing},
+                               tested, empty)
     atomic_write(path, (json.dumps(record.to_dict()) + "\n").encode())
     return record
 
@@ -183,11 +189,13 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
 def _tested_under(style: str, model, batch, samples: int, reference_seed: int) -> tuple:
     """The constructions tested as the rule tests them with the cells outside the circuit
     mean-ablated (means over ``MEAN_REFERENCE`` reference samples) or resample-ablated (each
-    sample's removed scores taken on its own reference sample, ``samples`` of them)."""
-    from ..analysis.mechanism import tested_on
+    sample's removed scores taken on its own reference sample, ``samples`` of them), and the empty
+    claim's test on the same testers: ``(tests, empty)``."""
+    from ..analysis.mechanism import tests_on
 
     reference = reference_batch(style, model, samples, reference_seed)
-    return tuple(tested_on(model, batch, ablation=style, reference=reference))
+    tested, empty = tests_on(model, batch, ablation=style, reference=reference)
+    return tuple(tested), empty
 
 
 def reference_batch(style: str, model, samples: int, reference_seed: int):

@@ -126,6 +126,12 @@ def _unnamed(analysis: ModelAnalysis) -> str:
     """The mechanism paragraph when no construction passes the rule: the closest one and what it
     misses, then the minimal circuit, or that there is none."""
     mech, m = analysis.mechanism, analysis.mechanism.minimal
+    if mech.empty is not None and mech.verdict == "untestable":
+        return (f"<b>Untestable here.</b> The empty claim (no cell of the attention weights "
+                f"matters) gets {mech.empty.circuit.rows_exact:.1%} of rows exact and recovers "
+                f"{_pct(mech.empty.circuit.loss_recovered)} of the loss under this test, which does "
+                f"not reject it: the test cannot tell a right claim from a wrong one on this "
+                f"batch, so it names nothing.")
     sentences = ["<b>No registry construction explains this model.</b>"]
     if mech.tested:
         closest = mech.tested[0]  # the rule's order, the Mechanism table's first row
