@@ -70,6 +70,9 @@ class HookedStandardTransformer(FromWeights, TaskForward, StandardTransformer, H
 
     # -- TransformerLens's stacked weights ----------------------------------------------------------
     def _stacked(self, name: str) -> Tensor:
+        if len(set(self.cfg.heads)) > 1:
+            raise ValueError(f"{name} is stacked over layers only when every layer has the same number "
+                             f"of heads, got heads={list(self.cfg.heads)}: use blocks[l].attn.{name}")
         return torch.stack([getattr(block.attn, name) for block in self.blocks])
 
     @property

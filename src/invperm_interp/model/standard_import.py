@@ -2,12 +2,20 @@
 
 ``standard_from_transformer_lens(bridge, layout, readout)`` reads a ``TransformerBridge`` built
 by ``TransformerBridge.boot_native`` (TransformerLens 4's native model; ``HookedTransformer`` is
-gone from it) of the form ``standard_to_transformer_lens`` produces: standard positional
-embeddings, scores scaled by ``√d_head``, no attention or read-out biases, and either no
+gone from it) of the form ``standard_to_transformer_lens`` produces or native training leaves:
+standard positional embeddings, scores scaled by ``√d_head``, attention biases, and either no
 normalization or LayerNorm (``"LN"``, or ``"LNPre"`` read as weights 1 and biases 0) at
 TransformerLens's eps, with or without ReLU MLPs. It returns the ``StandardTransformer`` computing
 the same function on the task's inputs; without LayerNorm and MLPs the exact map
 (``note_map.to_disentangled``) and every analysis read it, with them the behavioural ones.
+
+The standard model has no attention biases; they fold exactly (docs/standard.md, *Attention
+biases*). ``b_K`` is dropped: it adds ``q · b_K`` to every score of a query row, which softmax
+cancels. ``b_Q``, ``b_V`` and ``b_O`` are read through one more stream coordinate that is 1 on every
+row (a column of ones in ``W_pos``, which no head writes), so the imported model is one wider than
+the native one (``d_model + 1``) exactly when one of them is nonzero; in the map that coordinate is
+the positional rows of ``M_0``, so the biases land on the note's positional rows. Trailing heads
+with every weight and bias 0 (the export's padding of a layer with fewer heads) are dropped.
 
 The native model embeds token ids; the standard model reads real rows, ``X W_E``. ``W_E`` is read
 off the token embedding: with ``d_vocab = d`` token ``j`` is ``e_j`` (``W_E`` is the embedding);
@@ -39,7 +47,9 @@ def standard_from_transformer_lens(bridge, layout: Layout, readout: str = "P") -
     ``bridge``'s function on ``layout``'s inputs, reading the rows of ``readout``.
 
     ``bridge``'s ``head`` output width must be ``layout.d`` and its ``n_ctx`` at least
-    ``layout.T`` (the first ``T`` positional rows are used); its attention direction is kept."""
+    ``layout.T`` (the first ``T`` positional rows are used); its attention direction is kept. With
+    a nonzero ``b_Q``, ``b_V`` or ``b_O`` the model's ``d_model`` is the native one plus 1 (the
+    coordinate that carries the biases; module docstring)."""
     if not isinstance(layout, Layout):
         raise ValueError(f"layout must be a Layout, got {type(layout).__name__}")
     native, tl_cfg = _native(bridge)
@@ -47,33 +57,108 @@ def standard_from_transformer_lens(bridge, layout: Layout, readout: str = "P") -
     H, dh, m = tl_cfg.n_heads, tl_cfg.d_head, tl_cfg.d_model
     dtype = native.head.weight.dtype
     mlp = not tl_cfg.attn_only  # the native blocks have an MLP exactly then
-    cfg = ModelConfig(layout, n_layers=tl_cfg.n_layers, n_heads=H, attention_dir=_direction(native),
-                      readout=readout, dtype=str(dtype).removeprefix("torch."), arch="standard",
-                      d_model=m, d_head=dh, layernorm=_normalization(tl_cfg) is not None,
-                      d_mlp=tl_cfg.d_mlp if mlp else None)
+    layernorm = _normalization(tl_cfg) is not None
+    layers = [_attention(layer, H, dh, m) for layer in native.layers]
+    fold = _check_biases(layers, layernorm)
+    heads = tuple(_heads_used(w) for w in layers)
+    width = m + 1 if fold else m
+    cfg = ModelConfig(layout, n_layers=tl_cfg.n_layers,
+                      n_heads=heads[0] if len(set(heads)) == 1 else heads,
+                      attention_dir=_direction(native), readout=readout,
+                      dtype=str(dtype).removeprefix("torch."), arch="standard", d_model=width,
+                      d_head=dh, layernorm=layernorm, d_mlp=tl_cfg.d_mlp if mlp else None)
     model = StandardTransformer(cfg, seed=0)
     with torch.no_grad():
-        model.embed.W_E.copy_(_read_in(native, layout))
-        model.pos_embed.W_pos.copy_(native.pos.weight[:layout.T])
-        for block, layer in zip(model.blocks, native.layers):
-            for ours, theirs in (("W_Q", "q"), ("W_K", "k"), ("W_V", "v")):  # (H·dh, m) → (H, m, dh)
-                getattr(block.attn, ours).copy_(
-                    getattr(layer.attn, theirs).weight.detach().reshape(H, dh, m).transpose(1, 2))
-            block.attn.W_O.copy_(layer.attn.o.weight.detach().T.reshape(H, dh, m))
+        for p in model.parameters():  # the fold's coordinate m is written explicitly below
+            if p.ndim > 1:
+                p.zero_()
+        # Column m of W_pos is 1 and of W_E is 0: every stream row carries a 1 there, which no head
+        # (W_O's column m is 0) or MLP (W_out's, b_out's) writes, so it stays 1 through every layer.
+        model.embed.W_E[:, :m] = _read_in(native, layout)
+        model.pos_embed.W_pos[:, :m] = native.pos.weight[:layout.T]
+        if fold:
+            model.pos_embed.W_pos[:, m] = 1
+        # Our stream is [r - c, 1] with r the native stream and c the sum of the b_O so far, so a read
+        # r W + b is [r - c, 1] [W; b + c W]: row m of every read-in holds the bias and c W.
+        c = torch.zeros(m, dtype=torch.float64)
+        for block, layer, weights, h in zip(model.blocks, native.layers, layers, heads):
+            attn = block.attn
+            attn.W_Q[:, :m] = weights["W_Q"][:h]
+            attn.W_K[:, :m] = weights["W_K"][:h]
+            attn.W_V[:, :m] = weights["W_V"][:h]
+            attn.W_O[:, :, :m] = weights["W_O"][:h]
+            if fold:
+                attn.W_Q[:, m] = _biased(weights["b_Q"][:h], c, weights["W_Q"][:h])
+                attn.W_V[:, m] = _biased(weights["b_V"][:h], c, weights["W_V"][:h])
+                # Row m of W_K stays 0: b_K + c W_K adds q · (b_K + c W_K) to every score of a query
+                # row, the same for every key, and softmax (masked or not) cancels a row's constant.
+            c = c + weights["b_O"].double()
             if cfg.layernorm:
                 _copy_norm(block.ln1, layer.ln1)
             if mlp:
                 if cfg.layernorm:
                     _copy_norm(block.ln2, layer.ln2)
                 fc_in, fc_out = _unwrap(layer.mlp).fc_in, _unwrap(layer.mlp).fc_out
-                block.mlp.W_in.copy_(fc_in.weight.detach().T)
+                block.mlp.W_in[:m] = fc_in.weight.detach().T
+                if fold:  # b_in stays where it is; the MLP reads r = [r - c, 1] [I; c]
+                    block.mlp.W_in[m] = (c @ fc_in.weight.detach().T.double()).to(dtype)
                 block.mlp.b_in.copy_(fc_in.bias.detach())
-                block.mlp.W_out.copy_(fc_out.weight.detach().T)
-                block.mlp.b_out.copy_(fc_out.bias.detach())
+                block.mlp.W_out[:, :m] = fc_out.weight.detach().T
+                block.mlp.b_out[:m] = fc_out.bias.detach()
         if cfg.layernorm:
             _copy_norm(model.ln_final, native.ln_out)
-        model.unembed.W_U.copy_(native.head.weight.detach().T)
+        model.unembed.W_U[:m] = native.head.weight.detach().T
+        if fold:  # out = r W_U = [r - c, 1] [W_U; c W_U]
+            model.unembed.W_U[m] = (c @ native.head.weight.detach().T.double()).to(dtype)
     return model
+
+
+def _attention(layer: nn.Module, H: int, dh: int, m: int) -> dict[str, Tensor]:
+    """One native layer's attention in our shapes: ``W_Q, W_K, W_V (H, m, d_head)``, ``W_O (H,
+    d_head, m)``, ``b_Q, b_K, b_V (H, d_head)``, ``b_O (m,)`` (0 where the native has no bias)."""
+    attn, out = layer.attn, {}
+    for name, key in (("Q", "q"), ("K", "k"), ("V", "v")):  # (H·dh, m) → (H, m, dh)
+        linear = getattr(attn, key)
+        weight = linear.weight.detach()
+        out[f"W_{name}"] = weight.reshape(H, dh, m).transpose(1, 2)
+        bias = getattr(linear, "bias", None)
+        out[f"b_{name}"] = (torch.zeros(H * dh, dtype=weight.dtype) if bias is None
+                            else bias.detach()).reshape(H, dh)
+    weight = attn.o.weight.detach()
+    out["W_O"] = weight.T.reshape(H, dh, m)
+    bias = getattr(attn.o, "bias", None)
+    out["b_O"] = torch.zeros(m, dtype=weight.dtype) if bias is None else bias.detach()
+    return out
+
+
+def _heads_used(weights: dict[str, Tensor]) -> int:
+    """The heads of a layer less its trailing heads whose weights and biases are all 0 (at least 1).
+
+    Such a head is what the export writes for a layer with fewer heads than the most; it writes
+    nothing (``W_O^h = 0``), and training leaves it 0 (every gradient to it passes through a 0)."""
+    parts = [weights[k].flatten(1) for k in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V")]
+    live = torch.cat(parts, dim=1).ne(0).any(dim=1).nonzero()  # the heads with a nonzero entry
+    return int(live.max().item()) + 1 if len(live) else 1
+
+
+def _biased(b: Tensor, c: Tensor, W: Tensor) -> Tensor:
+    """``b + c W`` ``(H, d_head)`` for ``b (H, d_head)``, ``c (m,)``, ``W (H, m, d_head)``, the
+    product in float64."""
+    return (b.double() + c @ W.double()).to(W.dtype)
+
+
+def _check_biases(layers: list[dict[str, Tensor]], layernorm: bool) -> bool:
+    """Whether a ``b_Q``, ``b_V`` or ``b_O`` is nonzero (then the import folds them); with
+    LayerNorm, a ``ValueError`` naming the first."""
+    for i, weights in enumerate(layers):
+        for k in ("Q", "V", "O"):
+            if bool(weights[f"b_{k}"].ne(0).any()):
+                if layernorm:
+                    raise ValueError(f"blocks.{i}.attn.b_{k} is not zero in a model with LayerNorm: "
+                                     f"the fold of b_Q, b_V and b_O needs a stream coordinate that is "
+                                     f"1 on every row, and LayerNorm would normalise it with the rest")
+                return True
+    return False
 
 
 def _native(bridge) -> tuple[nn.Module, object]:
@@ -140,14 +225,9 @@ def _check_form(native: nn.Module, cfg, layout: Layout) -> None:
                          f"got {native.head.weight.shape[0]}")
     if cfg.n_ctx < layout.T:
         raise ValueError(f"the model's n_ctx must be at least layout.T = {layout.T}, got {cfg.n_ctx}")
-    biases = {"unembed.b_U": native.head} | {
-        f"blocks.{i}.attn.b_{k.upper()}": getattr(layer.attn, k)
-        for i, layer in enumerate(native.layers) for k in "qkvo"}
-    for name, linear in biases.items():
-        bias = getattr(linear, "bias", None)
-        if bias is not None and bool(bias.detach().ne(0).any()):
-            raise ValueError(f"{name} is not zero: the standard model has no attention or read-out "
-                             f"biases (a bias adds terms the map to the note's blocks cannot hold)")
+    bias = getattr(native.head, "bias", None)
+    if bias is not None and bool(bias.detach().ne(0).any()):
+        raise ValueError("unembed.b_U is not zero: the standard model has no read-out bias")
 
 
 def _direction(native: nn.Module) -> str:
