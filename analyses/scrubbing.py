@@ -137,13 +137,14 @@ def markdown(rows: list[dict]) -> str:
         f"{n} causal-scratch d = 10 runs trained with the census's settings "
         "(analyses/grids/scrubbing.toml: Adam lr 1e-2, batch 128, stopped at MSE < 1e-3), each on the "
         "census's 4,096 evaluation samples (seed 12345); written by analyses/scrubbing.py, read in "
-        "docs/results/scrubbing.md. **name**: the rule's name under each style (scrub: the rest of A fed "
-        "from a partner with the same P and another Y, `analysis.scrub`). **claim**: the "
+        "docs/results/scrubbing.md. **name**: the rule's name under each style (scrub: the claim's cells "
+        "fed from a partner with the same P and another Y, the rest of A from another input, "
+        "`analysis.scrub`). **claim**: the "
         "zero-ablation name, or theorem3_superposed where the rule names none; **+ guard**: the "
         "claim with the three layer-1 content-query cells (x, pos.P), (x, pos.Y), (x, x) added. "
         "**without**: the loss recovered by the model with the claim removed (completeness; under "
         "scrub the claim is fed from another P and the same Y). **missing cell**: the cell outside "
-        "the claim whose restoring alone recovers the most loss, the rest resampled or scrubbed "
+        "the claim whose adding alone recovers the most loss, the rest resampled or scrubbed "
         "(1,024 of the samples). Counts carry Wilson 95% intervals.", "",
         "| style | runs named | claim faithful | claim + guard faithful | median loss recovered "
         "without the claim |", "| --- | --- | --- | --- | --- |"]

@@ -620,3 +620,18 @@ def test_the_standard_census_progress_and_two_head_scratch_numbers_are_its_asset
     heads = [(rank == r["d_head"]) for r in standard if r.get("ov_numerical_rank")
              for layer in r["ov_numerical_rank"] for rank in layer]
     assert f"{sum(heads)} of the {len(heads)} trained heads' `W_OV` have full rank `d_head`" in page
+
+
+def test_the_readme_controls_numbers_come_from_the_assets():
+    """The README's negative controls: runs, empty claims rejected and random sets rejected, the
+    range over styles and models, recomputed from assets/controls.json."""
+    readme = text("README.md")
+    summary = load("controls.json")["summary"]
+    counts = lambda key: [tuple(int(x) for x in s[key].split(" (")[0].split(" of ")) for s in summary]  # noqa: E731
+    empty, random = counts("empty claim rejected"), counts("random cell sets rejected")
+    runs = sum(s["runs"] for s in summary if s["style"] == "zero")
+    assert all(k == n for k, n in empty) and sum(n for _, n in empty) == 4 * runs
+    (draws,) = {n for _, n in random}
+    assert (f"on {runs} held-out census d = 6 runs") in readme
+    assert (f"reject the empty claim in {runs} of {runs} and random cell sets of the claim's size in "
+            f"{min(k for k, _ in random)} to {max(k for k, _ in random)} of {draws}") in readme
