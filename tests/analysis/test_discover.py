@@ -183,8 +183,12 @@ def test_discover_checks_its_arguments_and_output_before_the_analysis(tmp_path, 
 
     with monkeypatch.context() as m:
         m.setattr(discover_module, "discover", analysed)
-        for argv, message in ((["--threads", "0"], "--threads must be an integer >= 1, got 0"),
-                              (["--json", str(tmp_path / "a_file" / "p.json")],
+        with pytest.raises(SystemExit) as refused:  # argparse's: a usage line, then the error
+            main(["discover", str(tmp_path / "sweep"), "--threads", "0"])
+        assert refused.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            "invperm discover: error: argument --threads: threads must be an integer in [1, 1024], got 0")
+        for argv, message in ((["--json", str(tmp_path / "a_file" / "p.json")],
                                f"{tmp_path / 'a_file'} cannot be written"),
                               (["--json", str(tmp_path)], f"--json {tmp_path} is a directory")):
             assert main(["discover", str(tmp_path / "sweep"), *argv]) == 2
@@ -199,8 +203,8 @@ def test_discover_checks_its_arguments_and_output_before_the_analysis(tmp_path, 
 
 def test_a_circuit_over_three_layers_of_one_head_is_grouped_as_it_is(monkeypatch):
     """A faithful minimal circuit spanning three layers of a 3 x 1 model (no two-layer placement
-    holds it) is a form of its own: built and checked as a three-layer model, its snippet saying
-    the registry does not take it."""
+    holds it) is a form of its own: built and checked as a three-layer model, and its snippet
+    registers it (the registry takes any depth) or says why not."""
     from dataclasses import replace
 
     from invperm_interp.analysis.mechanism import mechanism

@@ -133,13 +133,17 @@ def test_a_damaged_checkpoint_is_one_line_naming_it(tmp_path, capsys, damage, me
     assert not (tmp_path / "run" / "timeline.json").exists()
 
 
-@pytest.mark.parametrize("seed", ["-1", str(2**63), "1180591620717411303424"])
-def test_timeline_and_discover_refuse_a_seed_outside_0_to_2_63(tmp_path, capsys, seed):
+@pytest.mark.parametrize("seed", ["-1", str(2**62), "1180591620717411303424"])
+def test_timeline_and_discover_refuse_a_seed_outside_0_to_2_62(tmp_path, capsys, seed):
+    """The bound of every ``--seed`` (tests/cli/test_bad_input.py), as argparse's error."""
     interpolated_run(tmp_path / "run", n_steps=2)
     for command in ("timeline", "discover"):
-        assert main([command, str(tmp_path / "run"), "--seed", seed]) == 2
+        with pytest.raises(SystemExit) as e:
+            main([command, str(tmp_path / "run"), "--seed", seed])
+        assert e.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err == [f"invperm {command}: error: seed must be an integer in [0, 2^63), got {seed}"]
+        assert err[-1] == (f"invperm {command}: error: argument --seed: seed must be an integer in "
+                           f"[0, 2^62), got {seed}")
 
 
 @pytest.mark.parametrize("text", ["{", "[]", "{}", '{"steps": 5}', "null"])

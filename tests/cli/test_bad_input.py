@@ -27,6 +27,7 @@ from invperm_interp import (
 )
 from invperm_interp.analysis.templates import explain
 from invperm_interp.cli import main
+from invperm_interp.cli.main import build_parser
 from invperm_interp.config import TrainConfig
 from invperm_interp.maths import constructions as C
 from invperm_interp.maths.floors import causal_floor, dependency_map, exact_floor_enumeration
@@ -384,8 +385,6 @@ def cli_error(argv, capsys):
     (["train", "--lr", "inf", "--out", "{tmp}/r"], "lr must be a finite number > 0"),
     (["train", "--steps", "0", "--out", "{tmp}/r"], "steps must be an integer >= 1"),
     (["train", "--batch-size", "0", "--out", "{tmp}/r"], "batch_size must be an integer >= 1"),
-    (["train", "--seed", "-1", "--out", "{tmp}/r"], "seed must be an integer >= 0"),
-    (["train", "--threads", "0", "--out", "{tmp}/r"], "threads must be an integer >= 1"),
     (["train", "--eval-every", "0", "--out", "{tmp}/r"], "eval_every must be an integer >= 1"),
     (["train", "--device", "gpu", "--out", "{tmp}/r"], "device must be 'auto', 'cpu'"),
     (["train", "--recipe", "paper", "--lr", "0.1", "--out", "{tmp}/r"], "fixes lr=1.0"),
@@ -401,6 +400,8 @@ def cli_error(argv, capsys):
     (["train", "--d", "2", "--out", "{tmp}/afile/run"], "out_dir .*afile/run cannot be written"),
     (["train", "--d", "4", "--steps", "20", "--layers", "50", "--out", "{tmp}/r"],  # a traceback
      r"this training run needs about \S+ GB .* lower d, n_layers or n_heads"),  # from the estimate
+    (["train", "--arch", "standard", "--d-model", str(2**62), "--out", "{tmp}/r"],  # a traceback:
+     r"this training run needs about \S+ GB .* lower d_model"),  # torch cannot size its tensors
     (["train", "--n-scratch", "3", "--out", "{tmp}/r"], "--n-scratch sets the scratch rows of "
                                                          "--layout scratch"),
     (["train", "--config", "{tmp}/hugemodel.json", "--out", "{tmp}/r"], "d must be an integer >= 1, got inf"),
@@ -500,3 +501,75 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_the_analysis(
     assert line.endswith(f"{blocked / 'out'} cannot be written (Not a directory); write "
                          + ("the record and report" if command == "analyze" else "them")
                          + " elsewhere with --out"), line
+
+
+# -- one bound for every --seed and --threads -------------------------------------------------
+def argparse_error(argv, capsys) -> str:
+    """Run ``invperm argv``, which argparse refuses: its last stderr line (after the usage)."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+SEEDED = [["demo", "--out", "{tmp}/r"], ["construct", "theorem2", "--d", "3"],
+          ["train", "--out", "{tmp}/r"], ["analyze", "{run}"], ["report", "{run}"],
+          ["analyze", "--construction", "theorem2", "--d", "3"], ["timeline", "{run}"],
+          ["discover", "{run}"]]
+
+
+@pytest.mark.parametrize("argv", SEEDED, ids=lambda a: " ".join(a[:2]))
+def test_every_seed_has_one_bound_and_one_message(finished_run, tmp_path, capsys, argv):
+    """``--seed`` is an integer in [0, 2^62) on every subcommand (a run seeds its streams 4s,
+    4s + 1, 4s + 2); outside it, argparse's one line, before anything runs or is written."""
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{run}", str(finished_run)) for a in argv]
+    for seed in (-1, 2**62, 2**63, 2**64):
+        line = argparse_error(argv + ["--seed", str(seed)], capsys)
+        assert line == (f"invperm {argv[0]}: error: argument --seed: seed must be an integer in "
+                        f"[0, 2^62), got {seed}"), line
+    assert build_parser().parse_args(argv + ["--seed", str(2**62 - 1)]).seed == 2**62 - 1
+    assert not (tmp_path / "r").exists()
+
+
+THREADED = [["demo", "--out", "{tmp}/r"], ["train", "--d", "3", "--steps", "2", "--out", "{tmp}/r"],
+            ["analyze", "{run}"], ["report", "{run}"], ["timeline", "{run}"], ["discover", "{run}"]]
+
+
+@pytest.mark.parametrize("argv", THREADED, ids=lambda a: a[0])
+def test_every_threads_has_one_bound_and_no_thread_is_started_past_it(
+        finished_run, tmp_path, capsys, monkeypatch, argv):
+    """``--threads 100000`` crashed the process in libgomp (a segfault); now every subcommand that
+    takes ``--threads`` refuses it in one line, before torch is asked for a thread."""
+    asked = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: asked.append(n))
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{run}", str(finished_run)) for a in argv]
+    for threads in (0, 100000):
+        line = argparse_error(argv + ["--threads", str(threads)], capsys)
+        assert line == (f"invperm {argv[0]}: error: argument --threads: threads must be an integer "
+                        f"in [1, 1024], got {threads}"), line
+    assert asked == [] and not (tmp_path / "r").exists()
+    assert build_parser().parse_args(argv + ["--threads", "1024"]).threads == 1024
+
+
+@pytest.mark.parametrize("command", ["timeline", "discover"])
+def test_an_analysis_past_the_memory_is_refused_from_n_before_any_sample(
+        finished_run, capsys, monkeypatch, command):
+    """``--n 3000000000`` allocated gigabytes before running out of memory; now the analysis's
+    estimate refuses it first, as ``analyze`` does, naming ``--n``."""
+    import importlib
+
+    def analysed(*args, **kw):
+        raise AssertionError("analysed before the memory check")
+
+    monkeypatch.setattr(importlib.import_module("invperm_interp.analysis.timeline"), "timeline",
+                        analysed)
+    monkeypatch.setattr(importlib.import_module("invperm_interp.analysis.discover"), "discover",
+                        analysed)
+    where = str(finished_run if command == "timeline" else finished_run.parent)  # a folder of runs
+    line = cli_error([command, where, "--n", "3000000000"], capsys)
+    assert re.search(r"the analysis on n=3000000000 samples needs about \S+ GB .* lower the number "
+                     r"of samples \(--n\)", line), line
+    line = cli_error([command, where, "--n", "100000", "--max-memory", "1M"], capsys)
+    assert "(max_memory)" in line and "--n" in line, line

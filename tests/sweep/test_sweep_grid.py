@@ -303,3 +303,40 @@ def test_the_dry_runs_memory_counts_the_analysis_a_grid_asks_for(tmp_path):
     assert run_memory(job, analysis) == max(training, want) > training
     assert run_memory(job, {**analysis, "resample_ablation": False}) == max(
         training, memory.analysis_estimate(cfg, 4096).total + memory.standin_bytes(cfg, 4096, False))
+
+
+@pytest.mark.parametrize("stem", ["my grid", "grïd"])
+def test_a_grid_named_by_a_file_name_that_is_not_a_plain_name_says_so(tmp_path, stem, capsys):
+    """A grid without ``name`` takes its file's name, which names its sweep folder; a file name
+    that is not a plain name is refused saying so (a name is never made up: two files could be
+    given one folder), and the grid is planned once it has a name."""
+    path = grid_file(tmp_path, "seeds = 1" + BASE, name=f"{stem}.toml")
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(
+        f"name: the grid's name defaults to its file name {stem!r}, which is not a plain name "
+        "(letters, digits, '.', '_', '+', '-'): add name = \"...\" to the grid"), err
+    path.write_text('name = "plain"\nseeds = 1' + BASE)
+    assert main(["sweep", str(path), "--dry-run"]) == 0
+    assert load_grid(path).name == "plain"
+
+
+@pytest.mark.parametrize("text, key, message", [
+    (f"seeds = [{2**62}]" + BASE, "seeds", "non-empty list of integers in [0, 2^62)"),
+    (f"seeds = {{start = 0, stop = {2**62 + 1}}}" + BASE, "seeds",
+     "non-empty list of integers in [0, 2^62)"),
+    (f"seeds = 1\nmechanism = {{seed = {2**64}}}" + BASE, "mechanism.seed",
+     f"seed must be an integer in [0, 2^62), got {2**64}"),
+    ("seeds = 1\nmechanism = {seed = -1}" + BASE, "mechanism.seed",
+     "seed must be an integer in [0, 2^62), got -1"),
+    ("seeds = 1" + BASE + "threads = 100000\n", "train.threads = 100000",
+     "threads must be an integer in [1, 1024], got 100000"),
+])
+def test_seeds_and_threads_have_the_command_lines_bounds_in_a_grid(tmp_path, text, key, message):
+    """The same bounds as ``--seed`` and ``--threads``: a seed the runs or the analysis could
+    not use (2^64 overflowed torch in the analysis) and a thread count that crashed libgomp are
+    refused when the grid is read."""
+    with pytest.raises(ValueError) as err:
+        load_grid(grid_file(tmp_path, text))
+    assert str(err.value).startswith(f"grid {tmp_path / 'grid.toml'}: {key}: ")
+    assert str(err.value).endswith(message)

@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import torch
 
+from .. import errors
 from ..model.disentangled import DisentangledModel
 from ..task import Batch, sample_batch
 from .faithfulness import Score
@@ -153,10 +154,9 @@ def judge(score: Score, rule: Rule = RULE) -> str:
 
 
 def check_seed(seed) -> None:
-    """A generator seed: an integer in [0, 2^63) (what ``torch.Generator.manual_seed`` takes; a grid
-    refuses negative seeds too)."""
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-        raise ValueError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+    """A generator seed: ``errors.check_seed``'s one bound for every command and grid, an integer
+    in [0, 2^62) (a ``ValueError``)."""
+    errors.check_seed("seed", seed)
 
 
 def evaluation_batch(model: DisentangledModel, n: int = VERDICT_SAMPLES,

@@ -64,7 +64,7 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
 
     from ..maths import constructions
     from ..runs.directory import RunDir
-    from ..training.run import Run
+    from ..training.run import Run, unanalysable
     from ..viz.report import ReportContext
 
     if (args.run_dir is None) == (args.construction is None):
@@ -86,33 +86,37 @@ def _cmd_analyze(args: argparse.Namespace) -> None:
                              f"{run_dir} is one run")
         run = Run.load(run_dir, step=args.step)
         model, metrics = run.weights, run.metrics  # the plain model: no TransformerLens
-        refused = _unmappable(run.model_cfg)
-        if refused is not None:
-            _behaviour_only(run, refused, n=args.n, seed=args.seed)
-            return
         source = f"run {run_dir}" + ("" if args.step is None else f" at step {args.step}")
         out_dir = args.out or run_dir
+        refused = unanalysable(run.model_cfg)
+        if refused is not None:
+            behaviour_report(run, refused, out_dir, ReportContext(source, metrics, run.train_cfg),
+                             n=args.n, seed=args.seed)
+            return
     context = ReportContext(source, metrics,
                             None if args.construction is not None else run.train_cfg)
     analyse_and_report(model, out_dir, context, n=args.n, seed=args.seed,
                        max_memory=args.max_memory)
 
 
-def _unmappable(cfg) -> str | None:
-    """Why a standard model's map to the disentangled model is not exact (LayerNorm, MLPs), or
-    None when it is (or the model is disentangled)."""
-    if cfg.arch != "standard":
-        return None
-    from ..model.note_map import check_mappable
+def behaviour_report(run, why: str, out_dir, context, *, n: int, seed: int,
+                     quiet: bool = False) -> None:
+    """A run the mechanism analyses cannot read (``training.run.unanalysable``, ``why``): print its
+    :func:`_behaviour` on ``n`` samples from ``seed`` (unless ``quiet``) and write it as the
+    run's ``report.html`` into ``out_dir`` (``context``: the page's title, metrics and links)."""
+    from pathlib import Path
 
-    try:
-        check_mappable(cfg)
-    except ValueError as err:
-        return str(err)
-    return None
+    from ..runs.directory import RunDir, check_writable
+    from ..viz.report import write_behaviour_report
+
+    check_writable(Path(out_dir), "write the report elsewhere with --out")
+    lines = _behaviour(run, why, n=n, seed=seed)
+    path = write_behaviour_report(run.weights, lines, RunDir(out_dir).report, context)
+    if not quiet:
+        print("\n".join(lines) + f"\nwrote {path}")
 
 
-def _behaviour_only(run, why: str, *, n: int, seed: int) -> None:
+def _behaviour(run, why: str, *, n: int, seed: int) -> list[str]:
     """A standard run whose map is not exact: its behaviour on ``n`` fresh samples (MSE against the
     causal floor, rows exact; the same weights under the other mask, the mask ablation) and, in one
     line, why no mechanism is named."""
@@ -135,20 +139,21 @@ def _behaviour_only(run, why: str, *, n: int, seed: int) -> None:
     with torch.no_grad():
         out, other = model(batch.X.to(model.pos_embed.W_pos.device)).cpu(), flipped(batch.X)
     rows = float((out.round() == batch.Y).all(-1).double().mean())
-    print(f"run {run.dir}: {cfg.attention_dir}, reads {cfg.readout} rows; on {n} fresh samples MSE "
-          f"{excess_text(float(mse(out, batch.Y)), floor if cfg.causal else None)}, rows exact "
-          f"{rows:.1%} (causal floor {floor:.4g}); the same weights {flipped_dir}: MSE "
-          f"{float(mse(other, batch.Y)):.4g}")
-    print(f"mechanism analysis refused: {why}")
+    return [f"run {run.dir}: {cfg.attention_dir}, reads {cfg.readout} rows; on {n} fresh samples MSE "
+            f"{excess_text(float(mse(out, batch.Y)), floor if cfg.causal else None)}, rows exact "
+            f"{rows:.1%} (causal floor {floor:.4g}); the same weights {flipped_dir}: MSE "
+            f"{float(mse(other, batch.Y)):.4g}", f"mechanism analysis refused: {why}"]
 
 
 def set_threads(threads: int | None) -> None:
     """Torch threads for an analysis: ``threads``; default 1 on the CPU (the model is small; more
     threads only contend on shared cores), torch's own on a GPU."""
-    if threads is not None and (isinstance(threads, bool) or threads < 1):
-        raise ValueError(f"--threads must be an integer >= 1, got {threads!r}")
     import torch
 
+    from ..errors import check_threads
+
+    if threads is not None:
+        check_threads("threads", threads)
     if threads is not None or not torch.cuda.is_available():
         torch.set_num_threads(threads or 1)
 
@@ -181,15 +186,19 @@ def report_run(run_dir, *, n: int, seed: int, bundle: str | None, threads: int |
 
     from .. import sample_batch
     from ..runs.directory import RunDir
-    from ..training.run import Run
+    from ..training.run import Run, unanalysable
     from ..viz.report import ReportContext, write_report
 
     set_threads(threads)
     run_dir = Path(run_dir)
     run = Run.load(run_dir)
-    record = _reusable(run_dir, n)
     context = ReportContext(f"run {run_dir}", run.metrics, run.train_cfg, bundle=bundle,
                             links=tuple(links or ()))
+    refused = unanalysable(run.model_cfg)
+    if refused is not None:  # its behaviour's page, as analyze writes it
+        behaviour_report(run, refused, run_dir, context, n=n, seed=seed, quiet=True)
+        return str(run_dir)
+    record = _reusable(run_dir, n)
     if record is None:
         analyse_and_report(run.weights, run_dir, context, n=n, seed=seed, quiet=True,
                            max_memory=max_memory)
@@ -301,6 +310,8 @@ def _analysis_cost(run_dir) -> int:
 
 
 def add_analyze_parser(sub, name: str) -> None:
+    from .args import seed, threads
+
     about = ("circuit, templates, closest construction, ablations and an HTML report of a run or a "
              "construction; on a directory of runs, a report for each and an index page")
     analyze = sub.add_parser(name, help=about, description=describe(about),
@@ -318,10 +329,10 @@ def add_analyze_parser(sub, name: str) -> None:
     analyze.add_argument("--n", type=int, default=512,
                          help="samples the analysis is measured on (verdicts, ablations, "
                               "patterns); 4096 resolves the rule's thresholds as the census does")
-    analyze.add_argument("--seed", type=int, default=0, help="seeds the analysis batch")
+    analyze.add_argument("--seed", type=seed, default=0, help="seeds the analysis batch")
     analyze.add_argument("--out", help="directory for analysis.json and report.html "
                                         "(default: the run directory)")
-    analyze.add_argument("--threads", type=int, help=THREADS_HELP)
+    analyze.add_argument("--threads", type=threads, help=THREADS_HELP)
     analyze.add_argument("--workers", type=int, help="for a directory of runs: analyses run in this "
                                                       "many processes (default: one per core)")
     analyze.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)

@@ -1,4 +1,5 @@
-"""What the ``invperm`` subcommands share: argument types, help texts and the help formatter."""
+"""What the ``invperm`` subcommands share: argument types (every ``--seed``, ``--threads`` and
+``--max-memory`` is read by one of them), help texts and the help formatter."""
 
 from __future__ import annotations
 
@@ -46,3 +47,31 @@ def size(text: str) -> int:
         return parse_size(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _checked(text: str, check, field: str) -> int:
+    """``text`` as an integer that passes ``check(field, value)`` (an ``errors`` check), else
+    argparse's error with the check's message."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = text
+    try:
+        check(field, value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
+
+
+def seed(text: str) -> int:
+    """``--seed``: an integer in [0, 2^62), the bound of a run's and a grid's seeds."""
+    from ..errors import check_seed
+
+    return _checked(text, check_seed, "seed")
+
+
+def threads(text: str) -> int:
+    """``--threads``: an integer in [1, ``errors.MAX_THREADS``], the bound of a run's and a grid's."""
+    from ..errors import check_threads
+
+    return _checked(text, check_threads, "threads")

@@ -25,20 +25,20 @@ def _recorded(run_dir, n: int, seed: int):
 def _cmd_discover(args: argparse.Namespace) -> None:
     """Find the runs below DIR, group the unnamed ones' minimal circuits, print the table and a
     snippet registering each proposal; with ``--json``, write the proposals there too."""
+    from dataclasses import replace
     from pathlib import Path
 
+    from .. import memory
     from ..analysis.discover import discover, table
-    from ..analysis.verdict import check_seed
     from ..runs.directory import RunDir, check_writable
     from ..sweep.run_rows import find_runs
     from ..training.progress import progress_bar
-    from ..training.run import Run
+    from ..training.run import Run, unanalysable
     from .analyze import set_threads
 
     set_threads(args.threads)
     if args.n < 2:
         raise ValueError(f"--n must be at least 2 (a standard error needs two samples), got {args.n}")
-    check_seed(args.seed)
     if args.json:  # checked before the analysis, not after it
         if Path(args.json).is_dir():
             raise ValueError(f"--json {args.json} is a directory; give a file name")
@@ -50,7 +50,14 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     if not runs:
         raise ValueError(f"{root} holds no finished run (no {RunDir.FINAL} below it)")
     keys = {d: str(d.relative_to(root)) if d != root else d.name for d in runs}
+    refused = {keys[d]: why for d in runs if (why := unanalysable(RunDir(d).read_config()[0]))}
+    for key, why in refused.items():
+        say(f"{key}: skipped, mechanism analysis refused: {why}")
+    runs = [d for d in runs if keys[d] not in refused]
     models = {keys[d]: Run.load(d).analysis_model for d in runs}
+    estimates = [memory.analysis_estimate(m.cfg, args.n, circuits=0) for m in models.values()]
+    if estimates:  # the largest, refused before a sample is drawn, as analyze does
+        memory.check(max(estimates, key=lambda e: e.total), args.max_memory)
     known = {keys[d]: k for d in runs if (k := _recorded(d, args.n, args.seed)) is not None}
     if known:
         say(f"{len(known)} of {len(runs)} runs: the verdict their sweep recorded on the same "
@@ -58,6 +65,9 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs, known=known,
                      progress=lambda items: progress_bar(items, desc="discover", unit="run",
                                                          disable=args.quiet))
+    found = replace(found, forms={**found.forms, **dict.fromkeys(refused)},
+                    reasons={**found.reasons, **{k: f"mechanism analysis refused: {why}"
+                                                 for k, why in refused.items()}})
     print(table(found))
     for p in found.proposals:
         print(f"\n# {p.name}: {len(p.runs)} runs; "
@@ -71,16 +81,17 @@ def _cmd_discover(args: argparse.Namespace) -> None:
 
 
 def add_discover_parser(sub) -> None:
-    from .args import THREADS_HELP, add_command
+    from .args import MAX_MEMORY_HELP, THREADS_HELP, add_command, seed, size, threads
 
     parser = add_command(sub, "discover", "group the minimal circuits of the runs no construction "
                          "names, and propose constructions", "invperm discover runs/census",
                          "invperm discover runs/census --json proposals.json")
     parser.add_argument("dir", help="a sweep or census directory (run folders below it)")
     parser.add_argument("--n", type=int, default=4096, help="samples each verdict is measured on")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the evaluation samples")
+    parser.add_argument("--seed", type=seed, default=0, help="seeds the evaluation samples")
     parser.add_argument("--min-runs", type=int, default=2, help="runs a form needs to be proposed")
     parser.add_argument("--json", help="also write the proposals to this JSON file")
-    parser.add_argument("--threads", type=int, help=THREADS_HELP)
+    parser.add_argument("--threads", type=threads, help=THREADS_HELP)
+    parser.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.set_defaults(func=_cmd_discover)

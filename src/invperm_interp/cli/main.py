@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from .analyze import add_analyze_parser, analyse_and_report
-from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, add_command, examples, size
+from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, add_command, examples, seed, size, threads
 
 
 def _cmd_demo(args: argparse.Namespace) -> None:
@@ -185,8 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "invperm demo", "invperm demo --d 6 --steps 800 --out runs/demo6")
     demo.add_argument("--d", type=int, default=10, help="task size (P is d x d)")
     demo.add_argument("--steps", type=int, default=1500, help="training steps of each model")
-    demo.add_argument("--seed", type=int, default=0, help="seeds the init, data and eval batch")
-    demo.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    demo.add_argument("--seed", type=seed, default=0, help="seeds the init, data and eval batch")
+    demo.add_argument("--threads", type=threads, default=None, help=THREADS_HELP)
     demo.add_argument("--out", default="runs/demo", help="where the runs and reports go")
     demo.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     demo.set_defaults(func=_cmd_demo)
@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     construct.add_argument("--beta", type=float, default=None,
                            help="cell scale (default: the larger of 100 and its exact beta)")
     construct.add_argument("--n", type=int, default=256, help="samples for the verification")
-    construct.add_argument("--seed", type=int, default=0, help="seeds the verification samples")
+    construct.add_argument("--seed", type=seed, default=0, help="seeds the verification samples")
     construct.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     construct.set_defaults(func=_cmd_construct)
 
@@ -240,9 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--schedule", choices=["constant", "cosine"], help="default: the recipe's")
     tr.add_argument("--schedule-steps", type=int, help="cosine horizon (default: 65536 for paper, "
                                                        "the note's; else --steps)")
-    tr.add_argument("--seed", type=int, help="seeds the init, data and eval batch (default 0)")
+    tr.add_argument("--seed", type=seed, help="seeds the init, data and eval batch (default 0)")
     tr.add_argument("--device", help="auto (default: CUDA when available), cpu, cuda, cuda:N")
-    tr.add_argument("--threads", type=int, help=THREADS_HELP)
+    tr.add_argument("--threads", type=threads, help=THREADS_HELP)
     tr.add_argument("--stop-at-mse", type=float, help="stop at the first evaluation below this MSE "
                                                       "(default: off)")
     tr.add_argument("--stop-at-floor", type=float, metavar="TOL",

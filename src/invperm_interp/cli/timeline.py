@@ -27,11 +27,13 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
 
     import torch
 
+    from .. import memory
     from ..analysis.hypothesis import cell_text
     from ..analysis.timeline import refine, timeline
     from ..analysis.verdict import NONE
     from ..runs.checkpoint import atomic_write
     from ..runs.directory import RunDir, check_writable
+    from ..training.run import Run
     from ..viz.heatmaps import save_figures
     from ..viz.timeline import plot_timeline
 
@@ -39,7 +41,11 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
     run_dir = Path(args.run)
     if run_dir.is_dir():  # where the results go, checked before the checkpoints are analysed
         check_writable(Path(args.out) if args.out else run_dir, "write them elsewhere with --out")
-    tl = timeline(run_dir, n=args.n, seed=args.seed, stride=args.stride, progress=not args.quiet)
+    run = Run.load(run_dir)
+    model = run.analysis_model  # refused before a sample is drawn, as analyze does
+    memory.check(memory.analysis_estimate(model.cfg, args.n, circuits=0), args.max_memory,
+                 model.device)
+    tl = timeline(run, n=args.n, seed=args.seed, stride=args.stride, progress=not args.quiet)
     if args.refine is not None:
         start, end, every = args.refine
         tl, replayed = refine(tl, run_dir, start, end, every, progress=not args.quiet)
@@ -92,7 +98,7 @@ def _window(text: str) -> tuple[int, int, int]:
 
 
 def add_timeline_parser(sub) -> None:
-    from .args import add_command
+    from .args import MAX_MEMORY_HELP, add_command, seed, size, threads
 
     p = add_command(sub, "timeline", "the mechanism over a run's checkpoints: table, timeline.json "
                     "and a figure", "invperm timeline runs/bi",
@@ -100,7 +106,7 @@ def add_timeline_parser(sub) -> None:
                     "invperm timeline runs/bi --refine 250:450")
     p.add_argument("run", help="the run directory (its checkpoints/ are analysed)")
     p.add_argument("--n", type=_positive, default=512, help="samples analysed")
-    p.add_argument("--seed", type=int, default=0, help="seed of the analysed batch")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the analysed batch")
     p.add_argument("--stride", type=_positive, default=1,
                    help="analyse every STRIDE-th checkpoint, counted back from the last")
     p.add_argument("--refine", type=_window, metavar="START:END[:EVERY]",
@@ -108,7 +114,8 @@ def add_timeline_parser(sub) -> None:
                         "that are multiples of EVERY (default 5), and END, on weights trained "
                         "again from that checkpoint")
     p.add_argument("--out", help="where timeline.json and the figure go (default: the run)")
-    p.add_argument("--threads", type=_positive, default=1,
+    p.add_argument("--threads", type=threads, default=1,
                    help="torch threads (these models are too small for more to pay)")
+    p.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_timeline)

@@ -240,7 +240,7 @@ class RunDir:
     # -- weights ----------------------------------------------------------------------------------
     def weights_path(self, step: int | None = None) -> Path:
         """The weights file to read: checkpoint ``step``, else ``final.safetensors``, else the last
-        checkpoint. Only safetensors files are ever read."""
+        checkpoint (of a diverged run: its last good one). Only safetensors files are ever read."""
         if step is not None:
             path = self.checkpoint(step)
             if path.exists() and not path.is_file():
@@ -254,6 +254,10 @@ class RunDir:
         found = self.checkpoints()
         if found:
             return found[-1][1]
+        if self.is_diverged:  # done, not still training
+            lr = self.read_config()[1].resolved().lr
+            raise ValueError(f"run {self.path} diverged at step {self.read_diverged()['step']} "
+                             f"(lr {lr:g}): nothing to analyse")
         others = sorted(p.name for folder in (self.path, self.path / self.CHECKPOINTS)
                         if folder.is_dir() for p in folder.iterdir() if p.suffix in _NOT_SAFETENSORS)
         unread = (f"; not read: {others} (only safetensors and JSON are loaded, nothing is "

@@ -1,8 +1,9 @@
 """A sweep's result file: ``sweep.jsonl`` (one line per run, in grid order: name, variant, status,
 configs, steps to solve, the last evaluation without its wall-clock time (``runs.Evaluation``),
 mechanism (the rule's answer as text: a construction's name, else its verdict) and its analysis, the run's
-``analysis.sweep_record.SweepRecord``), written from the run directories alone, so the same
-runs give the same bytes however they were trained."""
+``analysis.sweep_record.SweepRecord``; for a finished run the analyses cannot read, a standard
+model with LayerNorm or MLPs, ``mechanism_refused``: why), written from the run directories alone,
+so the same runs give the same bytes however they were trained."""
 
 from __future__ import annotations
 
@@ -73,8 +74,11 @@ def run_record(grid: Grid, job, run_dir: Path) -> dict:
         status, step = "unfinished", 0 if last is None else last.step
     solved = next((m.step for m in metrics if m.mse < grid.solve_mse), None)
     from ..analysis.sweep_record import SweepRecord
+    from ..training.run import unanalysable
 
     analysis = SweepRecord.of_run(run_dir)  # None: none this version reads, or of older weights
+    trained = status in ("finished", "stopped")
+    refused = unanalysable(job.model_cfg) if grid.mechanism and trained else None
     return {
         "name": job.name, "variant": job.variant, "status": status, "step": step,
         "steps_to_solve": solved, "solve_mse": grid.solve_mse,
@@ -83,6 +87,9 @@ def run_record(grid: Grid, job, run_dir: Path) -> dict:
         "mechanism": str(analysis.answer) if analysis else None,
         "model": job.model_cfg.to_dict(), "train": job.train_cfg.to_dict(),
         "analysis": analysis.to_dict() if analysis else None,
+        # a run whose mechanism the analyses cannot read: why (only then, so other lines keep
+        # their bytes)
+        **({"mechanism_refused": refused} if refused is not None else {}),
     }
 
 

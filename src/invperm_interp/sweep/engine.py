@@ -165,7 +165,8 @@ def _reason(out: Path, name: str) -> str:
 
 
 def _outcome(grid: Grid, out: Path, path: Path, stopped: int | None, progress: bool) -> Path:
-    """Say what did not finish, in one line per run and a summary; raise unless all did."""
+    """Say what did not finish, in one line per run and a summary (and each run whose mechanism
+    the analyses refused: it is done); raise unless all did."""
     from ..training.signals import Interrupted
 
     if stopped is not None:
@@ -173,8 +174,12 @@ def _outcome(grid: Grid, out: Path, path: Path, stopped: int | None, progress: b
                           f"finished; {RESUME_HINT}", stopped)
     records = [r for _, r in read_sweep(out)]
     failures = {p.name: p.read_text().strip() for p in failed_dir(out).glob("*")}
+    refused = {r["name"]: r["mechanism_refused"] for r in records if "mechanism_refused" in r}
+    for name, why in refused.items() if progress else ():  # trained, and done
+        print(f"  {name}: mechanism analysis refused: {why}")
     missing = [r["name"] for r in records if r["status"] == "unfinished"
-               or grid.mechanism and r["status"] != "diverged" and r["mechanism"] is None]
+               or grid.mechanism and r["status"] != "diverged" and r["mechanism"] is None
+               and r["name"] not in refused]
     if not missing:
         return path
     for name in missing:

@@ -7,11 +7,14 @@ and ``seeds`` (see ``seeds``: a count, a range, a list, or lists per axis value 
 per-layer ``n_heads`` as a list inside the list, ``n_heads = [[2, 1]]``). Optional ``[[variants]]``
 tables, each with a ``name`` (a plain name: it starts the run folders' names) and its own ``model``
 / ``train`` tables and ``seeds``, are expanded one after another over the base tables (use them for
-models that differ in several fields at once). ``solve_mse`` (default 1e-3) is the MSE a run must go
-below to count as solved; ``mechanism = true`` (or a table of ``DEFAULT_ANALYSIS``'s keys) analyses
-each finished run (its mechanism, faithfulness and minimal circuit); ``[slurm]`` holds ``partition``,
-``time`` (minutes, at least 4: Slurm's checkpoint signal may come 150 s before the limit),
-``gpus``, ``cpus_per_task``, ``jobs_per_task`` and ``array_parallelism`` (tasks running at once).
+models that differ in several fields at once). ``name`` (a plain name; default: the file's name,
+which must then be one) names the sweep folder, ``runs/<name>``. ``solve_mse`` (default 1e-3) is
+the MSE a run must go below to count as solved; ``mechanism = true`` (or a table of
+``DEFAULT_ANALYSIS``'s keys) analyses each finished run (its mechanism, faithfulness and minimal
+circuit; a run the analyses cannot read is recorded as refused, with why); ``[slurm]`` holds
+``partition``, ``time`` (minutes, at least 4: Slurm's checkpoint signal may come 150 s before the
+limit), ``gpus``, ``cpus_per_task``, ``jobs_per_task`` and ``array_parallelism`` (tasks running at
+once).
 
 Every value is checked before any job starts; a malformed grid is one ``ValueError`` naming the key.
 A grid with no ``[model]`` or ``[train]`` value (top level or in a variant) is refused (it would
@@ -27,7 +30,7 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, check_seed
 from .seeds import SeedError, Seeds
 
 if sys.version_info >= (3, 11):
@@ -51,7 +54,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 #: mean ablation and under resample ablation.
 DEFAULT_ANALYSIS = {"samples": 4096, "seed": 0, "batches": 1, "mean_ablation": False,
                     "resample_ablation": False}
-_ANALYSIS_HINT = ("must be true, false or {samples = n >= 2, seed = s >= 0, batches = k >= 1, "
+_ANALYSIS_HINT = ("must be true, false or {samples = n >= 2, seed = s in [0, 2^62), batches = k >= 1, "
                   "mean_ablation = true/false, resample_ablation = true/false}")
 
 
@@ -256,7 +259,7 @@ def _analysis(path: Path, data: dict) -> dict | None:
     value = data.get("mechanism", False)
     if isinstance(value, bool):
         return dict(DEFAULT_ANALYSIS) if value else None
-    least = {"samples": 2, "seed": 0, "batches": 1}
+    least = {"samples": 2, "batches": 1}
 
     def valid(key, v) -> bool:
         if key.endswith("_ablation"):
@@ -266,7 +269,12 @@ def _analysis(path: Path, data: dict) -> dict | None:
     if not isinstance(value, dict):
         raise _error(path, "mechanism", f"{_ANALYSIS_HINT}, got {value!r}")
     for key, v in value.items():
-        if key not in DEFAULT_ANALYSIS or not valid(key, v):
+        if key == "seed":  # the bound of every seed: --seed's, the runs'
+            try:
+                check_seed("seed", v)
+            except ConfigError as err:
+                raise _error(path, "mechanism.seed", str(err)) from None
+        elif key not in DEFAULT_ANALYSIS or not valid(key, v):
             raise _error(path, f"mechanism.{key}", f"{_ANALYSIS_HINT}, got {key} = {v!r}")
     return DEFAULT_ANALYSIS | value
 
@@ -296,10 +304,17 @@ def _slurm(path: Path, data: dict) -> dict:
 
 
 def _name(path: Path, data: dict) -> str:
-    name = data.get("name", path.stem)
+    """The grid's ``name`` (its sweep folder's), else its file's stem; a stem that is not a plain
+    name is refused, not mended: two files (``my grid``, ``my_grid``) would share one folder."""
+    plain = "a plain name (letters, digits, '.', '_', '+', '-')"
+    if "name" not in data:
+        if not NAME.fullmatch(path.stem):
+            raise _error(path, "name", f"the grid's name defaults to its file name {path.stem!r}, "
+                                       f"which is not {plain}: add name = \"...\" to the grid")
+        return path.stem
+    name = data["name"]
     if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise _error(path, "name", f"must be a plain name (letters, digits, '.', '_', '+', '-'), "
-                                   f"got {name!r}")
+        raise _error(path, "name", f"must be {plain}, got {name!r}")
     return name
 
 

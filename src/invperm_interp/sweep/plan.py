@@ -39,7 +39,7 @@ MAX_CPU_HOURS = 500  # a sweep estimated above this needs allow_large (--yes)
 def job_done(run_dir: Path, analysis: dict | None = None) -> bool:
     """Nothing left to do for this run: it diverged, or it has final weights (and, when the grid
     analyses its runs with the settings ``analysis``, a mechanism record of those weights with all
-    they ask)."""
+    they ask, or a model the analyses cannot read: ``training.run.unanalysable``)."""
     run = RunDir(run_dir)
     if run.is_diverged:
         return True
@@ -50,7 +50,11 @@ def job_done(run_dir: Path, analysis: dict | None = None) -> bool:
     from ..analysis.sweep_record import SweepRecord
 
     record = SweepRecord.of_run(run_dir)  # None: analyse again
-    return record is not None and record.lacks(analysis) == []
+    if record is not None and record.lacks(analysis) == []:
+        return True
+    from ..training.run import unanalysable
+
+    return unanalysable(run.read_config()[0]) is not None  # its sweep line says why
 
 
 def uses_gpu(grid: Grid, job: Job, executor: str) -> bool:
@@ -125,11 +129,12 @@ def run_memory(job: Job, analysis: dict | None = None) -> int:
     what the mean or resample stand-ins hold, ``memory.standin_bytes``), whichever is larger."""
     from .. import memory
     from ..training.footprint import training_estimate
+    from ..training.run import unanalysable
     from ..training.single import effective_configs
 
     m, t, _ = effective_configs(job.model_cfg, job.train_cfg)
     training = training_estimate(m, t.optimizer, t.batch_size, t.eval_size).total
-    if analysis is None:
+    if analysis is None or unanalysable(m) is not None:  # a run trained, not analysed
         return training
     cfg = m
     if m.arch == "standard":
@@ -146,8 +151,10 @@ def run_memory(job: Job, analysis: dict | None = None) -> int:
 def cpu_hours(grid: Grid, indices: list[int]) -> float:
     """The estimated CPU hours of the runs ``indices``: training all their steps, and their
     analysis where the grid names mechanisms."""
+    from ..training.run import unanalysable
+
     def analysis(job: Job) -> float:
-        if not grid.mechanism:
+        if not grid.mechanism or unanalysable(job.model_cfg) is not None:
             return 0.0
         scratch = any(s.kind == "S" for s in job.model_cfg.layout.segments)
         return ANALYSIS_S["scratch" if scratch else "plain"]

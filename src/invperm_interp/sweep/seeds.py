@@ -1,10 +1,11 @@
 """A grid's ``seeds``: which seeds each point of the grid is trained with.
 
 A seed list is written as a count ``n`` (seeds 0 … n−1), a range ``{start = a, stop = b}`` or a list
-of integers ≥ 0. ``seeds`` may also be a table of such lists chosen per axis value, e.g.
-``seeds = {default = 16, "d=10" = 64}``: a point takes the list of the one ``"field=value"`` key it
-matches (``field`` a ``[model]`` or ``[train]`` field of the grid, ``value`` a TOML value equal to
-the point's, ``"lr=1e-2"`` for ``lr = 0.01``, or its text), else ``default``. A ``[[variants]]``
+of integers; every seed lies in [0, 2^62) (``errors.SEED_BOUND``, as ``--seed``). ``seeds`` may
+also be a table of such lists chosen per axis value, e.g. ``seeds = {default = 16, "d=10" = 64}``:
+a point takes the list of the one ``"field=value"`` key it matches (``field`` a ``[model]`` or
+``[train]`` field of the grid, ``value`` a TOML value equal to the point's, ``"lr=1e-2"`` for
+``lr = 0.01``, or its text), else ``default``. A ``[[variants]]``
 table's own ``seeds`` replaces the top-level one. Counts and ranges stay ``range`` objects: nothing is
 built for a count of a billion before the grid's size is checked.
 """
@@ -17,6 +18,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+from ..errors import SEED_BOUND
 
 RANGE_KEYS = {"start", "stop"}
 
@@ -44,12 +47,13 @@ def seed_list(key: str, value) -> list[int] | range:
     elif _is_int(value):
         value = range(max(value, 0))
     if isinstance(value, range):
-        if value and value.start >= 0:
+        if value and value.start >= 0 and value.stop <= SEED_BOUND:
             return value
         value = None
-    if not isinstance(value, list) or not value or not all(_is_int(s) and s >= 0 for s in value):
+    if not isinstance(value, list) or not value or not all(
+            _is_int(s) and 0 <= s < SEED_BOUND for s in value):
         raise SeedError(key, "must be a count n >= 1, {start = a, stop = b} with a < b, or a "
-                             "non-empty list of integers >= 0")
+                             "non-empty list of integers in [0, 2^62)")
     if len(set(value)) != len(value):
         raise SeedError(key, f"lists a seed twice: {value}")
     return value

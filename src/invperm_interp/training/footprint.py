@@ -96,9 +96,11 @@ def _steps_bytes(cfg: ModelConfig, batches: tuple[int, ...]) -> list[int]:
         counted = (two, three) if len(two) == len(three) else None
     result = []
     for b in batches:
-        if max(cfg.widths) ** 2 * max(cfg.heads, default=1) * e >= TORCH_SIZE_LIMIT // max(b, 1):
-            # no machine holds such weights, and torch cannot describe the tensors to count them:
-            # a forward's activations (arithmetic) stand in for the step
+        # no tensor of the step is larger than the weights times the batch or a forward's
+        # activations (of either architecture: a standard d_model of 2^62 overflowed the count)
+        if max(cfg.n_params * e * max(b, 1), memory.forward_bytes(cfg, b)) >= TORCH_SIZE_LIMIT:
+            # no machine holds such tensors, and torch cannot describe them to count them: a
+            # forward's activations (arithmetic) stand in for the step
             result.append(memory.forward_bytes(cfg, b))
             continue
         if counted is not None:
@@ -127,6 +129,8 @@ def training_estimate(model_cfg: ModelConfig, optimizer: str, batch_size: int, e
     largest = max(parts, key=parts.get)
     if largest == "evaluation batch":
         lower = f"eval_size (now {eval_size})"
+    elif largest.startswith("weights") and model_cfg.arch == "standard":
+        lower = "d_model, d_head, d_mlp or n_layers"
     elif largest.startswith("weights"):
         lower = "d, n_layers or n_heads (the widths grow as (d + T)·(1 + H)^L)"
     elif step >= evaluation:

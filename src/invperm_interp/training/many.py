@@ -119,11 +119,9 @@ def _diverged_record(train_cfg: TrainConfig) -> dict | None:
 
 
 def _record_failure(model_cfg: ModelConfig, train_cfg: TrainConfig, err: Diverged) -> Failed:
-    failed = Failed(model_cfg, train_cfg, err.step, str(err),
-                    None if train_cfg.out_dir is None else Path(train_cfg.out_dir))
-    if failed.dir is not None:
-        RunDir(failed.dir).write_diverged(err.step, str(err))
-    return failed
+    """The job's :class:`Failed` (its run directory's ``diverged.json`` is the trainer's)."""
+    return Failed(model_cfg, train_cfg, err.step, str(err),
+                  None if train_cfg.out_dir is None else Path(train_cfg.out_dir))
 
 
 def _train_one(model_cfg: ModelConfig, train_cfg: TrainConfig, *, resume: bool,

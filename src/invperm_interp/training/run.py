@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..model.hooked import HookedDisentangledTransformer
     from ..model.standard_hooked import HookedStandardTransformer
 
-__all__ = ["Run", "resolve_device"]
+__all__ = ["Run", "resolve_device", "unanalysable"]
 
 
 def resolve_device(spec: str = "auto") -> torch.device:
@@ -38,6 +38,21 @@ def resolve_device(spec: str = "auto") -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={spec!r} was asked for but CUDA is not available; use 'auto'")
     return device
+
+
+def unanalysable(cfg: ModelConfig) -> str | None:
+    """Why the mechanism analyses cannot read a model of ``cfg``, in one line (a standard model with
+    LayerNorm or MLPs: its map to the disentangled model is not exact, ``model.note_map``), or
+    None when they can (``Run.analysis_model``). Its behaviour can still be measured."""
+    if cfg.arch != "standard":
+        return None
+    from ..model.note_map import check_mappable
+
+    try:
+        check_mappable(cfg)
+    except ValueError as err:
+        return str(err)
+    return None
 
 
 @dataclass

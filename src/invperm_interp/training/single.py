@@ -64,7 +64,8 @@ def train(
     ``resume=True`` continues the run in ``train_cfg.out_dir`` from its last checkpoint (``steps``
     may be raised to extend it). ``stop_at`` stops after that many steps with a checkpoint, as an
     interruption would. A non-finite loss, evaluation MSE or weight raises ``ValueError`` naming
-    the step and the last good checkpoint (non-finite weights are never checkpointed). An
+    the step and the last good checkpoint (non-finite weights are never checkpointed), recorded in
+    the run directory's ``diverged.json`` (``RunDir.write_diverged``), as a sweep's runs are. An
     ``out_dir`` that cannot be written, or lacks room for the run's checkpoints, is a
     ``ValueError`` before any training work; a write that fails later (a full disk) is an
     ``OSError`` naming the file, the step and the last good checkpoint. A ``memory`` estimate over

@@ -212,9 +212,13 @@ class Trainer:
 
     def _diverged(self, what: str, step: int) -> Diverged:
         """A non-finite loss (of the weights after ``step`` updates) or weights: checkpoints of
-        ``step`` or later are not good, earlier ones gave finite losses."""
+        ``step`` or later are not good, earlier ones gave finite losses. The run directory records
+        it (``diverged.json``): the run is done, and what reads it says so."""
         kept = f"; {self._last_good(step)}" if self.dir is not None else ""
-        return Diverged(f"training diverged: {what} at step {step}{kept}", step)
+        err = Diverged(f"training diverged: {what} at step {step}{kept}", step)
+        if self.run_dir is not None:
+            self.run_dir.write_diverged(step, str(err))
+        return err
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self, end: int, interrupt: StopRequest, progress: bool) -> Run:

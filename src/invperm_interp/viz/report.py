@@ -41,7 +41,7 @@ from .mechanism import headline, mechanism_section, sweep_verdict_section
 from .page import page
 from .weight_maps import certificate_map, head_maps, unembed_map
 
-__all__ = ["write_report", "report_html"]
+__all__ = ["write_report", "report_html", "write_behaviour_report"]
 
 def _esc(value) -> str:
     return html.escape(str(value))
@@ -304,6 +304,20 @@ class ReportContext:
                        sweep_record=record)
 
 
+def _training(metrics: list[Evaluation] | None, causal: bool) -> str:
+    """The training curve and the accuracies against step ("" without metrics)."""
+    if not metrics:
+        return ""
+    accuracy = accuracy_chart(metrics)
+    parts = ["<h2>Training</h2>", '<div class="figs">', figure(
+        training_chart(metrics, causal), "Training curve: eval loss against step.",
+        training_caption(metrics, causal))]
+    if accuracy is not None:
+        parts.append(figure(accuracy, "Fraction of entries, rows and samples exact against step.",
+                            "Entries, rows and whole samples exact after rounding."))
+    return "\n".join(parts + ["</div>"])
+
+
 def report_html(model: DisentangledModel, result: ModelAnalysis, batch: Batch,
                 context: ReportContext = ReportContext()) -> str:
     """The report page as a string (see :func:`write_report`)."""
@@ -316,17 +330,8 @@ def report_html(model: DisentangledModel, result: ModelAnalysis, batch: Batch,
         head = (head.removesuffix("</div>") + f"<p>Over training (below): the final circuit alone "
                 f"{when} of {timeline.steps[-1].step}.</p></div>")
     parts = [_setup(model, train_cfg, metrics), _through_map(result), head,
-             _results(model, result, batch, metrics, train_cfg)]
-    if metrics:
-        accuracy = accuracy_chart(metrics)
-        parts += ["<h2>Training</h2>", '<div class="figs">', figure(
-            training_chart(metrics, model.cfg.causal), "Training curve: eval loss against step.",
-            training_caption(metrics, model.cfg.causal))]
-        if accuracy is not None:
-            parts.append(figure(accuracy, "Fraction of entries, rows and samples exact against step.",
-                                "Entries, rows and whole samples exact after rounding."))
-        parts.append("</div>")
-    parts.append(_over_training(context.timeline, context.checkpoints))
+             _results(model, result, batch, metrics, train_cfg), _training(metrics, model.cfg.causal),
+             _over_training(context.timeline, context.checkpoints)]
     parts += [mechanism_section(result), sweep_verdict_section(context.sweep_record),
               _circuit(model, result), _constructions(result),
               _ablations(model, result), _certificate(model, result),
@@ -342,4 +347,20 @@ def write_report(model: DisentangledModel, result: ModelAnalysis, batch: Batch,
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report_html(model, result, batch, context), encoding="utf-8")
+    return path
+
+
+def write_behaviour_report(model: torch.nn.Module, behaviour: list[str], path: str | Path,
+                           context: ReportContext = ReportContext()) -> Path:
+    """Write the page of a run whose mechanism the analyses cannot read (a standard model with
+    LayerNorm or MLPs, ``training.run.unanalysable``) to ``path``: what was run, its
+    ``behaviour`` as ``invperm analyze`` prints it (its scores, then why no mechanism is named)
+    and its training curve."""
+    lines = "".join(f"<p>{_esc(line)}</p>" for line in behaviour)
+    parts = [_setup(model, context.train_cfg, context.metrics),
+             f'<div class="headline none">{lines}</div>', _training(context.metrics, model.cfg.causal)]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page(context.title, "\n".join(p for p in parts if p),
+                         links=list(context.links) or None), encoding="utf-8")
     return path
