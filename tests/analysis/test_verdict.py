@@ -73,6 +73,16 @@ def test_only_signs_that_matter_are_checked():
     assert not _faithfulness_with_betas((5.0, -1.0)).signs_agree
 
 
+def test_a_small_cell_of_its_own_has_its_sign_checked():
+    """The threshold is relative to the template's own cell: a guard cell holding 6% of the
+    layer's largest β, negative, is a disagreeing sign (the layer-wide threshold let it pass)."""
+    s = Score(0.0, 1.0, 1.0)
+    cells = ((0, 0, "pos.P", "x", "I"), (0, 0, "x", "pos.P", "1"))
+    for guard, agree in ((0.3, True), (-0.3, False)):
+        f = Faithfulness("x", "cells", cells, ("L2.x",), (5.0, guard), (5.0, guard), 1.0, 1.0, s, s, s)
+        assert f.signs_agree == agree
+
+
 def test_a_straddling_interval_is_borderline_not_a_flip():
     model = perturb(C.build("two_block", 5, 8.0), gauge=1.0, noise=0.6, seed=2)
     batch = batch_for(model, 512)

@@ -46,8 +46,8 @@ from .projection import Projection, fixed_weights, project, raw_weights
 from .score import Score, read_score, score, scores
 from .standin import Removed, StandIn
 
-#: A fitted template β below this share of the largest ``|β|`` in its (layer, head) has no sign
-#: worth checking (``Faithfulness.signs_agree``).
+#: A fitted template β below this share of the largest ``|β|`` named in its own cell has no sign
+#: worth checking (``Faithfulness.signs_agree``: ``1 - I`` in one cell, each part's sign).
 SIGN_RELATIVE = 0.1
 #: Circuit variants built and run together at most (each holds its kept and removed weights, per
 #: layer ``(H_l, D_l, D_l)``): bounds the analysis's memory whatever the number of cells searched
@@ -88,6 +88,7 @@ class Faithfulness:
     placement: Placement | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "cells", read_cells(self.cells))
         if self.placement is not None and self.placement.trivial:
             object.__setattr__(self, "placement", None)
 
@@ -125,14 +126,16 @@ class Faithfulness:
 
     @property
     def signs_agree(self) -> bool:
-        """Every template that matters has a positive fitted β: the weights point the way the
-        hypothesis says (a cell test alone cannot tell ``I`` from ``-I`` in the same cell). A
-        template matters when its ``|β|`` is at least ``SIGN_RELATIVE`` of the largest in its
-        (layer, head): a near-zero coefficient of either sign says nothing about the direction."""
-        largest: dict[tuple[int, int], float] = {}
+        """Every template the hypothesis names has a positive fitted β where it matters: the
+        weights point the way the hypothesis says (a cell test alone cannot tell ``I`` from ``-I``
+        in the same cell). Judged cell by cell: a template matters unless its ``|β|`` is below
+        ``SIGN_RELATIVE`` of the largest among the templates named in its own (layer, head, query,
+        key) cell, so a cell holding one template always has its sign checked, however small its
+        weights against the layer's largest cell (the content-mass guard's cells hold 4-8% of it)."""
+        largest: dict[tuple[int, int, str, str], float] = {}
         for cell, b in zip(self.cells, self.template_betas):
-            largest[cell[:2]] = max(largest.get(cell[:2], 0.0), abs(b))
-        return all(b > 0 or abs(b) < SIGN_RELATIVE * largest[cell[:2]]
+            largest[cell.site] = max(largest.get(cell.site, 0.0), abs(b))
+        return all(b > 0 or abs(b) < SIGN_RELATIVE * largest[cell.site]
                    for cell, b in zip(self.cells, self.template_betas))
 
     def to_dict(self) -> dict:
