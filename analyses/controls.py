@@ -27,6 +27,7 @@ from census_report import share_text
 from common import add_output_arguments, output, output_folder, refuse
 
 from invperm_interp.analysis.controls import CONTROL_STYLES, controls
+from invperm_interp.analysis.mechanism import name_by_rule
 from invperm_interp.analysis.placements import fitting_names
 from invperm_interp.analysis.sweep_record import SweepRecord
 from invperm_interp.analysis.verdict import evaluation_batch
@@ -54,7 +55,8 @@ def run_row(run_dir: Path, record: SweepRecord, kind: str, seed: int) -> dict:
     claim = test.construction
     others = [n for n in fitting_names(model.cfg, working=True) if n != claim]
     found = controls(model, claim, batch, others=others, draws=DRAWS, seed=seed)
-    names = {"zero": str(record.answer), **{s: str(a) for s, a in record.under.items()}}
+    names = {style: str(name_by_rule(tests, empty=record.empty(style)))  # by the rule as it is now
+             for style, tests in (("zero", record.mechanism.tested), *record.tested_under.items())}
     return {"run": run_dir.name, "kind": kind, "seed": seed, "claim": claim, "names": names,
             "controls": [c.to_dict() for c in found]}
 
@@ -102,8 +104,8 @@ def markdown(summary: list[dict], rows: list[dict]) -> str:
              "cell sets of the claim's size per run and every other fitting construction "
              "(`analysis.controls`). A control is rejected when the rule's intervals say not "
              "faithful; a borderline one is not. Counts with Wilson 95% intervals. 'named, held "
-             "out' is the sweep's answer on 4,096 samples under that style (the empty claim "
-             "checked: a style that does not reject it names nothing); 'in sample' the census's "
+             "out' is the rule's answer on the sweep's 4,096-sample tests under that style (the "
+             "empty claim checked: a style that does not reject it names nothing); 'in sample' the census's "
              "d = 6 runs (seeds 0-15, assets/census.json), whose records predate the empty-claim "
              "check. Scrubbing names nothing in a sweep: its column is the claim's control only.", ""]
     columns = [c for c in summary[0] if c != "names held out"]
