@@ -3,6 +3,7 @@ running the constructions' circuit-only models), and the rule reporting a tie as
 constructions it cannot rank instead of naming one."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from helpers import analysed, batch_for, scored
@@ -14,8 +15,10 @@ from invperm_interp.analysis.ties import (
     CELLS,
     SIGNS,
     comparable,
+    paired,
     relation,
     tied,
+    tied_with,
     untold_pairs,
     visible_sites,
 )
@@ -86,3 +89,53 @@ def test_an_answer_of_an_older_record_reads_without_ties_and_a_malformed_one_is_
     for bad in (["none", None, ["two_block"]], ["faithful", "a", "b"], ["faithful"], "two_block"):
         with pytest.raises(ValueError, match="an answer must be"):
             Answer.read(bad)
+
+
+def test_a_paired_difference_decides_a_tie_that_overlapping_intervals_would_call():
+    """Two claims whose separate intervals overlap (each ± 0.01) but whose difference on the same
+    samples is 0.004 ± 0.0005 are ranked; a difference within its interval stays a tie."""
+    best = scored("a", recovered=0.970, recovered_se=0.005)
+    other = scored("b", recovered=0.966, recovered_se=0.005)
+    assert tied_with([best, other]) == ("b",)  # no paired difference: the intervals overlap
+    apart = replace(other, versus=("a", -0.004, 0.0005))
+    assert tied_with([best, apart]) == ()
+    close = replace(other, versus=("a", -0.004, 0.003))
+    assert tied_with([best, close]) == ("b",)
+    stale = replace(other, versus=("c", -0.004, 0.0005))  # paired with another best: not read
+    assert tied_with([best, stale]) == ("b",)
+
+
+def test_the_paired_difference_is_the_difference_of_the_two_scores_on_the_same_samples():
+    """``Tester.errors`` are the per-sample errors the scores average: the paired difference equals
+    the difference of the two loss-recovered estimates, and its standard error is that of the
+    per-sample differences (numpy)."""
+    import numpy as np
+    from helpers import batch_for
+
+    from invperm_interp.analysis import perturb
+    from invperm_interp.analysis.faithfulness import Tester
+    from invperm_interp.analysis.hypothesis import as_hypothesis
+
+    model = perturb(C.build("theorem3_superposed", 5, 30.0), gauge=1.0, noise=0.3, seed=0)
+    batch = batch_for(model, 256)
+    tester = Tester(model, batch, "resample")
+    a, b = (as_hypothesis(model, n) for n in ("theorem3_superposed", "theorem3"))
+    ea, eb = tester.errors([a, b])
+    sa, sb = tester.circuit(a), tester.circuit(b)
+    assert float(ea.mean()) == pytest.approx(sa.mse, rel=1e-9)
+    difference, se = paired(ea, eb, tester.baseline, tester.clean.mse)
+    assert difference == pytest.approx(sb.loss_recovered - sa.loss_recovered, abs=1e-9)
+    d = (ea - eb).numpy()
+    gap = tester.baseline - tester.clean.mse
+    assert se == pytest.approx(np.std(d, ddof=1) / np.sqrt(len(d)) / gap, rel=1e-9)
+
+
+def test_the_rule_pairs_every_other_faithful_construction_with_the_best_and_keeps_it():
+    from invperm_interp.analysis.mechanism import Mechanism, mechanism
+
+    model = perturb(C.build("theorem3_superposed", 5, 30.0), gauge=1.0, noise=0.3, seed=0)
+    mech = mechanism(model, batch_for(model, 512), exact=False)
+    compared = [t for t in mech.tested if t.versus is not None]
+    assert mech.also_faithful and {t.hypothesis for t in compared} == set(mech.also_faithful)
+    assert all(t.versus[0] == mech.name for t in compared)
+    assert Mechanism.from_dict(mech.to_dict()) == mech

@@ -86,6 +86,9 @@ class Faithfulness:
     #: Where the tested construction sits (the hypothesis's); ``None`` for a circuit, and for a
     #: construction on its own shape, as registered (``hypothesis`` is then its bare name).
     placement: Placement | None = None
+    #: ``(name, difference, se)``: this test's loss recovered less that of the rule's best, ``name``,
+    #: measured on the same samples (``analysis.ties.paired``); ``None`` when not compared
+    versus: tuple[str, float, float] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cells", read_cells(self.cells))
@@ -146,7 +149,8 @@ class Faithfulness:
                 "model": self.model.to_dict(), "circuit": self.circuit.to_dict(),
                 "without": None if self.without is None else self.without.to_dict(),
                 "minimality": [s.to_dict() for s in self.minimality],
-                **({"placement": self.placement.to_dict()} if self.placement is not None else {})}
+                **({"placement": self.placement.to_dict()} if self.placement is not None else {}),
+                **({"versus": list(self.versus)} if self.versus is not None else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> Faithfulness:
@@ -157,7 +161,8 @@ class Faithfulness:
                    read_score(data["circuit"]),
                    None if data["without"] is None else read_score(data["without"]),
                    tuple(read_score(s) for s in data["minimality"]),
-                   Placement.from_dict(data["placement"]) if data.get("placement") else None)
+                   Placement.from_dict(data["placement"]) if data.get("placement") else None,
+                   tuple(data["versus"]) if data.get("versus") else None)
 
 
 Ablation = Literal["zero", "mean", "resample"]  # how a removed part is removed (Tester)
@@ -247,11 +252,24 @@ class Tester:
         as batched forwards; ``removed``: per variant, the parts of ``A`` it removed (under mean or
         resample ablation what stands in for their scores, ``analysis.standin``, is added to the
         variant's)."""
+        outs = self.outputs(variants, removed)
+        return scores(outs, self.batch, self.baseline, self.clean.mse, self.clean_errors)
+
+    def outputs(self, variants: Sequence[tuple[Sequence[Tensor], Tensor]],
+                removed: Sequence[Removed | Sequence[Tensor]] | None = None) -> list[Tensor]:
+        """:meth:`run_many`'s outputs ``(B, d, d)`` before they are scored."""
         offsets = None
         if self.ablation != "zero" and removed is not None:
             offsets = lambda i: self._standin(removed[i])  # noqa: E731 - one chunk at a time
-        outs = forward_many(self.model.cfg, variants, self.batch.X, offsets=offsets)
-        return scores(outs, self.batch, self.baseline, self.clean.mse, self.clean_errors)
+        return forward_many(self.model.cfg, variants, self.batch.X, offsets=offsets)
+
+    def errors(self, hyps: Sequence[Hypothesis]) -> list[Tensor]:
+        """Each hypothesis's circuit-only model's per-sample MSE ``(B,)`` float64 on the batch: what
+        a paired comparison of two claims on the same samples reads (``analysis.ties.paired``)."""
+        pairs = [self._circuit(h) for h in hyps]
+        Y = self.batch.Y.double()
+        return [(out.double() - Y).pow(2).sum(-1).mean(-1)
+                for out in self.outputs([v for v, _ in pairs], [r for _, r in pairs])]
 
     def run(self, As: Sequence[Tensor], W_U: Tensor,
             removed: Removed | Sequence[Tensor] | None = None) -> Score:

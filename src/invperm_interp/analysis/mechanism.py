@@ -42,7 +42,7 @@ from .hypothesis import Hypothesis
 from .minimal import EXACT, MinimalCircuit, minimal_circuit
 from .placements import candidate_placements, fits, hypothesis, untested_reason
 from .templates import Circuit
-from .ties import tied_with
+from .ties import tied_with, with_paired
 from .verdict import (
     BORDERLINE,
     FAITHFUL,
@@ -239,6 +239,16 @@ def cannot_reject(empty, rule: Rule = RULE) -> bool:
     return empty is not None and rule.judge(empty.circuit) != NOT_FAITHFUL
 
 
+def paired_with_best(tester: Tester, tested: list[Faithfulness], rule: Rule = RULE
+                     ) -> list[Faithfulness]:
+    """``tested`` in the rule's order, each faithful test after the best carrying its paired
+    difference against it on ``tester``'s samples (``analysis.ties``: what decides a tie)."""
+    good, _ = ranked(tested, rule)
+    hypotheses = {t.hypothesis: Hypothesis(t.hypothesis, t.cells, t.read, t.unit, t.placement)
+                  for t in good}
+    return with_paired(tester, tested, good, hypotheses)
+
+
 def test_empty(tester: Tester, resolve=None, rule: Rule = RULE) -> Faithfulness:
     """The empty claim (no cell matters, ``W_U`` whole) tested on ``tester``'s batch, and again on
     ``resolve``'s (a :class:`Tester` or a function making one) when its interval straddles a
@@ -330,7 +340,7 @@ def tests_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "ze
     first, full = _screen_and_whole(model, batch, screen, ablation, reference)
     tested = test_constructions(model, first, resolve=full, rule=rule, minimality=False,
                                 complete=complete)
-    return tested, test_empty(first, full, rule)
+    return paired_with_best(first, tested, rule), test_empty(first, full, rule)
 
 
 def tested_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "zero",
@@ -367,7 +377,7 @@ def mechanism(model: DisentangledModel, batch: Batch, *, circuit: Circuit | None
     already computed; ``exact``: let :func:`minimal_circuit` search exactly."""
     check_disentangled(model)
     first, resolve = _screen_and_whole(model, batch, screen, whole=tester)
-    tested = test_constructions(model, first, resolve=resolve, rule=rule)
+    tested = paired_with_best(first, test_constructions(model, first, resolve=resolve, rule=rule), rule)
     empty = test_empty(first, resolve, rule)
     good, straddle = ranked(tested, rule)
     if cannot_reject(empty, rule):  # the test cannot tell a right claim from a wrong one here

@@ -46,7 +46,7 @@ from ..model.variants import forward_many
 from ..task import Batch, make_input
 from .faithfulness import ABLATIONS, Ablation, Tester, read_out
 from .hypothesis import as_hypothesis
-from .score import Score, scores
+from .score import Score
 from .standin import Removed, StandIn
 
 #: What a partner input keeps of its sample: ``"P"`` the permutation (another sample's ``Y``),
@@ -101,7 +101,7 @@ class ScrubTester(Tester):
         self._inside = StandIn(model.stream, self.fixed,
                                [h.to("cpu", torch.float64) for h in streams], per_sample=True)
 
-    def run_many(self, variants, removed=None) -> list[Score]:
+    def outputs(self, variants, removed=None) -> list[torch.Tensor]:
         """Each ``(As, W_U)`` scrubbed: ``As`` scored on the equivalent partner, ``removed`` (per
         variant, as :meth:`Tester.run_many` takes it; ``None``: nothing) on the other input."""
         if removed is None:
@@ -112,8 +112,7 @@ class ScrubTester(Tester):
             kept = Removed(0.0, tuple(A.detach().to("cpu", torch.float64) for A in variants[i][0]))
             return [a + b for a, b in zip(self._inside(kept), self._standin(removed[i]))]
 
-        outs = forward_many(self.model.cfg, zeros, self.batch.X, offsets=offsets)
-        return scores(outs, self.batch, self.baseline, self.clean.mse, self.clean_errors)
+        return forward_many(self.model.cfg, zeros, self.batch.X, offsets=offsets)
 
 
 def scrub_tester(model: DisentangledModel, batch: Batch, keep: str = "P",

@@ -13,14 +13,20 @@ instead of naming one by its tie-break. A tie arises two ways:
   score identically under it; if their templates agree too, nothing separates them, and if not,
   only the sign check (``Faithfulness.signs_agree``, read from the weights) does. Zero ablation
   sees every cell.
-- **by measurement** (:func:`tied_with`): two faithful constructions whose loss-recovered intervals
-  (``estimate ± z·se``) overlap, or whose estimates differ by at most :data:`TIE` (the rule's
-  rounding), are tied: the batch cannot rank them.
+- **by measurement** (:func:`tied_with`): two faithful constructions are tied when the batch
+  cannot rank them. Where their difference was measured on the same samples (:func:`paired`, kept as
+  the test's ``versus``), the interval of that difference (``estimate ± z·se``) decides: it holds 0,
+  or the estimate is within :data:`TIE` (the rule's rounding). A paired difference is far tighter
+  than two separate intervals, which share the samples' spread. Records without it fall back to
+  whether the two separate loss-recovered intervals overlap (conservative).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
+
+import torch
 
 from ..maths import registry
 from .verdict import RULE, Rule, interval
@@ -97,7 +103,45 @@ def tied(best, other, z: float = RULE.z) -> bool:
 
 def tied_with(good: list, rule: Rule = RULE) -> tuple[str, ...]:
     """The faithful constructions tied with the best (``good``: the rule's faithful list, best
-    first; anything with ``hypothesis`` and ``circuit``): the rule names them with it."""
+    first; anything with ``hypothesis`` and ``circuit``, and optionally ``versus``): the rule names
+    them with it. A test paired with the best decides by its paired difference, else by overlap."""
     if not good:
         return ()
-    return tuple(t.hypothesis for t in good[1:] if tied(good[0].circuit, t.circuit, rule.z))
+    best = good[0].hypothesis
+    out = []
+    for t in good[1:]:
+        versus = getattr(t, "versus", None)
+        if versus is not None and versus[0] == best:
+            _, difference, se = versus
+            if abs(difference) <= TIE or abs(difference) <= rule.z * se:
+                out.append(t.hypothesis)
+        elif tied(good[0].circuit, t.circuit, rule.z):
+            out.append(t.hypothesis)
+    return tuple(out)
+
+
+def paired(best: torch.Tensor, other: torch.Tensor, baseline: float, model_mse: float
+           ) -> tuple[float, float]:
+    """``(difference, se)``: the loss recovered of the claim with per-sample errors ``other``
+    ``(B,)`` less that of the claim with ``best``, on the same samples, with its standard error.
+    Loss recovered is ``(baseline - mean e) / (baseline - model_mse)``, so the difference is the
+    mean of ``best - other`` over that gap."""
+    gap = baseline - model_mse
+    d = (best - other).double()
+    n = len(d)
+    se = float(d.std(unbiased=True)) / (n ** 0.5 * gap) if n > 1 else 0.0
+    return float(d.mean()) / gap, se
+
+
+def with_paired(tester, tested: list, good: list, hypotheses: dict) -> list:
+    """``tested`` with each faithful test after the best (``good``, best first) given its paired
+    difference against the best on ``tester``'s samples (``versus``); ``hypotheses``: each test's
+    hypothesis by its label."""
+    if len(good) < 2:
+        return tested
+    names = [t.hypothesis for t in good]
+    errors = dict(zip(names, tester.errors([hypotheses[n] for n in names])))
+    best = names[0]
+    versus = {n: (best, *paired(errors[best], errors[n], tester.baseline, tester.clean.mse))
+              for n in names[1:]}
+    return [replace(t, versus=versus[t.hypothesis]) if t.hypothesis in versus else t for t in tested]
