@@ -104,8 +104,10 @@ def markdown(summary: list[dict], rows: list[dict]) -> str:
              "cell sets of the claim's size per run and every other fitting construction "
              "(`analysis.controls`). A control is rejected when the rule's intervals say not "
              "faithful; a borderline one is not. Counts with Wilson 95% intervals. 'named, held "
-             "out' is the rule's answer on the sweep's 4,096-sample tests under that style (the "
-             "empty claim checked: a style that does not reject it names nothing); 'in sample' the census's "
+             "out' is the rule's answer on the sweep's tests under that style (each construction "
+             "screened on the first 512 of 4,096 samples and measured on all of them where an "
+             "interval straddles a threshold; the empty claim checked: a style that does not reject "
+             "it names nothing; ties decided by paired differences); 'in sample' the census's "
              "d = 6 runs (seeds 0-15, assets/census.json), whose records predate the empty-claim "
              "check. Scrubbing names nothing in a sweep: its column is the claim's control only.", ""]
     columns = [c for c in summary[0] if c != "names held out"]

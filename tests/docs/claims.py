@@ -188,11 +188,21 @@ def dynamics_fine() -> dict[str, int | float | str]:
     early, spread = "β progress 0.1: lead on leaving", "cells' formation spread"
     faithful = [r for r in runs if r["faithful"] is not None and r["drop"] is not None]
     every = Counter(r["window"][2] for r in runs)
+    # theorem3_two_block_mass: its three lookup cells (all but the two layer-2 guard cells), each
+    # run's steps before its drop where each forms, and how far apart the three form
+    guard = ("L2 1 at (L1.x, pos.Y)", "L2 1 at (L1.x, L1.pos.P)")
+    lookups = [[v for c, v in r["cells_formed"].items() if c not in guard]
+               for r in runs if r["mechanism"] == mass]
+    assert all(len(cells) == 3 for cells in lookups)
+    before = [r_drop - v for r_drop, cells in zip(
+        (r["drop"] for r in runs if r["mechanism"] == mass), lookups) for v in cells]
     halves = [r["drop"] - r["beta_half_lead"] - r["leave"] for r in runs
               if r["beta_half_lead"] is not None and r["leave"] is not None]
     return {
         "FINE_ALL_AFTER": f"{sum(h >= 0 for h in halves)} of {len(halves)}",
         "FINE_RUNS": len(runs), "FINE_AT5": every[5],
+        "MASS5_LOOKUP_FIRST": min(before), "MASS5_LOOKUP_LAST": max(before),
+        "MASS5_LOOKUP_SPREAD": max(max(cells) - min(cells) for cells in lookups),
         "FINE_MET": f"{sum(r['replay']['identical'] for r in runs)} of "
                     f"{sum(r['replay']['compared'] for r in runs)}",
         "FINE_BEFORE": f"{sum(r['faithful'] < r['drop'] for r in faithful)} of {len(faithful)}",

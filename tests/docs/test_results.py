@@ -52,14 +52,13 @@ DISCOVERY = [
     "sets once a layer's copies are identified",
     "D_SHARED of them held by more than one run (D_SHARED_RUNS runs). D_HOLD7 of the D_NONE hold at "
     "least 7 of the 9 cells of `theorem3_superposed` as recorded;",
-    "`(x, pos.P)`, in D_XP runs (`(x, pos.Y)` in D_XY): superposed circuits, most with a guard",
+    "`(x, pos.P)`, in D_XP runs (`(x, pos.Y)` in D_XY): superposed circuits,",
     "| zero | R_ZER_BEFORE | R_ZER_NOW | R_ZER_GUARDED | R_ZER_TIES | R_ZER_WITHOUT |",
     "| mean | R_MEA_BEFORE | R_MEA_NOW | R_MEA_GUARDED | R_MEA_TIES | R_MEA_WITHOUT |",
     "| resample | R_RES_BEFORE | R_RES_NOW | R_RES_GUARDED | R_RES_TIES | R_RES_WITHOUT |",
-    "| scrub | R_SCR_BEFORE | R_SCR_NOW | R_SCR_GUARDED | R_SCR_TIES | R_SCR_WITHOUT |",
     "median loss recovered without the named circuit (all R_ALL runs)",
     "the guarded superposed form alone names R_RES_WILSON, the plain one",
-    "test leaves R_RES_LEFT where the registry without the guarded forms left R_RES_BEFORE_LEFT",
+    "it leaves R_RES_LEFT where the registry without the guarded forms left R_RES_BEFORE_LEFT",
     "the widest, B_WIDEST's, runs B_WIDE runs, and the R_ALL circuits run B_SETS different sets",
 ]
 
@@ -101,7 +100,8 @@ DYNAMICS = [
     "the guard's `(x, x)` cell is the first to form** in XX_FIRST runs, at steps XX_STEPS, a median "
     "SUPG_FIRST steps before the drop;",
     "the first cell forms a median MASS_FIRST steps before the drop",
-    "form before its three lookup cells in MASS_GUARD runs;",
+    "form before its three lookup cells in MASS_GUARD runs,",
+    "where the 25-step checkpoints put them together in TB_SAME.",
     "(its most common order in SUP_ORDER runs)",
 ]
 
@@ -119,6 +119,10 @@ DYNAMICS_FINE = [
     "(SUPG5_LEAD_CI)",
     "`theorem3_two_block_mass`'s over MASS5_SPREAD steps (MASS5_SPREAD_CI), and its β is half-way only "
     "MASS5_LEAD steps (MASS5_LEAD_CI) before the drop",
+    "the three lookup cells form MASS5_LOOKUP_FIRST to MASS5_LOOKUP_LAST steps before the drop, within "
+    "MASS5_LOOKUP_SPREAD steps of one another;",
+    "its three lookup cells MASS5_LOOKUP_FIRST to MASS5_LOOKUP_LAST steps before the drop, within "
+    "MASS5_LOOKUP_SPREAD steps of one another,",
 ]
 
 
@@ -174,12 +178,29 @@ def construction(name: str, d: int = 10, beta: float = 100.0) -> dict:
     return row
 
 
+def printed_forms_by_d() -> tuple[list[int], list[int]]:
+    """The d at which Theorem 2 and 3 as printed are exact (max error < 1e-6 at β = 100) and those at
+    which they fail (max error 1), from assets/constructions.json; every tested d is one or the other."""
+    rows = [r for r in load("constructions.json")
+            if r["construction"] in ("theorem2_as_printed", "theorem3_as_printed") and r["beta"] == 100.0]
+    exact = sorted({r["d"] for r in rows if r["max_error"] < 1e-6})
+    failing = sorted({r["d"] for r in rows if r["max_error"] == 1.0})
+    assert len(exact) == 1 and len(failing) == 3 and 10 in failing  # the pages name them one by one
+    assert all({r["d"] for r in rows if r["construction"] == name} == set(exact) | set(failing)
+               for name in ("theorem2_as_printed", "theorem3_as_printed"))
+    assert all(not any(r["d"] == d and r["max_error"] == 1.0 for r in rows) for d in exact)
+    return exact, failing
+
+
 def test_the_readme_numbers_come_from_the_assets():
     numbers = census()
     readme = text("README.md")
     assert f"exact floor d/4 ({floor(10, 'P'):g} at d = 10" in readme
     assert all(construction(f"{t}_as_printed")["max_error"] == 1.0 for t in ("theorem2", "theorem3"))
     assert "(max error 1 at d = 10" in readme
+    exact, failing = printed_forms_by_d()
+    assert (f"do not work past d = {exact[-1]} (max error 1 at d = 10, as at d = {failing[0]} and "
+            f"{failing[-1]}; of the d tested, only at d = {exact[0]} are they exact") in readme
     assert fill("two-block circuit in BI_TWO of BI_SOLVED solved census runs", numbers) in readme
     scratch = [r for r in load("census.json")["runs"]
                if r["kind"] == "scratch" and r["steps_to_target"] is not None]
@@ -188,11 +209,14 @@ def test_the_readme_numbers_come_from_the_assets():
     words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
     assert fill(f"in SC_NAMED of their SC_SOLVED solved runs the rule names one of {words[len(forms)]} "
                 "registered circuits", numbers) in readme
-    unnamed = sum(r["name_resample_ablation"] == "none" for r in scratch)
+    unnamed = sum(r["name_resample_ablation"] in ("none", "borderline") for r in scratch)
+    assert all(r["name_resample_ablation"] != "borderline" for r in scratch)  # "(all 'none')"
     assert (f"{words[len(guarded)]} carry a layer-1 content guard found in the runs the other "
             f"{words[len(forms - guarded)]} left unnamed") in readme
-    assert fill(f"and with them SC_NONE of the SC_SOLVED stay unnamed by the rule and {unnamed} under "
-                "resample ablation", numbers) in readme
+    # not named = 'none' and borderline, both counted (the rule names neither)
+    assert fill(f"and with them {numbers['SC_NONE'] + numbers['SC_BORDER']} of the SC_SOLVED stay "
+                "unnamed by the rule (SC_NONE 'none', SC_BORDER borderline) and "
+                f"{unnamed} under resample ablation (all 'none')", numbers) in readme
 
 
 def test_the_readme_beyond_the_note_numbers_come_from_the_assets():
@@ -217,9 +241,17 @@ def test_the_readme_beyond_the_note_numbers_come_from_the_assets():
     page = (REPO / "assets" / "scrubbing.md").read_text()
     (resample,) = [line for line in page.splitlines() if line.startswith("| resample |")]
     _, _, _, alone, guarded, _ = [c.strip() for c in resample.split("|")[:6]]
-    alone, guarded = alone.split(" (")[0], guarded.split(" (")[0]
-    assert (f"claim alone is faithful under resample ablation in {alone}; with the layer-1 cells that "
-            f"path patching finds, in {guarded}") in readme
+    rows = load("scrubbing.json")
+    failing = [r for r in rows if r["scores"]["resample"]["verdict"] != "faithful"]
+    assert all(r["patching"]["resample"]["top"][0]["cell"] == [0, 0, "x", "x"] for r in failing)
+    assert len(failing) == len(rows) - int(alone.split(" of ")[0])
+    assert (f"claim alone is faithful under resample ablation in {alone}; with the three layer-1 "
+            "content-query cells added (path patching under resampling finds one of them, `(x, x)`, "
+            f"as the top missing cell in each of the {len(failing)} runs where the claim fails), in "
+            f"{guarded}") in readme
+    ties = sum(" = " in r["names"]["scrub"] and len(r["names"]["scrub"].split(" = ")) == 2 for r in rows)
+    assert ties == len(rows)
+    assert f"Scrubbing names all {len(rows)}, each as a tie of two forms." in readme
 
 
 def test_the_notes_page_numbers_come_from_the_assets():
@@ -227,6 +259,12 @@ def test_the_notes_page_numbers_come_from_the_assets():
     printed = construction("theorem2_as_printed")
     assert construction("theorem3_as_printed")["mse"] == printed["mse"]
     assert f"max error {printed['max_error']:g} and MSE {printed['mse']:.3g} at d = 10" in page
+    exact, failing = printed_forms_by_d()
+    tiny = max(r["max_error"] for r in load("constructions.json")
+               if r["construction"] in ("theorem2_as_printed", "theorem3_as_printed")
+               and r["beta"] == 100.0 and r["d"] in exact)
+    assert (f"as at d = {failing[0]} and {failing[-1]}; of the d the table tests, only at d = {exact[0]} "
+            f"are they exact (max error {tiny:.3g} at β = 100)") in page
     assert f"no causal model can beat d/4 ({floor(10, 'P'):g} at d = 10)" in page
     assert f"(d−1)/8 ({floor(10, 'Y'):g} at d = 10)" in page
     (causal,) = [r for r in load("learned_circuits.json") if r["run"] == "causal_seed0"]
@@ -502,6 +540,14 @@ def test_the_final_layer_alone_on_bidirectional_runs_is_its_asset():
     single = sum(r["mean"]["minimal"]["faithful"] and r["mean"]["minimal"]["size"] == 1
                  and r["mean"]["minimal"]["cells"][0][0] == 1 for r in census)
     assert f"in {single} of the {len(census)} disentangled runs a single second-layer cell" in page
+    scratch = [r for r in load("minimal_under_mean.json")["runs"] if r["setting"] == "causal scratch"
+               and r["architecture"] == "standard" and r["heads"][0] == 1]
+    assert (f"not that it does not depend on it (resampling the first layer instead keeps "
+            f"{alone(standard, 'resample')} of the {len(standard)} bidirectional standard runs faithful "
+            f"against {alone(standard)} at the mean, and {alone(scratch, 'resample')} of the {len(scratch)} "
+            f"causal scratch ones against {alone(scratch)}), nor that the first layer does nothing (at "
+            f"zero, {alone(standard, 'zero')} of {len(standard)} and {alone(scratch, 'zero')} of "
+            f"{len(scratch)})") in page
     assert (f"the same test passes in {alone(two_block)} of {len(two_block)} `two_block` runs and "
             f"{alone(theorem2)} of {len(theorem2)} `theorem2` ones") in " ".join(text("README.md").split())
 
@@ -535,6 +581,11 @@ def test_the_standard_scratch_circuits_under_mean_ablation_are_their_asset():
             f"faithful in {sum(r['final_layer_alone']['mean']['faithful'] for r in census)}, and their "
             f"minimal circuits under mean ablation have {min(sizes)} to {max(sizes)} cells, a "
             f"first-layer cell among them in {first_layer}.") in page
+    below = sum(r < 0.99 for r in rows["resample"])
+    assert below == len(one) - sum(a["faithful"] for a in alone["resample"])
+    assert (f"(resampled, {below} of the {len(one)} fall below 99% rows exact, to "
+            f"{min(rows['resample']):.1%} at worst)") in text("README.md")
+    assert (f"resampled, {below} of the {len(one)} fall below the rule's 99% rows exact.") in page
     assert (f"the minimal-circuit search finds one second-layer cell in {len(single)} of the {len(one)} "
             f"(two in {len(one) - len(single)}); the final layer alone, with the first layer's scores at "
             f"their mean, is faithful in {sum(a['faithful'] for a in alone['mean'])} of {len(one)} "
@@ -633,5 +684,150 @@ def test_the_readme_controls_numbers_come_from_the_assets():
     assert all(k == n for k, n in empty) and sum(n for _, n in empty) == 4 * runs
     (draws,) = {n for _, n in random}
     assert (f"on {runs} held-out census d = 6 runs") in readme
+    per_model = {s["runs"] for s in summary}
+    (model_runs,) = per_model
     assert (f"reject the empty claim in {runs} of {runs} and random cell sets of the claim's size in "
-            f"{min(k for k, _ in random)} to {max(k for k, _ in random)} of {draws}") in readme
+            f"{min(k for k, _ in random)} to {max(k for k, _ in random)} of {draws} per model and style "
+            f"({model_runs} runs × {draws // model_runs} sets)") in readme
+
+
+def test_the_census_page_says_how_many_tests_the_screen_settled():
+    """docs/results/census.md's account of the rule's screen: how many recorded tests rest on the
+    first SCREEN_SAMPLES samples of the 4,096, per style, from assets/census.json."""
+    from invperm_interp.analysis.mechanism import SCREEN_SAMPLES
+
+    runs = load("census.json")["runs"]
+    counts = {key: [t["n"] for r in runs for t in r.get(key) or []]
+              for key in ("tested", "tested_mean", "tested_resample")}
+    assert {r["samples"] for r in runs} == {4096}
+    assert all(set(n) == {SCREEN_SAMPLES, 4096} for n in counts.values())
+    screened = {key: (n.count(SCREEN_SAMPLES), len(n)) for key, n in counts.items()}
+    assert screened["tested_mean"] == screened["tested_resample"]
+    (zero, zero_n), (mean, mean_n) = screened["tested"], screened["tested_mean"]
+    assert (f"each construction is tested on the batch's first {SCREEN_SAMPLES} samples and measured "
+            "again on all 4,096 only where an interval straddles a threshold there "
+            f"(`mechanism.SCREEN_SAMPLES`), so {zero:,} of the census's {zero_n:,} zero-ablation tests "
+            f"rest on {SCREEN_SAMPLES} samples ({mean:,} of {mean_n:,} under mean and under resample "
+            "ablation)") in text("docs/results/census.md")
+
+
+def test_the_census_pages_batches_and_thresholds_are_its_asset():
+    """The census page's counts of names held on three batches and of names at each threshold."""
+    data = load("census.json")
+    solved = [r for r in data["runs"] if r["steps_to_target"] is not None]
+    page = text("docs/results/census.md")
+
+    def same(rows):
+        return f"{sum(len(set(r['names_by_batch'])) == 1 for r in rows)} of {len(rows)}"
+
+    bi = [r for r in solved if r["kind"] == "bidirectional"]
+    sc = [r for r in solved if r["kind"] == "scratch"]
+    moved = [r for r in sc if len(set(r["names_by_batch"])) > 1]
+    border = sum("borderline" in r["names_by_batch"] for r in moved)
+    assert border + census()["BATCH_TIES"] == len(moved)
+    assert (f"{same(solved)} solved runs get the same name on all three fresh batches ({same(bi)} "
+            f"bidirectional, {same(sc)} causal scratch)") in page
+    assert f"and in {border} one batch is borderline." in page
+    columns = [c for c in data["sensitivity"][0] if c.endswith("named / borderline / none")]
+    named = {kind: [sum(int(s[c].split(" / ")[0]) for s in data["sensitivity"] if s["model"] == kind)
+                    for c in columns] for kind in ("bidirectional", "scratch")}
+    assert [c.split(":")[0] for c in columns] == ["95.0% rows / 70% loss", "99.0% rows / 80% loss",
+                                                   "99.9% rows / 90% loss"]
+    assert (f"the rule names {', '.join(map(str, named['bidirectional'][:2]))} and "
+            f"{named['bidirectional'][2]} of the {len(bi)} solved bidirectional runs and "
+            f"{', '.join(map(str, named['scratch'][:2]))} and {named['scratch'][2]} of the {len(sc)} "
+            "causal-scratch ones") in page
+
+
+def test_the_census_pages_tie_shares_are_its_asset():
+    """The share of named scratch runs holding a tie under each style, with Wilson intervals."""
+    rows = {(t["model"], t["style"]): t for t in load("census.json")["ties"]}
+    page = text("docs/results/census.md")
+
+    def counts(style):
+        tied = rows["scratch", style]["tied (intervals overlap)"]
+        k, n = (int(x) for x in tied.split(" (")[0].split(" of "))
+        return k, n
+
+    (mean, res, zero) = (counts(s) for s in ("mean", "resample", "zero"))
+    assert f"{mean[0] / mean[1]:.0%}" == f"{res[0] / res[1]:.0%}" and wilson(*mean) == wilson(*res)
+    assert mean[0] / mean[1] < 0.5 and res[0] / res[1] < 0.5
+    assert (f"under mean and under resample ablation {mean[0] / mean[1]:.0%} of the named scratch runs "
+            f"hold a tie (Wilson {wilson(*mean)} each), fewer than half, against "
+            f"{zero[0] / zero[1]:.0%} ({wilson(*zero)}) under zero ablation") in page
+
+
+def test_the_census_pages_reading_of_the_discovery_cells_and_scrub_column():
+    """The unnamed runs' layer-1 content-query cells, the superposed family under resampling, and why
+    the discovery report's scrub column (measured before scrubbing changed) is not quoted."""
+    data = load("discovery.json")
+    page = text("docs/results/census.md")
+    per_run = data["census"]["per_run"].values()
+    guarded = sum(bool(v["layer1_content_query"]) for v in per_run)
+    assert (f"superposed circuits, {guarded} of the {len(per_run)} with such a layer-1 content-query "
+            "cell") in page
+    none = [r for r in data["runs"] if r["before"]["zero"][0] == "none"]
+    family = sum(bool(r["names"]["resample"][1]) and {r["names"]["resample"][1], *r["names"]["resample"][2]}
+                 <= {"theorem3_superposed", "theorem3_superposed_guarded"} for r in none)
+    alone = sum(r["names"]["resample"][1] == "theorem3_superposed_guarded" and not r["names"]["resample"][2]
+                for r in none)
+    assert (f"of the {len(none)} re-trained runs that the earlier registry left unnamed, the headline "
+            f"test names {family} as the superposed family (Wilson {wilson(family, len(none))}), {alone} "
+            f"of them by the form with the layer-1 content-mass guard alone ({wilson(alone, len(none))})"
+            ) in page
+    old = {"theorem3", "theorem3_complement"}
+    named_old = sum(bool({r["names"]["scrub"][1], *r["names"]["scrub"][2]} & old) for r in data["runs"])
+    scrubbed = load("scrubbing.json")
+    assert not any(old & set(r["scrub_faithful"]) for r in scrubbed)  # today's scrubbing: in none
+    assert (f"it names `theorem3` or `theorem3_complement` in {named_old} of the {len(data['runs'])} runs, "
+            f"which today's scrubbing finds faithful in none of the {len(scrubbed)} runs") in page
+    assert "| scrub |" not in page.split("The recount that found the guard")[1].split("By behaviour")[0]
+
+
+def test_the_design_pages_guard_is_carried_by_every_discovery_run():
+    """docs/design.md: each re-trained discovery run carries every guard atom with its sign."""
+    runs = load("discovery.json")["runs"]
+    assert all(len(r["guard_betas"]) == 3 and all(b > 0 for b in r["guard_betas"]) for r in runs)
+    picked = sum(r["before"]["zero"][0] == "none" for r in runs)
+    assert (f"what each of the {len(runs)} re-trained scratch runs of assets/discovery.md carries in "
+            f"layer 1, every atom with its sign ({picked} of those runs were picked because the rule had "
+            "left them unnamed") in text("docs/design.md")
+
+
+def test_the_standard_pages_counts_in_place_of_mostly_are_its_asset():
+    """docs/standard.md's counts where it once said 'mostly': one-head runs solved at d = 12, the
+    unnamed runs whose circuit is theorem2's two lookups alone, and two-head runs named two_block."""
+    census = load("census_standard.json")
+    rows = {(s["model"], s["d"], s["architecture"]): s for s in census["summary"]}
+    page = text("docs/standard.md")
+    one, disentangled = rows["bidirectional", 12, "standard, 1 head"], rows["bidirectional", 12,
+                                                                           "disentangled (census)"]
+    k, n = (int(x) for x in one["solved"].split(" (")[0].split(" of "))
+    assert (f"At d = 12 one-head standard runs solved in {k} of {n} in 3,000 steps (the other {n - k} sit "
+            f"at MSE 3.0, d/4, predicting 1/2), where {disentangled['solved'].split(' (')[0]} disentangled "
+            "census runs did.") in page
+    inside = [r for r in census["runs"] if r["architecture"].startswith("standard") and r["kind"] ==
+              "bidirectional" and r["solved"] and r["mechanism"] == "none" and r["minimal_faithful"]
+              and any(w.split(" @")[0] == "theorem2" for w in r["minimal_within"])]
+    third = [r for r in inside if any(c.startswith("L1") and c.endswith("at (pos.P, pos.Y)")
+                                      for c in r["minimal_cells"])]
+    assert (f"in {len(inside)} its cells lie inside `theorem2`'s cells (in {len(inside) - len(third)} of the "
+            f"{len(inside)} its two lookups alone,") in page
+    two = [r for r in census["runs"] if r["architecture"] == "standard, 2 heads" and r["kind"] ==
+           "bidirectional" and r["solved"] and r["d"] in (8, 10, 12)]
+    named = [r for r in two if r["mechanism"] not in ("none", "borderline")]
+    blocks = sum(r["mechanism"].split(" @")[0] == "two_block" for r in named)
+    assert (f"**At d = 8 to 12, two-head standard models, when named, learn `two_block` in {blocks} of "
+            f"{len(named)}.** At d = 8, 10 and 12 the rule names {len(named)} of {len(two)} solved two-head "
+            f"runs ({wilson(len(named), len(two))}), `two_block` in {blocks} of those {len(named)} "
+            f"({wilson(blocks, len(named))})") in page
+
+
+def test_the_standard_pages_scratch_heading_is_its_asset():
+    census = load("census_standard.json")
+    none = {(n["model"], n["architecture"]): n for n in census["unnamed"]}["scratch", "standard, 1 head"]
+    solved = sum(int(s["solved"].split(" of ")[0]) for s in census["summary"]
+                 if s["model"] == "scratch" and s["architecture"] == "standard, 1 head")
+    assert (f"Of the one-head causal scratch standard models that solve, {none['no faithful circuit']} of "
+            f"{solved} carry no circuit among their candidate cells that works alone under zero "
+            "ablation.") in text("docs/standard.md")

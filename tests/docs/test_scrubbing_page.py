@@ -88,3 +88,29 @@ def test_the_scrubbing_page_quotes_the_committed_asset(index):
 
 def test_every_fragment_is_checked():
     assert len(fragments()) == 14
+
+
+def test_the_pages_choice_of_test_quotes_its_assets():
+    """"Which test": the controls under resampling and scrubbing (assets/controls.json), and the runs
+    where resampling rejects the claim, path patching names one cell and the claim with it passes."""
+    summary = [s for s in load("controls.json")["summary"] if s["style"] in ("resample", "scrub")]
+
+    def count(s, key):
+        return tuple(int(x) for x in s[key].split(" (")[0].split(" of "))
+
+    empty = {count(s, "empty claim rejected") for s in summary}
+    assert all(k == n for k, n in empty)
+    per_style = {s["style"]: 0 for s in summary}
+    for s in summary:
+        per_style[s["style"]] += count(s, "empty claim rejected")[0]
+    (runs,) = set(per_style.values())
+    random = [count(s, "random cell sets rejected") for s in summary]
+    (draws,) = {n for _, n in random}
+    assert (f"reject the empty claim ({runs} of {runs} each) and random cell sets "
+            f"({min(k for k, _ in random)} to {max(k for k, _ in random)} of {draws} per model;") in text()
+    rows = load("scrubbing.json")
+    failing = [r for r in rows if r["scores"]["resample"]["verdict"] != "faithful"]
+    assert all(r["patching"]["resample"]["top"][0]["cell"] == [0, 0, "x", "x"] for r in failing)
+    passes = sum(r["resample_plus_content"][r["claim"]]["verdict"] == "faithful" for r in failing)
+    assert (f"names the one cell the claim lacks ({len(failing)} of {len(failing)}), and the claim with "
+            f"that cell passes ({passes} of {len(failing)}).") in text()
