@@ -514,7 +514,9 @@ def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: 
         "# Census: what training learns, counted over seeds", "",
         "Adam lr 1e-2, N(0, 0.01²) init, batch 128, stopped at the first evaluation (every 100 "
         "steps, 1,024 held-out samples) with MSE < 1e-3 or at the step limit; each finished run "
-        f"analysed on {', '.join(map(str, samples))} fresh samples. **mechanism**: the library's "
+        f"analysed on {', '.join(map(str, samples))} fresh samples (each construction screened on "
+        "the first 512 and measured on all of them where an interval straddles a threshold, "
+        "`mechanism.SCREEN_SAMPLES`). **mechanism**: the library's "
         "rule (`analysis.mechanism`): a working registry construction whose cells alone, with its "
         "signs at the model's own fitted per-cell β in the gauge-fixed weights and its read-out "
         f"block of W_U, get at least {FAITHFUL_ROWS:.0%} of rows exact and recover at least "
