@@ -34,22 +34,25 @@ from invperm_interp.analysis.hypothesis import Hypothesis, as_hypothesis
 from invperm_interp.analysis.mechanism import (
     SCREEN_SAMPLES,
     name_by_rule,
+    paired_with_best,
     ranked,
     test_constructions,
+    test_empty,
     verdict_of,
 )
 from invperm_interp.analysis.scrub import STYLES, cell_patching, completeness, scrub, scrub_tester
 from invperm_interp.analysis.sweep_record import SweepRecord
 from invperm_interp.analysis.verdict import UNNAMED, evaluation_batch, judge
-from invperm_interp.maths import constructions
+from invperm_interp.maths import constructions, registry
 
 SAMPLES, SEED = 4096, 12345  # the census's evaluation batch
 PATCH_SAMPLES = 1024  # path patching runs one variant per cell: a quarter of the batch
 FAMILY = "theorem3_superposed"  # the claim tested on a run the rule does not name
 TOP = 3  # cells listed per run and style
-#: The content-mass guard of layer 1: the query row's content against the P and Y_P positions
-#: and against the keys' content (the census's +0.4 at (x, pos.P), -0.3 at (x, pos.Y)).
-GUARD = tuple((0, 0, "x", key, "1") for key in ("pos.P", "pos.Y", "x"))
+#: The content-mass guard of layer 1, the query row's content against the P and Y_P positions and
+#: against the keys' content, with the signs the guarded forms name (1 at (x, pos.P), -1 at
+#: (x, pos.Y) and (x, x)): a claim's signs are checked cell by cell, so they must be the model's.
+GUARD = registry.CONTENT_MASS_GUARD
 
 
 def score_dict(s) -> dict:
@@ -61,8 +64,10 @@ def scrub_faithful(model, batch) -> tuple[str, list[str]]:
     """The rule's name under scrubbing and every construction faithful under it (ties included)."""
     full = scrub_tester(model, batch)
     screen = scrub_tester(model, batch.head(SCREEN_SAMPLES))
-    tested = test_constructions(model, screen, resolve=full, minimality=False)
-    return str(name_by_rule(tested)), [t.hypothesis for t in ranked(tested)[0]]
+    tested = paired_with_best(screen, test_constructions(model, screen, resolve=full,
+                                                         minimality=False))
+    empty = test_empty(screen, full)
+    return str(name_by_rule(tested, empty=empty)), [t.hypothesis for t in ranked(tested)[0]]
 
 
 def plus_content_cell(model, batch) -> dict:
@@ -163,8 +168,8 @@ def markdown(rows: list[dict]) -> str:
         k = sum(r["resample_plus_content"][name]["verdict"] == "faithful" for r in rows)
         lines.append(f"| {name} | {share_text(k, n)} | "
                      f"{share_text(sum(name in r['scrub_faithful'] for r in rows), n)} |")
-    lines += ["", "| run | name: zero / mean / resample / scrub | faithful under scrub | claim | "
-              "recovered: zero / mean / resample / scrub | + guard: zero / mean / resample / scrub "
+    lines += ["", "| run | name: zero / mean / resample / scrub | constructions faithful under scrub | "
+              "claim | recovered: zero / mean / resample / scrub | + guard: zero / mean / resample / scrub "
               "| without: zero / mean / resample / scrub | missing cell (resample: gain) | "
               "missing cell (scrub: gain) |", "|" + " --- |" * 9]
     for r in rows:

@@ -31,6 +31,7 @@ def fragments() -> list[str]:
     guarded, sup, mass = by.values()
     named = {s: sum(r["names"][s] not in ("none", "borderline") for r in rows) for s in STYLES}
     ties = sum(" = " in r["names"]["scrub"] for r in rows)
+    mass_alone = sum(r["names"]["resample"] == "theorem3_two_block_mass" for r in mass)
     scrubbed = [r["scores"]["scrub"]["loss_recovered"] for r in rows]
     scrub_gain = {c: [r["patching"]["scrub"]["top"][0]["gain"] for r in by[c]] for c in by}
     family_gain = max(scrub_gain["theorem3_superposed_guarded"] + scrub_gain["theorem3_superposed"])
@@ -55,8 +56,9 @@ def fragments() -> list[str]:
         f"{len(guarded)} runs\nclaim `theorem3_superposed_guarded`, {len(sup)} `theorem3_superposed` "
         f"and {len(mass)} `theorem3_two_block_mass`",
         f"Zero ablation names {share(named['zero'], n)}), mean {share(named['mean'], n)};",
-        f"resample {share(named['resample'], n)}; the mass runs as the same tie), scrubbing\n  "
-        f"{share(named['scrub'], n)}) but every one a tie",
+        f"resample {share(named['resample'], n)}; in the mass runs the mass form alone in "
+        f"{mass_alone} of {len(mass)}, ranked by the paired difference on the same samples, and tied in "
+        f"{len(mass) - mass_alone}), scrubbing {share(named['scrub'], n)}) but every one a tie",
         f"recovers {min(scrubbed):.3f}–{max(scrubbed):.3f} of the loss in {n} of {n} runs",
         f"no cell worth more than +{family_gain:.3f}"
         f" in the superposed runs and +{min(scrub_gain['theorem3_two_block_mass']):.3f} to "
