@@ -39,7 +39,10 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     set_threads(args.threads)
     if args.n < 2:
         raise ValueError(f"--n must be at least 2 (a standard error needs two samples), got {args.n}")
-    if args.json:  # checked before the analysis, not after it
+    if args.register:  # checked before the analysis, not after it
+        check_writable(Path(args.register).resolve().parent,
+                       "give --register a path in a folder you can write")
+    if args.json:
         if Path(args.json).is_dir():
             raise ValueError(f"--json {args.json} is a directory; give a file name")
         check_writable(Path(args.json).resolve().parent,
@@ -78,9 +81,17 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(found.to_dict(), indent=1) + "\n")
         say(f"wrote {args.json}")
+    if args.register:
+        from ..analysis.registration import register_proposals
+
+        done = register_proposals(found, models, path=Path(args.register), min_runs=args.min_runs)
+        print("\n" + "\n".join(map(str, done)) if done else "\nnothing to register")
+        if any(r.name for r in done):
+            print(f"wrote {args.register}: review it like code (git diff)")
 
 
 def add_discover_parser(sub) -> None:
+    from ..maths.registry import DISCOVERED
     from .args import MAX_MEMORY_HELP, THREADS_HELP, add_command, seed, size, threads
 
     parser = add_command(sub, "discover", "group the minimal circuits of the runs no construction "
@@ -91,6 +102,9 @@ def add_discover_parser(sub) -> None:
     parser.add_argument("--seed", type=seed, default=0, help="seeds the evaluation samples")
     parser.add_argument("--min-runs", type=int, default=2, help="runs a form needs to be proposed")
     parser.add_argument("--json", help="also write the proposals to this JSON file")
+    parser.add_argument("--register", nargs="?", metavar="FILE", const=str(DISCOVERED),
+                        help="register each exact proposal faithful on --min-runs runs in the "
+                        "registry's data file (default: the package's discovered.json)")
     parser.add_argument("--threads", type=threads, help=THREADS_HELP)
     parser.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

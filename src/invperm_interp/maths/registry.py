@@ -7,12 +7,18 @@ template)``, on any number of layers and heads (the note's one-head forms are wr
 ``(layer, query, key, template)``, on head 0); ``layer`` is the module index (``blocks.{layer}``; the
 note's "layer 1" is ``0``); templates are ``"I"`` (identity), ``"J"`` (anti-diagonal) and ``"1"`` (all
 ones), each with an optional ``-``, times ``beta``. :mod:`.constructions` builds them into models.
+Beside the written forms, the registry loads those discovery registered from the data file
+``discovered.json`` (:func:`load_discovered`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..config import AttentionDir
 from ..stream import BlockName
@@ -69,6 +75,9 @@ class ConstructionSpec:
     beta_exact: float | None = None
     min_d: int = 1  # the smallest d it works at (a complement over the other P rows needs one)
     max_d: int = 16  # the largest d that beta_exact is verified at
+    #: where a discovered construction came from: ``(("runs", …), ("shapes", …))`` (empty for the
+    #: written forms)
+    provenance: tuple = ()
 
     @property
     def n_layers(self) -> int:
@@ -243,6 +252,50 @@ REGISTRY: dict[str, ConstructionSpec] = {s.name: s for s in (
          *_Y_COMPLEMENT, *CONTENT_MASS_GUARD, (1, "L1.pos.P", "pos.Y", "-I"),
          (1, "L1.pos.P", "pos.Y", "1"), *_S_COMPLEMENT_LOOKUPS], 125, min_d=2),
 )}
+
+#: The data file of the constructions discovery registered (``invperm discover DIR --register``):
+#: reviewed like code, loaded here, each entry checked against the digest written with it.
+DISCOVERED = Path(__file__).with_name("discovered.json")
+
+
+def entry_digest(entry: dict) -> str:
+    """The sha256 of a discovered entry's content (every key but ``verified``), as written."""
+    content = {k: v for k, v in entry.items() if k != "verified"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def spec_of(entry: dict) -> ConstructionSpec:
+    """A discovered entry as a :class:`ConstructionSpec` (its cells ``[layer, head, query, key,
+    template]``)."""
+    return ConstructionSpec(entry["name"], entry["description"], entry["attention_dir"],
+                            entry["layout"], entry["readout"], entry["read"], True,
+                            tuple(tuple(c) for c in entry["cells"]), entry["beta_exact"],
+                            entry["min_d"], entry["max_d"],
+                            tuple((k, tuple(v)) for k, v in sorted(entry["provenance"].items())))
+
+
+def load_discovered(path: Path = DISCOVERED) -> dict[str, ConstructionSpec]:
+    """The entries of ``path`` whose digest matches what ``--register`` verified; an entry edited
+    since (or a name the written forms hold) is left out with a warning naming it, never loaded
+    silently. A missing file holds none."""
+    if not Path(path).is_file():
+        return {}
+    out = {}
+    for entry in json.loads(Path(path).read_text()):
+        name = entry.get("name")
+        if entry.get("verified") != entry_digest(entry):
+            warnings.warn(f"{path}: construction {name!r} is not loaded: its content differs from "
+                          f"what was verified exact (edited by hand?); run `invperm discover DIR "
+                          f"--register` again", stacklevel=2)
+        elif name in REGISTRY or name in out:
+            warnings.warn(f"{path}: construction {name!r} is not loaded: the name is taken",
+                          stacklevel=2)
+        else:
+            out[name] = spec_of(entry)
+    return out
+
+
+REGISTRY.update(load_discovered())
 
 #: The registered forms that carry the layer-1 content-mass guard (:data:`CONTENT_MASS_GUARD`).
 GUARDED: tuple[str, ...] = tuple(name for name, spec in REGISTRY.items()
