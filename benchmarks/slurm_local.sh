@@ -3,9 +3,12 @@
 # slurm-wlm (slurmctld + slurmd), munge, and slurmdbd on MariaDB so that `sacct` (which submitit
 # polls) works. One node with the machine's CPUs, one partition "debug". The daemons are started
 # by hand (no systemd needed), as root. Rerunning it restarts what is down. Each daemon it starts
-# is recorded (name and PID) in $STARTED; `stop` stops only those, never a munge or MariaDB the
-# machine already ran. SLURM_CPUS may declare more CPUs than the machine has (the soak test runs
-# 20 one-CPU tasks at once on fewer cores): slurmd then takes the configured count.
+# is recorded (name, PID and its PID file) in $STARTED; `stop` stops only those, never a munge or
+# MariaDB the machine already ran: each by its recorded PID or, when it was restarted since (the
+# dead-controller test restarts slurmctld), by the PID in its own PID file, and waits (up to
+# SLURM_LOCAL_STOP_WAIT seconds, default 60) for each to exit. SLURM_CPUS may declare more CPUs
+# than the machine has (the soak test runs 20 one-CPU tasks at once on fewer cores): slurmd then
+# takes the configured count.
 #   sudo sh benchmarks/slurm_local.sh          # install (apt) if needed, configure, start
 #   sudo sh benchmarks/slurm_local.sh stop     # stop the daemons this script started
 set -eu
@@ -14,20 +17,43 @@ CPUS=${SLURM_CPUS:-$(nproc)}
 MEM=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
 STARTED=${SLURM_LOCAL_STATE:-/run/invperm-slurm-local.pids}
 
-# record NAME PIDFILE: wait for the daemon's PID file, then note "NAME PID" in $STARTED
+# record NAME PIDFILE: wait for the daemon's PID file, then note "NAME PID PIDFILE" in $STARTED
 record() {
     for _ in $(seq 50); do [ -s "$2" ] && break; sleep 0.2; done
-    [ -s "$2" ] && echo "$1 $(cat "$2")" >>"$STARTED"
+    [ -s "$2" ] && echo "$1 $(cat "$2") $2" >>"$STARTED"
 }
+
+# named NAME PID: PID is held by a process named NAME (not by another program that reused it)
+named() { [ "$(cat "/proc/$2/comm" 2>/dev/null)" = "$1" ]; }
+# running NAME PID: that process has not exited (is not a zombie waiting for its parent)
+running() { named "$1" "$2" && ! grep -q '^State:[[:space:]]*Z' "/proc/$2/status" 2>/dev/null; }
+# within SECONDS COMMAND...: wait while COMMAND succeeds, SECONDS at most
+within() { n=$(($1 * 5)); shift; while "$@" && [ "$n" -gt 0 ]; do sleep 0.2; n=$((n - 1)); done; }
 
 if [ "${1:-}" = stop ]; then
     [ -f "$STARTED" ] || { echo "nothing recorded in $STARTED: no daemon of this script to stop"; exit 0; }
-    # the last started first; a PID now held by another program (reused) is left alone
-    tac "$STARTED" | while read -r name pid; do
-        if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
-            kill "$pid" && echo "stopped $name ($pid)"
-        fi
-    done
+    WAIT=${SLURM_LOCAL_STOP_WAIT:-60}
+    case $WAIT in ''|*[!0-9]*) echo "SLURM_LOCAL_STOP_WAIT must be whole seconds, got '$WAIT'" >&2; exit 2;; esac
+    # the last started first, each awaited before the next; the record is kept while one is left
+    tac "$STARTED" | {
+        left=0
+        while read -r name pid pidfile; do
+            for p in $pid $( [ -n "$pidfile" ] && cat "$pidfile" 2>/dev/null); do
+                running "$name" "$p" || continue
+                kill "$p" 2>/dev/null
+                within "$WAIT" running "$name" "$p"
+                if running "$name" "$p"; then
+                    echo "$name ($p) still runs ${WAIT} s after SIGTERM: end it with kill -9 $p," \
+                         "then rerun \`sh $0 stop\`" >&2
+                    left=1
+                else
+                    within 5 named "$name" "$p"  # until its parent reaps it: pgrep lists a zombie too
+                    echo "stopped $name ($p)"
+                fi
+            done
+        done
+        exit "$left"
+    } || exit 1
     rm -f "$STARTED"
     exit 0
 fi

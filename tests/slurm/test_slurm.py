@@ -1,13 +1,20 @@
 """``invperm sweep --executor slurm`` on a real Slurm cluster (``benchmarks/slurm_local.sh`` starts a
 single-node one): the runs go through the queue as one job array, a task cancelled mid-run is one
 line in the sweep's summary and a rerun completes it with nothing lost or duplicated (sweep.jsonl
-byte-identical to the in-process path), and a bad partition or a dead controller is one line."""
+byte-identical to the in-process path), its progress bar counts the tasks squeue shows, and a bad
+partition or a dead controller is one line."""
 
+import fcntl
 import json
 import os
+import pty
+import re
+import select
 import shutil
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -104,6 +111,67 @@ def test_a_grid_goes_through_the_queue_survives_scancel_and_a_rerun_completes_it
     assert done.returncode == 0, done.stderr
     assert (out / "sweep.jsonl").read_text() == reference
     assert drained()  # nothing left behind
+
+
+DRAW = re.compile(rb"queued=(\d+), running=(\d+)\]")  # the end of one redraw of the sweep's bar
+
+
+def counts() -> tuple[int, int]:
+    """The sweep's tasks that squeue shows queued (PENDING) and running (RUNNING, COMPLETING)."""
+    out = subprocess.run(["squeue", "-h", "-r", "-n", "invperm-slurm_tiny", "-o", "%T"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return out.count("PENDING"), out.count("RUNNING") + out.count("COMPLETING")
+
+
+def drain(fd: int, text: bytearray) -> bool:
+    """Append what the terminal ``fd`` holds now to ``text``; False once its writer is gone."""
+    while select.select([fd], [], [], 0)[0]:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the sweep closed its terminal
+            return False
+        if not chunk:
+            return False
+        text += chunk
+    return True
+
+
+def test_the_progress_bar_counts_the_tasks_squeue_shows(tmp_path):
+    """The sweep's bar, on a terminal (redrawn every half second), shows the queued and running
+    counts squeue shows. Each comparison reads squeue, waits for the second redraw after it (its
+    counts were read after the first was written, so after that squeue), then reads squeue again:
+    tasks only move forward (queued, running, gone), so two equal reads mean the queue stood still
+    between them, and the redraw must show it."""
+    path, out = grid_file(tmp_path), tmp_path / "out"  # 4 tasks: 2 queued at first on 2 CPUs
+    terminal, sweep_end = pty.openpty()
+    fcntl.ioctl(sweep_end, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 400, 0, 0))  # no cut postfix
+    with open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(sweep_cmd(path, out)[:-1], env=ENV, stdin=subprocess.DEVNULL,
+                                stdout=sweep_end, stderr=err)  # without --quiet
+    os.close(sweep_end)
+    text, compared, open_ = bytearray(), [], True
+    deadline = time.monotonic() + 300
+    try:
+        while open_ and time.monotonic() < deadline:
+            before = counts()
+            open_ = drain(terminal, text)
+            seen = len(DRAW.findall(text))
+            wait = time.monotonic() + 10
+            while open_ and len(DRAW.findall(text)) < seen + 2 and time.monotonic() < wait:
+                time.sleep(0.05)
+                open_ = drain(terminal, text)
+            draws = DRAW.findall(text)
+            if len(draws) >= seen + 2 and counts() == before:
+                compared.append((before, tuple(map(int, draws[seen + 1]))))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        os.close(terminal)
+    assert proc.returncode == 0, (tmp_path / "err").read_text()
+    assert [bar for squeue, bar in compared if bar != squeue] == [], compared
+    assert any(running for (_, running), _ in compared), compared  # compared while tasks ran
+    assert drained()
 
 
 def test_a_bad_partition_is_one_line(tmp_path):

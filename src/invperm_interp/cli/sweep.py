@@ -39,7 +39,7 @@ def _grid_and_folder(args: argparse.Namespace):
     """The grid (any size: nothing trains) and its sweep folder, ``--out`` or runs/<grid name>."""
     from ..sweep.grid import load_grid
 
-    grid = load_grid(args.grid, allow_large=True)
+    grid = load_grid(args.grid, allow_large=True, executor=getattr(args, "executor", None))
     return grid, Path(args.out if args.out is not None else Path("runs") / grid.name)
 
 

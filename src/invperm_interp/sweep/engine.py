@@ -9,8 +9,9 @@ logs under ``.submitit/``). Units of work are in ``plan``; what a worker does is
   ``cpus_per_task`` from the grid's ``[slurm]`` table.
 - ``debug``: submitit's in-process executor (the slurm code path, for tests).
 
-The sweep shows one progress step per finished run (done, failed, left, ETA) and says each run
-that failed or stopped when it sees it. The first Ctrl-C,
+The sweep's bar shows the runs done, failed and left, an ETA, and the runner's counts (workers;
+Slurm tasks queued and running, from ``squeue``) read at each redraw; it says each run that failed
+or stopped when it sees it. The first Ctrl-C,
 SIGTERM or SIGHUP (a closed terminal) stops it and its workers (each checkpoints) and cancels its
 Slurm jobs; so does any exit.
 A run that fails does not stop the others: the sweep ends with one line per failed run and a
@@ -21,6 +22,7 @@ runs and recovers every interrupted state (``tasks``), so a killed sweep rerun e
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -86,7 +88,7 @@ def run_sweep(grid_path: str | Path, out: str | Path | None = None, *, executor:
     ``signals.Interrupted`` when stopped by a signal; both say to rerun the same command."""
     from ..runs.lock import RunLock
 
-    grid = load_grid(grid_path, allow_large)  # a malformed grid fails here, before anything starts
+    grid = load_grid(grid_path, allow_large, executor)  # a malformed grid fails here, before anything starts
     check_workers(workers)
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
@@ -134,10 +136,12 @@ def _train(grid: Grid, grid_path: Path, out: Path, todo: list[list[int]], execut
 
 def _watch(grid: Grid, out: Path, names: list[str], runner, stop: _StopOnSignal,
            progress: bool) -> None:
-    """Wait for the runner, one progress step per run that finished or failed."""
+    """Wait for the runner, saying each run that failed; the bar is redrawn every ``mininterval``
+    (and at the end) with the runs seen and the runner's counts read then."""
     from ..training.progress import progress_bar
 
     seen: set[str] = set()
+    drawn = -math.inf
     with progress_bar(total=len(names), unit="run", disable=not progress, desc="sweep",
                       file=sys.stdout, dynamic_ncols=True) as bar:
         while True:
@@ -149,10 +153,15 @@ def _watch(grid: Grid, out: Path, names: list[str], runner, stop: _StopOnSignal,
             for name in new:  # a stop or failure is said when seen, not only in the summary
                 if progress and name in failed:
                     bar.write(f"  {name}: {_reason(out, name)}", file=sys.stdout)
-            bar.set_postfix(failed=len(failed & set(names)), left=len(names) - len(seen),
-                            **(runner.states() if progress else {}), refresh=False)
-            bar.update(len(new))
-            if not running or stop.signum is not None:
+            done = not running or stop.signum is not None
+            if progress and (done or time.monotonic() - drawn >= bar.mininterval):
+                # drawn here, once per redraw, with the runner's counts read now (squeue on Slurm);
+                # the last is drawn when the bar closes
+                bar.n = len(seen)
+                bar.set_postfix(failed=len(failed & set(names)), left=len(names) - len(seen),
+                                **runner.states(), refresh=not done)
+                drawn = time.monotonic()
+            if done:
                 return
             time.sleep(POLL_S)
 

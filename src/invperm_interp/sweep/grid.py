@@ -17,6 +17,8 @@ limit), ``gpus``, ``cpus_per_task``, ``jobs_per_task`` and ``array_parallelism``
 once).
 
 Every value is checked before any job starts; a malformed grid is one ``ValueError`` naming the key.
+For ``--executor slurm`` a run on ``device = "cuda"`` needs ``[slurm] gpus`` (a task gets no GPU
+without it, so every run would fail).
 A grid with no ``[model]`` or ``[train]`` value (top level or in a variant) is refused (it would
 train default runs), and one of more than ``MAX_RUNS`` runs needs ``allow_large`` (``invperm sweep --yes``).
 """
@@ -136,8 +138,9 @@ def _variant_name(path: Path, where: str, variant: dict) -> str:
     return name
 
 
-def load_grid(path: str | Path, allow_large: bool = False) -> Grid:
-    """Read and check a grid file; every job is built (and so checked) here, nothing is trained."""
+def load_grid(path: str | Path, allow_large: bool = False, executor: str | None = None) -> Grid:
+    """Read and check a grid file (for ``executor``, when given); every job is built (and so
+    checked) here, nothing is trained."""
     from ..config import ModelConfig, TrainConfig
 
     path = Path(path)
@@ -183,7 +186,27 @@ def load_grid(path: str | Path, allow_large: bool = False) -> Grid:
         except SeedError as err:
             raise _error(path, err.key, str(err)) from None
     name, solve, analysis, slurm = settings
+    if executor == "slurm" and not slurm.get("gpus"):
+        _no_cuda_without_gpus(path, data, jobs)
     return Grid(name, tuple(jobs), solve, analysis, slurm)
+
+
+def _no_cuda_without_gpus(path: Path, data: dict, jobs: list[Job]) -> None:
+    """Refuse runs on CUDA in Slurm tasks that ask for no GPU (Slurm gives them none), naming the
+    ``train.device`` that asks for it."""
+    cuda = next((j.train_cfg.device for j in jobs if j.train_cfg.device.startswith("cuda")), None)
+    if cuda is None:
+        return
+    where = ""  # the first table (top level, then each variant) that gives it
+    for prefix, table in [("", data)] + [(f"variants[{n}].", v)
+                                          for n, v in enumerate(data.get("variants", []))]:
+        device = table.get("train", {}).get("device")
+        if cuda in (device if isinstance(device, list) else [device]):
+            where = prefix
+            break
+    raise _error(path, f"{where}train.device", f"device = {cuda!r} on Slurm needs [slurm] gpus = N: "
+                                               "a task that asks for no GPU gets none; give gpus, or "
+                                               "device = \"auto\" to train on the task's CPUs")
 
 
 class _SeedPlan:
@@ -287,7 +310,7 @@ def _slurm(path: Path, data: dict) -> dict:
         if key not in SLURM_KEYS:
             raise _error(path, f"slurm.{key}", f"unknown key (known: {', '.join(SLURM_KEYS)})")
         ok = isinstance(value, str) and bool(value) if key == "partition" else (
-            isinstance(value, int) and not isinstance(value, bool) and value >= (key == "gpus" and 0 or 1))
+            isinstance(value, int) and not isinstance(value, bool) and value >= (0 if key == "gpus" else 1))
         if not ok:
             raise _error(path, f"slurm.{key}", f"bad value {value!r} (partition: a name; time: "
                                                "minutes; gpus, cpus_per_task, jobs_per_task, "

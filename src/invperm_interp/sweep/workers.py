@@ -23,6 +23,10 @@ from .tasks import STATE_DIR, failed_dir, note_failure, one_line, slurm_unit, tr
 
 GRACE_S = 60  # how long stopped workers get to checkpoint before they are killed
 TERMINAL_WAIT_S = 5  # after Ctrl-C, how long workers (which got it from the terminal too) get alone
+SQUEUE_TIMEOUT_S = 10  # a progress refresh waits this long at most for squeue
+#: squeue's states a Slurm sweep's progress counts as queued and as running
+QUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESV_DEL_HOLD")
+RUNNING = ("RUNNING", "COMPLETING")
 
 
 class LocalPool:
@@ -205,19 +209,17 @@ class SubmititArray:
                 "tasks)")
 
     def states(self) -> dict[str, int]:
-        """How many tasks are queued and running (Slurm's states, as submitit last read them)."""
-        counts = {"queued": 0, "running": 0}
+        """How many tasks are queued and running, as ``squeue`` says now (one call; submitit's
+        states are sacct's, read at most every few minutes)."""
         try:
-            with captured_stderr():
-                for job in self.jobs:
-                    state = str(job.state).upper()
-                    if state.startswith(("PENDING", "REQUEUED", "CONFIGURING")):
-                        counts["queued"] += 1
-                    elif state.startswith(("RUNNING", "COMPLETING")):
-                        counts["running"] += 1
-        except Exception:  # noqa: BLE001 - sacct hiccups: no counts this time
+            said = subprocess.run(["squeue", "-h", "-r", "-o", "%T", "-j", ",".join(self.job_ids)],
+                                  capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired):  # no counts this time
             return {}
-        return counts
+        if said.returncode != 0:  # every id has left the queue, or the controller did not answer
+            return {"queued": 0, "running": 0} if "Invalid job id" in said.stderr else {}
+        states = said.stdout.split()
+        return {"queued": sum(s in QUEUED for s in states), "running": sum(s in RUNNING for s in states)}
 
     def running(self) -> bool:
         try:
