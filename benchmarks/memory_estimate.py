@@ -51,6 +51,11 @@ WIDE = {  # 3 layers of 2 heads at d = 6 (D = 270 at the last layer), trained (4
         dict(kind="analyze_trained", d=6, layers=3, heads=2, n=512, steps=steps)
     for steps in (40, 0)
 }
+DEEP = {  # 4 layers of 3 heads at d = 4 (D = 768 at the last A, 3,072 read out), trained: 2.0 GB
+    # live; its atoms' fit once held 2.9 GB (a template's 36,864 atoms' gauge norms at once)
+    "analyze d=4, 4 layers, 3 heads, n=512": dict(kind="analyze_trained", d=4, layers=4, heads=3,
+                                                  n=512, steps=40),
+}
 LARGE = {
     "train d=40 causal, batch 1024": dict(kind="train", d=40, heads=1, attention="causal", B=1024,
                                           E=1024),
@@ -167,7 +172,7 @@ def main() -> None:
     if args.probe:
         print(json.dumps(probe(json.loads(args.probe))))
         return
-    jobs = {**SMALL, **DEPTHS} if args.small else {**SMALL, **DEPTHS, **WIDE, **LARGE}
+    jobs = {**SMALL, **DEPTHS} if args.small else {**SMALL, **DEPTHS, **WIDE, **DEEP, **LARGE}
     print(f"load average {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores); one job at a time")
     print(f"{'job':58s} {'estimate':>10s} {'measured':>10s} {'range':>13s} {'ratio':>6s}")
     for name, job in jobs.items():

@@ -17,7 +17,7 @@ import pytest
 from helpers import REPO
 
 from invperm_interp import Layout, ModelConfig, memory
-from invperm_interp.cli import main
+from invperm_interp.cli import address_space, main
 from invperm_interp.config import TrainConfig
 from invperm_interp.maths import constructions as C
 from invperm_interp.training import footprint
@@ -321,6 +321,80 @@ def test_under_ulimit_v_construct_is_refused_in_one_line(tmp_path):
     (line,) = done.stderr.strip().splitlines()
     assert re.match(r"invperm construct: error: checking the model on n=256 samples needs about "
                     r"[0-9.]+ GB .* but [0-9.]+ (GB|MB) is available \(RLIMIT_AS", line), line
+
+
+def test_an_analysis_refused_at_its_floor_states_the_full_estimate(capsys):
+    """``invperm analyze`` refuses before the circuit searches are counted when even their floor
+    does not fit; the refusal states the whole analysis's estimate (counted from the atoms, as
+    when it runs), not the floor's lower one."""
+    from invperm_interp.analysis.budget import analysis_estimate
+    from invperm_interp.analysis.templates import explain
+
+    model = C.build("theorem3", 4)
+    full = analysis_estimate(model, 512, explain(model))
+    assert full.total > memory.analysis_estimate(model.cfg, 512, circuits=0).total
+    assert main(["analyze", "--construction", "theorem3", "--d", "4", "--max-memory", "1M"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"invperm analyze: error: the analysis on n=512 samples needs "
+                           f"{full.describe()} but 1.0 MB is available (max_memory)"), line
+
+
+def test_the_address_space_floor_follows_numpy_s_openblas_threads(monkeypatch):
+    """OpenBLAS reads ``OPENBLAS_NUM_THREADS``, then ``GOTO_NUM_THREADS``, then ``OMP_NUM_THREADS``,
+    at most one thread per CPU; each further thread maps its stack and buffer. A limit below the
+    floor is refused naming what to raise it to."""
+    cpus = len(os.sched_getaffinity(0))
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    assert address_space.blas_threads() == min(cpus, address_space.OPENBLAS_MAX_THREADS)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("GOTO_NUM_THREADS", "0")  # not a thread count: the next one is read
+    assert address_space.blas_threads() == 1
+    assert address_space.floor() == address_space.FLOOR
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "100000")
+    assert address_space.blas_threads() == min(cpus, address_space.OPENBLAS_MAX_THREADS)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    monkeypatch.setattr(address_space.resource, "getrlimit", lambda which: (716800 * 1024, -1))
+    floor_kib = -(-address_space.FLOOR // 1024)
+    with pytest.raises(ValueError, match=rf"^the address-space limit \(ulimit -v 716800\) is 700 MiB, "
+                                         rf".* raise it to at least ulimit -v {floor_kib}$"):
+        address_space.check_address_space()
+    monkeypatch.setattr(address_space.resource, "getrlimit", lambda which: (floor_kib * 1024, -1))
+    address_space.check_address_space()
+
+
+def _cli_under_ulimit_v(argv: list[str], kib: int, cwd) -> subprocess.CompletedProcess:
+    """``invperm ARGV`` in a fresh process whose address space is capped at ``kib`` KiB from its
+    start, as ``ulimit -v`` caps a shell's commands."""
+    cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (kib * 1024, resource.RLIM_INFINITY))  # noqa: E731
+    return subprocess.run([sys.executable, "-m", "invperm_interp.cli", *argv], capture_output=True,
+                          text=True, timeout=300, cwd=cwd, preexec_fn=cap)
+
+
+@pytest.mark.slow
+def test_under_a_small_ulimit_v_a_command_says_what_it_needs_and_at_it_runs(tmp_path):
+    """``ulimit -v 716800`` (700 MiB) gave ``OpenBLAS error: Memory allocation still failed after
+    10 retries`` (rc 1) from ``analyze`` and ``timeline``: numpy's OpenBLAS maps its buffer on its
+    first product, after the analysis's check, and exits the process when it cannot. Now the
+    command refuses in one line before it imports torch, saying what to raise the limit to, and at
+    that (plus the small job's tensors) both run."""
+    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        pytest.skip("this process already runs under an address-space limit")
+    run_dir = tmp_path / "run"
+    train(ModelConfig(Layout.plain(4), attention_dir="bidirectional"),
+          TrainConfig(steps=20, batch_size=32, eval_every=10, eval_size=64, checkpoint_every=10,
+                      device="cpu", out_dir=str(run_dir)), progress=False)
+    floor_kib = -(-address_space.floor() // 1024)
+    for argv in (["analyze", str(run_dir), "--n", "64"], ["timeline", str(run_dir)]):
+        done = _cli_under_ulimit_v(argv, 716800, tmp_path)
+        assert done.returncode == 2, done.stderr[-2000:]
+        (line,) = done.stderr.strip().splitlines()
+        assert re.fullmatch(rf"invperm {argv[0]}: error: the address-space limit \(ulimit -v 716800\) "
+                            rf"is 700 MiB, below the [0-9]+ MiB invperm maps besides its tensors "
+                            rf"\(torch, numpy and its OpenBLAS buffers, matplotlib\); raise it to at "
+                            rf"least ulimit -v {floor_kib}(, or set OPENBLAS_NUM_THREADS=1 .*)?", line), line
+        done = _cli_under_ulimit_v(argv, floor_kib + 64 * 1024, tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_allocation_failures_past_the_check_are_one_line(monkeypatch, capsys):

@@ -25,9 +25,12 @@ the thresholds ``keep_freed_memory`` sets; PyTorch's cache on a GPU): the proces
 
 The check is arithmetic only (microseconds) and runs before every ``train``, ``constructions.build``
 and ``constructions.verify``. The limit is the smallest of ``MemAvailable`` in ``/proc/meminfo``, the
-process's cgroup limit (minus its use) and ``RLIMIT_AS`` (minus the address space in use), or free
-GPU memory for a CUDA device; ``max_memory`` replaces it. tests/test_memory.py holds the estimates
-to within 2x of measured peaks (peak RSS growth of a fresh process).
+process's cgroup limit (minus its use) and ``RLIMIT_AS`` (minus the address space in use, at least
+the first check's plus ``ADDRESS_SPACE_RESERVE``: what a command maps after it besides its tensors,
+numpy's OpenBLAS buffer (OpenBLAS exits where it cannot map it), matplotlib, threads' stacks and
+arenas, 136-155 MiB measured; ``cli.address_space`` checks ``ulimit -v`` first), or free GPU memory
+for a CUDA device; ``max_memory`` replaces it. tests/test_memory.py holds the estimates to within 2x
+of measured peaks (peak RSS growth of a fresh process).
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ def keep_freed_memory() -> bool:
 
 GB = 1e9
 SLACK = 0.5  # allocator slack, as a share of the activations (see the module docstring)
+ADDRESS_SPACE_RESERVE = 160 * 2**20  # mapped after a first check besides tensors (module docstring)
+_FIRST_CHECK: dict[str, int] = {}  # the address space in use at the process's first check
 #: The analysis's records, Python objects and kernel workspaces, which do not scale with the model:
 #: the smallest analysis (d = 3, two layers of one head, 16 samples) grew the process by 1-5 MB in
 #: ten fresh processes; the allocator's slack on what scales is ``SLACK``.
@@ -195,7 +200,7 @@ def _meminfo_available() -> int | None:
 
 
 def _address_space_left() -> int | None:
-    """``RLIMIT_AS`` (``ulimit -v``) minus the address space in use, None without a limit."""
+    """``RLIMIT_AS`` minus the address space in use, at least the first check's plus the reserve."""
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return None
@@ -204,7 +209,7 @@ def _address_space_left() -> int | None:
             used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
     except (OSError, StopIteration, ValueError):
         used = 0
-    return max(0, soft - used)
+    return max(0, soft - max(used, _FIRST_CHECK.setdefault("used", used) + ADDRESS_SPACE_RESERVE))
 
 
 def available_memory(device: torch.device | str = "cpu") -> tuple[int | None, str]:
@@ -217,21 +222,16 @@ def available_memory(device: torch.device | str = "cpu") -> tuple[int | None, st
     limits = [(v, why) for v, why in (
         (_meminfo_available(), "MemAvailable in /proc/meminfo"),
         (_cgroup_available(), "the memory cgroup's limit minus its use"),
-        (_address_space_left(), "RLIMIT_AS (ulimit -v) minus the address space in use"),
+        (_address_space_left(), "RLIMIT_AS (ulimit -v) minus the address space in use or reserved"),
     ) if v is not None]
-    if not limits:
-        return None, "unknown"
-    return min(limits)
+    return min(limits) if limits else (None, "unknown")
 
 
 def check(estimate: Estimate, max_memory: int | str | None = None,
           device: torch.device | str = "cpu") -> None:
     """Raise :class:`MemoryBudgetError` when ``estimate`` exceeds ``max_memory`` (bytes, or a size
     such as ``"8G"``) or, without it, the memory available to this process."""
-    if max_memory is not None:
-        limit, source = parse_size(max_memory), "max_memory"
-    else:
-        limit, source = available_memory(device)
+    limit, source = available_memory(device) if max_memory is None else (parse_size(max_memory), "max_memory")
     if limit is None or estimate.total <= limit:
         return
     advice = f"lower {estimate.lower}" if estimate.lower else "use a smaller configuration"

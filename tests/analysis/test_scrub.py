@@ -192,3 +192,47 @@ def test_completeness_under_every_style_against_the_plain_forward():
     ref = fed_reference(model, outside, inside, batch.X, partner_by_hand(batch, "Y"))
     assert got["scrub"].mse == pytest.approx(float(mse(ref, batch.Y)), rel=1e-9)
     assert all(s.rows_exact < 0.5 and s.loss_recovered < 0.3 for s in got.values())
+
+
+def test_a_standard_model_is_scrubbed_through_its_exact_map():
+    """As ``analyze`` reads it: the disentangled model computing the same function, so every
+    function takes a standard attention-only model and scores it as its map."""
+    from dataclasses import replace
+
+    from invperm_interp import Layout, ModelConfig
+    from invperm_interp.model.note_map import to_disentangled
+    from invperm_interp.model.standard import StandardTransformer
+
+    cfg = ModelConfig(Layout.plain(3), arch="standard", d_model=8, init_scale=0.3, dtype="float64",
+                      attention_dir="bidirectional")
+    model = StandardTransformer(cfg, seed=0)
+    mapped = to_disentangled(model)
+    batch = batch_for(mapped, 32)
+    assert scrub(model, "two_block", batch) == scrub(mapped, "two_block", batch)
+    assert completeness(model, "two_block", batch) == completeness(mapped, "two_block", batch)
+    assert cell_patching(model, "two_block", batch) == cell_patching(mapped, "two_block", batch)
+    with pytest.raises(ValueError, match="LayerNorm"):
+        scrub(StandardTransformer(replace(cfg, layernorm=True)), "two_block", batch)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_weights_that_are_not_finite_are_refused_naming_the_layer(bad):
+    model = C.build("two_block", 3)
+    batch = batch_for(model, 16)
+    with torch.no_grad():
+        model.blocks[1].attn.A[0, 0, 0] = bad
+    for run in (scrub, completeness, cell_patching):
+        with pytest.raises(ValueError, match=r"^the model's weights are not finite \(NaN or inf\) "
+                                             r"in layer 2 \(blocks\.1\)"):
+            run(model, "two_block", batch)
+
+
+def test_a_cell_the_model_does_not_have_is_refused():
+    model = C.build("two_block", 3)
+    batch = batch_for(model, 16)
+    with pytest.raises(ValueError, match=r"^cells: \(9, 0, 'x', 'y'\) is not a cell of this model"):
+        cell_patching(model, "two_block", batch, cells=[(1, 0, "x", "x"), (9, 0, "x", "y")])
+    with pytest.raises(ValueError, match=r"^cells: \(0, 0, 'pos.P', 'nope'\) is not a cell"):
+        cell_patching(model, "two_block", batch, cells=[(0, 0, "pos.P", "nope")])
+    fine = cell_patching(model, "two_block", batch, cells=[(1, 0, "x", "x")])
+    assert {p.cell for p in fine.cells} <= {(1, 0, "x", "x")}

@@ -93,3 +93,17 @@ def test_analysing_a_run_loads_no_transformer_lens(tmp_path):
     assert (out / "analysis.json").is_file() and (out / "report.html").is_file()
     loaded = [line for line in result.stdout.splitlines() if line.startswith(("analyze ", "timeline "))]
     assert loaded == ["analyze []", "timeline ['matplotlib']"]
+
+
+def test_construct_loads_no_transformer_lens():
+    """``invperm construct`` builds and verifies a construction with plain forwards: TransformerLens
+    (and the ``datasets``/``pyarrow`` it imports, whose breakage gave a 28-line traceback) stays out
+    of the process."""
+    probe = ("import sys\nfrom invperm_interp.cli import main\n"
+             "code = main(['construct', 'theorem2', '--d', '6'])\n"
+             "print('CODE', code, 'TL', 'transformer_lens' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(SRC), "PATH": ""})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("theorem2: ")
+    assert out.stdout.strip().splitlines()[-1] == "CODE 0 TL False"

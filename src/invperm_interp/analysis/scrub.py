@@ -39,9 +39,12 @@ from typing import Literal, get_args
 
 import torch
 
+from ..config import ModelConfig
 from ..errors import check_choice
+from ..labels import layer_name
 from ..maths import constructions
-from ..model.disentangled import DisentangledModel
+from ..model.build import analysis_model
+from ..model.disentangled import DisentangledModel, check_disentangled
 from ..model.variants import forward_many
 from ..task import Batch, make_input
 from .faithfulness import ABLATIONS, Ablation, Tester, read_out
@@ -60,6 +63,21 @@ Style = Literal[Ablation, "scrub"]
 STYLES = get_args(Style)
 #: A cell whose gauge-fixed weights outside the claim have a smaller norm is not patched.
 CELL_NORM = 1e-6
+
+
+def analysed(model) -> DisentangledModel:
+    """The model a claim is tested on: a disentangled model itself, or a standard attention-only
+    model's exact map, as ``analyze`` reads it (``model.build.analysis_model``); one-line
+    ``ValueError`` for anything else, and for weights that are not finite (naming the layer)."""
+    if isinstance(getattr(model, "cfg", None), ModelConfig) and model.cfg.arch == "standard":
+        model = analysis_model(model)
+    check_disentangled(model)
+    named = [(layer_name(layer), block.attn.A) for layer, block in enumerate(model.blocks)]
+    for where, weights in [*named, ("the read-out (unembed.W_U)", model.unembed.W_U)]:
+        if not bool(torch.isfinite(weights).all()):
+            raise ValueError(f"the model's weights are not finite (NaN or inf) in {where}: a claim "
+                             f"on them scores NaN")
+    return model
 
 
 def partner_input(batch: Batch, keep: str = "P", shift: int = 1) -> Batch:
@@ -134,7 +152,9 @@ def scrub(model: DisentangledModel, hypothesis, batch: Batch, *, keep: str | Non
     rest of ``A`` fed from its partner (``keep``: default the claim's :func:`equivalence_of`),
     read-out rows outside the claim zeroed. ``hypothesis``, ``read``, ``unit``: as in
     ``as_hypothesis``. A claim through whose cells runs every path by which what the partner
-    changes reaches the output scores as the model itself (loss recovered 1)."""
+    changes reaches the output scores as the model itself (loss recovered 1). ``model``: any
+    :func:`analysed` takes."""
+    model = analysed(model)
     hyp = as_hypothesis(model, hypothesis, read, unit)
     return scrub_tester(model, batch, keep or equivalence_of(hypothesis), shift).circuit(hyp)
 
@@ -145,7 +165,8 @@ def completeness(model: DisentangledModel, hypothesis, batch: Batch, *,
     mean (over ``batch``) and resample (sample ``b + shift``) ablation of those cells, and scrubbing
     them, i.e. feeding them from a partner that differs on what the claim says matters (the claim
     says ``P``: the same ``Y``, another ``P``). A complete claim leaves little of the loss
-    recovered under each."""
+    recovered under each. ``model``: any :func:`analysed` takes."""
+    model = analysed(model)
     hyp = as_hypothesis(model, hypothesis, read, unit)
     opposite = {"P": "Y", "Y": "P", "any": "any"}[equivalence_of(hypothesis)]
     testers = {style: Tester(model, batch, style) for style in ABLATIONS}
@@ -203,6 +224,23 @@ def _tester(model, batch, style: Style, keep: str, shift: int) -> Tester:
     return Tester(model, batch, style)
 
 
+def _cell(model: DisentangledModel, cell) -> tuple[int, int, str, str]:
+    """``cell`` as a tuple, or a one-line ``ValueError`` unless it is a ``(layer, head, query,
+    key)`` of ``model``."""
+    cfg, why = model.cfg, None
+    if not (isinstance(cell, (tuple, list)) and len(cell) == 4):
+        why = "a cell is (layer, head, query block, key block)"
+    elif not (isinstance(cell[0], int) and 0 <= cell[0] < cfg.n_layers):
+        why = f"layer must be in [0, {cfg.n_layers - 1}]"
+    elif not (isinstance(cell[1], int) and 0 <= cell[1] < cfg.heads[cell[0]]):
+        why = f"head must be in [0, {cfg.heads[cell[0]] - 1}]"
+    elif not {cell[2], cell[3]} <= set(model.stream.labels(cell[0])):
+        why = f"the blocks of {layer_name(cell[0])} are {model.stream.labels(cell[0])}"
+    if why:
+        raise ValueError(f"cells: {cell!r} is not a cell of this model ({why})")
+    return tuple(cell)
+
+
 def cell_patching(model: DisentangledModel, hypothesis, batch: Batch, *,
                   style: Style = "scrub", keep: str | None = None, shift: int = 1,
                   cells: Sequence[tuple[int, int, str, str]] | None = None) -> PathPatching:
@@ -211,9 +249,12 @@ def cell_patching(model: DisentangledModel, hypothesis, batch: Batch, *,
     (under scrubbing fed from the claim's partner, else run on the sample), the rest still
     replaced under ``style`` (``"scrub"``, or ``"zero"``, ``"mean"``,
     ``"resample"``). ``cells``: the cells to try (default every cell holding weights outside the
-    claim, norm above :data:`CELL_NORM`). The cell that recovers the loss is what the claim misses.
-    ``hypothesis`` as in ``as_hypothesis`` (a ``Hypothesis`` from it carries its own read-out
-    blocks and unit)."""
+    claim, norm above :data:`CELL_NORM`; one the model does not have is refused). The cell that
+    recovers the loss is what the claim misses. ``hypothesis`` as in ``as_hypothesis`` (a
+    ``Hypothesis`` from it carries its own read-out blocks and unit); ``model``: any
+    :func:`analysed` takes."""
+    model = analysed(model)
+    wanted = None if cells is None else {_cell(model, cell) for cell in cells}
     hyp = as_hypothesis(model, hypothesis)
     tester = _tester(model, batch, style, keep or equivalence_of(hypothesis), shift)
     proj = tester.project(hyp, betas=False)
@@ -223,7 +264,7 @@ def cell_patching(model: DisentangledModel, hypothesis, batch: Batch, *,
     for layer, R in enumerate(rest):
         for head in range(R.shape[0]):
             for (query, key), view in stream.split(R[head], layer).items():
-                if cells is not None and (layer, head, query, key) not in cells:
+                if wanted is not None and (layer, head, query, key) not in wanted:
                     continue
                 norm = float(view.norm())
                 if norm > CELL_NORM:

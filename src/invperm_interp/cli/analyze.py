@@ -38,7 +38,11 @@ def analyse_and_report(model, out_dir, context, *, n: int, seed: int, quiet: boo
         model = to_disentangled(model)  # what the report draws; analyze maps it again, cheaply
     cfg = model.cfg
     floor = memory.analysis_estimate(cfg, n, circuits=0)  # refused before the atoms are fitted
-    memory.check(floor, max_memory, model.device)
+    try:
+        memory.check(floor, max_memory, model.device)
+    except memory.MemoryBudgetError:
+        _refuse_in_full(model, n, max_memory)
+        raise
     check_finite_norm(model)  # before the atoms are fitted: their shares square the weights
     explained = explain_and_match(model)  # what the searches will hold depends on the atoms
     memory.check(analysis_estimate(model, n, explained[0]), max_memory, model.device)
@@ -55,6 +59,25 @@ def analyse_and_report(model, out_dir, context, *, n: int, seed: int, quiet: boo
         if not quiet:
             print(f"\nwrote {out.analysis} and {out.report}")
     return result
+
+
+def _refuse_in_full(model, n: int, max_memory) -> None:
+    """An analysis refused at its floor: refuse it with the whole analysis's estimate instead
+    (counted from the atoms, as when it runs) where this machine holds their fit, the model's
+    weights and gauge factors; return otherwise (the floor's refusal stands)."""
+    from .. import memory
+    from ..analysis.budget import analysis_estimate
+    from ..analysis.record import check_finite_norm
+
+    cfg = model.cfg
+    fit = memory.Estimate("fitting the atoms", {"weights": cfg.n_params * memory.elem(cfg),
+                                                "gauge factors": memory.gauge_factor_bytes(cfg)})
+    try:
+        memory.check(fit, None, model.device)
+        check_finite_norm(model)
+    except ValueError:
+        return
+    memory.check(analysis_estimate(model, n), max_memory, model.device)
 
 
 def _cmd_analyze(args: argparse.Namespace) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .address_space import check_address_space
 from .analyze import add_analyze_parser, analyse_and_report
 from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, add_command, examples, seed, size, threads
 
@@ -71,7 +72,8 @@ def _cmd_construct(args: argparse.Namespace) -> None:
     if args.name is None:
         raise ValueError(f"give a construction name (one of {constructions.names()}) or --list")
     spec = constructions.get(args.name)
-    model = constructions.build(args.name, args.d, args.beta, max_memory=args.max_memory)
+    model = constructions.build(args.name, args.d, args.beta, max_memory=args.max_memory,
+                                hooked=False)  # a check only: no hooks, no TransformerLens
     beta = constructions.default_beta(args.name) if args.beta is None else args.beta
     check = constructions.verify(model, n=args.n, seed=args.seed, max_memory=args.max_memory)
     print(f"{spec.name}: {spec.description}")
@@ -294,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.showwarning = one_line
+            check_address_space()  # before torch, whose import aborts below the floor
             args.func(args)
     except (ValueError, OSError) as err:  # OSError: missing or unreadable files, a full disk
         print(f"invperm {args.command}: error: {err}", file=sys.stderr)
