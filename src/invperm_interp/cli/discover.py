@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+PACKAGE_FILE = "<the package's discovered.json>"  # --register's default, resolved when it runs
+
 
 def _recorded(run_dir, n: int, seed: int):
     """The mechanism a sweep recorded in the run's ``mechanism.json`` on ``n`` samples from ``seed``,
@@ -39,6 +41,10 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     set_threads(args.threads)
     if args.n < 2:
         raise ValueError(f"--n must be at least 2 (a standard error needs two samples), got {args.n}")
+    if args.register == PACKAGE_FILE:  # resolved here: building the parser imports no torch
+        from ..maths.registry import DISCOVERED
+
+        args.register = str(DISCOVERED)
     if args.register:  # checked before the analysis, not after it
         check_writable(Path(args.register).resolve().parent,
                        "give --register a path in a folder you can write")
@@ -91,7 +97,6 @@ def _cmd_discover(args: argparse.Namespace) -> None:
 
 
 def add_discover_parser(sub) -> None:
-    from ..maths.registry import DISCOVERED
     from .args import MAX_MEMORY_HELP, THREADS_HELP, add_command, seed, size, threads
 
     parser = add_command(sub, "discover", "group the minimal circuits of the runs no construction "
@@ -102,7 +107,7 @@ def add_discover_parser(sub) -> None:
     parser.add_argument("--seed", type=seed, default=0, help="seeds the evaluation samples")
     parser.add_argument("--min-runs", type=int, default=2, help="runs a form needs to be proposed")
     parser.add_argument("--json", help="also write the proposals to this JSON file")
-    parser.add_argument("--register", nargs="?", metavar="FILE", const=str(DISCOVERED),
+    parser.add_argument("--register", nargs="?", metavar="FILE", const=PACKAGE_FILE,
                         help="register each exact proposal faithful on --min-runs runs in the "
                         "registry's data file (default: the package's discovered.json)")
     parser.add_argument("--threads", type=threads, help=THREADS_HELP)
