@@ -73,7 +73,8 @@ def analysis_estimate(model: DisentangledModel, n: int,
     circuit = circuit if circuit is not None else explain(model)
     cfg, cells = model.cfg, candidate_cells(circuit)
     with torch.no_grad():
-        hyps = [hypothesis(model, p) for p in candidate_placements(model, fixed_weights(model))]
+        fixed = fixed_weights(model)
+        hyps = [hypothesis(model, p) for p in candidate_placements(model, fixed)]
     # on two layers of one head every placement runs its circuit, the model less it and its
     # per-cell runs in groups of CIRCUITS_HELD; beyond, its circuit alone in such groups, then the
     # model less the circuit of those that pass or lead, all of them at once at most
@@ -93,15 +94,17 @@ def analysis_estimate(model: DisentangledModel, n: int,
     for layer in range(cfg.n_layers):  # the fits' gauge factors, now made (and cached) once
         gauge_factors(model.stream, layer)
     return memory.analysis_estimate(cfg, n, circuits=max(circuits, 1), fits=largest, kept=kept,
-                                    dense=bool(cells), gauge=False, compared=compared_bytes(model))
+                                    dense=bool(cells), gauge=False, compared=compared_bytes(model, fixed))
 
 
-def compared_bytes(model: DisentangledModel) -> tuple[int, int]:
+def compared_bytes(model: DisentangledModel, fixed=None) -> tuple[int, int]:
     """``(activations, held)`` of ``compare.closest_construction``: every registry construction
     fitting the model, built at each of ``BETAS`` and run on ``COMPARED_SAMPLES`` samples as
     chunks of variants with their attention patterns; each construction's runs hold every β's
-    patterns ``(b, H_l, T, T)`` per layer (and the model's own) and its float64 weights."""
-    found, cfg = candidates(model), model.cfg
+    patterns ``(b, H_l, T, T)`` per layer (and the model's own) and its float64 weights. ``fixed``:
+    per layer ``gauge_fix(A)``, when already made (it picks the placements beyond a construction's
+    own shape)."""
+    found, cfg = candidates(model, fixed), model.cfg
     if not found:
         return 0, 0
     b, betas = COMPARED_SAMPLES, len(BETAS)

@@ -23,6 +23,7 @@ from ..model.variants import forward_many, model_patterns
 from ..task import Batch, mse
 from .gauge import gauge_fix
 from .placements import candidate_placements, fits, fitting_names
+from .projection import fixed_weights
 from .templates import Circuit, explain
 
 #: β values tried when matching a construction to a model (its patterns sharpen as β grows).
@@ -212,7 +213,7 @@ def candidates(model: DisentangledModel, fixed: Sequence[Tensor] | None = None) 
             out.append(own)
             continue
         if fixed is None:
-            fixed = [_fixed(model, layer) for layer in range(model.cfg.n_layers)]
+            fixed = fixed_weights(model)
         out += candidate_placements(model, fixed, [name])[:1]
     return out
 
@@ -231,7 +232,7 @@ def closest_construction(model: DisentangledModel, batch: Batch,
     computed.
     """
     _check_pair(model, model, batch)
-    fixed = fixed if fixed is not None else [_fixed(model, layer) for layer in range(model.cfg.n_layers)]
+    fixed = fixed if fixed is not None else fixed_weights(model)
     found = candidates(model, fixed)
     if not found:
         return ()

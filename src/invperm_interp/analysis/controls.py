@@ -47,10 +47,10 @@ def empty_claim(read: Sequence[str] | None = None) -> Hypothesis:
     return Hypothesis("the empty claim", (), None if read is None else tuple(read), "cells")
 
 
-def empty_passes(tester: Tester, rule: Rule = RULE) -> bool:
-    """Whether the empty claim passes ``tester``'s test (its rule verdict is faithful): then the
-    style cannot reject any claim on this batch."""
-    return rule.judge(tester.circuit(empty_claim())) == FAITHFUL
+def cannot_reject(empty, rule: Rule = RULE) -> bool:
+    """Whether the empty claim's test (anything with a ``circuit`` score; ``None``: not run) is not
+    rejected by ``rule``, judged faithful or borderline: then the style cannot test the run."""
+    return empty is not None and rule.judge(empty.circuit) != NOT_FAITHFUL
 
 
 def tester_for(model: DisentangledModel, batch: Batch, style: str, claim=None) -> Tester:
@@ -148,14 +148,13 @@ def controls(model: DisentangledModel, claim, batch: Batch, *, others: Sequence 
     randoms = [Hypothesis(f"random {i}", cells, hyp.read, "cells") for i, cells in enumerate(sets)]
     other_hyps = [as_hypothesis(model, o) for o in others]
     out = []
+    judge = lambda t: rule.judge(t.circuit) if t.signs_agree else NOT_FAITHFUL  # noqa: E731
     for style in styles:
         tester = tester_for(model, batch, style, hyp)
-        claimed = tester.test(hyp, minimality=False)
-        verdict = rule.judge(claimed.circuit) if claimed.signs_agree else NOT_FAITHFUL
+        claimed, *tests = tester.test_many([hyp, *other_hyps], minimality=False, complete=False)
         scores = tester.circuits([empty_claim(), *randoms])
         rejected = sum(rule.judge(s) == NOT_FAITHFUL for s in scores[1:])
-        judged = tuple((o.name, rule.judge(t.circuit) if t.signs_agree else NOT_FAITHFUL)
-                       for o, t in zip(other_hyps, (tester.test(o, minimality=False)
-                                                    for o in other_hyps)))
-        out.append(Control(style, hyp.name, verdict, rule.judge(scores[0]), draws, rejected, judged))
+        judged = tuple((o.name, judge(t)) for o, t in zip(other_hyps, tests))
+        out.append(Control(style, hyp.name, judge(claimed), rule.judge(scores[0]), draws, rejected,
+                           judged))
     return tuple(out)

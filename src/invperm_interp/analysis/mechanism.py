@@ -36,7 +36,7 @@ from ..maths import registry
 from ..maths.placement import Placement, placements
 from ..model.disentangled import DisentangledModel, check_disentangled
 from ..task import Batch
-from .controls import empty_claim
+from .controls import cannot_reject, empty_claim
 from .faithfulness import Ablation, Faithfulness, Tester
 from .hypothesis import Hypothesis
 from .minimal import EXACT, MinimalCircuit, minimal_circuit
@@ -176,8 +176,8 @@ class Mechanism:
         name = data["name"] if version > 3 else Answer.of_label(data["name"]).name
         placement = Placement.from_dict(data["placement"]) if data.get("placement") else None
         shape = placement.shape if placement is not None else None
-        return cls(name, None if f is None else placed_by_cells(Faithfulness.from_dict(f), shape),
-                   tuple(placed_by_cells(Faithfulness.from_dict(t), shape) for t in data["tested"]),
+        return cls(name, None if f is None else placed_by_label(Faithfulness.from_dict(f), shape),
+                   tuple(placed_by_label(Faithfulness.from_dict(t), shape) for t in data["tested"]),
                    MinimalCircuit.from_dict(data["minimal"]),
                    Rule(data["rows"], data["recovered"], data.get("z", RULE.z)),
                    tuple(data.get("also_faithful", ())), tuple(data.get("borderline", ())),
@@ -185,7 +185,7 @@ class Mechanism:
                    Faithfulness.from_dict(data["empty"]) if data.get("empty") else None)
 
 
-def placed_by_cells(test: Faithfulness, shape: tuple[int, ...] | None) -> Faithfulness:
+def placed_by_label(test: Faithfulness, shape: tuple[int, ...] | None) -> Faithfulness:
     """``test`` with its placement on a model of ``shape`` (heads per layer) where its record did
     not keep one (written before placements were kept as values): the registry placement that
     ``str()`` labels as the test was labelled and whose placed cells are the test's (the label is
@@ -231,12 +231,6 @@ def name_by_rule(tested: list, rule: Rule = RULE, empty=None) -> Answer:
     if good:
         return Answer(FAITHFUL, good[0].hypothesis, tied_with(good, rule))
     return Answer(BORDERLINE if straddle else NONE)
-
-
-def cannot_reject(empty, rule: Rule = RULE) -> bool:
-    """Whether the empty claim's test (``None``: not run) is not rejected by ``rule``: its
-    circuit-only score judged faithful or borderline."""
-    return empty is not None and rule.judge(empty.circuit) != NOT_FAITHFUL
 
 
 def paired_with_best(tester: Tester, tested: list[Faithfulness], rule: Rule = RULE
