@@ -10,7 +10,7 @@ from invperm_interp.cli import main
 from invperm_interp.cli.main import build_parser
 
 COMMANDS = ["demo", "construct", "train", "analyze", "report", "sweep", "sweep-report", "discover",
-            "timeline"]
+            "timeline", "import"]
 
 
 def _help(argv: list[str], capsys) -> str:

@@ -275,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .timeline import add_timeline_parser
 
     add_timeline_parser(sub)
+    from .import_model import add_import_parser
+
+    add_import_parser(sub)
     return parser
 
 

@@ -18,17 +18,36 @@ the positional rows of ``M_0``, so the biases land on the note's positional rows
 with every weight and bias 0 (the export's padding of a layer with fewer heads) are dropped.
 
 The native model embeds token ids; the standard model reads real rows, ``X W_E``. ``W_E`` is read
-off the token embedding: with ``d_vocab = d`` token ``j`` is ``e_j`` (``W_E`` is the embedding);
-with ``d_vocab`` the task's vocabulary size (``tokens.vocabulary``: every binary row, then the
-scratch vector if it is not binary) the embedding must be ``vocabulary @ W_E``, which is solved
-for and checked. What the standard model cannot hold is one ``ValueError`` naming it.
+off the token embedding: with ``d_vocab = d`` token ``j`` is ``e_j`` (``W_E`` is the embedding, and
+the native model is fed ``X W_E`` as ``inputs_embeds``); with ``d_vocab`` the task's vocabulary size
+(``tokens.vocabulary``: every binary row, then the scratch vector if it is not binary) the embedding
+must be ``vocabulary @ W_E``: row ``j`` of ``W_E`` is the embedding of ``e_j``'s token, and every
+other token is checked against it. A free embedding (not linear in the rows) is refused, or with
+``approximate=True`` read as its least-squares ``W_E`` (``embedding_residual`` says how far off it
+is; ``import_error`` measures the output's error). What the standard model cannot hold is one
+``ValueError`` naming it.
+
+``load_native(weights, config)`` reads the model back from the two files its user saved without
+pickle: ``safetensors.torch.save_file(bridge.state_dict(), weights)`` and
+``json.dump(bridge.cfg.to_dict(), open(config, "w"), default=str)``. It boots
+``TransformerBridge.boot_native`` from the configuration (``TransformerBridgeConfig.from_dict``:
+unknown keys are dropped; ``dtype`` may be the text ``"torch.float32"`` that ``default=str`` writes)
+on the CPU and loads the weights strictly: every tensor the configuration makes, of its shape, and
+nothing else. The state dict may be the bridge's (``blocks.0.attn.q.weight``) or a
+``HookedTransformer``'s (``blocks.0.attn.W_Q``, converted with TransformerLens's
+``convert_tl_checkpoint``). Only safetensors and JSON are read; each bad file is one ``ValueError``
+naming the argument (``weights``, ``config``) and what was expected.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from pathlib import Path
 
 import torch
+from jaxtyping import Float
 from torch import Tensor, nn
 
 from ..config import ModelConfig
@@ -37,19 +56,23 @@ from . import tokens
 from .export import MAX_TOKEN_D
 from .standard import LN_EPS, StandardTransformer
 
-__all__ = ["standard_from_transformer_lens"]
+__all__ = ["embedding_residual", "import_error", "load_native", "native_output",
+           "read_native_config", "standard_from_transformer_lens"]
 
 LINEAR_TOL = 1e-5  # a token embedding off vocabulary @ W_E by more (relative to its scale) is refused
 
 
-def standard_from_transformer_lens(bridge, layout: Layout, readout: str = "P") -> StandardTransformer:
+def standard_from_transformer_lens(bridge, layout: Layout, readout: str = "P", *,
+                                   approximate: bool = False) -> StandardTransformer:
     """The ``StandardTransformer`` (plain, in ``bridge``'s dtype, on the CPU) computing the native
     ``bridge``'s function on ``layout``'s inputs, reading the rows of ``readout``.
 
     ``bridge``'s ``head`` output width must be ``layout.d`` and its ``n_ctx`` at least
     ``layout.T`` (the first ``T`` positional rows are used); its attention direction is kept. With
     a nonzero ``b_Q``, ``b_V`` or ``b_O`` the model's ``d_model`` is the native one plus 1 (the
-    coordinate that carries the biases; module docstring)."""
+    coordinate that carries the biases; module docstring). ``approximate``: a token embedding that
+    is not linear in the task's rows is read as its least-squares ``W_E`` instead of refused (the
+    result then computes another function: measure it with :func:`import_error`)."""
     if not isinstance(layout, Layout):
         raise ValueError(f"layout must be a Layout, got {type(layout).__name__}")
     native, tl_cfg = _native(bridge)
@@ -74,7 +97,7 @@ def standard_from_transformer_lens(bridge, layout: Layout, readout: str = "P") -
                 p.zero_()
         # Column m of W_pos is 1 and of W_E is 0: every stream row carries a 1 there, which no head
         # (W_O's column m is 0) or MLP (W_out's, b_out's) writes, so it stays 1 through every layer.
-        model.embed.W_E[:, :m] = _read_in(native, layout)
+        model.embed.W_E[:, :m] = _read_in(native, layout, approximate)
         model.pos_embed.W_pos[:, :m] = native.pos.weight[:layout.T]
         if fold:
             model.pos_embed.W_pos[:, m] = 1
@@ -234,8 +257,26 @@ def _direction(native: nn.Module) -> str:
     return "causal" if native.layers[0].attn.original_component.causal else "bidirectional"
 
 
-def _read_in(native: nn.Module, layout: Layout) -> Tensor:
-    """``W_E (d, d_model)`` with ``embedding(token of row x) = x W_E`` on every row of the task."""
+def _vocabulary_fit(E: Tensor, layout: Layout) -> tuple[Tensor, float]:
+    """For a token embedding ``E (V, m)`` of the task's vocabulary: ``(W_E (d, m), residual)`` in
+    float64, ``residual`` the largest entry of ``vocabulary @ W_E - E`` relative to ``E``'s scale
+    (at least 1). ``W_E``'s row ``j`` is the embedding of ``e_j``'s token (exact: an exported model
+    comes back bit for bit) when that fits within ``LINEAR_TOL``, else the least-squares fit."""
+    vocab, E = tokens.vocabulary(layout), E.double()  # vocab (V, d): row v is token v's row
+    one_hot = (vocab[:, None, :] == torch.eye(layout.d, dtype=torch.float64)[None]).all(-1)
+    token, row = one_hot.nonzero().unbind(1)  # the token of each e_j
+    scale = max(1.0, E.abs().max().item())
+    W_E = E[token[row.argsort()]]
+    residual = (vocab @ W_E - E).abs().max().item() / scale
+    if residual > LINEAR_TOL:
+        W_E = torch.linalg.lstsq(vocab, E).solution
+        residual = (vocab @ W_E - E).abs().max().item() / scale
+    return W_E, residual
+
+
+def _embedding(native: nn.Module, layout: Layout) -> Tensor:
+    """The token embedding ``(d_vocab, d_model)``, checked to have ``d`` rows or one per token of
+    the task's vocabulary."""
     E = native.tok_embed.weight.detach()
     d = layout.d
     if E.shape[0] == d:
@@ -245,10 +286,165 @@ def _read_in(native: nn.Module, layout: Layout) -> Tensor:
         raise ValueError(f"the token embedding must have d = {d} rows (token j is e_j) or, for "
                          f"d <= {MAX_TOKEN_D}, one per row of the task's vocabulary ({size}), got "
                          f"d_vocab = {E.shape[0]}")
-    vocab = tokens.vocabulary(layout)  # (V, d), float64
-    W_E = torch.linalg.lstsq(vocab, E.double()).solution  # (d, d_model)
-    error = (vocab @ W_E - E.double()).abs().max().item()
-    if error > LINEAR_TOL * max(1.0, E.abs().max().item()):
+    return E
+
+
+def embedding_residual(bridge, layout: Layout) -> float:
+    """How far the native ``bridge``'s token embedding is from linear in the task's rows: the
+    largest entry of ``vocabulary @ W_E - E`` relative to ``E``'s scale (at least 1) for the best
+    ``W_E`` (least squares); 0 for an embedding of ``d`` rows (fed ``X W_E``)."""
+    E = _embedding(_native(bridge)[0], layout)
+    return 0.0 if E.shape[0] == layout.d else _vocabulary_fit(E, layout)[1]
+
+
+def _read_in(native: nn.Module, layout: Layout, approximate: bool = False) -> Tensor:
+    """``W_E (d, d_model)`` with ``embedding(token of row x) = x W_E`` on every row of the task
+    (``approximate``: the least-squares ``W_E`` of an embedding that is not linear)."""
+    E = _embedding(native, layout)
+    if E.shape[0] == layout.d:
+        return E
+    W_E, residual = _vocabulary_fit(E, layout)
+    if residual > LINEAR_TOL and not approximate:
         raise ValueError(f"the token embedding is not linear in the task's rows (token v must embed "
-                         f"as vocabulary[v] @ W_E; off by {error:.2g}), so no W_E reads X")
+                         f"as vocabulary[v] @ W_E; its least-squares W_E is off by {residual:.2g} of "
+                         f"its scale), so no W_E reads X exactly; pass approximate=True (invperm "
+                         f"import --approximate) to read that W_E and measure the error it makes")
     return W_E.to(E.dtype)
+
+
+def native_output(bridge, layout: Layout, readout: str,
+                  X: Float[Tensor, "batch pos d"]) -> Float[Tensor, "batch rows d"]:
+    """TransformerLens's own forward of the native ``bridge`` on the task's inputs ``X``, read at
+    ``readout``'s rows: fed token ids when its embedding lists the task's vocabulary, else
+    ``X W_E`` as ``inputs_embeds`` (an embedding of ``d`` rows)."""
+    native = _native(bridge)[0]
+    E = _embedding(native, layout)
+    with torch.no_grad():
+        fed = X.to(E) @ E if E.shape[0] == layout.d else tokens.to_tokens(layout, X)
+        return bridge(fed)[:, layout.rows(readout)]
+
+
+def import_error(bridge, model: StandardTransformer, X: Float[Tensor, "batch pos d"]) -> float:
+    """The largest ``|model(X) - bridge's forward|`` (:func:`native_output`, at ``model``'s read-out)
+    relative to the native output's scale (at least 1): how exactly ``model`` is ``bridge``."""
+    cfg = model.cfg
+    theirs = native_output(bridge, cfg.layout, cfg.readout, X).double()
+    with torch.no_grad():
+        ours = model(X.to(cfg.torch_dtype)).double()
+    return (ours - theirs).abs().max().item() / max(1.0, theirs.abs().max().item())
+
+
+# -- from the two files a user saved ------------------------------------------------------------
+#: Files that hold pickles, which are never read: a model saved so must be saved again.
+PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".pkl", ".pickle")
+#: What the user runs to write the two files.
+SAVE_HINT = ("save them with safetensors.torch.save_file(bridge.state_dict(), WEIGHTS) and "
+             "json.dump(bridge.cfg.to_dict(), open(CONFIG, 'w'), default=str)")
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+           "bfloat16": torch.bfloat16}
+_REQUIRED = ("d_model", "d_head", "n_layers", "n_ctx")
+_PROPERTY_KEY = re.compile(r"\.(W|b)_[A-Za-z]+$")  # HookedTransformer's blocks.0.attn.W_Q, embed.W_E
+
+
+def read_native_config(config: str | Path) -> dict:
+    """The configuration file ``config`` (JSON, ``bridge.cfg.to_dict()``) as a dict, its ``dtype``
+    a ``torch.dtype`` (default float32), its device the CPU."""
+    path = _existing(config, "config", "a JSON file")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"config {path} is not JSON ({err}); {SAVE_HINT}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config {path} must be a JSON object (bridge.cfg.to_dict()), got "
+                         f"{type(data).__name__}; {SAVE_HINT}")
+    missing = [k for k in _REQUIRED if not (type(data.get(k)) is int and data[k] > 0)]
+    if missing:
+        raise ValueError(f"config {path} must give {', '.join(_REQUIRED)} as integers > 0 (a "
+                         f"TransformerLens configuration), lacks {missing}; {SAVE_HINT}")
+    data["dtype"] = _dtype(data.get("dtype"), path)
+    data["device"] = "cpu"
+    if data.get("architecture") not in (None, "TransformerLensNative"):
+        raise ValueError(f"config {path} is of architecture {data['architecture']!r}; the import "
+                         f"reads TransformerLens's native models (architecture None or "
+                         f"'TransformerLensNative', TransformerBridge.boot_native)")
+    data["architecture"] = "TransformerLensNative"
+    return data
+
+
+def load_native(weights: str | Path, config: str | Path, dtype: torch.dtype | None = None):
+    """The native ``TransformerBridge`` (eval mode, on the CPU) that ``config`` describes, holding
+    the tensors of the safetensors file ``weights``, in ``dtype`` (default: the configuration's)."""
+    from transformer_lens import TransformerBridge, TransformerBridgeConfig
+
+    cfg = read_native_config(config)
+    path = _existing(weights, "weights", "a safetensors file")
+    if path.suffix.lower() in PICKLE_SUFFIXES:
+        raise ValueError(f"weights {path} looks like a pickle ({path.suffix}), which is never read "
+                         f"here; {SAVE_HINT}")
+    dtype = dtype or cfg["dtype"]
+    state = _read_safetensors(path)
+    cfg = {**cfg, "dtype": dtype, "init_weights": False}
+    try:
+        bridge = TransformerBridge.boot_native(cfg, device="cpu", dtype=dtype)
+    except (TypeError, ValueError, AssertionError) as err:
+        raise ValueError(f"config {config} does not make a TransformerLens model: "
+                         f"{str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
+    if any(_PROPERTY_KEY.search(k) for k in state):  # a HookedTransformer's state dict
+        from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
+
+        try:
+            state = convert_tl_checkpoint(state, TransformerBridgeConfig.from_dict(cfg))
+        except (ValueError, KeyError) as err:
+            raise ValueError(f"weights {path} (a HookedTransformer state dict) does not fit config "
+                             f"{config}: {str(err).splitlines()[0]}") from None
+        if "unembed.bias" in bridge.state_dict():  # HookedTransformer's b_U is often not saved
+            state.setdefault("unembed.bias", torch.zeros(bridge.state_dict()["unembed.bias"].shape))
+    _load_strict(bridge, state, path, config, dtype)
+    return bridge.eval()
+
+
+def _existing(value, name: str, kind: str) -> Path:
+    if not isinstance(value, (str, Path)) or not str(value).strip():
+        raise ValueError(f"{name} must be the path of {kind}, got {value!r}")
+    path = Path(value)
+    if not path.is_file():
+        raise ValueError(f"{name} {path} does not exist (expected {kind}); {SAVE_HINT}")
+    return path
+
+
+def _dtype(value, path: Path) -> torch.dtype:
+    if value is None:
+        return torch.float32
+    if isinstance(value, torch.dtype):
+        return value
+    name = str(value).removeprefix("torch.")
+    if name not in _DTYPES:
+        raise ValueError(f"config {path}: dtype must be one of {sorted(_DTYPES)} (or "
+                         f"'torch.float32' as default=str writes it), got {value!r}")
+    return _DTYPES[name]
+
+
+def _read_safetensors(path: Path) -> dict[str, Tensor]:
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception as err:  # safetensors raises its own error type for a file it cannot parse
+        raise ValueError(f"weights {path} is not a safetensors file ({str(err).splitlines()[0]}); "
+                         f"{SAVE_HINT}") from None
+
+
+def _load_strict(bridge, state: dict[str, Tensor], path: Path, config, dtype: torch.dtype) -> None:
+    """``state`` into ``bridge``: the same names and shapes as its own state dict, else one line."""
+    own = bridge.state_dict()
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise ValueError(f"weights {path} do not fit config {config}: missing {missing[:4]}"
+                         f"{' …' if len(missing) > 4 else ''}, unexpected {unexpected[:4]}"
+                         f"{' …' if len(unexpected) > 4 else ''} (expected bridge.state_dict()'s "
+                         f"names, e.g. {sorted(own)[:2]})")
+    for name, t in state.items():
+        if tuple(t.shape) != tuple(own[name].shape):
+            raise ValueError(f"weights {path}: {name} has shape {tuple(t.shape)}, config {config} "
+                             f"makes {tuple(own[name].shape)}")
+    bridge.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True)
