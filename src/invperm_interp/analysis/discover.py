@@ -1,82 +1,42 @@
-"""What is still unnamed: the minimal circuits of runs no construction names, grouped into forms,
-each proposed as a construction and checked.
+"""What is still unnamed: the minimal circuits of the runs no construction names, made exact
+constructions, tested across runs and proposed.
 
 For every model the rule names no construction for (verdict none, ``analysis.mechanism``) with a
-faithful minimal circuit (on a deeper or wider model: one on one head of each of two layers,
-written as on two layers of one head, so the same circuit at other placements is one form;
-``maths.placement.unplace``), the circuit's **form** is its cells, each with the templates its atoms
-hold (``explain``; atoms of at least ``ATOM_SHARE`` of the cell's largest ``|β|``), with their
-signs, the read-out blocks with theirs, and the model's kind (attention, layout, read-out rows).
-The gauge is factored out: an atom equal to another placement modulo the gauge (a ``-1`` at (pos.P,
-pos.Y) is a ``+1`` at (pos.P, pos.P)) is written at the first of its placements in sorted order, so
-the same function gives the same form whatever gauge a run learned. The scratch rows are not
-relabelled: scratch row ``i`` is read out as ``Y_i``, which fixes their order.
-
-Each form held by at least ``min_runs`` runs is proposed as a construction (``ConstructionSpec``,
-every cell ``β`` times its template, one ``β``) and checked twice: **exact** when the largest error
-of the built model falls below ``constructions.REGISTER_TOL`` at every ``d`` in
-``DISCOVER_DS`` as ``β`` grows (``exact_from``: the first such ``β``; otherwise the
-best error reached), and **faithful** on each of its runs by the rule's own test.
+faithful minimal circuit, the circuit's **form** (``analysis.forms``; on a deeper or wider model a
+circuit on one head of each of two layers is written as on two layers of one head, so the same
+circuit at other placements is one form: ``maths.placement.unplace``) is **idealised**
+(``analysis.idealise``): the smallest exact construction near it, or the reason there is none.
+Each exact form is then tested by the rule's own test (``verdict_of``: faithful, with the signs
+that matter) on every unnamed model of its kind (attention, layout, read-out rows) at its
+best-weighted placements (as the rule places a registered construction: ``analysis.placements``).
+The proposals are chosen greedily: the form faithful on the most models not yet covered (ties: the
+fewer cells), while it covers at least ``min_runs``. Each is checked exact once more, as
+``register`` will: its largest error below ``constructions.REGISTER_TOL`` at every ``d`` in
+``DISCOVER_DS`` as ``β`` grows (``exact_from``: the first such ``β``; otherwise the best error
+reached).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import torch
-
-from ..config import AttentionDir
 from ..maths import constructions
-from ..maths.cells import Cell
-from ..maths.placement import Placement, unplace
+from ..maths.placement import placements, unplace
 from ..maths.registry import parse_read
 from ..model.disentangled import DisentangledModel, check_disentangled
 from .faithfulness import Faithfulness, Tester
+from .forms import Form, form_of
 from .hypothesis import cell_text
+from .idealise import Idealisation, idealise
 from .mechanism import Mechanism, mechanism, verdict_of
+from .placements import KEEP_SINGLE, KEEP_SUM, SHARE_TOLERANCE, heads_used, weight_share
 from .placements import hypothesis as placed_hypothesis
-from .templates import explain
 from .verdict import BORDERLINE, FAITHFUL, VERDICT_SAMPLES, check_seed, evaluation_batch
-
-#: An atom belongs to a form when its ``|β|`` is at least this share of its cell's largest.
-ATOM_SHARE = 0.25
-
-
 
 #: The sizes a proposed form is checked exact at (``register`` then checks its whole range).
 DISCOVER_DS = (3, 5, 10)
-
-@dataclass(frozen=True)
-class Form:
-    """A circuit up to the gauge: the model's kind, its cells and what ``W_U`` reads."""
-
-    attention_dir: AttentionDir
-    layout: str  # "plain" or "scratch"
-    readout: str
-    cells: tuple[Cell, ...]  # sorted; on the heads of the model they were found in
-    read: str  # "L2.x" or "L2.x - L1.x"
-
-    def spec(self, name: str, description: str = "") -> constructions.ConstructionSpec:
-        return constructions.ConstructionSpec(
-            name, description or f"discovered: {self.text}", self.attention_dir, self.layout,
-            self.readout, self.read, True, self.cells)
-
-    @property
-    def text(self) -> str:
-        return "; ".join(cell_text(c) for c in self.cells)
-
-    def snippet(self, name: str) -> str:
-        """Python that registers the form (``constructions.register`` checks it again), at any
-        number of layers and heads."""
-        cells = ",\n    ".join(repr(tuple(c)) for c in self.cells)
-        return ("from invperm_interp.maths import constructions\n\n"
-                f"constructions.register(\n    {name!r},\n    [{cells}],\n"
-                f"    constructions.Wiring(layout={self.layout!r}, "
-                f"attention_dir={self.attention_dir!r}, readout={self.readout!r}, "
-                f"read={self.read!r}),\n"
-                f"    description={('discovered: ' + self.text)!r},\n)\n")
 
 
 @dataclass(frozen=True)
@@ -89,6 +49,7 @@ class Proposal:
     errors: tuple[tuple[float, float], ...]  # (β, largest error over DISCOVER_DS), β increasing
     tests: tuple[Faithfulness, ...]  # the form tested on each run, in ``runs`` order
     verdicts: tuple[str, ...]
+    sources: tuple[str, ...] = ()  # the runs whose circuit idealises to it
 
     @property
     def exact_from(self) -> float | None:
@@ -113,52 +74,23 @@ class Proposal:
                 "errors": [list(e) for e in self.errors], "exact_from": self.exact_from,
                 "best_error": self.best_error, "verdicts": list(self.verdicts),
                 "rows_exact": [t.circuit.rows_exact for t in self.tests],
-                "loss_recovered": [t.circuit.loss_recovered for t in self.tests]}
+                "loss_recovered": [t.circuit.loss_recovered for t in self.tests],
+                "sources": list(self.sources)}
 
 
 @dataclass(frozen=True)
 class Discovery:
     """Every model's form (``None``: named, borderline, or no faithful minimal circuit, with the
-    reason) and the proposals, most runs first."""
+    reason), each unnamed model's idealisation, and the proposals, in the order they were chosen."""
 
     forms: dict[str, Form | None]
     reasons: dict[str, str]
     proposals: tuple[Proposal, ...]
+    idealisations: dict[str, Idealisation] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"reasons": self.reasons, "proposals": [p.to_dict() for p in self.proposals]}
-
-
-def _canonical(atom) -> tuple[str, str, str]:
-    """The first of the atom's gauge-equivalent placements ``(query, key, label)``."""
-    return min(atom.placements)
-
-
-def _read_text(model: DisentangledModel, blocks: tuple[str, ...]) -> str:
-    """``"L2.x - L1.x"``: each read block with the sign of its diagonal in ``W_U``."""
-    W = model.unembed.W_U.detach().double().cpu()
-    terms = []
-    for block in blocks:
-        part = W[model.stream.slice(block, model.cfg.n_layers)]
-        sign = "-" if float(torch.diagonal(part).sum()) < 0 else "+"
-        terms.append((sign, block))
-    text = " ".join(f"{s} {b}" for s, b in terms).strip()
-    return text[2:] if text.startswith("+ ") else text
-
-
-def form_of(model: DisentangledModel, cells, read: tuple[str, ...]) -> Form:
-    """The form of a circuit of ``cells`` ``(layer, head, query, key, label)`` reading ``read``."""
-    cfg = model.cfg
-    keys = {c[:4] for c in cells}
-    atoms = [a for a in explain(model) if (a.layer, a.head, a.query, a.key) in keys]
-    largest: dict[tuple, float] = defaultdict(float)
-    for a in atoms:
-        largest[(a.layer, a.head, a.query, a.key)] = max(largest[(a.layer, a.head, a.query, a.key)],
-                                                          a.scale)
-    kept = {Cell(a.layer, a.head, *_canonical(a)) for a in atoms
-            if a.scale >= ATOM_SHARE * largest[(a.layer, a.head, a.query, a.key)]}
-    layout = "scratch" if any(s.kind == "S" for s in cfg.layout.segments) else "plain"
-    return Form(cfg.attention_dir, layout, cfg.readout, tuple(sorted(kept)), _read_text(model, read))
+        return {"reasons": self.reasons, "proposals": [p.to_dict() for p in self.proposals],
+                "idealisations": {k: i.to_dict() for k, i in self.idealisations.items()}}
 
 
 def _errors(form: Form, name: str) -> tuple[tuple[float, float], ...]:
@@ -173,25 +105,33 @@ def _errors(form: Form, name: str) -> tuple[tuple[float, float], ...]:
     return tuple(out)
 
 
+def _kind(model: DisentangledModel) -> tuple:
+    cfg = model.cfg
+    return cfg.attention_dir, _layout(model), cfg.readout
+
+
+def _layout(model: DisentangledModel) -> str:
+    return "scratch" if any(s.kind == "S" for s in model.cfg.layout.segments) else "plain"
+
+
 def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLES,
              seed: int = 0, min_runs: int = 2, progress=None,
              known: Mapping[str, Mechanism] | None = None) -> Discovery:
-    """Group the unnamed models' minimal circuits into forms and propose each form held by at least
-    ``min_runs`` models (module docstring); every model is judged on ``n`` samples from ``seed``,
-    except those in ``known`` (mechanisms measured so already, e.g. by a sweep). ``progress``: an
-    optional callable wrapping the iteration (e.g. ``tqdm``)."""
+    """Idealise the unnamed models' minimal circuits into exact forms, test each form on every
+    unnamed model of its kind, and propose the forms that cover the most models, each faithful on
+    at least ``min_runs`` of them (module docstring); every model is judged on ``n`` samples from
+    ``seed``, except those in ``known`` (mechanisms measured so already, e.g. by a sweep).
+    ``progress``: an optional callable wrapping the iteration (e.g. ``tqdm``)."""
     if not isinstance(min_runs, int) or min_runs < 1:
         raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
     check_seed(seed)
-    forms, reasons, batches, where = {}, {}, {}, {}
+    forms, reasons, testers, ideals = {}, {}, {}, {}
+    by_form: dict[Form, Idealisation] = {}
     items = list(models.items())
     for key, model in (progress(items) if progress else items):
         check_disentangled(model, f"models[{key!r}]")
-        batches[key] = evaluation_batch(model, n, seed)
-        if known is not None and key in known:
-            mech = known[key]
-        else:
-            mech = mechanism(model, batches[key])
+        batch = evaluation_batch(model, n, seed)
+        mech = known[key] if known is not None and key in known else mechanism(model, batch)
         forms[key] = None
         if mech.name is not None:
             reasons[key] = f"named {mech.name}"
@@ -199,37 +139,55 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
             reasons[key] = BORDERLINE
         elif not mech.minimal.faithful:
             reasons[key] = "no faithful minimal circuit"
-        elif model.cfg.heads != (1, 1):
-            forms[key], where[key] = _unplaced_form(model, mech.minimal.cells, mech.minimal.read)
-            reasons[key] = "unnamed"
         else:
-            forms[key] = form_of(model, mech.minimal.cells, mech.minimal.read)
+            forms[key] = _unplaced_form(model, mech.minimal.cells, mech.minimal.read)[0]
+            testers[key] = Tester(model, batch)
+            if forms[key] not in by_form:
+                by_form[forms[key]] = idealise(forms[key])
+            ideals[key] = by_form[forms[key]]
             reasons[key] = "unnamed"
-    groups: dict[Form, list[str]] = defaultdict(list)
-    for key, form in forms.items():
-        if form is not None:
-            groups[form].append(key)
-    proposals = []
-    ranked = sorted(groups.items(), key=lambda g: (-len(g[1]), g[0].text))
-    for i, (form, keys) in enumerate([g for g in ranked if len(g[1]) >= min_runs]):
-        name = f"discovered_{form.attention_dir}_{i + 1}"
-        tests = tuple(Tester(models[k], batches[k]).test(
-            _hypothesis(models[k], form, name, where.get(k)), minimality=False) for k in keys)
-        proposals.append(Proposal(name, form, tuple(keys), _errors(form, name), tests,
-                                  tuple(verdict_of(t) for t in tests)))
-    return Discovery(forms, reasons, tuple(proposals))
+    exact = list(dict.fromkeys(i.form for i in ideals.values() if i.exact))
+    tested = {form: _test_on(form, models, testers) for form in exact}
+    proposals, covered = [], set()
+    while True:
+        left = [f for f in exact if f not in {p.form for p in proposals}]
+        gains = {f: (len({k for k, (_, v) in tested[f].items() if v == FAITHFUL} - covered),
+                     -len(f.cells), f.text) for f in left}
+        if not left or gains[best := max(left, key=gains.get)][0] < min_runs:
+            break
+        keys = sorted(tested[best])
+        name = f"discovered_{best.attention_dir}_{len(proposals) + 1}"
+        tests = tuple(tested[best][k][0] for k in keys)
+        proposals.append(Proposal(name, best, tuple(keys), _errors(best, name), tests,
+                                  tuple(tested[best][k][1] for k in keys),
+                                  tuple(k for k in keys if ideals.get(k) and ideals[k].form == best)))
+        covered |= {k for k in keys if tested[best][k][1] == FAITHFUL}
+    return Discovery(forms, reasons, tuple(proposals), ideals)
 
 
-def _hypothesis(model, form: Form, name: str, where=None):
-    """The form as a claim about ``model``: as registered, or at the run's placement ``where``
-    (``(layers, heads)``)."""
-    from .hypothesis import as_hypothesis
-
-    if where is None:
-        return as_hypothesis(model, form.spec(name))
-    layers, heads = where
-    return placed_hypothesis(model, Placement(name, layers, heads, model.cfg.heads,
-                                              custom=form.spec(name)))
+def _test_on(form: Form, models: Mapping[str, DisentangledModel],
+             testers: Mapping[str, Tester]) -> dict[str, tuple[Faithfulness, str]]:
+    """``form`` tested on every model of ``testers`` of its kind that has room for it: at its
+    best-weighted placements (on a model of its own shape, as it is), the best test kept."""
+    spec = form.spec("discovered")
+    out = {}
+    for key, tester in testers.items():
+        model = models[key]
+        if _kind(model) != (form.attention_dir, form.layout, form.readout):
+            continue
+        found = [p for p in placements(spec, model.cfg.heads)]
+        if not found:
+            continue
+        share = {p: weight_share(p, tester.fixed, model.stream) for p in found}
+        best = sorted(found, key=lambda p: (-round(share[p] / SHARE_TOLERANCE), heads_used(p)))
+        chosen = ([p for p in best if not p.summed][:KEEP_SINGLE]
+                  + [p for p in best if p.summed][:KEEP_SUM])
+        tests = [tester.test(placed_hypothesis(model, p), minimality=False) for p in chosen]
+        verdicts = [verdict_of(t) for t in tests]
+        i = min(range(len(tests)), key=lambda j: (verdicts[j] != FAITHFUL,
+                                                   -(tests[j].circuit.loss_recovered or 0.0)))
+        out[key] = (tests[i], verdicts[i])
+    return out
 
 
 def _unplaced_form(model: DisentangledModel, cells, read: tuple[str, ...]):
@@ -254,24 +212,33 @@ def _unplaced_form(model: DisentangledModel, cells, read: tuple[str, ...]):
 
 
 def table(discovery: Discovery) -> str:
-    """A markdown table of the proposals (or, when there are none, one line saying how the unnamed
-    circuits fell apart and by what grouping), then a line per reason models were left out."""
-    forms = [f for f in discovery.forms.values() if f is not None]
+    """A markdown table of the proposals (or one line saying why there are none), then one line per
+    unnamed run: what its circuit idealised to, or why it has no exact form; then the count of
+    models by reason."""
+    ideals = discovery.idealisations
+    exact = {i.form for i in ideals.values() if i.exact}
     if not discovery.proposals:
-        lines = [f"nothing to propose: the {len(forms)} unnamed runs with a faithful minimal circuit "
-                 f"hold {len(set(forms))} forms when grouped by every cell, template, sign and "
-                 "read-out (up to the gauge), and no form is held by enough runs; a coarser grouping "
-                 "may join them"]
+        lines = [f"nothing to propose: {len(ideals)} unnamed runs with a faithful minimal circuit, "
+                 f"{sum(i.exact for i in ideals.values())} of them idealised to {len(exact)} exact "
+                 "forms, none faithful on enough runs"]
     else:
-        lines = ["| form | runs | cells | exact from β | rows exact / loss recovered on its runs |",
-                 "| --- | --- | --- | --- | --- |"]
+        lines = ["| form | runs (faithful) | from runs | cells | exact from β | rows exact / loss "
+                 "recovered on its runs |", "| --- | --- | --- | --- | --- | --- |"]
     for p in discovery.proposals:
-        exact = (f"{p.exact_from:g}" if p.exact_from is not None
-                 else f"not exact (best error {p.best_error:.2g})")
+        exact_from = (f"{p.exact_from:g}" if p.exact_from is not None
+                      else f"not exact (best error {p.best_error:.2g})")
         scores = ", ".join(f"{t.circuit.rows_exact:.1%} / {_pct(t.circuit.loss_recovered)}"
                            for t in p.tests)
-        lines.append(f"| `{p.name}` | {len(p.runs)} ({p.faithful_runs} faithful) | {p.form.text} "
-                     f"(read {p.form.read}) | {exact} | {scores} |")
+        lines.append(f"| `{p.name}` | {len(p.runs)} ({p.faithful_runs}) | {len(p.sources)} | "
+                     f"{p.form.text} (read {p.form.read}) | {exact_from} | {scores} |")
+    if ideals:
+        lines += ["", "unnamed runs:"]
+    for key, ideal in sorted(ideals.items()):
+        changes = "; ".join([*(f"+ {cell_text(c)}" for c in ideal.added),
+                             *(f"- {cell_text(c)}" for c in ideal.dropped)]) or "no change"
+        what = (f"exact with {len(ideal.form.cells)} cells (read {ideal.form.read}; changes: "
+                f"{changes})" if ideal.exact else f"no exact form: {ideal.reason}")
+        lines.append(f"- {key}: {what}")
     counts: dict[str, int] = defaultdict(int)
     for reason in discovery.reasons.values():
         counts[reason] += 1

@@ -1,0 +1,241 @@
+"""From a circuit's form to an exact construction: idealise, check exact, add the fewest cells.
+
+A trained model runs its circuit with soft attention (fitted β of 1 to 3 at d = 8) and breaks the
+ties of a content lookup by degrees; a construction runs the same cells with one β that grows, and
+must be exact in the limit. :func:`idealise` looks for the smallest such construction near a form
+(``analysis.forms``):
+
+1. **Candidates.** Each cell of the form as its signed template, one β for all. Two starts: every
+   atom of the form, and its *core* (per cell the lookup template ``I``, ``J`` or ``shift±k`` when
+   the cell holds one, otherwise its ``±1``: a ``±1`` beside a lookup is how soft attention lowers
+   the keys a lookup should not match). Two read-outs: the form's (every read block with its sign)
+   and each of its positive blocks alone (two blocks that each hold the answer read together give
+   it twice).
+2. **Exact.** A candidate is built in float64 at ``SCREEN_BETA`` and run on :func:`screen_batch`
+   (``SCREEN_SAMPLES`` random samples and ``constructions.edge_inputs``) at each ``d`` of
+   ``SCREEN_DS``; it is exact when the largest error is below ``constructions.REGISTER_TOL`` at
+   every one of them (the caller confirms over β and a range of ``d``: ``analysis.discover``).
+3. **The smallest additions.** When no start is exact, the candidate with the lowest MSE takes, one
+   at a time and at most ``MAX_CHANGES`` times, the change that lowers its MSE most: a cell of the
+   form it left out, one of its non-lookup cells dropped, or a **guard**, ``±1`` at (a query block
+   the layer already uses, any key block of that layer's stream): the shape every guard of the
+   note's corrected forms has (``theorem2``'s ``-1`` at (pos.P, pos.Y)). It stops when exact, or
+   when no change lowers the MSE (the reason is recorded).
+4. **Pruned.** An exact candidate drops every cell it stays exact without (its ``±1`` cells
+   first), but keeps at least one template at each of the circuit's cells: the model needs every
+   one of them (the circuit is minimal), even where the hard-attention limit would not (a second
+   route that sharpens a soft lookup).
+
+The search is deterministic: candidates are tried in sorted order and ties keep the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import torch
+
+from ..maths import constructions
+from ..maths.cells import Cell, parse_label
+from ..maths.registry import parse_read
+from ..stream import Stream
+from ..task import Batch, Layout, make_input, sample_batch
+from .forms import Form
+
+#: The β a candidate is checked at: the hard-attention limit (every registered form is exact here).
+SCREEN_BETA = 1000.0
+#: The sizes a candidate is checked at, and the random samples at each (beside the edge inputs).
+SCREEN_DS = (3, 5, 8)
+SCREEN_SAMPLES = 64
+#: At most this many cells added or dropped in the search for an exact form.
+MAX_CHANGES = 3
+#: The name a candidate is built under (never left in the registry).
+_CANDIDATE = "_idealise_candidate"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A candidate's largest absolute error and MSE over the screen batches."""
+
+    max_error: float
+    mse: float
+
+    @property
+    def exact(self) -> bool:
+        return self.max_error < constructions.REGISTER_TOL
+
+
+@dataclass(frozen=True)
+class Idealisation:
+    """The smallest exact form found near ``source`` (or the closest tried), what it changed and
+    how many candidates were built. ``reason``: why none is exact (empty when one is)."""
+
+    source: Form
+    form: Form
+    check: Check
+    added: tuple[Cell, ...]
+    dropped: tuple[Cell, ...]
+    tried: int
+    reason: str = ""
+
+    @property
+    def exact(self) -> bool:
+        return self.check.exact
+
+    def to_dict(self) -> dict:
+        return {"exact": self.exact, "cells": [list(c) for c in self.form.cells],
+                "read": self.form.read, "added": [list(c) for c in self.added],
+                "dropped": [list(c) for c in self.dropped], "max_error": self.check.max_error,
+                "mse": self.check.mse, "tried": self.tried, "reason": self.reason}
+
+
+def is_lookup(cell: Cell) -> bool:
+    """A cell whose template matches one key per query (``I``, ``J``, ``shift±k``), not ``±1``."""
+    return parse_label(cell.label)[0] != "ones"
+
+
+def core(cells: Iterable[Cell]) -> tuple[Cell, ...]:
+    """Per (layer, head, query, key): its lookup templates when it holds one, else its ``±1``."""
+    cells = sorted(set(cells))
+    sites_with_lookup = {c.site for c in cells if is_lookup(c)}
+    return tuple(c for c in cells if is_lookup(c) or c.site not in sites_with_lookup)
+
+
+def reads(form: Form) -> list[str]:
+    """The form's read-out, then each of its positive blocks alone."""
+    terms = parse_read(form.read)
+    singles = [block for block, sign in terms if sign > 0] if len(terms) > 1 else []
+    return list(dict.fromkeys([form.read, *singles]))
+
+
+def guards(form: Form, cells: Iterable[Cell]) -> list[Cell]:
+    """``±1`` at (a query block a layer's cells use, any key block of that layer's stream), for
+    each layer and head the cells occupy: the additions :func:`idealise` tries."""
+    spec = form.spec(_CANDIDATE)
+    stream = Stream(Layout.scratch(3) if form.layout == "scratch" else Layout.plain(3), spec.heads)
+    queries: dict[tuple[int, int], set[str]] = {}
+    for c in cells:
+        queries.setdefault((c.layer, c.head), set()).add(c.query)
+    out = []
+    for (layer, head), qs in sorted(queries.items()):
+        for query in sorted(qs):
+            for key in stream.labels(layer):
+                out += [Cell(layer, head, query, key, "1"), Cell(layer, head, query, key, "-1")]
+    return out
+
+
+@lru_cache(maxsize=32)
+def screen_batch(layout_name: str, d: int) -> Batch:
+    """``SCREEN_SAMPLES`` random samples (seed ``d``) and the edge inputs of the layout at ``d``."""
+    layout = Layout.scratch(d) if layout_name == "scratch" else Layout.plain(d)
+    drawn = sample_batch(layout, SCREEN_SAMPLES, generator=torch.Generator().manual_seed(d),
+                         dtype=torch.float64)
+    edge = constructions.edge_inputs(layout)
+    return make_input(layout, torch.cat([drawn.P, edge.P]), torch.cat([drawn.Y_P, edge.Y_P]))
+
+
+class _Checker:
+    """Builds and checks candidates, each once (by cells and read-out)."""
+
+    def __init__(self, form: Form):
+        self.form, self.seen = form, {}
+
+    def __call__(self, cells: Iterable[Cell], read: str) -> Check:
+        key = (frozenset(cells), read)
+        if key not in self.seen:
+            self.seen[key] = self._check(replace(self.form, cells=tuple(sorted(key[0])), read=read))
+        return self.seen[key]
+
+    @property
+    def tried(self) -> int:
+        return len(self.seen)
+
+    @staticmethod
+    def _check(form: Form) -> Check:
+        spec = form.spec(_CANDIDATE)
+        worst, total, n = 0.0, 0.0, 0
+        try:
+            for d in SCREEN_DS:
+                batch = screen_batch(form.layout, d)
+                constructions.REGISTRY[_CANDIDATE] = spec
+                model = constructions.build(_CANDIDATE, d, SCREEN_BETA, hooked=False)
+                with torch.no_grad():
+                    err = model(batch.X) - batch.Y
+                if not bool(torch.isfinite(err).all()):
+                    return Check(float("inf"), float("inf"))
+                worst = max(worst, float(err.abs().max()))
+                total += float(err.pow(2).sum(-1).mean()) * len(batch)
+                n += len(batch)
+        except ValueError:  # a block the form names is not in the model of a size (d too small)
+            return Check(float("inf"), float("inf"))
+        finally:
+            constructions.REGISTRY.pop(_CANDIDATE, None)
+        return Check(worst, total / n)
+
+
+def idealise(form: Form) -> Idealisation:
+    """The smallest exact construction near ``form`` (module docstring), or the closest tried."""
+    checker = _Checker(form)
+    sites = frozenset(c.site for c in form.cells)
+    starts = list(dict.fromkeys([tuple(sorted(form.cells)), core(form.cells)]))
+    tried = [(checker(cells, read), len(cells), i, cells, read)
+             for i, (cells, read) in enumerate((c, r) for c in starts for r in reads(form))]
+    exact = [t for t in tried if t[0].exact]
+    if exact:
+        _, _, _, cells, read = min(exact, key=lambda t: (t[1], t[2]))
+        return _result(form, _pruned(cells, read, checker, sites), read, checker)
+    check, _, _, cells, read = min(tried, key=lambda t: (t[0].mse, t[1], t[2]))
+    for _ in range(MAX_CHANGES):
+        options = _changes(form, cells)
+        scored = [(checker(new, read), i, new) for i, new in enumerate(options)]
+        if not scored:
+            break
+        best, _, new = min(scored, key=lambda t: (t[0].mse, t[1]))
+        if not best.mse < check.mse:
+            return _result(form, cells, read, checker,
+                           f"no addition or removal of one cell lowers the error "
+                           f"(max error {check.max_error:.2g} at β = {SCREEN_BETA:g})")
+        check, cells = best, new
+        if check.exact:
+            return _result(form, _pruned(cells, read, checker, sites), read, checker)
+    return _result(form, cells, read, checker,
+                   f"not exact after {MAX_CHANGES} changes (max error {check.max_error:.2g} at "
+                   f"β = {SCREEN_BETA:g})")
+
+
+def _changes(form: Form, cells: tuple[Cell, ...]) -> list[tuple[Cell, ...]]:
+    """Every candidate one change from ``cells``: a form cell or a guard added, a non-lookup cell
+    dropped (sorted, each once)."""
+    have = set(cells)
+    additions = [c for c in dict.fromkeys([*sorted(form.cells), *guards(form, cells)])
+                 if c not in have and Cell(*c[:4], _negated(c.label)) not in have]
+    removals = [c for c in cells if not is_lookup(c)]
+    return ([tuple(sorted(have | {c})) for c in additions]
+            + [tuple(sorted(have - {c})) for c in removals if len(have) > 1])
+
+
+def _pruned(cells: tuple[Cell, ...], read: str, checker: _Checker,
+            keep: frozenset) -> tuple[Cell, ...]:
+    """An exact candidate less every cell it stays exact without (its ``±1`` cells first, then its
+    lookups, each in sorted order), except the last cell at each site of ``keep``: the circuit's
+    own cells, which the model needs (a minimal circuit has no cell to spare)."""
+    for cell in sorted(cells, key=lambda c: (is_lookup(c), c)):
+        rest = tuple(c for c in cells if c != cell)
+        if cell.site in keep and not any(c.site == cell.site for c in rest):
+            continue
+        if rest and checker(rest, read).exact:
+            cells = rest
+    return cells
+
+
+def _negated(label: str) -> str:
+    return label[1:] if label.startswith("-") else f"-{label}"
+
+
+def _result(form: Form, cells, read: str, checker: _Checker, reason: str = "") -> Idealisation:
+    found = replace(form, cells=tuple(sorted(cells)), read=read)
+    return Idealisation(form, found, checker(cells, read),
+                        tuple(sorted(set(cells) - set(form.cells))),
+                        tuple(sorted(set(form.cells) - set(cells))), checker.tried, reason)
