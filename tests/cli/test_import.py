@@ -14,7 +14,8 @@ from invperm_interp.cli import main
 from invperm_interp.config import TrainConfig
 from invperm_interp.model import tokens
 from invperm_interp.model.standard_export import standard_to_transformer_lens
-from invperm_interp.model.standard_import import load_native, native_output
+from invperm_interp.model.standard_import import native_output
+from invperm_interp.model.transformer_lens_files import load_native
 from invperm_interp.training.run import Run
 
 

@@ -75,10 +75,9 @@ def import_run(weights, config, out, layout, readout: str, *, approximate: bool 
         LINEAR_TOL,
         embedding_residual,
         import_error,
-        load_native,
-        read_native_config,
         standard_from_transformer_lens,
     )
+    from ..model.transformer_lens_files import load_native, read_native_config
     from ..runs.directory import RunDir, check_writable
 
     if not isinstance(n, int) or n < 1:
@@ -165,7 +164,7 @@ def _cmd_import(args: argparse.Namespace) -> None:
                          "scratch or drop --n-scratch")
     d = args.d
     if d is None:
-        from ..model.standard_import import read_native_config
+        from ..model.transformer_lens_files import read_native_config
 
         d = read_native_config(args.config).get("d_vocab_out")
         if not (type(d) is int and d > 0):
