@@ -33,7 +33,7 @@ from invperm_interp.analysis.score import read_score  # noqa: E402
 from invperm_interp.analysis.sweep_record import SweepRecord  # noqa: E402
 from invperm_interp.analysis.verdict import Rule, Z  # noqa: E402
 from invperm_interp.maths import registry  # noqa: E402
-from invperm_interp.sweep.collect import read_sweep  # noqa: E402
+from invperm_interp.sweep.collect import read_rows  # noqa: E402
 
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "scratch": "causal [P; Y_P; S], reads S"}
 
@@ -43,24 +43,23 @@ def census_rows(folder: Path) -> tuple[list[dict], dict[tuple[str, int], int]]:
     ``ValueError`` when its ``sweep.jsonl`` is missing, not run records, or lists no runs (as
     ``invperm sweep-report`` refuses it)."""
     rows, planned = [], Counter()
-    records = read_sweep(folder)
+    records = read_rows(folder)
     if not records:
         raise ValueError(f"{folder}/sweep.jsonl lists no runs")
-    for _, record in records:
-        model, train = record["model"], record["train"]
-        kind = "bidirectional" if model["attention_dir"] == "bidirectional" else "scratch"
-        d = model["layout"]["d"]
+    for _, line in records:
+        kind = "bidirectional" if line.model["attention_dir"] == "bidirectional" else "scratch"
+        d = line.model["layout"]["d"]
         planned[(kind, d)] += 1
-        if record["status"] == "unfinished" or not record.get("analysis") or record["mechanism"] is None:
+        if line.status == "unfinished" or not line.analysis or line.mechanism is None:
             continue
         try:
-            analysis = SweepRecord.from_dict(record["analysis"])
+            analysis = SweepRecord.from_dict(line.analysis)
         except ValueError as err:
-            raise ValueError(f"{record['name']}: {err}") from None
-        rows.append({"run": record["name"], "kind": kind, "d": d, "seed": train["seed"],
-                     "step": record["step"], "steps_to_target": record["steps_to_solve"],
-                     "final_mse": record["final"] and record["final"].mse,
-                     "rows_exact": record["final"] and record["final"].row_acc,
+            raise ValueError(f"{line.name}: {err}") from None
+        rows.append({"run": line.name, "kind": kind, "d": d, "seed": line.train["seed"],
+                     "step": line.step, "steps_to_target": line.steps_to_solve,
+                     "final_mse": line.final and line.final.mse,
+                     "rows_exact": line.final and line.final.row_acc,
                      "mechanism": _text(analysis.answer), **run_columns(analysis)})
     return rows, dict(planned)
 
@@ -407,72 +406,97 @@ def by_style(rows: list[dict]) -> list[dict]:
             for (kind, name), c in sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[1]["runs"]))]
 
 
+#: The figure's width (inches) and its smallest type (points). The pages show it at 696 to 966 px
+#: wide (the docs at 800 and 1400 px screens) and the README at up to about 880: type of FONT_PT
+#: points on a figure WIDTH_IN inches wide is FONT_PT / 72 * shown / WIDTH_IN px high, 9.5 px or
+#: more at 696 px shown (at the old 15.6 inches and 7 points it was 4.3 px).
+WIDTH_IN, FONT_PT = 9.6, 9.5
+
+
 def plot(rows: list[dict], summary: list[dict], path: Path) -> None:
     """Top left: every tested construction of every solved run, rows exact against loss recovered
     (the rule's thresholds dashed). Top right: mechanism counts per configuration (a tie hatched in
-    its first member's colour). Bottom: how the names under the three ablation styles agree, per
-    configuration."""
+    its first member's colour). One legend under both: their colours are the same. Bottom: how the
+    names under the three ablation styles agree, per configuration."""
+    from matplotlib.patches import Patch
+
     from invperm_interp.analysis.mechanism import FAITHFUL_RECOVERED, FAITHFUL_ROWS
 
-    fig = plt.figure(figsize=(15.6, 8.6))
-    grid = fig.add_gridspec(2, 2, width_ratios=(1, 1.15), height_ratios=(1, 0.7))
-    left, right = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
-    styles = fig.add_subplot(grid[1, :])
     names = sorted({t["name"] for r in rows for t in r["tested"]})
+    mechs = sorted({r["mechanism"] for r in rows})
     # one colour per construction in both panels; grey is kept for 'none'
     palette = [f"C{i}" for i in range(10) if i != 7] + ["k", "#8c6d31", "#637939"]
-    color = {name: palette[i % len(palette)] for i, name in enumerate(names)} | {"none": "0.75"}
-    for name in names:
-        pts = [(t["loss_recovered"], 1 - t["rows_exact"]) for r in rows for t in r["tested"]
-               if t["name"] == name and t["loss_recovered"] is not None
-               and r["steps_to_target"] is not None]
-        if pts:
-            left.scatter(*zip(*pts), s=14, alpha=0.6, label=name, color=color[name])
-    left.axvline(FAITHFUL_RECOVERED, color="k", linestyle="--", linewidth=0.8)
-    left.axhline(1 - FAITHFUL_ROWS, color="k", linestyle="--", linewidth=0.8)
-    left.set_yscale("symlog", linthresh=1e-3)
-    left.set_ylim(0, 1.3)
-    left.set_xlim(-2.2, 1.05)
-    left.set_xlabel("loss recovered by the construction's cells alone (baseline d/4)")
-    left.set_ylabel("rows NOT exact (1 - rows exact)")
-    left.set_title("each construction tested on each solved run (dashed: the rule)", fontsize=10)
-    left.legend(fontsize=7)
-    labels = [f"{s['model'][:5]} d={s['d']}" for s in summary]
-    mechs = sorted({r["mechanism"] for r in rows})
-    color |= {"borderline": "0.45"}
-    bottom = [0] * len(summary)
-    for mech in mechs:
-        heights = [sum(1 for r in rows if r["kind"] == s["model"] and r["d"] == s["d"]
-                       and r["steps_to_target"] is not None and r["mechanism"] == mech)
-                   for s in summary]
-        first = mech.split(" = ")[0]  # a tie: its first member's colour, hatched
-        right.bar(labels, heights, bottom=bottom, label=mech, color=color.get(first, "k"),
-                  hatch="///" if " = " in mech else None, edgecolor="white" if " = " in mech else None,
-                  linewidth=0)
-        bottom = [b + h for b, h in zip(bottom, heights)]
-    right.set_ylim(0, max(bottom, default=0) * 1.08 + 1)  # the tallest bar clear of the frame
-    right.set_ylabel("solved runs")
-    right.set_title("mechanism by the rule, per configuration", fontsize=10)
-    right.tick_params(axis="x", labelrotation=45, labelsize=8)
-    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    solved = [r for r in rows if r["steps_to_target"] is not None and _has_all_styles(r)]
-    bottom = [0] * len(summary)
-    for group, shade in AGREEMENT.items():
-        heights = [sum(1 for r in solved if r["kind"] == s["model"] and r["d"] == s["d"]
-                       and agreement(r) == group) for s in summary]
-        styles.bar(labels, heights, bottom=bottom, label=group, color=shade, width=0.6)
-        bottom = [b + h for b, h in zip(bottom, heights)]
-    styles.set_ylim(0, max(bottom, default=0) * 1.08 + 1)
-    styles.set_ylabel("solved runs")
-    styles.set_title("the name under zero (the rule's), mean and resample ablation of the cells "
-                     "outside the circuit", fontsize=10)
-    styles.tick_params(axis="x", labelsize=8)
-    styles.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    with matplotlib.rc_context({"svg.hashsalt": "invperm"}):  # no date, the same ids every time
-        fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})
-    plt.close(fig)
+    color = ({name: palette[i % len(palette)] for i, name in enumerate(names)}
+             | {"none": "0.75", "borderline": "0.45"})
+    keys = names + [m for m in mechs if m not in names]  # constructions, then ties and the rest
+    # a tie's two names on two lines, so that two columns fit the width
+    lines = sum(1 + (" = " in k) for k in keys)
+    legend_rows = -(-lines // 2) + 1  # and the title
+    with plt.rc_context({"font.size": FONT_PT, "axes.titlesize": FONT_PT + 1,
+                         "axes.labelsize": FONT_PT, "xtick.labelsize": FONT_PT,
+                         "ytick.labelsize": FONT_PT, "legend.fontsize": FONT_PT}):
+        key_in = 0.18 * legend_rows  # the legend's height, inches
+        fig = plt.figure(figsize=(WIDTH_IN, 6.6 + key_in))
+        grid = fig.add_gridspec(3, 2, height_ratios=(3.4, key_in, 2.7), width_ratios=(1, 1.1))
+        left, right = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+        key, styles = fig.add_subplot(grid[1, :]), fig.add_subplot(grid[2, :])
+        for name in names:
+            pts = [(t["loss_recovered"], 1 - t["rows_exact"]) for r in rows for t in r["tested"]
+                   if t["name"] == name and t["loss_recovered"] is not None
+                   and r["steps_to_target"] is not None]
+            if pts:
+                left.scatter(*zip(*pts), s=12, alpha=0.6, color=color[name])
+        left.axvline(FAITHFUL_RECOVERED, color="k", linestyle="--", linewidth=0.8)
+        left.axhline(1 - FAITHFUL_ROWS, color="k", linestyle="--", linewidth=0.8)
+        left.set_yscale("symlog", linthresh=1e-3)
+        left.set_ylim(0, 1.3)
+        left.set_xlim(-2.2, 1.05)
+        left.set_xlabel("loss recovered by its cells alone")
+        left.set_ylabel("rows not exact")
+        left.set_title("each construction on each solved run\n(dashed: the rule's thresholds)")
+        labels = [f"{s['model'][:5]} d={s['d']}" for s in summary]
+        bottom = [0] * len(summary)
+        for mech in mechs:
+            heights = [sum(1 for r in rows if r["kind"] == s["model"] and r["d"] == s["d"]
+                           and r["steps_to_target"] is not None and r["mechanism"] == mech)
+                       for s in summary]
+            first = mech.split(" = ")[0]  # a tie: its first member's colour, hatched
+            right.bar(labels, heights, bottom=bottom, color=color.get(first, "k"),
+                      hatch="///" if " = " in mech else None,
+                      edgecolor="white" if " = " in mech else None, linewidth=0)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        right.set_ylim(0, max(bottom, default=0) * 1.08 + 1)  # the tallest bar clear of the frame
+        right.set_ylabel("solved runs")
+        right.set_title("mechanism by the rule,\nper configuration")
+        right.tick_params(axis="x", labelrotation=45)
+        for label in right.get_xticklabels():
+            label.set_horizontalalignment("right")
+            label.set_rotation_mode("anchor")
+        key.axis("off")
+        key.legend(handles=[Patch(facecolor=color.get(k.split(" = ")[0], "k"),
+                                  label=k.replace(" = ", " =\n"),
+                                  hatch="///" if " = " in k else None,
+                                  edgecolor="white" if " = " in k else None) for k in keys],
+                   loc="center", ncol=2, frameon=False, handlelength=1.4, columnspacing=1.2,
+                   title="construction (dots and bars; hatched: a tie of two)",
+                   title_fontsize=FONT_PT)
+        solved = [r for r in rows if r["steps_to_target"] is not None and _has_all_styles(r)]
+        bottom = [0] * len(summary)
+        for group, shade in AGREEMENT.items():
+            heights = [sum(1 for r in solved if r["kind"] == s["model"] and r["d"] == s["d"]
+                           and agreement(r) == group) for s in summary]
+            styles.bar(labels, heights, bottom=bottom, label=group, color=shade, width=0.6)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        styles.set_ylim(0, max(bottom, default=0) * 1.45 + 1)  # room for the legend inside
+        styles.set_ylabel("solved runs")
+        styles.set_title("the name under zero (the rule's), mean and resample ablation of the "
+                         "cells outside the circuit")
+        styles.legend(loc="upper left", ncol=2, frameon=False, handlelength=1.4)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        with matplotlib.rc_context({"svg.hashsalt": "invperm"}):  # no date, the same ids every time
+            fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})
+        plt.close(fig)
 
 
 def write_census(rows: list[dict], planned: dict[tuple[str, int], int], folder: Path) -> list[Path]:

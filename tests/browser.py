@@ -6,12 +6,14 @@ and the budget runs out in well under a second of real time (1 load in 4 on a qu
 the page runs in real time and the DOM is read once an element the page (or a probe) writes exists.
 """
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
@@ -30,6 +32,7 @@ class _Pipe:
 
     def __init__(self, write_fd: int, read_fd: int):
         self.write_fd, self.read_fd, self.buffer, self.next_id = write_fd, read_fd, b"", 0
+        self.events: list[dict] = []  # the events read while waiting for replies, in order
 
     def call(self, method: str, session: str | None = None, timeout: float = 30.0, **params):
         self.next_id += 1
@@ -48,7 +51,9 @@ class _Pipe:
                 self.buffer += chunk
             raw, self.buffer = self.buffer.split(b"\0", 1)
             reply = json.loads(raw)
-            if reply.get("id") == self.next_id:  # events and other replies are skipped
+            if "method" in reply:
+                self.events.append(reply)
+            if reply.get("id") == self.next_id:  # events are kept, other replies skipped
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
                 return reply.get("result", {})
@@ -92,6 +97,111 @@ def dump_dom_when(url: str, ready_js: str, profile: Path, *, width: int = 1400,
             time.sleep(0.1)
         return pipe.call("Runtime.evaluate", session, returnByValue=True,
                          expression="document.documentElement.outerHTML")["result"]["value"]
+    finally:
+        try:
+            pipe.call("Browser.close", timeout=10)
+        except (ConnectionError, TimeoutError, RuntimeError, OSError):
+            pass
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        os.close(from_us), os.close(to_us)
+
+
+class Page:
+    """One page of headless Chromium (see :func:`open_page`): evaluate JavaScript, wait for a
+    condition, press keys; ``errors`` lists what the page reported as an error so far (uncaught
+    exceptions, ``console.error``, and the browser's own error log: a script or a Worker refused)."""
+
+    def __init__(self, pipe: _Pipe, session: str):
+        self.pipe, self.session = pipe, session
+
+    def evaluate(self, js: str):
+        """The value of the JavaScript expression ``js`` (JSON-able), awaited if a promise."""
+        result = self.pipe.call("Runtime.evaluate", self.session, expression=js, returnByValue=True,
+                                awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{js}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def wait_for(self, js: str, timeout: float = 30.0) -> bool:
+        """Whether the JavaScript expression ``js`` became true within ``timeout`` s of real time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.evaluate(f"!!({js})"):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def type(self, text: str) -> None:
+        """Types ``text`` into the focused element, one key press (down, up) per character."""
+        for char in text:
+            self.pipe.call("Input.dispatchKeyEvent", self.session, type="keyDown", key=char,
+                           text=char)
+            self.pipe.call("Input.dispatchKeyEvent", self.session, type="keyUp", key=char)
+
+    def screenshot(self, path: Path) -> None:
+        """Writes what the window shows now to ``path`` (PNG)."""
+        import base64
+        data = self.pipe.call("Page.captureScreenshot", self.session, format="png")["data"]
+        Path(path).write_bytes(base64.b64decode(data))
+
+    @property
+    def errors(self) -> list[str]:
+        found = []
+        for event in self.pipe.events:
+            if event.get("sessionId") != self.session:
+                continue
+            method, params = event["method"], event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                details = params["exceptionDetails"]
+                found.append(details.get("exception", {}).get("description") or details["text"])
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                found.append(" ".join(str(a.get("value", a.get("description", "")))
+                                      for a in params.get("args", [])))
+            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+                found.append(params["entry"].get("text", ""))
+        return found
+
+
+@contextlib.contextmanager
+def open_page(url: str, profile: Path, *, width: int = 1400, height: int = 1000,
+              timeout: float = 60.0, flags: tuple[str, ...] = ()) -> Iterator[Page]:
+    """Headless Chromium (``width`` x ``height`` pixels, ``profile`` its user-data folder) with
+    ``url`` loaded: the page starts blank, error reporting is switched on, then ``url`` is opened,
+    so errors raised while it loads are in :attr:`Page.errors` too. The browser closes on exit."""
+    to_browser, from_us = os.pipe()
+    to_us, from_browser = os.pipe()
+    to_browser, from_browser = (_above(fd, 10) for fd in (to_browser, from_browser))
+    cmd = [BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--remote-debugging-pipe", f"--user-data-dir={profile}",
+           f"--window-size={width},{height}", *flags, "about:blank"]
+    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               pass_fds=(3, 4), preexec_fn=lambda: (os.dup2(to_browser, 3),
+                                                                    os.dup2(from_browser, 4)))
+    os.close(to_browser), os.close(from_browser)
+    pipe = _Pipe(from_us, to_us)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            pages = [t for t in pipe.call("Target.getTargets")["targetInfos"] if t["type"] == "page"]
+            if pages:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Chromium opened no page for {url}")
+            time.sleep(0.05)
+        session = pipe.call("Target.attachToTarget", targetId=pages[0]["targetId"],
+                            flatten=True)["sessionId"]
+        for domain in ("Runtime", "Log", "Page"):
+            pipe.call(f"{domain}.enable", session)
+        pipe.call("Page.navigate", session, url=url)
+        page = Page(pipe, session)
+        if not page.wait_for(f"location.href === {json.dumps(url)} && "
+                             "document.readyState === 'complete'", timeout):
+            raise TimeoutError(f"{url} did not load in {timeout} s")
+        yield page
     finally:
         try:
             pipe.call("Browser.close", timeout=10)

@@ -349,3 +349,22 @@ def test_an_unnamed_models_closest_construction_is_the_mechanism_tables_first_ro
             f"{first_row}, run on its own") in _sections(page)["Headline"]
     ablations = page.split("<h2>Ablations</h2>")[1].split("<h2>")[0]
     assert "a change of +0 or below removed nothing it needs" in ablations
+
+
+def test_the_minimal_circuit_table_is_in_layer_order(theorem3):
+    """Whatever order the search found the cells in, the table lists them by layer, then head."""
+    from dataclasses import replace
+
+    from invperm_interp.analysis.hypothesis import Cell
+    from invperm_interp.viz.mechanism import mechanism_section
+
+    model, batch, summary = theorem3
+    cells = (Cell(1, 0, "pos.P", "L1.x", "-1"), Cell(0, 0, "pos.Y", "pos.P", "I"),
+             Cell(1, 0, "pos.P", "pos.Y", "I"))
+    minimal = replace(summary.mechanism.minimal, cells=cells)
+    section = mechanism_section(replace(summary, mechanism=replace(summary.mechanism,
+                                                                    minimal=minimal)))
+    table = section.split("<p class=\"caption\">Minimal circuit")[1].split("</table>")[0]
+    layers = re.findall(r"<td>(layer \d)[^<]*</td>", table)
+    assert layers == sorted(layers) and len(layers) == 3, layers
+    assert table.index("-1 at (pos.P, L1.x)") < table.index("I at (pos.P, pos.Y)")  # kept in-layer

@@ -16,7 +16,9 @@
   not run, since only its verdict on the final weights matters here.
 
 ``first_faithful`` is the first checkpoint at which the final circuit is faithful, ``faithful_since``
-the first from which it stays faithful to the end.
+the first from which it stays faithful to the end. Both are only as fine as the checkpoints:
+:func:`sparse_fall` says when the run's own evaluations place the loss's fall more finely than the
+checkpoints around it can (train with ``--checkpoint-dense-every``, or use :func:`refine`).
 """
 
 from __future__ import annotations
@@ -265,6 +267,47 @@ def timeline(run: str | Path | Run, *, n: int = 512, seed: int = 0, stride: int 
         bar.update()
     curve = tuple((m.step, float(m.mse)) for m in RunDir(run_dir).read_metrics())
     return Timeline(run_dir.name, name, hyp, 0.25 * model.cfg.d, tuple(steps), curve, n, seed)
+
+
+@dataclass(frozen=True)
+class SparseFall:
+    """The loss falls between the run's evaluations at ``after`` and ``by`` (MSE ``mse_after`` to
+    ``mse_by``), and the nearest checkpoints around the fall are at ``checkpoint_before`` (``None``:
+    no checkpoint before it) and ``checkpoint_after``, more than :data:`FINER` times further apart."""
+
+    after: int
+    by: int
+    mse_after: float
+    mse_by: float
+    checkpoint_before: int | None
+    checkpoint_after: int | None
+
+
+#: The checkpoints around the fall may be this many times further apart than the evaluations that
+#: place it before :func:`sparse_fall` reports them.
+FINER = 4
+
+
+def sparse_fall(tl: Timeline, fallen: float = 0.1) -> SparseFall | None:
+    """Whether ``tl``'s checkpoints are too sparse to place the transition. The fall is the first
+    pair of the run's evaluations (``tl.curve``) between which the MSE goes from at least
+    ``fallen`` times the all-ablated baseline d/4 to below it; the checkpoints analysed (``tl.steps``,
+    the final weights included) place it only to the gap between the last one at or before the
+    fall's start and the first one at or after its end. Returns the fall when there is no checkpoint
+    before it, or when that gap is more than :data:`FINER` times the evaluations' (else ``None``, as
+    for a run whose loss never falls that far)."""
+    threshold = fallen * tl.baseline
+    fall = next(((a, b) for a, b in zip(tl.curve, tl.curve[1:])
+                 if a[1] >= threshold > b[1]), None)
+    if fall is None:
+        return None
+    (after, mse_after), (by, mse_by) = fall
+    steps = [s.step for s in tl.steps]
+    before = max((s for s in steps if s <= after), default=None)
+    later = min((s for s in steps if s >= by), default=None)
+    if before is not None and later is not None and later - before <= FINER * (by - after):
+        return None
+    return SparseFall(after, by, mse_after, mse_by, before, later)
 
 
 def refine(tl: Timeline, run: str | Path, start: int, end: int, every: int, *,

@@ -5,6 +5,7 @@ command line loads nothing heavy until a command runs)."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def table(tl) -> str:
@@ -20,6 +21,25 @@ def table(tl) -> str:
     return "\n".join(lines)
 
 
+def sparse_warning(tl, run: str) -> str | None:
+    """One line when the checkpoints are too sparse to place the loss's fall
+    (``analysis.timeline.sparse_fall``), naming what to run instead; ``None`` otherwise."""
+    from ..analysis.timeline import sparse_fall
+
+    fall = sparse_fall(tl)
+    if fall is None:
+        return None
+    where = (f"before the first checkpoint (step {fall.checkpoint_after})"
+             if fall.checkpoint_before is None else
+             f"between checkpoints at steps {fall.checkpoint_before} and {fall.checkpoint_after}")
+    retrain = ("train the run again with --checkpoint-dense-every 25 (a checkpoint every 25 steps "
+               "until MSE < 1e-3)")
+    fix = retrain if fall.checkpoint_before is None else (
+        f"add --refine {fall.checkpoint_before}:{fall.by} (replays those steps), or {retrain}")
+    return (f"the loss falls between steps {fall.after} and {fall.by} (MSE {fall.mse_after:.3g} to "
+            f"{fall.mse_by:.3g}), {where}, so the checkpoints cannot place the transition; {fix}")
+
+
 def _cmd_timeline(args: argparse.Namespace) -> None:
     """Analyse every checkpoint of RUN against its final circuit (``analysis.timeline``)."""
     import json
@@ -28,14 +48,13 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
     import torch
 
     from .. import memory
-    from ..analysis.hypothesis import cell_text
     from ..analysis.timeline import refine, timeline
     from ..analysis.verdict import NONE
     from ..runs.checkpoint import atomic_write
     from ..runs.directory import RunDir, check_writable
     from ..training.run import Run
     from ..viz.heatmaps import save_figures
-    from ..viz.timeline import plot_timeline
+    from ..viz.timeline import cell_name, plot_timeline
 
     torch.set_num_threads(args.threads)
     run_dir = Path(args.run)
@@ -55,9 +74,10 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
               + ("" if replayed.identical == replayed.compared else
                  f" (largest difference {replayed.largest_difference:.3g})"))
     circuit = "minimal circuit" if tl.final_mechanism == NONE else "cells"
-    print(f"{tl.run}: final mechanism {tl.final_mechanism}; its {circuit}:")
+    print(f"{tl.run}: final mechanism {tl.final_mechanism}; its {circuit} (template at "
+          f"(query block, key block)), in the order of the β column:")
     for i, cell in enumerate(tl.cells):
-        print(f"  [{i}] {cell_text(cell)}")
+        print(f"  [{i}] {cell_name(cell)}")
     print(table(tl))
     first, since = tl.first_faithful, tl.faithful_since
     if first is None:
@@ -65,6 +85,10 @@ def _cmd_timeline(args: argparse.Namespace) -> None:
     else:
         print(f"the final circuit is first faithful at step {first}"
               + ("" if since == first else f", and at every checkpoint from step {since} on"))
+    warning = sparse_warning(tl, args.run)
+    if warning:
+        sys.stdout.flush()  # the warning right under the line it qualifies
+        print(f"invperm timeline: warning: {warning}", file=sys.stderr)
     out = Path(args.out) if args.out else run_dir
     out.mkdir(parents=True, exist_ok=True)
     path = out / RunDir.TIMELINE

@@ -246,7 +246,8 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
         return "".join(parts)
     parts.append(table(
         ["layer", "head", "cell"],
-        [[layer_name(c.layer), c.head, f"{c.label} at ({c.query}, {c.key})"] for c in m.cells],
+        [[layer_name(c.layer), c.head, f"{c.label} at ({c.query}, {c.key})"]
+         for c in sorted(m.cells, key=lambda c: (c.layer, c.head))],  # by layer, then head
         (("Minimal circuit: provably the smallest set of candidate cells whose circuit-only model "
           "is faithful (every smaller set was tried)" if m.optimal else
           "Minimal circuit: the smallest set of cells found whose circuit-only model is faithful "

@@ -234,6 +234,23 @@ def _attention(model: DisentangledModel, batch: Batch, patterns) -> str:
             + attention_views(model, batch, index=0, patterns=patterns))
 
 
+def _sparse(timeline) -> str:
+    """A sentence when the run's checkpoints are too sparse to place the loss's fall
+    (``analysis.timeline.sparse_fall``), else ""."""
+    from ..analysis.timeline import sparse_fall
+
+    fall = sparse_fall(timeline)
+    if fall is None:
+        return ""
+    where = ("before the first checkpoint" if fall.checkpoint_before is None else
+             f"between checkpoints at steps {fall.checkpoint_before} and {fall.checkpoint_after}")
+    return (f" The loss fell between steps {fall.after} and {fall.by}, {where}, so these steps "
+            "cannot place when the circuit formed: train with <code>--checkpoint-dense-every 25</code>"
+            + ("" if fall.checkpoint_before is None else
+               f" or run <code>invperm timeline RUN --refine {fall.checkpoint_before}:{fall.by}</code>")
+            + ".")
+
+
 def _over_training(timeline, checkpoints: int) -> str:
     """The mechanism over training (``invperm timeline RUN``'s record), or how to make it when the
     run kept checkpoints; nothing for a model without any."""
@@ -255,7 +272,8 @@ def _over_training(timeline, checkpoints: int) -> str:
     text = (f"<p>The final circuit ({what}, {len(timeline.cells)} cells) run alone at each of "
             f"{len(timeline.steps)} checkpoints: {when}; the rule first names "
             f"{_esc(timeline.final_mechanism)} at "
-            + ("no checkpoint" if named is None else f"step {named}") + ".</p>")
+            + ("no checkpoint" if named is None else f"step {named}") + "."
+            + _sparse(timeline) + "</p>")
     return ("<h2>Over training</h2>" + text + figure(
         plot_timeline(timeline), "The mechanism over training: loss, rows exact, each cell's "
         "fitted β and effect against the step.",
@@ -328,7 +346,7 @@ def report_html(model: DisentangledModel, result: ModelAnalysis, batch: Batch,
         when = ("is never faithful at a checkpoint" if first is None
                 else f"is first faithful at step {first}")
         head = (head.removesuffix("</div>") + f"<p>Over training (below): the final circuit alone "
-                f"{when} of {timeline.steps[-1].step}.</p></div>")
+                f"{when} of {timeline.steps[-1].step}.{_sparse(timeline)}</p></div>")
     parts = [_setup(model, train_cfg, metrics), _through_map(result), head,
              _results(model, result, batch, metrics, train_cfg), _training(metrics, model.cfg.causal),
              _over_training(context.timeline, context.checkpoints)]

@@ -26,6 +26,13 @@ def _shade_faithful(ax, tl) -> None:
         ax.axvline(tl.first_faithful, color="C2", linestyle="--", linewidth=1.0)
 
 
+def cell_name(cell) -> str:
+    """``"layer 1: I at (pos.Y, pos.P)"`` (``"layer 2, h1: …"`` for heads other than 0), as the
+    pages name layers: ``cell_text``'s ``"L1 I at …"`` reads as the block ``L1.x``."""
+    return re.sub(r"^L(\d+)(h\d+)? ", lambda m: f"layer {m[1]}" + (f", {m[2]}" if m[2] else "") + ": ",
+                  cell_text(cell))
+
+
 def plot_timeline(tl, title: str = "") -> Figure:
     """Four panels over the steps: the MSE (the run's eval curve, the model and the final circuit
     alone at each checkpoint, log), rows exact, each cell's fitted β, and each cell's effect (the
@@ -54,8 +61,7 @@ def plot_timeline(tl, title: str = "") -> Figure:
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("rows exact", fontsize=LABEL_PT)
     ax.legend(fontsize=LABEL_PT, loc="upper left")
-    # "layer 1: I at (pos.Y, pos.P)", as the pages name layers ("L1" would read as the block L1.x)
-    names = [re.sub(r"^L(\d+) ", r"layer \1: ", cell_text(c)) for c in tl.cells]
+    names = [cell_name(c) for c in tl.cells]
     colors = [f"C{i % 10}" for i in range(len(names))]
     for i, name in enumerate(names):
         axes[2].plot(steps, [s.betas[i] for s in tl.steps], color=colors[i], linewidth=1.2,
