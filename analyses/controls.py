@@ -31,7 +31,7 @@ from invperm_interp.analysis.mechanism import name_by_rule
 from invperm_interp.analysis.placements import fitting_names
 from invperm_interp.analysis.sweep_record import SweepRecord
 from invperm_interp.analysis.verdict import evaluation_batch
-from invperm_interp.sweep.collect import read_sweep
+from invperm_interp.sweep.collect import read_rows
 from invperm_interp.training.run import Run
 
 SAMPLES, SEED, DRAWS = 1024, 12345, 20
@@ -127,20 +127,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = output_folder(args, args.runs)
-        records = read_sweep(args.runs)
+        records = read_rows(args.runs)
     except ValueError as err:
         return refuse("controls", err)
     torch.set_num_threads(1)
     rows = []
     for _, line in records:
-        run_dir = args.runs / line["name"]
-        record = SweepRecord.of_run(run_dir) if line["steps_to_solve"] is not None else None
+        run_dir = args.runs / line.name
+        record = SweepRecord.of_run(run_dir) if line.steps_to_solve is not None else None
         if record is None or claim_of(record) is None:
             continue
-        kind = "bidirectional" if line["model"]["attention_dir"] == "bidirectional" else "scratch"
+        kind = "bidirectional" if line.model["attention_dir"] == "bidirectional" else "scratch"
         cached = run_dir / "controls.json"  # one run's row, kept so a rerun resumes
         if not cached.is_file():
-            cached.write_text(json.dumps(run_row(run_dir, record, kind, line["train"]["seed"])) + "\n")
+            cached.write_text(json.dumps(run_row(run_dir, record, kind, line.train["seed"])) + "\n")
         rows.append(json.loads(cached.read_text()))
         print(rows[-1]["run"], rows[-1]["claim"], flush=True)
     if not rows:

@@ -342,10 +342,11 @@ def test_no_function_takes_more_than_eight_parameters():
 
 
 #: The keys of the records' facts (``runs.evaluation.Evaluation``, ``analysis.mechanism.Mechanism``
-#: and the records around it) that readers take as attributes, never by string.
+#: and the records around it, ``sweep.collect.SweepRow``) that readers take as attributes, never by
+#: string (SweepRow's other keys, "name", "status", "model", …, name other things too).
 RECORD_KEYS = {"mse", "causal_floor", "entry_acc", "row_acc", "sample_acc", "train_mse", "wall_time",
                "stopped", "verdict", "also_faithful", "borderline", "tested", "untested", "minimal",
-               "names_by_batch", "loss_recovered", "rows_exact", "faithful"}
+               "names_by_batch", "loss_recovered", "rows_exact", "faithful", "mechanism_refused"}
 
 
 def _string_key_reads(tree: ast.AST) -> list[tuple[int, str]]:
@@ -387,3 +388,86 @@ def test_the_record_key_check_sees_a_metrics_record_read_by_key():
     tree = ast.parse('def f(run):\n    return run.metrics[-1]["mse"], run.final.get("causal_floor"), '
                      'run.to_dict()["step"]\n')
     assert {k for _, k in _string_key_reads(tree)} == {"mse", "causal_floor", "to_dict()", "step"}
+
+
+# -- one architecture seam --------------------------------------------------------------------------
+#: Where an architecture's name may be compared outside ``architecture``, and why: guards of a
+#: model's own input, each refusing a configuration of another architecture in one line. Every
+#: dispatch goes through ``cfg.architecture``.
+ARCH_GUARDS = {
+    "model/standard.py": "StandardTransformer refuses another architecture's configuration",
+    "model/note_map.py": "the map takes the standard model only",
+    "model/standard_export.py": "the export takes the standard model only",
+}
+
+
+def _arch_dispatch(tree: ast.AST) -> list[int]:
+    """Lines that ask which architecture a configuration names: a comparison (``==``, ``!=``,
+    ``in``, ``is``) with ``….arch``, ``arch``, ``getattr(…, "arch")`` or an architecture's name, a
+    ``match`` on one, or a table indexed by one (``ARCHITECTURES[…]``, ``…[cfg.arch]``)."""
+    from invperm_interp.architecture import ARCHS
+
+    def arch_like(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "arch"
+                or isinstance(node, ast.Name) and node.id in ("arch", "ARCHITECTURES")
+                or isinstance(node, ast.Constant) and node.value in ARCHS
+                or isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "getattr" and len(node.args) > 1
+                and isinstance(node.args[1], ast.Constant) and node.args[1].value == "arch")
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(map(arch_like, [node.left, *node.comparators])):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Match) and arch_like(node.subject):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Subscript) and (arch_like(node.value) or arch_like(node.slice)):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_architecture_is_asked_in_its_module_only():
+    """``cfg.architecture`` (one ``architecture.Architecture`` per architecture) is the one seam:
+    no module but ``architecture`` compares ``arch`` or indexes a table by it, the model guards in
+    :data:`ARCH_GUARDS` aside."""
+    found = {}
+    for path in SRC.rglob("*.py"):
+        name = path.relative_to(SRC).as_posix()
+        lines = _arch_dispatch(ast.parse(path.read_text()))
+        if lines and name != "architecture.py":
+            found[name] = lines
+    assert set(found) <= set(ARCH_GUARDS), {k: v for k, v in found.items() if k not in ARCH_GUARDS}
+    assert set(ARCH_GUARDS) <= set(found), "a guard no longer needed"
+
+
+def test_the_architecture_check_sees_every_spelling():
+    source = ('a = cfg.arch == "standard"\nb = "standard" != m.cfg.arch\nc = arch in ("x",)\n'
+              'd = getattr(cfg, "arch", None) != "standard"\ne = TABLE[cfg.arch]\n'
+              'f = ARCHITECTURES["standard"]\ng = kind == "disentangled"\nh = cfg.d == 3\n'
+              'match cfg.arch:\n    case _:\n        pass\n')
+    assert sorted(set(_arch_dispatch(ast.parse(source)))) == [1, 2, 3, 4, 5, 6, 7, 9]
+
+
+def test_each_architecture_provides_what_its_docstring_asks():
+    from typing import get_args
+
+    import invperm_interp.model as model_package
+    from invperm_interp.architecture import ARCHITECTURES, ARCHS, Arch, ArchitectureFields
+
+    assert ARCHS == get_args(Arch) and list(ARCHITECTURES) == list(ARCHS)
+    own = [f for a in ARCHITECTURES.values() for f in a.fields]
+    assert len(own) == len(set(own)) and set(own) <= set(ArchitectureFields.__dataclass_fields__)
+    assert [a.named_in_json for a in ARCHITECTURES.values()].count(False) == 1  # the default
+    for name, arch in ARCHITECTURES.items():
+        assert arch.name == name
+        plain, hooked = getattr(model_package, arch.plain), getattr(model_package, arch.hooked)
+        assert callable(plain.made_on) and callable(hooked.from_module)
+        if arch.note_map is not None:
+            mapping = __import__(f"invperm_interp.model.{arch.note_map}", fromlist=["_"])
+            for function in ("check_mappable", "disentangled_config", "to_disentangled", "map_summary"):
+                assert callable(getattr(mapping, function)), (name, function)
+        cfg = ModelConfig(Layout.plain(3), n_layers=2, n_heads=(1, 2), arch=name)
+        assert cfg.architecture is arch and ModelConfig.from_dict(cfg.to_dict()) == cfg
+        assert arch.n_params(cfg) == sum(p.numel() for p in plain(cfg, seed=0).parameters())
+        family, units = arch.step_units(cfg)
+        assert family and units > 0 and arch.forward_elements(cfg, 2) > 0

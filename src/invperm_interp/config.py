@@ -120,11 +120,9 @@ class ModelConfig(ArchitectureFields, JSONConfig):
 
     @property
     def n_params(self) -> int:
-        """Entries of every ``A`` ``(H_l, D_l, D_l)`` and of ``W_U`` ``(D_L, d)``."""
-        if self.arch == "standard":
-            return self._standard_params(self.d, self.T, self.heads)
-        widths = self.widths
-        return sum(h * w * w for h, w in zip(self.heads, widths)) + widths[-1] * self.d
+        """Entries of the parameters: for the disentangled model every ``A`` ``(H_l, D_l, D_l)``
+        and ``W_U`` ``(D_L, d)`` (``Architecture.n_params``)."""
+        return self.architecture.n_params(self)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -162,7 +160,7 @@ class ModelConfig(ArchitectureFields, JSONConfig):
             "dtype": self.dtype,
             "init": self.init,
             "init_scale": self.init_scale,
-            **self._standard_dict(),
+            **self.architecture.config_entries(self),
         }
 
     @classmethod

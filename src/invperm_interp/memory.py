@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .architecture import WIDTHS_HINT
 from .config import ModelConfig
 
 KEEP_FREED_MEMORY = True  # CPU work on Linux: tune glibc malloc once, see keep_freed_memory
@@ -257,21 +258,12 @@ def forward_bytes(cfg: ModelConfig, b: int) -> int:
     """Peak bytes of the hooked forward on ``b`` samples without gradients, beyond the weights and
     the input (a standard model: its stream, queries, keys, values, scores and MLP; the
     disentangled model's widths ``D_l`` otherwise)."""
-    e, T, peak = elem(cfg), cfg.T, 0
-    if cfg.arch == "standard":
-        return e * max(b * T * (2 * cfg.d_model + 3 * H * cfg.d_head + 2 * (cfg.d_mlp or 0))
-                       + 2 * b * H * T * T for H in cfg.heads)
-    for H, D in zip(cfg.heads, cfg.widths):
-        h, q, s = b * T * D, b * H * T * D, b * H * T * T
-        peak = max(peak, h + 2 * q + 2 * s, h + 2 * q + h * (1 + H))
-    rows = cfg.layout.segment(cfg.readout).n_rows
-    peak = max(peak, b * T * cfg.widths[-1] + 2 * b * rows * cfg.widths[-1])
-    return peak * e
+    return elem(cfg) * cfg.architecture.forward_elements(cfg, b)
 
 
 def model_estimate(cfg: ModelConfig, what: str = "the model") -> Estimate:
     return Estimate(what, {"weights": cfg.n_params * elem(cfg)},
-                    lower="d, n_layers or n_heads (the widths grow as (d + T)·(1 + H)^L)")
+                    lower=WIDTHS_HINT)
 
 
 def evaluation_estimate(cfg: ModelConfig, n: int, chunk: int | None = None,

@@ -98,3 +98,32 @@ def test_discover_reuses_a_sweeps_record_measured_on_the_same_samples(tmp_path):
     assert _recorded(tmp_path, 4096, 0) is None and _recorded(tmp_path, 256, 1) is None
     RunDir(tmp_path).mechanism.write_text(json.dumps({"name": "none", "version": 2}))
     assert _recorded(tmp_path, 256, 0) is None  # an older record: measured again
+
+
+def test_a_record_older_than_a_registered_construction_is_analysed_again():
+    """``invperm discover --register`` adds a construction: a sweep run again re-analyses the
+    records that never tested it, and only those that fit it."""
+    from invperm_interp.config import ModelConfig
+    from invperm_interp.maths import constructions as C
+    from invperm_interp.task import Layout
+
+    from dataclasses import replace
+
+    from invperm_interp.analysis.placements import fitting_names
+
+    cfg = ModelConfig(Layout.plain(6), n_layers=2, n_heads=1, attention_dir="bidirectional", readout="P")
+    older = analysed("two_block")
+    record = replace(older, registry=tuple(fitting_names(cfg, working=True)))
+    assert record.untested(cfg) == [] and record.lacks(SETTINGS, cfg) == []
+    assert SweepRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    C.register("_registered_later", C.get("theorem2").cells, C.Wiring(read="L2.x"), min_d=3, max_d=6)
+    try:
+        assert record.untested(cfg) == ["_registered_later"]
+        assert record.lacks(SETTINGS, cfg) is None
+        assert record.lacks(SETTINGS) == []  # without the config: as before
+        assert older.untested(cfg) == []  # a record that did not keep its registry: as before
+        one_layer = ModelConfig(Layout.plain(6), n_layers=1, n_heads=1, attention_dir="bidirectional",
+                            readout="P")
+        assert record.untested(one_layer) == []  # a model it does not fit
+    finally:
+        C.REGISTRY.pop("_registered_later")

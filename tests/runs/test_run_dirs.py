@@ -225,6 +225,21 @@ def test_checkpoint_metadata_that_is_malformed(tmp_path, capsys, edit, match):
     assert "has malformed metadata" in one_line(["train", "--resume", str(d), "--no-progress"], capsys)
 
 
+def test_checkpoint_metadata_round_trips_through_its_typed_record(tmp_path):
+    """``CheckpointMeta``: what the trainer writes, a training checkpoint's and the final weights',
+    reads back to the same entries in the same order; ``RunWeights.meta`` is the typed record."""
+    d, _, _ = finished(tmp_path, steps=6)
+    for path in (RunDir(d).checkpoint(6), RunDir(d).final):
+        _, meta = ckpt.load(path)
+        assert meta.pop("format") == ckpt.FORMAT
+        typed = ckpt.CheckpointMeta.from_dict(meta)
+        assert json.dumps(typed.to_dict()) == json.dumps(meta) and typed.step == 6
+    weights = RunDir(d).read_weights()
+    assert weights.meta.evaluation.step == 6 and weights.meta.stopped is None
+    with pytest.raises(ValueError, match="must hold 'step' and 'config_hash'"):
+        ckpt.CheckpointMeta.from_dict({"step": 1})
+
+
 # -- one writer per run directory ------------------------------------------------------------------------
 def test_a_locked_run_is_not_resumed_and_the_holder_is_named(tmp_path):
     d, _, _ = finished(tmp_path, steps=6)

@@ -329,6 +329,31 @@ def test_a_malformed_sweep_jsonl_is_one_line_naming_file_and_line(tmp_path, caps
     assert not (tmp_path / "sweep_report.md").exists()
 
 
+def test_a_sweep_line_reads_as_a_typed_row_and_writes_back_its_bytes(tmp_path):
+    """``SweepRow``: a line as the sweep writes it reads back to the same bytes; an older line
+    without ``variant`` or ``analysis`` still reads; ``read_sweep`` keeps the dict view."""
+    from invperm_interp import Layout, ModelConfig
+    from invperm_interp.runs.evaluation import Evaluation
+    from invperm_interp.sweep.collect import SweepRow, read_rows, read_sweep
+
+    final = Evaluation(step=20, mse=1e-4, row_acc=1.0)
+    rows = [SweepRow("d2_seed0", "finished", 20, 10, 1e-3, final, "two_block",
+                     ModelConfig(Layout.plain(2)).to_dict(), {"seed": 0}, variant="v",
+                     analysis={"any": 1}),
+            SweepRow("d3_seed0", "finished", 20, None, 1e-3, None, None,
+                     ModelConfig(Layout.plain(3)).to_dict(), {"seed": 0}, mechanism_refused="why")]
+    text = "".join(json.dumps(r.to_dict()) + "\n" for r in rows)
+    (tmp_path / "sweep.jsonl").write_text(text)
+    read = [row for _, row in read_rows(tmp_path)]
+    assert read == rows and "".join(json.dumps(r.to_dict()) + "\n" for r in read) == text
+    assert list(rows[1].to_dict())[-1] == "mechanism_refused" and "mechanism_refused" not in rows[0].to_dict()
+    assert read[0].model_config == ModelConfig(Layout.plain(2))
+    (_, as_dict), _ = read_sweep(tmp_path)
+    assert as_dict["final"] == final and as_dict["name"] == "d2_seed0"
+    older = SweepRow.from_dict(_record())
+    assert older.variant == "" and older.analysis is None and older.final.step == 20
+
+
 def test_a_well_formed_sweep_jsonl_reports(tmp_path):
     from invperm_interp import Layout, ModelConfig
 

@@ -136,3 +136,22 @@ def test_reports_link_to_the_index_and_their_twin(tmp_path):
         ("↑ all runs", "../index.html"), ("twin: the causal model", "../c_d4_s0/report.html")]
     assert report_links(tmp_path, list(rows.values()), rows["c_d4_s1"]) == [
         ("↑ all runs", "../index.html")]  # seed 1 has no bidirectional twin
+
+
+def test_the_index_shows_and_links_the_sweep_report_once_it_exists(tmp_path):
+    from invperm_interp.sweep.report import write_sweep_report
+
+    records = []
+    for seed in (0, 1):
+        config = _fake_run(tmp_path / f"run{seed}", 6, seed, "bidirectional", [1.0, 5e-4], 1.5)
+        records.append({"name": f"run{seed}", "status": "finished", "step": 200,
+                        "steps_to_solve": 200, "solve_mse": 1e-3,
+                        "final": {"step": 200, "mse": 5e-4, "row_acc": 1.0}, "mechanism": "two_block",
+                        **config})
+    (tmp_path / "sweep.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    page = write_index(tmp_path, find_runs(tmp_path), index_title(tmp_path)).read_text()
+    assert "sweep_report" not in page  # no sweep report yet: nothing to show
+    write_sweep_report(tmp_path)  # writes the figure, then the index again
+    page = (tmp_path / "index.html").read_text()
+    assert '<img src="sweep_report.png"' in page
+    assert '<a href="sweep_report.md">' in page and '<a href="sweep_report.svg">' in page

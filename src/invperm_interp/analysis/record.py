@@ -19,8 +19,8 @@ import torch
 from ..config import ModelConfig
 from ..labels import excess_text, name_streams
 from ..maths.floors import dependency_map
+from ..model.build import analysis_model, map_summary
 from ..model.disentangled import DisentangledModel, check_disentangled
-from ..model.note_map import map_summary, to_disentangled
 from ..model.variants import model_patterns, model_run
 from ..task import Batch
 from .ablate import AblationResult, standard_ablations
@@ -167,8 +167,8 @@ def analyze(model: DisentangledModel, batch: Batch, source: str = "", *,
     it is refused in one line. ``explained``: ``explain_and_match(model)`` already computed (as
     ``invperm analyze`` does for its memory estimate, ``analysis.budget``)."""
     through_map = None
-    if isinstance(getattr(model, "cfg", None), ModelConfig) and model.cfg.arch == "standard":
-        through_map, model = map_summary(model), to_disentangled(model)
+    if isinstance(getattr(model, "cfg", None), ModelConfig):
+        through_map, model = map_summary(model), analysis_model(model)
     check_disentangled(model)
     check_finite_norm(model)
     check_batch(model, batch)  # before the clean run reads it

@@ -69,7 +69,7 @@ def analysed(model) -> DisentangledModel:
     """The model a claim is tested on: a disentangled model itself, or a standard attention-only
     model's exact map, as ``analyze`` reads it (``model.build.analysis_model``); one-line
     ``ValueError`` for anything else, and for weights that are not finite (naming the layer)."""
-    if isinstance(getattr(model, "cfg", None), ModelConfig) and model.cfg.arch == "standard":
+    if isinstance(getattr(model, "cfg", None), ModelConfig):
         model = analysis_model(model)
     check_disentangled(model)
     named = [(layer_name(layer), block.attn.A) for layer, block in enumerate(model.blocks)]

@@ -44,6 +44,9 @@ class SweepRecord:
     #: per style of ``under``, the empty claim's test on the same testers (``analysis.controls``):
     #: where it is not rejected the style's answer is untestable; absent in older records
     empty_under: Mapping[str, Faithfulness] = field(default_factory=dict)
+    #: the registry's working constructions fitting the model when the record was written (what
+    #: the rule could name); None in a record written before it was kept
+    registry: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for label, styles in (("under", self.under), ("tested_under", self.tested_under)):
@@ -70,16 +73,30 @@ class SweepRecord:
 
         return self.weights is None or self.weights == weights_digest(RunDir(run_dir).final)
 
-    def lacks(self, settings: Mapping) -> list[str] | None:
+    def lacks(self, settings: Mapping, cfg=None) -> list[str] | None:
         """The ablation styles a grid's analysis ``settings`` (``samples``, ``seed``, ``batches``,
         ``<style>_ablation``) asks for that this record has no name under, or no tests behind the
         name (a record written before they were kept); None when it was measured otherwise (other
-        samples, seed or batches: analyse again)."""
+        samples, seed or batches) or, given the run's model config ``cfg``, before a construction
+        that fits it was registered (:meth:`untested`): analyse again."""
         if (self.samples, self.seed, self.batches) != (
                 settings["samples"], settings["seed"], settings["batches"]):
             return None
+        if cfg is not None and self.untested(cfg):
+            return None
         return [s for s in STYLES if settings.get(f"{s}_ablation")
                 and (s not in self.under or s not in self.tested_under)]
+
+    def untested(self, cfg) -> list[str]:
+        """The registry's working constructions that fit a model of ``cfg`` and were not in the
+        registry when this record was written (registered since, e.g. by ``invperm discover
+        --register``); ``[]`` for a record that did not keep its registry."""
+        from .placements import fits, fitting_names
+
+        if self.registry is None:
+            return []
+        return [name for name in fitting_names(cfg, working=True)
+                if name not in self.registry and fits(name, cfg.heads)]
 
     def with_names(self, names: Mapping[str, Answer],
                    tested: Mapping[str, tuple[Faithfulness, ...]] | None = None,
@@ -124,7 +141,8 @@ class SweepRecord:
                                  for s, tests in self.tested_under.items()},
                 **({"weights": self.weights} if self.weights is not None else {}),
                 **({"empty_under": {s: t.to_dict() for s, t in self.empty_under.items()}}
-                   if self.empty_under else {})}
+                   if self.empty_under else {}),
+                **({"registry": list(self.registry)} if self.registry is not None else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> SweepRecord:
@@ -137,7 +155,8 @@ class SweepRecord:
                    {s: tuple(Faithfulness.from_dict(t) for t in tests)
                     for s, tests in data.get("tested_under", {}).items()},
                    data.get("weights"),
-                   {s: Faithfulness.from_dict(t) for s, t in data.get("empty_under", {}).items()})
+                   {s: Faithfulness.from_dict(t) for s, t in data.get("empty_under", {}).items()},
+                   tuple(data["registry"]) if "registry" in data else None)
 
     @classmethod
     def of_run(cls, run_dir: str | Path) -> SweepRecord | None:

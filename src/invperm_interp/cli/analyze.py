@@ -26,16 +26,14 @@ def analyse_and_report(model, out_dir, context, *, n: int, seed: int, quiet: boo
     from ..analysis.budget import analysis_estimate
     from ..analysis.record import analyze, check_finite_norm, headline
     from ..analysis.templates import explain_and_match
+    from ..model.build import analysis_model
     from ..runs.directory import RunDir, check_writable
     from ..viz.report import write_report
 
     if out_dir is not None:  # checked before the analysis, not after it
         check_writable(Path(out_dir), "write the record and report elsewhere with --out")
     analysed = model
-    if model.cfg.arch == "standard":
-        from ..model.note_map import to_disentangled
-
-        model = to_disentangled(model)  # what the report draws; analyze maps it again, cheaply
+    model = analysis_model(model)  # what the report draws; analyze maps it again, cheaply
     cfg = model.cfg
     floor = memory.analysis_estimate(cfg, n, circuits=0)  # refused before the atoms are fitted
     try:
@@ -337,6 +335,11 @@ def add_analyze_parser(sub, name: str) -> None:
 
     about = ("circuit, templates, closest construction, ablations and an HTML report of a run or a "
              "construction; on a directory of runs, a report for each and an index page")
+    if name == "report":  # the same job under the name a reader looks for, said from that side
+        about = ("the HTML report of a run (report.html, read first: headline, training, the "
+                 "mechanism, the circuit, ablations, attention) or of a construction, from the same "
+                 "analysis as 'invperm analyze', which it writes too (analysis.json); on a directory "
+                 "of runs (a sweep, a census), every run's report and index.html linking them")
     analyze = sub.add_parser(name, help=about, description=describe(about),
                              formatter_class=HelpFormatter, epilog=examples(
                                  f"invperm {name} runs/demo/causal",

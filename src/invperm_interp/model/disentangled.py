@@ -222,6 +222,28 @@ class DisentangledTransformer(DisentangledModel, nn.Module):
         self.unembed = UnembedWeights(cfg)
         init_weights(self, cfg, seed)
 
+    @classmethod
+    def made_on(cls, cfg: ModelConfig, device: str) -> DisentangledTransformer:
+        """The model of ``cfg`` with zero tensors made on ``device`` directly (``"meta"``: shapes
+        only, nothing allocated), unchecked: what the memory count runs. No ``torch.device``
+        context, which would import ``torch._dynamo`` (training processes keep it out)."""
+        model = cls.__new__(cls)
+        nn.Module.__init__(model)
+        model.cfg = cfg
+        model.register_buffer("pos", torch.zeros(cfg.T, cfg.T, dtype=cfg.torch_dtype, device=device))
+        model.blocks = nn.ModuleList()
+        for H, D in zip(cfg.heads, cfg.widths):
+            block, attn = nn.Module(), nn.Module()
+            attn.A = nn.Parameter(torch.zeros(H, D, D, dtype=cfg.torch_dtype, device=device))
+            attn.register_buffer("mask", torch.ones(cfg.T, cfg.T, dtype=torch.bool, device=device))
+            block.attn = attn
+            model.blocks.append(block)
+        model.unembed = nn.Module()
+        model.unembed.rows = cfg.readout_rows
+        model.unembed.W_U = nn.Parameter(torch.zeros(cfg.widths[-1], cfg.d, dtype=cfg.torch_dtype,
+                                                     device=device))
+        return model
+
     def forward(self, X: Tensor, check_input: bool = True) -> Float[Tensor, "batch rows d"]:
         """``X (B, T, d)`` or token ids ``(B, T)`` → the predicted ``Y (B, d, d)``;
         ``check_input=False`` skips the checks (data the caller drew itself)."""

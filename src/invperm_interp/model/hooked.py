@@ -24,6 +24,7 @@ from ..runs.directory import RunDir, RunWeights
 from ..stream import Stream, absent_name_hint
 from ..task import answer, mse
 from . import tokens
+from .build import model_class
 from .cache import StreamCache
 from .disentangled import (
     AttentionWeights,
@@ -189,6 +190,12 @@ class FromWeights:
         model = cls(weights.model_cfg, seed=0)
         ckpt.load_model_tensors(model, weights.tensors, weights.path)
         return model
+
+
+def hooked_model(module: nn.Module) -> nn.Module:
+    """The hooked model of a plain (or hooked) model's weights, copied, on its device: the hooked
+    class of its architecture (``model.build.model_class``), whichever that is."""
+    return model_class(module.cfg, "hooked").from_module(module)
 
 
 class HookedDisentangledTransformer(DisentangledModel, FromWeights, TaskForward, HookedRootModule):

@@ -23,6 +23,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
+from ..architecture import note_is_cheaper, row_costs  # noqa: F401 (row_costs: the model's price)
 from ..config import ModelConfig
 from .causal import causal_mask
 from .disentangled import check_model_fits, validated_input, weights_forward
@@ -172,27 +173,6 @@ class Unembed(Hooked):
         return self.hook_readout(resid[:, self.rows]) @ self.W_U
 
 
-def row_costs(cfg: ModelConfig) -> tuple[int, int]:
-    """Multiplications per input row of a standard model's forward ``(through the map, direct)``:
-    through the map, in the disentangled streams of widths ``D_l``, its queries ``h A`` and scores
-    ``H D (D + 2T)`` per layer; directly, in ``d_model``, ``H d_head (4 d_model + 2T)`` per layer and
-    ``2 d_model d_mlp`` more with an MLP (the map is then not taken)."""
-    m, dh, T = cfg.d_model, cfg.d_head, cfg.T
-    note = sum(H * D * (D + 2 * T) for H, D in zip(cfg.heads, cfg.widths))
-    mlp = 2 * m * cfg.d_mlp if cfg.d_mlp is not None else 0
-    return note, sum(H * dh * (4 * m + 2 * T) + mlp for H in cfg.heads)
-
-
-def note_is_cheaper(cfg: ModelConfig) -> bool:
-    """Whether an attention-only model without LayerNorm computes its output with fewer
-    multiplications through its map than in ``d_model`` (:func:`row_costs`): at d = 10 and
-    ``d_model`` 64, 8,100 against 37,888 per row."""
-    if cfg.layernorm or cfg.d_mlp is not None:
-        return False
-    note, direct = row_costs(cfg)
-    return note < direct
-
-
 def init_standard(model: nn.Module, cfg: ModelConfig, seed: int | None = None) -> None:
     """``cfg.init``: every matrix ``N(0, init_scale²)`` (``"normal"``) or 0 (``"zeros"``), drawn in
     ``named_parameters()`` order; LayerNorm weights 1 and every bias 0 either way."""
@@ -241,6 +221,12 @@ class StandardTransformer(Hooked):
         self.through_note = note_is_cheaper(cfg)
         if not shapes_only:
             init_standard(self, cfg, seed)
+
+    @classmethod
+    def made_on(cls, cfg: ModelConfig, device: str) -> StandardTransformer:
+        """The model of ``cfg`` with its tensors made on ``device`` (``"meta"``: shapes only,
+        nothing allocated, checked or initialised): what the memory count runs."""
+        return cls(cfg, device=device)
 
     def forward(self, X: Tensor, check_input: bool = True) -> Float[Tensor, "batch rows d"]:
         """``X (B, T, d)`` or token ids ``(B, T)`` → the predicted ``Y (B, d, d)``;

@@ -14,12 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import Tensor, nn
+
+from .evaluation import Evaluation
 
 FORMAT = "invperm-checkpoint/1"
 
@@ -122,6 +125,46 @@ def check_meta(meta: dict, path: str | Path, expected: dict[str, str]) -> None:
         if not _META_KINDS[kind](meta.get(key)):
             raise ValueError(f"checkpoint {path} has malformed metadata: {key!r} must be {kind}, got "
                              f"{meta.get(key)!r}; delete it to resume from an earlier one")
+
+
+@dataclass(frozen=True)
+class CheckpointMeta:
+    """A checkpoint's ``invperm`` metadata, typed (``format`` aside: :func:`save` writes it,
+    :func:`load` checks it): ``from_dict(meta).to_dict() == meta``, key order too, for what the
+    trainer writes. A training checkpoint holds ``device`` to ``loss_count`` (``TRAINING_META``);
+    the final weights ``metrics`` (the last evaluation, ``Evaluation.to_dict``) and ``stopped``
+    (why the run stopped early; None: it ran all its steps)."""
+
+    step: int
+    config_hash: str
+    device: str | None = None  # where the data stream lives
+    optimizer: dict | None = None  # the optimizer's non-tensor state, per parameter
+    elapsed: float | None = None  # training seconds so far
+    loss_sum: float | None = None  # the loop's running loss since the last evaluation …
+    loss_count: int | None = None  # … over this many steps
+    metrics: dict | None = None
+    stopped: str | None = None
+
+    @property
+    def evaluation(self) -> Evaluation | None:
+        """The last evaluation final weights keep, if they hold one this version reads."""
+        try:
+            return Evaluation.from_dict(self.metrics) if self.metrics else None
+        except ValueError:
+            return None
+
+    def to_dict(self) -> dict:
+        """The entries that are set, in field order; ``stopped`` always beside ``metrics``."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+                or f.name == "stopped" and self.metrics is not None}
+
+    @classmethod
+    def from_dict(cls, meta: dict) -> CheckpointMeta:
+        """``meta`` as :func:`load` returns it (keys this version does not know are let go);
+        ``ValueError`` without ``step`` or ``config_hash``."""
+        if not (isinstance(meta, dict) and {"step", "config_hash"} <= set(meta)):
+            raise ValueError(f"checkpoint metadata must hold 'step' and 'config_hash', got {meta!r}")
+        return cls(**{f.name: meta[f.name] for f in fields(cls) if f.name in meta})
 
 
 # -- model state ------------------------------------------------------------------------------------

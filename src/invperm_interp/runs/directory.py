@@ -58,7 +58,7 @@ class RunWeights(NamedTuple):
     tensors: dict[str, Tensor]
     step: int
     path: Path
-    meta: dict  # the file's metadata (``checkpoint.load``)
+    meta: ckpt.CheckpointMeta  # the file's metadata
 
 
 def write_probe(folder: Path, size: int = 0) -> None:
@@ -270,13 +270,14 @@ class RunDir:
         to have been written by that configuration."""
         model_cfg, train_cfg = self.read_config()
         path = self.weights_path(step)
-        tensors, meta = ckpt.load(path)
-        if meta.get("config_hash") != config_hash(model_cfg, train_cfg):
+        tensors, written = ckpt.load(path)
+        meta = ckpt.CheckpointMeta.from_dict(written)
+        if meta.config_hash != config_hash(model_cfg, train_cfg):
             raise ValueError(f"{path} was written by another configuration than {self.config}")
-        if step is not None and meta["step"] != step:
-            raise ValueError(f"checkpoint {path} holds step {meta['step']}, not the step its name "
+        if step is not None and meta.step != step:
+            raise ValueError(f"checkpoint {path} holds step {meta.step}, not the step its name "
                              f"says ({step}); delete it or give it its own name")
-        return RunWeights(model_cfg, train_cfg, tensors, meta["step"], path, meta)
+        return RunWeights(model_cfg, train_cfg, tensors, meta.step, path, meta)
 
     # -- room and rules for a run -----------------------------------------------------------------
     def check_writable(self, model_cfg: ModelConfig, cfg: TrainConfig, resume: bool) -> None:

@@ -30,7 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .collect import collect, read_sweep
+from .collect import collect, read_rows, read_sweep
 from .grid import Grid, load_grid
 from .plan import RESUME_HINT, check_size, job_done, units
 from .tasks import failed_dir
@@ -181,14 +181,14 @@ def _outcome(grid: Grid, out: Path, path: Path, stopped: int | None, progress: b
     if stopped is not None:
         raise Interrupted(f"sweep stopped; its workers checkpointed; wrote {path} for what "
                           f"finished; {RESUME_HINT}", stopped)
-    records = [r for _, r in read_sweep(out)]
+    records = [r for _, r in read_rows(out)]
     failures = {p.name: p.read_text().strip() for p in failed_dir(out).glob("*")}
-    refused = {r["name"]: r["mechanism_refused"] for r in records if "mechanism_refused" in r}
+    refused = {r.name: r.mechanism_refused for r in records if r.mechanism_refused is not None}
     for name, why in refused.items() if progress else ():  # trained, and done
         print(f"  {name}: mechanism analysis refused: {why}")
-    missing = [r["name"] for r in records if r["status"] == "unfinished"
-               or grid.mechanism and r["status"] != "diverged" and r["mechanism"] is None
-               and r["name"] not in refused]
+    missing = [r.name for r in records if r.status == "unfinished"
+               or grid.mechanism and r.status != "diverged" and r.mechanism is None
+               and r.name not in refused]
     if not missing:
         return path
     for name in missing:

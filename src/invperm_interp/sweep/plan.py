@@ -19,7 +19,7 @@ from .grid import MAX_RUNS, Grid, Job
 #: scores and projections over its widths D); "standard", a standard model trained through its map,
 #: by the same count for the widths it is read as; "direct", a standard model in ``d_model`` (with
 #: LayerNorm or an MLP, or where that is cheaper), by batch·T·(multiplications per row,
-#: ``model.standard.row_costs``). Fitted by benchmarks/step_cost.py on 18 runs of the census grids
+#: ``architecture.row_costs``). Fitted by benchmarks/step_cost.py on 18 runs of the census grids
 #: and the standard floor grid, each step timed alone on a quiet core: "note" and "standard" refitted
 #: when the training forward stopped multiplying the stream's I_T block (within 0.91-1.12 of the
 #: measured step for "note", 0.73-1.22 for "standard"; the count still prices the whole stream, and
@@ -50,7 +50,7 @@ def job_done(run_dir: Path, analysis: dict | None = None) -> bool:
     from ..analysis.sweep_record import SweepRecord
 
     record = SweepRecord.of_run(run_dir)  # None: analyse again
-    if record is not None and record.lacks(analysis) == []:
+    if record is not None and record.lacks(analysis, run.read_config()[0]) == []:
         return True
     from ..training.run import unanalysable
 
@@ -102,15 +102,8 @@ def step_model(job: Job) -> tuple[str, float, float, float]:
     """How one training step of ``job`` is priced: ``(family, units, fixed, per_unit)``, the step
     costing ``fixed + per_unit * units`` CPU seconds (see ``STEP_COST``)."""
     m, t = job.model_cfg, job.train_cfg.resolved()
-    widths = m.widths
-    family, units = "note", t.batch_size * m.T * (m.T * sum(widths) + sum(w * w for w in widths))
-    if m.arch == "standard":
-        from ..model.standard import note_is_cheaper, row_costs
-
-        family = "standard"
-        if not note_is_cheaper(m):
-            family, units = "direct", t.batch_size * m.T * row_costs(m)[1]
-    return (family, units, *STEP_COST[family])
+    family, per_sample = m.architecture.step_units(m)
+    return (family, t.batch_size * per_sample, *STEP_COST[family])
 
 
 def train_seconds(job: Job) -> float:
@@ -136,11 +129,9 @@ def run_memory(job: Job, analysis: dict | None = None) -> int:
     training = training_estimate(m, t.optimizer, t.batch_size, t.eval_size).total
     if analysis is None or unanalysable(m) is not None:  # a run trained, not analysed
         return training
-    cfg = m
-    if m.arch == "standard":
-        from ..model.note_map import disentangled_config
+    from ..model.build import analysis_config
 
-        cfg = disentangled_config(m)
+    cfg = analysis_config(m)
     n = analysis["samples"]
     standins = [memory.standin_bytes(cfg, n, per_sample) for per_sample, on in
                 ((False, analysis.get("mean_ablation")), (True, analysis.get("resample_ablation")))

@@ -11,22 +11,22 @@ import json
 import os
 from pathlib import Path
 
-from .collect import read_sweep
+from .collect import SweepRow, read_rows
 
 
-def _varying(rows: list[dict]) -> list[tuple[str, str]]:
+def _varying(rows: list[SweepRow]) -> list[tuple[str, str]]:
     """The (section, field) pairs whose value differs between runs (seed and folder excluded)."""
     keys = []
     for section in ("model", "train"):
-        for key in rows[0][section]:
+        for key in getattr(rows[0], section):
             if key not in ("seed", "out_dir") and len(
-                    {json.dumps(r[section].get(key)) for r in rows}) > 1:
+                    {json.dumps(getattr(r, section).get(key)) for r in rows}) > 1:
                 keys.append((section, key))
     return keys
 
 
-def _value(r: dict, section: str, key: str):
-    v = r[section].get(key)
+def _value(r: SweepRow, section: str, key: str):
+    v = getattr(r, section).get(key)
     if section == "model" and key == "layout":
         return v["d"]
     return v
@@ -49,7 +49,7 @@ def write_sweep_report(folder: str | Path) -> tuple[Path, Path]:
     from .run_rows import find_runs, index_title
 
     folder = Path(folder)
-    records = {record["name"]: record for _, record in read_sweep(folder)}
+    records = {row.name: row for _, row in read_rows(folder)}
     if not records:
         raise ValueError(f"{folder}/sweep.jsonl lists no runs")
     runs = find_runs(folder)
@@ -59,7 +59,7 @@ def write_sweep_report(folder: str | Path) -> tuple[Path, Path]:
         isinstance(_value(r, s, k), (int, float)) for r in records.values())]
     x_key = ("model", "layout") if ("model", "layout") in varying else (numeric[0] if numeric else None)
     lines = [f"# Sweep {folder.name}", "",
-             f"{len(runs)} runs; solved = evaluation MSE < {first['solve_mse']:g}; varying: "
+             f"{len(runs)} runs; solved = evaluation MSE < {first.solve_mse:g}; varying: "
              + (", ".join(f"{s}.{k}" for s, k in varying) or "seed only")
              + f". The same tables, each run linked to its report: {folder.as_posix()}/index.html.", "",
              *_markdown_table(GROUP_HEADER, group_rows(runs)), "",
@@ -67,7 +67,6 @@ def write_sweep_report(folder: str | Path) -> tuple[Path, Path]:
              *_markdown_table(RUN_HEADER, [run_texts(folder, r) for r in runs])]
     md = folder / "sweep_report.md"
     md.write_text("\n".join(lines) + "\n")
-    write_index(folder, runs, index_title(folder))  # as `invperm report` writes it again
 
     x_label = (("d (task size)" if x_key == ("model", "layout") else f"{x_key[0]}.{x_key[1]}")
                if x_key else "run")
@@ -75,6 +74,8 @@ def write_sweep_report(folder: str | Path) -> tuple[Path, Path]:
                "steps": r.steps, "mechanism": r.mechanism,
                "d": _value(records[Path(os.path.relpath(r.dir, folder)).as_posix()], *x_key) if x_key else i}
               for i, r in enumerate(runs)]
-    fig = plot_sweep(points, first["solve_mse"], f"sweep {folder.name}: {len(runs)} runs", x_label)
+    fig = plot_sweep(points, first.solve_mse, f"sweep {folder.name}: {len(runs)} runs", x_label)
     png, _ = save_figures(fig, folder / "sweep_report.png")
+    # after the figure, so the index shows and links it (as `invperm report` writes it again)
+    write_index(folder, runs, index_title(folder))
     return md, png

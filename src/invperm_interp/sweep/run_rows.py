@@ -13,27 +13,41 @@ from ..config import ModelConfig
 from ..runs.directory import RunDir
 from ..runs.evaluation import Evaluation
 from ..viz.curves import AT_FLOOR, SOLVED_BELOW
-from .collect import SWEEP_FILE, read_sweep
+from .collect import SWEEP_FILE, SweepRow, read_rows
 
 
 @dataclass(frozen=True)
 class RunRow:
-    """One run of the index: what the table shows about it."""
+    """One run of the index: its model configuration and what the table shows about it."""
 
     dir: Path
-    group: str  # the model kind: attention, layout and read-out
-    d: int
+    model: ModelConfig
     seed: int
     steps: int
     mse: float | None
     causal_floor: float | None
     row_acc: float | None
     steps_to_solve: int | None
-    mechanism: str | None
-    causal: bool
+    mechanism: str | None  # the rule's answer as text
     status: str | None = None  # "diverged", "unfinished": a run that did not end normally
     # (style, name) where the sweep's analysis names it otherwise under mean or resample ablation
     other_styles: tuple[tuple[str, str], ...] = ()
+    # "key=value" of the training settings that differ between a sweep's runs (seed and folder aside)
+    training: tuple[str, ...] = ()
+
+    @property
+    def d(self) -> int:
+        return self.model.d
+
+    @property
+    def causal(self) -> bool:
+        return self.model.causal
+
+    @property
+    def group(self) -> str:
+        """The label of the runs counted together: the model kind (:func:`_model_kind`) and the
+        training settings that differ between a sweep's runs."""
+        return ", ".join([_model_kind(self.model), *self.training])
 
     @property
     def solvable(self) -> bool:
@@ -58,18 +72,12 @@ def _model(model: dict) -> ModelConfig:
         raise ValueError(f"not a model configuration ({err}): {model}") from None
 
 
-def _group(cfg: ModelConfig) -> str:
+def _model_kind(cfg: ModelConfig) -> str:
     """``"bidirectional [P; Y] → P"``: the model kind, the same for every d; for a standard model
-    also its shape and the disentangled widths its exact map reads it in (or why there is none)."""
-    kind = (f"{cfg.attention_dir} [{'; '.join(s.name for s in cfg.layout.segments)}] "
-            f"→ {cfg.readout}")
-    if cfg.arch != "standard":
-        return kind
-    shape = (f"standard, d_model {cfg.d_model}, d_head {cfg.d_head}"
-             + (", LayerNorm" if cfg.layernorm else "") + (f", MLP {cfg.d_mlp}" if cfg.d_mlp else ""))
-    if cfg.layernorm or cfg.d_mlp is not None:
-        return f"{kind} ({shape}; no exact map)"
-    return f"{kind} ({shape}; read as disentangled, widths {' → '.join(map(str, cfg.widths))})"
+    also its shape and the disentangled widths its exact map reads it in (or why there is none:
+    ``Architecture.label``)."""
+    return (f"{cfg.attention_dir} [{'; '.join(s.name for s in cfg.layout.segments)}] "
+            f"→ {cfg.readout}{cfg.architecture.label(cfg)}")
 
 
 def _first_below(metrics: list[Evaluation], target: float) -> int | None:
@@ -93,9 +101,9 @@ def _row_from_dir(run_dir: Path) -> RunRow:
     model, train = RunDir(run_dir).read_config()
     metrics = RunDir(run_dir).read_metrics()
     last = metrics[-1] if metrics else None
-    return RunRow(run_dir, _group(model), model.d, train.seed, last.step if last else 0,
-                  last and last.mse, last and last.causal_floor, last and last.row_acc,
-                  _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir), model.causal)
+    return RunRow(run_dir, model, train.seed, last.step if last else 0, last and last.mse,
+                  last and last.causal_floor, last and last.row_acc,
+                  _first_below(metrics, SOLVED_BELOW), _mechanism(run_dir))
 
 
 def _sweep_record(analysis, run_dir: Path):
@@ -112,35 +120,25 @@ def _sweep_record(analysis, run_dir: Path):
         return None
 
 
-def _row_from_record(root: Path, record: dict) -> RunRow:
-    """A run from a ``sweep.jsonl`` line (``invperm sweep``'s format: ``name`` (its folder under the
-    sweep), ``status``, ``step``, ``steps_to_solve``, ``final`` (the last metrics), ``mechanism``,
-    ``model`` and ``train``)."""
-    model, train = _model(record["model"]), record.get("train", {})
-    final = record.get("final")  # an Evaluation (read_sweep), or None
-    name = record.get("name") or record.get("run_dir")
-    run_dir = root / name if name else Path(train.get("out_dir") or root)
-    typed = _sweep_record(record.get("analysis"), run_dir)
-    mechanism = str(typed.answer) if typed else record.get("mechanism")
-    if isinstance(mechanism, dict):
-        mechanism = mechanism.get("name")
-    solve = record.get("steps_to_solve")
-    status = record.get("status")
+def _row_from_line(root: Path, line: SweepRow) -> RunRow:
+    """A run from its ``sweep.jsonl`` line (``name``: its folder under the sweep)."""
+    model, final, run_dir = _model(line.model), line.final, root / line.name
+    typed = _sweep_record(line.analysis, run_dir)
+    mechanism = str(typed.answer) if typed else line.mechanism
     others = tuple((style, str(answer)) for style, answer in (typed.under if typed else {}).items()
                    if str(answer) != mechanism)
-    return RunRow(run_dir, _group(model), model.d, int(train.get("seed", 0)),
-                  int(record.get("step") or (final and final.step) or 0), final and final.mse,
-                  final and final.causal_floor, final and final.row_acc,
-                  None if solve is None else int(solve), mechanism or _mechanism(run_dir),
-                  model.causal, None if status in (None, "finished", "stopped") else status,
-                  others)
+    return RunRow(run_dir, model, int(line.train.get("seed", 0)),
+                  int(line.step or (final and final.step) or 0), final and final.mse,
+                  final and final.causal_floor, final and final.row_acc, line.steps_to_solve,
+                  mechanism or _mechanism(run_dir),
+                  None if line.status in ("finished", "stopped") else line.status, others)
 
 
-def _varying_training(records: list[dict]) -> list[str]:
+def _varying_training(lines: list[SweepRow]) -> list[str]:
     """The training settings that differ between a sweep's runs (seed and folder aside): they
     join the model kind in a group's label, so runs trained otherwise are not counted together."""
-    keys = sorted({k for r in records for k in r["train"]} - {"seed", "out_dir"})
-    return [k for k in keys if len({json.dumps(r["train"].get(k)) for r in records}) > 1]
+    keys = sorted({k for r in lines for k in r.train} - {"seed", "out_dir"})
+    return [k for k in keys if len({json.dumps(r.train.get(k)) for r in lines}) > 1]
 
 
 def find_runs(directory: str | Path) -> list[RunRow]:
@@ -151,15 +149,14 @@ def find_runs(directory: str | Path) -> list[RunRow]:
         raise ValueError(f"directory {root} does not exist")
     sweep = root / SWEEP_FILE
     if sweep.is_file():
-        rows, records = [], read_sweep(root)
-        varying = _varying_training([record for _, record in records])
-        for i, record in records:
+        rows, lines = [], read_rows(root)
+        varying = _varying_training([line for _, line in lines])
+        for i, line in lines:
             try:
-                row = _row_from_record(root, record)
+                row = _row_from_line(root, line)
             except (AttributeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(f"{sweep} line {i} is not a run record: {err}") from None
-            rows.append(replace(row, group=", ".join(
-                [row.group, *(f"{k}={record['train'].get(k)}" for k in varying)])))
+            rows.append(replace(row, training=tuple(f"{k}={line.train.get(k)}" for k in varying)))
     else:
         rows = [_row_from_dir(p.parent) for p in sorted(root.rglob(RunDir.CONFIG))
                 if p.parent != root]

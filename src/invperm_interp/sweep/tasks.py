@@ -164,7 +164,8 @@ def write_analysis(run_dir: Path, samples: int = 4096, seed: int = 0, batches: i
         return None
     path = RunDir(run_dir).mechanism
     cached = SweepRecord.of_run(run_dir)  # None: none, unreadable or of older weights
-    missing = cached.lacks(settings) if cached is not None else None
+    missing = (cached.lacks(settings, RunDir(run_dir).read_config()[0]) if cached is not None
+               else None)
     if missing == []:
         return cached
     from ..analysis.mechanism import name_by_rule
@@ -212,6 +213,7 @@ def reference_batch(style: str, model, samples: int, reference_seed: int):
 def _sweep_record(model, batch, samples: int, seed: int, batches: int):
     """The run's mechanism on ``batch`` and its names on ``batches - 1`` more batches."""
     from ..analysis.mechanism import mechanism, name_on
+    from ..analysis.placements import fitting_names
     from ..analysis.sweep_record import SweepRecord
     from ..analysis.templates import explain
     from ..analysis.verdict import evaluation_batch
@@ -219,7 +221,8 @@ def _sweep_record(model, batch, samples: int, seed: int, batches: int):
     mech = mechanism(model, batch, circuit=explain(model))
     names = [mech.answer] + [name_on(model, evaluation_batch(model, samples, seed + k))
                              for k in range(1, batches)]
-    return SweepRecord(mech, samples, seed, tuple(names))
+    return SweepRecord(mech, samples, seed, tuple(names),
+                       registry=tuple(fitting_names(model.cfg, working=True)))
 
 
 def claiming_worker(grid_path: str, out: str, unit_list: list[list[int]], token: str) -> None:

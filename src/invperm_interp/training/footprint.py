@@ -21,42 +21,17 @@ import torch
 
 from .. import memory
 from ..config import ModelConfig
-from ..model.build import forward
-from ..model.disentangled import DisentangledTransformer
-from ..model.standard import StandardTransformer
+from ..model.build import forward, made_on
 from ..task import mse
 from .metrics import evaluation_chunk
 
 __all__ = ["saved_for_backward", "training_estimate", "training_step_bytes"]
 
 
-def _weights(cfg: ModelConfig, device: str) -> DisentangledTransformer | StandardTransformer:
-    """A zero model of ``cfg`` on ``device``, its tensors made there directly (a ``torch.device``
-    context would import ``torch._dynamo``, which training processes keep out)."""
-    if cfg.arch == "standard":
-        return StandardTransformer(cfg, device=device)
-    model = DisentangledTransformer.__new__(DisentangledTransformer)
-    torch.nn.Module.__init__(model)
-    model.cfg = cfg
-    model.register_buffer("pos", torch.zeros(cfg.T, cfg.T, dtype=cfg.torch_dtype, device=device))
-    model.blocks = torch.nn.ModuleList()
-    for H, D in zip(cfg.heads, cfg.widths):
-        block, attn = torch.nn.Module(), torch.nn.Module()
-        attn.A = torch.nn.Parameter(torch.zeros(H, D, D, dtype=cfg.torch_dtype, device=device))
-        attn.register_buffer("mask", torch.ones(cfg.T, cfg.T, dtype=torch.bool, device=device))
-        block.attn = attn
-        model.blocks.append(block)
-    model.unembed = torch.nn.Module()
-    model.unembed.rows = cfg.readout_rows
-    model.unembed.W_U = torch.nn.Parameter(torch.zeros(cfg.widths[-1], cfg.d, dtype=cfg.torch_dtype,
-                                                       device=device))
-    return model
-
-
 def saved_for_backward(cfg: ModelConfig, b: int, device: str = "meta") -> list[int]:
     """Bytes of each distinct tensor autograd saves during one step's forward on ``b`` samples
     (parameters excluded: they are counted as weights). On ``"meta"`` nothing is allocated."""
-    model = _weights(cfg, device)
+    model = made_on(cfg, device)
     X = torch.zeros(b, cfg.T, cfg.d, dtype=cfg.torch_dtype, device=device)
     Y = torch.zeros(b, cfg.d, cfg.d, dtype=cfg.torch_dtype, device=device)
     params = {id(p) for p in model.parameters()}
@@ -140,10 +115,8 @@ def training_estimate(model_cfg: ModelConfig, optimizer: str, batch_size: int, e
     largest = max(parts, key=parts.get)
     if largest == "evaluation batch":
         lower = f"eval_size (now {eval_size})"
-    elif largest.startswith("weights") and model_cfg.arch == "standard":
-        lower = "d_model, d_head, d_mlp or n_layers"
     elif largest.startswith("weights"):
-        lower = "d, n_layers or n_heads (the widths grow as (d + T)·(1 + H)^L)"
+        lower = model_cfg.architecture.weights_hint
     elif step >= evaluation:
         lower = f"batch_size (now {batch_size}), d, n_layers or n_heads"
     else:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..config import ModelConfig, TrainConfig
-from ..model.build import plain_model
+from ..model.build import check_analysable, plain_model
 from ..model.disentangled import DisentangledTransformer
 from ..model.standard import StandardTransformer
 from ..runs import checkpoint as ckpt
@@ -44,12 +44,8 @@ def unanalysable(cfg: ModelConfig) -> str | None:
     """Why the mechanism analyses cannot read a model of ``cfg``, in one line (a standard model with
     LayerNorm or MLPs: its map to the disentangled model is not exact, ``model.note_map``), or
     None when they can (``Run.analysis_model``). Its behaviour can still be measured."""
-    if cfg.arch != "standard":
-        return None
-    from ..model.note_map import check_mappable
-
     try:
-        check_mappable(cfg)
+        check_analysable(cfg)
     except ValueError as err:
         return str(err)
     return None
@@ -78,13 +74,9 @@ class Run:
     @cached_property
     def model(self) -> HookedDisentangledTransformer | HookedStandardTransformer:
         """The hooked model of ``weights`` (a copy, on the same device)."""
-        if self.model_cfg.arch == "standard":
-            from ..model.standard_hooked import HookedStandardTransformer
+        from ..model.hooked import hooked_model
 
-            return HookedStandardTransformer.from_module(self.weights)
-        from ..model.hooked import HookedDisentangledTransformer
-
-        return HookedDisentangledTransformer.from_module(self.weights)
+        return hooked_model(self.weights)
 
     @cached_property
     def analysis_model(self) -> DisentangledTransformer:
@@ -104,7 +96,7 @@ class Run:
         ckpt.load_model_tensors(model, weights.tensors, weights.path)
         model = model.to(resolve_device(device))
         metrics = [m for m in run.read_metrics() if m.step <= weights.step]
-        last = kept_evaluation(weights.meta)  # the final weights file keeps the last record
+        last = weights.meta.evaluation  # the final weights file keeps the last record
         if last is not None and (not metrics or metrics[-1].step < last.step):
             warnings.warn(f"{run.metrics} lacks the records up to step {weights.step} "
                           "(deleted or replaced?): only the final record, kept in "
@@ -112,10 +104,3 @@ class Run:
             metrics = [last]
         return cls(weights.model_cfg, weights.train_cfg, model, metrics, weights.step, run.path)
 
-
-def kept_evaluation(meta: dict) -> Evaluation | None:
-    """The last evaluation a final weights file keeps in its metadata, if it holds one."""
-    try:
-        return Evaluation.from_dict(meta["metrics"]) if meta.get("metrics") else None
-    except ValueError:
-        return None

@@ -31,7 +31,7 @@ from ..task import mse, sample_batch
 from .metrics import Scores, evaluate, evaluation_chunk
 from .optim import load_optimizer_tensors, make_optimizer, optimizer_tensors
 from .progress import progress_bar
-from .run import Run, kept_evaluation, resolve_device
+from .run import Run, resolve_device
 from .schedule import learning_rate
 from .signals import StopRequest
 from .stopping import stop_reason
@@ -134,27 +134,28 @@ class Trainer:
     def _restore(self, step: int, path: Path) -> None:
         meta = self.load_state(step, path)
         self.metrics = self._metrics_until(step)
-        self.step, self.elapsed = step, meta["elapsed"]
-        self.loss_sum, self.loss_count = meta["loss_sum"], meta["loss_count"]
+        self.step, self.elapsed = step, meta.elapsed
+        self.loss_sum, self.loss_count = meta.loss_sum, meta.loss_count
 
-    def load_state(self, step: int, path: Path) -> dict:
+    def load_state(self, step: int, path: Path) -> ckpt.CheckpointMeta:
         """Load checkpoint ``path`` of step ``step`` of this run (its weights, optimizer and data
         stream state; checked to be this configuration's) and return its metadata; the counters
         are left to the caller."""
-        tensors, meta = ckpt.load(path)
-        ckpt.check_meta(meta, path, ckpt.TRAINING_META)
-        if meta.get("config_hash") != self.hash or meta.get("step") != step:
+        tensors, written = ckpt.load(path)
+        ckpt.check_meta(written, path, ckpt.TRAINING_META)
+        meta = ckpt.CheckpointMeta.from_dict(written)
+        if meta.config_hash != self.hash or meta.step != step:
             raise ValueError(f"checkpoint {path} belongs to another run or step (config hash "
-                             f"{meta.get('config_hash')}, this run's {self.hash})")
-        if meta.get("device") != self.device.type:
-            raise ValueError(f"checkpoint {path} was written on {meta.get('device')}; resume it "
-                             f"with device={meta.get('device')!r} (its data stream lives there)")
+                             f"{meta.config_hash}, this run's {self.hash})")
+        if meta.device != self.device.type:
+            raise ValueError(f"checkpoint {path} was written on {meta.device}; resume it "
+                             f"with device={meta.device!r} (its data stream lives there)")
         if step > self.cfg.steps:
             raise ValueError(f"steps must be >= the last checkpoint's step {step}, "
                              f"got {self.cfg.steps}")
         ckpt.load_model_tensors(self.model, tensors, path)
         load_optimizer_tensors(self.optimizer, self.cfg.optimizer, self.names, tensors,
-                                    meta.get("optimizer", {}), path)
+                                    meta.optimizer, path)
         rng = tensors.get("rng.data")
         if rng is None or rng.dtype != torch.uint8:
             raise ValueError(f"checkpoint {path} lacks the data generator's state rng.data")
@@ -175,7 +176,7 @@ class Trainer:
         final = self.run_dir.final
         if final.is_file():
             try:
-                kept = kept_evaluation(ckpt.load(final)[1])
+                kept = ckpt.CheckpointMeta.from_dict(ckpt.load(final)[1]).evaluation
             except ValueError:
                 kept = None
             if kept is not None and kept.step == step:
@@ -192,12 +193,12 @@ class Trainer:
         opt_tensors, scalars = optimizer_tensors(self.optimizer, self.names)
         tensors.update(opt_tensors)
         tensors["rng.data"] = self.generator.get_state()
-        meta = {"step": self.step, "config_hash": self.hash, "device": self.device.type,
-                "optimizer": scalars, "elapsed": self.elapsed, "loss_sum": self.loss_sum,
-                "loss_count": self.loss_count}
+        meta = ckpt.CheckpointMeta(self.step, self.hash, device=self.device.type, optimizer=scalars,
+                                   elapsed=self.elapsed, loss_sum=self.loss_sum,
+                                   loss_count=self.loss_count)
         path = self.run_dir.checkpoint(self.step)
         try:
-            ckpt.save(path, tensors, meta)
+            ckpt.save(path, tensors, meta.to_dict())
         except OSError as err:
             raise self._write_error(path, err) from err
 
@@ -299,10 +300,10 @@ class Trainer:
         final = self.run_dir.final if self.run_dir is not None else None
         done = self.step == cfg.steps or self.stopped is not None
         if final is not None and done and (stepped or not final.exists()):
-            meta = {"step": self.step, "config_hash": self.hash, "metrics": self.metrics[-1].to_dict(),
-                    "stopped": self.stopped}
+            meta = ckpt.CheckpointMeta(self.step, self.hash, metrics=self.metrics[-1].to_dict(),
+                                       stopped=self.stopped)
             try:
-                ckpt.save(final, ckpt.model_tensors(model), meta)
+                ckpt.save(final, ckpt.model_tensors(model), meta.to_dict())
             except OSError as err:
                 raise self._write_error(final, err) from err
         return Run(self.model_cfg, cfg, model, self.metrics, self.step, self.dir)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -141,12 +142,28 @@ def _figure(root: Path, rows: list[RunRow]) -> str:
            "line at 0." if any(r.causal and (r.causal_floor or 0) > 0 for r in rows) else "."))
 
 
+def _sweep_report(root: Path) -> str:
+    """The sweep's own report (``invperm sweep-report DIR``: ``sweep_report.md`` and its figure
+    against the grid's varying setting), shown and linked when the folder holds it."""
+    png = root / "sweep_report.png"
+    if not png.is_file():
+        return ""
+    links = [f'<a href="{name}">{name}</a>' for name in ("sweep_report.md", "sweep_report.svg")
+             if (root / name).is_file()]
+    return ("<h2>Sweep report</h2><p class='meta'>Written by <code>invperm sweep-report</code>: "
+            "steps to solve and the mechanism at each point of the grid"
+            + (f" ({', '.join(links)})" if links else "") + ".</p>"
+            '<figure><a href="sweep_report.png"><img src="sweep_report.png" alt="The sweep report\'s '
+            'figure: steps to solve at each point of the grid, and the mechanism the rule names there"'
+            ' style="max-width: 100%; height: auto"></a></figure>')
+
+
 def twin(rows: list[RunRow], run: RunRow) -> RunRow | None:
-    """``run``'s twin among ``rows``: the same layout, read-out, d and seed with the other attention
-    direction (the bidirectional model beside the causal one)."""
-    attention, rest = run.group.split(" ", 1)
-    other = {"causal": "bidirectional", "bidirectional": "causal"}.get(attention)
-    return next((r for r in rows if r.group == f"{other} {rest}" and r.d == run.d
+    """``run``'s twin among ``rows``: the same model configuration, training settings and seed with
+    the other attention direction (the bidirectional model beside the causal one)."""
+    other = {"causal": "bidirectional", "bidirectional": "causal"}[run.model.attention_dir]
+    model = replace(run.model, attention_dir=other)
+    return next((r for r in rows if r.model == model and r.training == run.training
                  and r.seed == run.seed), None)
 
 
@@ -157,7 +174,7 @@ def report_links(root: str | Path, rows: list[RunRow], run: RunRow) -> list[tupl
     other = twin(rows, run)
     twin_dir = None if other is None else RunDir(other.dir)
     if twin_dir is not None and (twin_dir.report.is_file() or twin_dir.is_finished):
-        links.append((f"twin: the {other.group.split()[0]} model",
+        links.append((f"twin: the {other.model.attention_dir} model",
                       os.path.relpath(twin_dir.report, run.dir)))
     return [(label, Path(url).as_posix()) for label, url in links]
 
@@ -224,6 +241,7 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
            "ablation of the cells outside the circuit, where it differs."
            if any(r.other_styles for r in rows) else "") + "</p>",
         _figure(root, rows),
+        _sweep_report(root),
         _group_table(rows),
         f"<div class='table'><table class='sortable'><thead><tr>{head}</tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></div>"]
