@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-fast test-slurm demo docs reproduce sweep census census-shapes census-standard dynamics scrubbing discovery standard setup lint bench clean
+.PHONY: test test-fast test-slurm demo docs notebook reproduce sweep census census-shapes census-standard dynamics scrubbing discovery discovered standard setup lint bench clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,15 @@ demo: $(STAMP)
 # open site/index.html. Strict: a broken link or an unknown name fails it (make test builds it too).
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict
+
+# The notebook tour (notebooks/tour.ipynb) in JupyterLab, with the project's kernel. JupyterLab is
+# installed into $(VENV) on first use, pinned, and not with the dev extra (make test does not need it).
+JUPYTERLAB := 4.6.6
+
+notebook: $(STAMP)
+	$(PY) -c "import importlib.metadata as m; assert m.version('jupyterlab') == '$(JUPYTERLAB)'" \
+		2>/dev/null || $(PY) -m pip install --quiet -c constraints.txt jupyterlab==$(JUPYTERLAB)
+	$(VENV)/bin/jupyter lab notebooks/tour.ipynb
 
 # The note's claims' tables and figures under assets/ (trains 8 models into runs/reproduce: about
 # 12 minutes on 2 cores, most of it the paper recipe's 10,000 steps); `make census`, `make dynamics`
@@ -97,6 +106,19 @@ scrubbing: $(STAMP)
 discovery: $(STAMP)
 	$(VENV)/bin/invperm sweep analyses/grids/discovery.toml --out runs/discovery --workers 1
 	$(PY) analyses/discovery.py runs/discovery --update-assets
+
+# Beyond the note: constructions no one wrote down. The 3-layer configurations the rule named none
+# of (analyses/grids/discovery_shapes.toml, 24 runs), their unnamed circuits made exact constructions
+# and registered (invperm discover --register: src/invperm_interp/maths/discovered.json, reviewed
+# like code), the same runs analysed again with them, then 48 runs on seeds discovery never saw
+# (analyses/grids/discovery_heldout.toml), counted with and without the discovered forms:
+# assets/discovery_census.{md,json} and assets/discovered/, read in docs/results/discovered.md.
+discovered: $(STAMP)
+	$(VENV)/bin/invperm sweep analyses/grids/discovery_shapes.toml --out runs/discovery_shapes
+	$(VENV)/bin/invperm discover runs/discovery_shapes --register
+	$(VENV)/bin/invperm sweep analyses/grids/discovery_shapes.toml --out runs/discovery_shapes
+	$(VENV)/bin/invperm sweep analyses/grids/discovery_heldout.toml --out runs/discovery_heldout
+	$(PY) analyses/discovery_census.py runs/discovery_shapes runs/discovery_heldout --update-assets
 
 # Beyond the note: the census on standard transformers beside the disentangled one (docs/standard.md):
 # the grid analyses/grids/census_standard.toml (224 runs, attention-only, d_model 64; its dry run

@@ -10,7 +10,10 @@ Each exact form is then tested by the rule's own test (``verdict_of``: faithful,
 that matter) on every unnamed model of its kind (attention, layout, read-out rows) at its
 best-weighted placements (as the rule places a registered construction: ``analysis.placements``).
 The proposals are chosen greedily: the form faithful on the most models not yet covered (ties: the
-fewer cells), while it covers at least ``min_runs``. Each is checked exact once more, as
+fewer cells), while it covers at least ``min_runs``; each is first **grown** by joining it with
+the other exact forms of its kind and shape, one at a time, a join kept when it is still exact and
+faithful on more models (runs that hold parts of one mechanism, each minimal circuit a different
+part, share the joined form). Each is checked exact once more, as
 ``register`` will: its largest error below ``constructions.REGISTER_TOL`` at every ``d`` in
 ``DISCOVER_DS`` as ``β`` grows (``exact_from``: the first such ``β``; otherwise the best error
 reached).
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..maths import constructions
 from ..maths.placement import placements, unplace
@@ -149,20 +152,53 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
     exact = list(dict.fromkeys(i.form for i in ideals.values() if i.exact))
     tested = {form: _test_on(form, models, testers) for form in exact}
     proposals, covered = [], set()
+
+    def gain(form: Form) -> tuple:
+        held = {k for k, (_, v) in tested[form].items() if v == FAITHFUL}
+        return len(held - covered), -len(form.cells), form.text
+
     while True:
         left = [f for f in exact if f not in {p.form for p in proposals}]
-        gains = {f: (len({k for k, (_, v) in tested[f].items() if v == FAITHFUL} - covered),
-                     -len(f.cells), f.text) for f in left}
-        if not left or gains[best := max(left, key=gains.get)][0] < min_runs:
+        if not left or gain(best := max(left, key=gain))[0] < min_runs:
             break
+        best = _grown(best, exact, tested, gain, models, testers)
         keys = sorted(tested[best])
         name = f"discovered_{best.attention_dir}_{len(proposals) + 1}"
         tests = tuple(tested[best][k][0] for k in keys)
+        sources = tuple(k for k in keys if ideals.get(k) and set(ideals[k].form.cells) <= set(best.cells))
         proposals.append(Proposal(name, best, tuple(keys), _errors(best, name), tests,
-                                  tuple(tested[best][k][1] for k in keys),
-                                  tuple(k for k in keys if ideals.get(k) and ideals[k].form == best)))
+                                  tuple(tested[best][k][1] for k in keys), sources))
         covered |= {k for k in keys if tested[best][k][1] == FAITHFUL}
     return Discovery(forms, reasons, tuple(proposals), ideals)
+
+
+def _grown(form: Form, exact: list[Form], tested: dict, gain, models, testers) -> Form:
+    """``form`` joined with the other exact forms of its kind and shape one at a time, each join
+    kept when it is still exact (``idealise``, the joined circuits' cells all kept) and faithful on
+    more runs not yet covered: a mechanism several runs share, each run's circuit a part of it."""
+    shape = form.spec("x").heads
+    others = [f for f in exact if f != form and f.spec("x").heads == shape
+              and (f.attention_dir, f.layout, f.readout) == (form.attention_dir, form.layout,
+                                                             form.readout)]
+    grown = True
+    while grown:
+        grown = False
+        for other in sorted(others, key=gain, reverse=True):
+            if set(other.cells) <= set(form.cells):
+                continue
+            for read in dict.fromkeys([form.read, other.read]):
+                joined = idealise(replace(form, cells=tuple(sorted(set(form.cells) | set(other.cells))),
+                                          read=read))
+                if not joined.exact or joined.form.spec("x").heads != shape:
+                    continue
+                if joined.form not in tested:
+                    tested[joined.form] = _test_on(joined.form, models, testers)
+                if gain(joined.form) > gain(form):
+                    form, grown = joined.form, True
+                    break
+            if grown:
+                break
+    return form
 
 
 def _test_on(form: Form, models: Mapping[str, DisentangledModel],

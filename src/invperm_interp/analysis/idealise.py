@@ -14,7 +14,8 @@ must be exact in the limit. :func:`idealise` looks for the smallest such constru
 2. **Exact.** A candidate is built in float64 at ``SCREEN_BETA`` and run on :func:`screen_batch`
    (``SCREEN_SAMPLES`` random samples and ``constructions.edge_inputs``) at each ``d`` of
    ``SCREEN_DS``; it is exact when the largest error is below ``constructions.REGISTER_TOL`` at
-   every one of them (the caller confirms over β and a range of ``d``: ``analysis.discover``).
+   every one of them (the caller confirms over β and a range of ``d``: ``analysis.discover``). The
+   search ranks candidates by their MSE at the first ``d``.
 3. **The smallest additions.** When no start is exact, the candidate with the lowest MSE takes, one
    at a time and at most ``MAX_CHANGES`` times, the change that lowers its MSE most: a cell of the
    form it left out, one of its non-lookup cells dropped, or a **guard**, ``±1`` at (a query block
@@ -47,7 +48,7 @@ from .forms import Form
 #: The β a candidate is checked at: the hard-attention limit (every registered form is exact here).
 SCREEN_BETA = 1000.0
 #: The sizes a candidate is checked at, and the random samples at each (beside the edge inputs).
-SCREEN_DS = (3, 5, 8)
+SCREEN_DS = (5, 3, 8)  # in this order: a candidate not exact at d = 5 is not built again
 SCREEN_SAMPLES = 64
 #: At most this many cells added or dropped in the search for an exact form.
 MAX_CHANGES = 3
@@ -154,8 +155,10 @@ class _Checker:
 
     @staticmethod
     def _check(form: Form) -> Check:
+        """The form at each d of ``SCREEN_DS`` in turn, stopping at the first it is not exact at:
+        its largest error so far, and its MSE at the first d (what the search ranks by)."""
         spec = form.spec(_CANDIDATE)
-        worst, total, n = 0.0, 0.0, 0
+        worst, first_mse = 0.0, None
         try:
             for d in SCREEN_DS:
                 batch = screen_batch(form.layout, d)
@@ -166,13 +169,14 @@ class _Checker:
                 if not bool(torch.isfinite(err).all()):
                     return Check(float("inf"), float("inf"))
                 worst = max(worst, float(err.abs().max()))
-                total += float(err.pow(2).sum(-1).mean()) * len(batch)
-                n += len(batch)
+                first_mse = float(err.pow(2).sum(-1).mean()) if first_mse is None else first_mse
+                if not worst < constructions.REGISTER_TOL:
+                    break
         except ValueError:  # a block the form names is not in the model of a size (d too small)
             return Check(float("inf"), float("inf"))
         finally:
             constructions.REGISTRY.pop(_CANDIDATE, None)
-        return Check(worst, total / n)
+        return Check(worst, first_mse)
 
 
 def idealise(form: Form) -> Idealisation:

@@ -1,5 +1,5 @@
-"""The ``invperm discover`` subcommand: the unnamed runs of a directory, grouped into forms, each
-proposed as a construction (``analysis.discover``)."""
+"""The ``invperm discover`` subcommand: the minimal circuits of a directory's unnamed runs made exact
+constructions, tested across the runs and proposed (``analysis.discover``)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def _recorded(run_dir, n: int, seed: int):
 
 
 def _cmd_discover(args: argparse.Namespace) -> None:
-    """Find the runs below DIR, group the unnamed ones' minimal circuits, print the table and a
-    snippet registering each proposal; with ``--json``, write the proposals there too."""
+    """Find the runs below DIR, make the unnamed ones' minimal circuits exact forms, print the table
+    and a snippet registering each proposal; with ``--json``, write the proposals there too."""
     from dataclasses import replace
     from pathlib import Path
 
@@ -99,12 +99,14 @@ def _cmd_discover(args: argparse.Namespace) -> None:
 def add_discover_parser(sub) -> None:
     from .args import MAX_MEMORY_HELP, THREADS_HELP, add_command, seed, size, threads
 
-    parser = add_command(sub, "discover", "group the minimal circuits of the runs no construction "
-                         "names, and propose constructions", "invperm discover runs/census",
+    parser = add_command(sub, "discover", "make exact constructions of the minimal circuits of the "
+                         "runs no construction names, and propose those faithful on several runs", "invperm discover runs/census",
                          "invperm discover runs/census --json proposals.json")
     parser.add_argument("dir", help="a sweep or census directory (run folders below it)")
     parser.add_argument("--n", type=int, default=4096, help="samples each verdict is measured on")
-    parser.add_argument("--seed", type=seed, default=0, help="seeds the evaluation samples")
+    parser.add_argument("--seed", type=seed, default=12345,
+                        help="seeds the evaluation samples (the grids' analysis seed, so a sweep's "
+                        "recorded verdicts are reused)")
     parser.add_argument("--min-runs", type=int, default=2, help="runs a form needs to be proposed")
     parser.add_argument("--json", help="also write the proposals to this JSON file")
     parser.add_argument("--register", nargs="?", metavar="FILE", const=PACKAGE_FILE,
