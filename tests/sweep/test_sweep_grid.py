@@ -197,6 +197,13 @@ def test_a_grid_of_many_cpu_hours_needs_yes(tmp_path, capsys):
     assert len(err) == 1 and "CPU hours" in err[0] and "--yes" in err[0]
 
 
+def test_a_dry_run_of_one_run_says_run(tmp_path, capsys):
+    path = grid_file(tmp_path, "seeds = 1" + BASE.replace("d = [2, 3]", "d = 2"))
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    shown = capsys.readouterr().out
+    assert "grid grid: 1 run, 0 done" in shown and "1 runs" not in shown
+
+
 def test_dry_run_prints_runs_units_cpu_time_and_memory_and_writes_nothing(tmp_path, capsys):
     path = grid_file(tmp_path, 'seeds = {default = 1, "d=3" = 2}' + BASE + "[slurm]\njobs_per_task = 2\n")
     out = tmp_path / "out"

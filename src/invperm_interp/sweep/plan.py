@@ -57,6 +57,11 @@ def job_done(run_dir: Path, analysis: dict | None = None) -> bool:
     return unanalysable(run.read_config()[0]) is not None  # its sweep line says why
 
 
+def _runs(n: int) -> str:
+    """``"1 run"``, ``"1,024 runs"``."""
+    return f"{n:,} run" + ("" if n == 1 else "s")
+
+
 def uses_gpu(grid: Grid, job: Job, executor: str) -> bool:
     """Whether the run trains on a GPU where it runs (decided from the grid, not from this host)."""
     device = job.train_cfg.device
@@ -178,7 +183,7 @@ def dry_run(grid: Grid, out: Path, executor: str, workers: int) -> str:
 
     todo = units(grid, out, executor)
     left = sorted(i for u in todo for i in u)
-    lines = [f"grid {grid.name}: {len(grid.jobs):,} runs, {len(grid.jobs) - len(left):,} done, "
+    lines = [f"grid {grid.name}: {_runs(len(grid.jobs))}, {len(grid.jobs) - len(left):,} done, "
              f"{len(left):,} to train or analyse -> {out}"]
     variants: dict[str, list[int]] = {}
     for i, job in enumerate(grid.jobs):
@@ -186,14 +191,14 @@ def dry_run(grid: Grid, out: Path, executor: str, workers: int) -> str:
     for name, members in variants.items():
         first = grid.jobs[members[0]]
         t = first.train_cfg
-        lines.append(f"  {name}: {len(members):,} runs (d = "
+        lines.append(f"  {name}: {_runs(len(members))} (d = "
                      f"{', '.join(map(str, sorted({grid.jobs[i].model_cfg.d for i in members})))}, "
                      f"up to {max(grid.jobs[i].train_cfg.steps for i in members):,} steps, "
                      f"batch {t.resolved().batch_size}"
                      + (f", stop at MSE < {t.stop_at_mse:g}" if t.stop_at_mse else "") + ")")
     gpu = sum(uses_gpu(grid, grid.jobs[u[0]], executor) for u in todo)
     lines.append(f"units of work: {len(todo):,} ({gpu:,} GPU buckets, {len(todo) - gpu:,} CPU units"
-                 + (f", up to {grid.slurm['jobs_per_task']} runs per task"
+                 + (f", up to {_runs(grid.slurm['jobs_per_task'])} per task"
                     if executor != "local" and "jobs_per_task" in grid.slurm else "") + ")")
     hours = cpu_hours(grid, left)
     parallel = workers if executor == "local" else max(1, len(todo))
