@@ -208,3 +208,14 @@ def test_the_import_writes_only_into_a_new_or_empty_directory(tmp_path, capsys):
     assert main(["import", weights, config, "--out", str(out)]) == 0
     assert main(["import", weights, config, "--out", str(out)]) == 2
     assert "already holds a run" in capsys.readouterr().err
+
+
+def test_analysing_a_transformer_lens_model_directly_points_to_the_import():
+    from invperm_interp.analysis import analyze
+    from invperm_interp.task import Layout, sample_batch
+
+    layout = Layout.plain(3)
+    bridge = _bridge(layout)
+    batch = sample_batch(layout, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="imported first: model.standard_import"):
+        analyze(bridge, batch)

@@ -337,5 +337,10 @@ def stream_order(d: int, T: int, As: list[Tensor], layer: int, device: torch.dev
 def check_disentangled(model, name: str = "model") -> None:
     """A one-line ``ValueError`` unless ``model`` is a disentangled model, plain or hooked."""
     if not isinstance(model, DisentangledModel):
+        hint = ""
+        if type(model).__module__.split(".")[0] == "transformer_lens":
+            hint = ("; a TransformerLens model is imported first: "
+                    "model.standard_import.standard_from_transformer_lens(bridge, layout), or "
+                    "invperm import for a saved one (docs/guide/bring_your_own.md)")
         raise ValueError(f"{name} must be a disentangled model (DisentangledTransformer or "
-                         f"HookedDisentangledTransformer), got {type(model).__name__}")
+                         f"HookedDisentangledTransformer), got {type(model).__name__}{hint}")
