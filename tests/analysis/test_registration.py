@@ -42,7 +42,7 @@ def test_a_hidden_construction_is_registered_and_named_on_a_model_it_never_saw(h
     assert entry["name"] == done.name and entry["verified"] == registry.entry_digest(entry)
     assert sorted(entry["provenance"]["runs"]) == ["run0", "run1", "run2"]
     assert entry["provenance"]["shapes"] == ["1x1"] * 3
-    assert (entry["min_d"], entry["max_d"]) == (3, 10) and entry["beta_exact"] is not None
+    assert (entry["min_d"], entry["max_d"]) == (1, 16)  # the widest of RANGES and entry["beta_exact"] is not None
     registered = C.REGISTRY.pop(done.name)  # as a fresh process finds it: loaded from the file
     loaded = registry.load_discovered(path)[done.name]
     assert loaded.cells == registered.cells and loaded.beta_exact == registered.beta_exact
@@ -77,3 +77,25 @@ def test_a_proposal_that_is_not_exact_or_not_faithful_enough_says_why(hidden, tm
     found = discover(models, n=512)
     (few,) = register_proposals(found, models, path=tmp_path / "d.json", min_runs=4)
     assert few.name is None and "fewer than 4" in few.reason and not (tmp_path / "d.json").exists()
+
+
+@pytest.mark.parametrize("name", [n for n, s in registry.REGISTRY.items() if s.provenance])
+def test_each_committed_discovered_construction_is_exact_over_its_range(name):
+    """What ``--register`` wrote is exact where it claims, checked here by a plain numpy forward
+    (not the builder) at β_exact and at 2.5 β_exact, on draws and edge inputs of this test's own."""
+    import numpy as np
+    import torch
+    from helpers import numpy_run
+
+    from invperm_interp.task import sample_batch
+
+    spec = registry.REGISTRY[name]
+    assert spec.works and spec.beta_exact is not None and len(dict(spec.provenance)["runs"]) >= 2
+    for d in range(spec.min_d, spec.max_d + 1):
+        for beta, tol in ((spec.beta_exact, C.REGISTER_TOL), (2.5 * spec.beta_exact, 1e-12)):
+            model = C.build(name, d, beta, hooked=False)
+            for batch in (sample_batch(model.cfg.layout, 32, generator=torch.Generator().manual_seed(d),
+                                       dtype=torch.float64), C.edge_inputs(model.cfg.layout)):
+                out = numpy_run(model.cfg, [b.attn.A.detach() for b in model.blocks],
+                                model.unembed.W_U.detach(), batch.X.numpy())
+                assert np.abs(out - batch.Y.numpy()).max() < tol, (d, beta)

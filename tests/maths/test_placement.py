@@ -11,7 +11,7 @@ from invperm_interp.maths import constructions as C
 from invperm_interp.maths.placement import SUM, Placement, placed_weights, placements
 from invperm_interp.model.hooked import HookedDisentangledTransformer
 
-WORKING = [n for n in C.names() if C.REGISTRY[n].works]
+WORKING = [n for n in C.names() if C.REGISTRY[n].works and C.REGISTRY[n].n_layers == 2]  # PLACES: 2 layers
 # (shape, layers, heads): non-adjacent layers, head 1, a sum of heads in either layer
 # (heads per layer: 2 × 2, 3 × 1, 3 × 2)
 PLACES = [((2, 2), (0, 1), (1, 0)), ((2, 2), (0, 1), (SUM, 1)), ((1, 1, 1), (0, 2), (0, 0)),

@@ -9,8 +9,9 @@ circuit at other placements is one form: ``maths.placement.unplace``) is **ideal
 Each exact form is then tested by the rule's own test (``verdict_of``: faithful, with the signs
 that matter) on every unnamed model of its kind (attention, layout, read-out rows) at its
 best-weighted placements (as the rule places a registered construction: ``analysis.placements``).
-The proposals are chosen greedily: the form faithful on the most models not yet covered (ties: the
-fewer cells), while it covers at least ``min_runs``; each is first **grown** by joining it with
+The proposals are chosen greedily: in decreasing order of the models not yet covered that a form
+is faithful on (ties: the fewer cells), the first form that covers at least ``min_runs`` once
+**grown**, while one does. A form is grown by joining it with
 the other exact forms of its kind and shape, one at a time, a join kept when it is still exact and
 faithful on more models (runs that hold parts of one mechanism, each minimal circuit a different
 part, share the joined form). Each is checked exact once more, as
@@ -158,10 +159,16 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
         return len(held - covered), -len(form.cells), form.text
 
     while True:
-        left = [f for f in exact if f not in {p.form for p in proposals}]
-        if not left or gain(best := max(left, key=gain))[0] < min_runs:
+        chosen = {p.form for p in proposals}
+        best = None
+        for form in sorted((f for f in exact if f not in chosen and gain(f)[0] > 0), key=gain,
+                           reverse=True):
+            grown = _grown(form, exact, tested, gain, models, testers)
+            if gain(grown)[0] >= min_runs and grown not in chosen:
+                best = grown
+                break
+        if best is None:
             break
-        best = _grown(best, exact, tested, gain, models, testers)
         keys = sorted(tested[best])
         name = f"discovered_{best.attention_dir}_{len(proposals) + 1}"
         tests = tuple(tested[best][k][0] for k in keys)

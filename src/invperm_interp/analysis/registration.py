@@ -3,9 +3,9 @@ generated name and its provenance in the data file the registry loads (``maths.r
 ``invperm discover DIR --register``).
 
 A proposal (``analysis.discover``) is registered when it is exact as a construction (its float64
-max error below ``constructions.REGISTER_TOL`` at every d of ``DISCOVER_DS``'s range, checked again
-in full by ``constructions.register``) and the rule's test passes it on at least ``min_runs`` of
-the runs that hold it. Its name says its layout and shape and ends in a digest of its content
+max error below ``constructions.REGISTER_TOL`` at every d of the widest range of ``RANGES`` it
+holds on, checked in full by ``constructions.register``) and the rule's test passes it on at least
+``min_runs`` of the runs that hold it. Its name says its layout and shape and ends in a digest of its content
 (``found_plain_1x1_3fa2c1``): the same form found again gets the same name. The entry keeps the
 runs and their shapes, and a digest of what was verified: an entry edited by hand afterwards is not
 loaded (``maths.registry.load_discovered``). Each proposal not registered gets its reason.
@@ -56,6 +56,28 @@ def _already(proposal: Proposal) -> str | None:
     return None
 
 
+#: The ``d`` ranges a discovered form is registered over, widest first (the note's forms claim 1 or 2
+#: to 16); the last is the range discovery checked it at.
+RANGES = ((1, 16), (2, 16), (3, 16), (min(DISCOVER_DS), max(DISCOVER_DS)))
+
+
+def register_widest(name: str, form) -> constructions.ConstructionSpec:
+    """``form`` registered as ``name`` over the widest of ``RANGES`` it is exact on (every ``d``
+    of it checked by ``constructions.register``); the last range's ``ValueError`` if none."""
+    wiring = constructions.Wiring(form.layout, form.attention_dir, form.readout, form.read)
+
+    def register(low: int, high: int) -> constructions.ConstructionSpec:
+        return constructions.register(name, form.cells, wiring, replace=True, min_d=low, max_d=high,
+                                      description=f"discovered: {form.text}")
+
+    for low, high in RANGES[:-1]:
+        try:
+            return register(low, high)
+        except ValueError:
+            continue
+    return register(*RANGES[-1])
+
+
 def register_proposals(found: Discovery, models: Mapping[str, DisentangledModel], *,
                        path: Path = registry.DISCOVERED, min_runs: int = 2) -> list[Registration]:
     """Register every exact proposal of ``found`` faithful on at least ``min_runs`` of its runs,
@@ -74,11 +96,8 @@ def register_proposals(found: Discovery, models: Mapping[str, DisentangledModel]
         if (known := _already(p)) is not None:
             out.append(Registration(p.name, None, f"the registry holds it as {known}"))
             continue
-        wiring = constructions.Wiring(p.form.layout, p.form.attention_dir, p.form.readout, p.form.read)
         try:
-            spec = constructions.register(name, p.form.cells, wiring, replace=True,
-                                          description=f"discovered: {p.form.text}",
-                                          min_d=min(DISCOVER_DS), max_d=max(DISCOVER_DS))
+            spec = register_widest(name, p.form)
         except ValueError as err:
             out.append(Registration(p.name, None, str(err)))
             continue

@@ -276,8 +276,8 @@ def spec_of(entry: dict) -> ConstructionSpec:
 
 def load_discovered(path: Path = DISCOVERED) -> dict[str, ConstructionSpec]:
     """The entries of ``path`` whose digest matches what ``--register`` verified; an entry edited
-    since (or a name the written forms hold) is left out with a warning naming it, never loaded
-    silently. A missing file holds none."""
+    since (or a name another construction holds) is left out with a warning naming it, never
+    loaded silently. A missing file holds none."""
     if not Path(path).is_file():
         return {}
     out = {}
@@ -287,10 +287,10 @@ def load_discovered(path: Path = DISCOVERED) -> dict[str, ConstructionSpec]:
             warnings.warn(f"{path}: construction {name!r} is not loaded: its content differs from "
                           f"what was verified exact (edited by hand?); run `invperm discover DIR "
                           f"--register` again", stacklevel=2)
-        elif name in REGISTRY or name in out:
+        elif name in out or (name in REGISTRY and REGISTRY[name] != spec_of(entry)):
             warnings.warn(f"{path}: construction {name!r} is not loaded: the name is taken",
                           stacklevel=2)
-        else:
+        else:  # new, or the same construction loaded already (the file read again)
             out[name] = spec_of(entry)
     return out
 
