@@ -281,3 +281,18 @@ def test_the_progress_bar_counts_every_row_of_the_timeline(tmp_path, capsys):
     tl = timeline(tmp_path / "run", progress=True)
     err = capsys.readouterr().err
     assert len(tl.steps) == 4 and f"{len(tl.steps)}/{len(tl.steps)}" in err  # the final weights too
+
+
+def test_the_timeline_figure_keeps_equal_curves_apart_and_labels_the_band(tmp_path):
+    from invperm_interp.viz.timeline import plot_timeline
+
+    interpolated_run(tmp_path / "run", "two_block", n_steps=4)
+    tl = timeline(tmp_path / "run")
+    fig = plot_timeline(tl)
+    top = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert tl.first_faithful is not None and f"first faithful (step {tl.first_faithful})" in top
+    assert "final circuit faithful" in top or not any(s.faithful for s in tl.steps[:-1])
+    cells = [line for line in fig.axes[2].get_lines() if line.get_label().startswith("layer ")]
+    assert len(cells) == 2 and len({(ln.get_linestyle(), ln.get_marker()) for ln in cells}) == 2
+    rows = fig.axes[1].get_lines()
+    assert len({ln.get_linestyle() for ln in rows}) == 2  # the circuit's rows line is dashed
