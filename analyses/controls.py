@@ -28,7 +28,7 @@ from common import add_output_arguments, output, output_folder, refuse
 
 from invperm_interp.analysis.controls import CONTROL_STYLES, controls
 from invperm_interp.analysis.mechanism import name_by_rule
-from invperm_interp.analysis.placements import fitting_names
+from invperm_interp.analysis.placements import fits, fitting_names
 from invperm_interp.analysis.sweep_record import SweepRecord
 from invperm_interp.analysis.verdict import evaluation_batch
 from invperm_interp.sweep.collect import read_rows
@@ -53,7 +53,7 @@ def run_row(run_dir: Path, record: SweepRecord, kind: str, seed: int) -> dict:
     batch = evaluation_batch(model, SAMPLES, SEED)
     test = claim_of(record)
     claim = test.construction
-    others = [n for n in fitting_names(model.cfg, working=True) if n != claim]
+    others = [n for n in fitting_names(model.cfg, working=True) if n != claim and fits(n, model.cfg.heads)]
     found = controls(model, claim, batch, others=others, draws=DRAWS, seed=seed)
     names = {style: str(name_by_rule(tests, empty=record.empty(style)))  # by the rule as it is now
              for style, tests in (("zero", record.mechanism.tested), *record.tested_under.items())}

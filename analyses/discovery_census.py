@@ -12,6 +12,9 @@ each with its Wilson 95% interval. Every held-out run left unnamed is characteri
 circuit, the loss the best construction tested on it recovers, and what its circuit idealised to
 (``analysis.idealise``), or why no exact form was found. Writes discovery_census.{json,md} beside
 the held-out runs, into ``--out DIR``, or into the checkout's assets/ with ``--update-assets``.
+Each held-out run a discovered construction names gets the negative controls of
+``analyses/controls.py`` (the empty claim, random cell sets of its size, the other constructions,
+under every style).
 
 Run: python analyses/discovery_census.py runs/discovery_shapes runs/discovery_heldout [--update-assets]
 """
@@ -27,8 +30,11 @@ from pathlib import Path
 import torch
 from census_report import share_text
 from common import add_output_arguments, output, output_folder, refuse
+from controls import run_row
 
-from invperm_interp.analysis.discover import discover
+from invperm_interp.analysis.controls import CONTROL_STYLES
+from invperm_interp.analysis.discover import circuit_form
+from invperm_interp.analysis.idealise import idealise
 from invperm_interp.analysis.mechanism import name_by_rule
 from invperm_interp.analysis.sweep_record import SweepRecord
 from invperm_interp.maths import constructions, registry
@@ -36,7 +42,6 @@ from invperm_interp.maths.describe import describe
 from invperm_interp.sweep.collect import read_rows
 from invperm_interp.training.run import Run
 
-SAMPLES, SEED = 4096, 12345  # the sweeps' analysis batch (their grids' mechanism table)
 FIGURE_D = 5  # the size the discovered constructions are drawn at
 
 
@@ -91,17 +96,53 @@ def summarize(rows: list[dict], found: set[str]) -> list[dict]:
     return out
 
 
+def control_rows(folder: Path, rows: list[dict], found: set[str]) -> list[dict]:
+    """``analyses/controls.py``'s controls of each held-out run a discovered construction names:
+    its claim beside the empty claim, random cell sets of its size and the other constructions,
+    under every style (kept in the run's controls.json, as that script keeps them)."""
+    out = []
+    for r in rows:
+        if r["seeds"] != "held-out" or not any(f in r["name"] for f in found):
+            continue
+        run_dir = folder / r["run"]
+        cached = run_dir / "controls.json"
+        if not cached.is_file():
+            record = SweepRecord.of_run(run_dir)
+            cached.write_text(json.dumps(run_row(run_dir, record, r["kind"], r["seed"])) + "\n")
+        out.append(json.loads(cached.read_text()))
+    return out
+
+
+def control_summary(rows: list[dict]) -> list[dict]:
+    """Per style: runs it can test (the empty claim rejected), random sets rejected, other
+    constructions rejected, the discovered claim passing."""
+    out = []
+    for style in CONTROL_STYLES:
+        cs = [next(c for c in r["controls"] if c["style"] == style) for r in rows]
+        others = [v for c in cs for _, v in c["others"]]
+        out.append({"style": style, "runs": len(cs), "empty_rejected": sum(c["testable"] for c in cs),
+                    "random_rejected": sum(c["random_rejected"] for c in cs),
+                    "random_draws": sum(c["draws"] for c in cs),
+                    "others_rejected": sum(v == "not faithful" for v in others),
+                    "others": len(others),
+                    "claim_passes": sum(c["testable"] and c["claim_verdict"] == "faithful"
+                                        for c in cs)})
+    return out
+
+
 def characterise(unnamed: dict) -> dict:
-    """What each unnamed run's circuit idealised to (``invperm discover`` on those runs)."""
-    if not unnamed:
-        return {}
-    models = {k: Run.load(run_dir).model for k, (run_dir, _) in unnamed.items()}
-    found = discover(models, n=SAMPLES, seed=SEED, known={k: m for k, (_, m) in unnamed.items()})
+    """What each unnamed run's minimal circuit idealised to (``analysis.idealise``), or why there is
+    nothing to idealise."""
     out = {}
-    for key in unnamed:
-        ideal = found.idealisations.get(key)
-        out[key] = {"reason": found.reasons[key],
-                    "idealised": ideal.to_dict() if ideal is not None else None}
+    for key, (run_dir, mech) in unnamed.items():
+        if mech.verdict != "none" or not mech.minimal.faithful:
+            reason = (mech.verdict if mech.verdict != "none"
+                      else "no faithful minimal circuit among its atoms' cells")
+            out[key] = {"reason": reason, "idealised": None}
+            continue
+        model = Run.load(run_dir).analysis_model
+        form, _ = circuit_form(model, mech.minimal.cells, mech.minimal.read)
+        out[key] = {"reason": "unnamed", "idealised": idealise(form).to_dict()}
     return out
 
 
@@ -128,12 +169,14 @@ def draw(out: Path, found: set[str]) -> None:
     from invperm_interp.viz.heatmaps import plot_circuit, save_figures
 
     for name in sorted(found):
-        model = constructions.build(name, FIGURE_D)
-        title = f"{name} at d = {FIGURE_D}, β = {registry.get(name).beta_exact:g}"
+        beta = registry.get(name).beta_exact
+        model = constructions.build(name, FIGURE_D, beta)
+        title = f"{name} at d = {FIGURE_D}, β = {beta:g}"
         save_figures(plot_circuit(model, title=title), output(out, f"discovered/{name}.png"))
 
 
-def markdown(summary: list[dict], rows: list[dict], unnamed: dict, found: set[str]) -> str:
+def markdown(summary: list[dict], rows: list[dict], unnamed: dict, found: set[str],
+             controls: list[dict]) -> str:
     lines = ["# Discovered constructions, counted on held-out seeds", "",
              "What the rule names (zero ablation, 4,096 samples) with the constructions `invperm "
              "discover --register` found on discovery's own seeds, beside what it names without them "
@@ -151,6 +194,17 @@ def markdown(summary: list[dict], rows: list[dict], unnamed: dict, found: set[st
     for s in summary:
         names = "; ".join(f"{k} ×{v}" for k, v in s["names"].items())
         lines.append(f"- {s['kind']} {s['shape']}, {s['seeds']}: {names}")
+    lines += ["", "## Controls of the discovered claims, held out", "",
+              "Each held-out run a discovered construction names: its claim tested on 1,024 samples "
+              "under every style beside the empty claim, 20 random cell sets of its size and every "
+              "other fitting construction (`analyses/controls.py`, `analysis.controls`).", "",
+              "| style | runs | empty claim rejected | random cell sets rejected | other "
+              "constructions rejected | claim passes |", "| --- | --- | --- | --- | --- | --- |"]
+    for c in controls:
+        lines.append(f"| {c['style']} | {c['runs']} | {share_text(c['empty_rejected'], c['runs'])} | "
+                     f"{share_text(c['random_rejected'], c['random_draws'])} | "
+                     f"{share_text(c['others_rejected'], c['others'])} | "
+                     f"{share_text(c['claim_passes'], c['empty_rejected'])} |")
     lines += ["", "## The discovered constructions", ""]
     for name in sorted(found):
         lines += construction_section(name)
@@ -166,13 +220,13 @@ def markdown(summary: list[dict], rows: list[dict], unnamed: dict, found: set[st
         best = ("" if r["best_recovered"] is None
                 else f"; the best construction tested recovers {r['best_recovered']:.0%} of the loss")
         if ideal is None:
-            what = info["reason"]
+            what = ""
         elif ideal["exact"]:
-            what = (f"its circuit idealises to an exact form of {len(ideal['cells'])} cells that "
-                    "no other run holds")
+            what = (f"; its circuit idealises to an exact form of {len(ideal['cells'])} cells "
+                    f"(not registered: discovery ran on other seeds)")
         else:
-            what = f"no exact form near its circuit: {ideal['reason']}"
-        lines.append(f"- {key} ({r['kind']} {r['shape']}, {r['name']}): {circuit}{best}; {what}")
+            what = f"; no exact form near its circuit: {ideal['reason']}"
+        lines.append(f"- {key} ({r['kind']} {r['shape']}, {r['name']}): {circuit}{best}{what}")
     return "\n".join(lines) + "\n"
 
 
@@ -194,11 +248,14 @@ def main(argv: list[str] | None = None) -> int:
         return refuse("discovery_census", f"{args.heldout_runs} holds no solved, analysed run")
     rows = own + held
     summary = summarize(rows, found)
+    controls = control_summary(control_rows(args.heldout_runs, rows, found))
     characterised = characterise(unnamed)
     draw(out, found)
-    data = {"discovered": sorted(found), "summary": summary, "runs": rows, "unnamed": characterised}
+    data = {"discovered": sorted(found), "summary": summary, "controls": controls, "runs": rows,
+            "unnamed": characterised}
     output(out, "discovery_census.json").write_text(json.dumps(data, indent=1) + "\n")
-    output(out, "discovery_census.md").write_text(markdown(summary, rows, characterised, found))
+    output(out, "discovery_census.md").write_text(markdown(summary, rows, characterised, found,
+                                                           controls))
     print(f"wrote {out / 'discovery_census.json'} and {out / 'discovery_census.md'}")
     return 0
 

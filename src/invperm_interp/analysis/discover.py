@@ -144,7 +144,7 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
         elif not mech.minimal.faithful:
             reasons[key] = "no faithful minimal circuit"
         else:
-            forms[key] = _unplaced_form(model, mech.minimal.cells, mech.minimal.read)[0]
+            forms[key] = circuit_form(model, mech.minimal.cells, mech.minimal.read)[0]
             testers[key] = Tester(model, batch)
             if forms[key] not in by_form:
                 by_form[forms[key]] = idealise(forms[key])
@@ -233,7 +233,7 @@ def _test_on(form: Form, models: Mapping[str, DisentangledModel],
     return out
 
 
-def _unplaced_form(model: DisentangledModel, cells, read: tuple[str, ...]):
+def circuit_form(model: DisentangledModel, cells, read: tuple[str, ...]):
     """``(form, (layers, heads))``: the form of a circuit on one head of each of two layers of a
     deeper or wider model, in a two-layer one-head model's block names (``maths.placement.unplace``),
     so that runs holding the same circuit on other layers or heads share a form; ``(form, None)``
