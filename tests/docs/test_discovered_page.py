@@ -36,3 +36,15 @@ def test_the_page_describes_the_registered_construction_as_registered():
         assert f"from β = {spec.beta_exact:g} at every d from {spec.min_d} to {spec.max_d}" in PAGE
         runs = len(dict(spec.provenance)["runs"])
         assert f"faithful on {'five' if runs == 5 else runs} runs" in PAGE
+
+
+def test_the_front_page_row_quotes_the_held_out_count():
+    readme = (REPO / "README.md").read_text()
+    (row,) = [r for r in load("discovery_census.json")["summary"]
+              if (r["kind"], r["shape"], r["seeds"]) == ("bidirectional", "3x1", "held-out")]
+    n = row["solved"]
+    lo, hi = wilson(row["named"], n)
+    assert (f"names {row['named']} of {n} held-out bidirectional 3 × 1 runs ({lo:.0%}–{hi:.0%}; "
+            f"{row['named_without']} of {n} without it)") in readme
+    zero = next(c for c in load("discovery_census.json")["controls"] if c["style"] == "zero")
+    assert f"under zero ablation in {zero['claim_passes']} of {zero['runs']}" in readme
