@@ -59,19 +59,19 @@ class _Pipe:
                 return reply.get("result", {})
 
 
-def dump_dom_when(url: str, ready_js: str, profile: Path, *, width: int = 1400,
-                  timeout: float = 60.0, flags: tuple[str, ...] = ()) -> str:
-    """Open ``url`` in headless Chromium (``width`` pixels wide, ``profile`` its user-data folder,
-    ``flags`` added to the command line) and return the DOM's HTML once the JavaScript expression
-    ``ready_js`` is true, or after ``timeout`` seconds of real time. The browser is closed cleanly,
-    so a ``--log-net-log`` among ``flags`` is complete when this returns."""
+@contextlib.contextmanager
+def _browser(url: str, profile: Path, width: int, height: int, timeout: float,
+             flags: tuple[str, ...]) -> Iterator[tuple[_Pipe, str]]:
+    """Headless Chromium on ``url`` (``profile`` its user-data folder, ``flags`` added to the
+    command line): ``(pipe, session)`` of its first page, driven over the remote-debugging pipe. The
+    browser is closed cleanly on exit, so a ``--log-net-log`` among ``flags`` is complete then."""
     to_browser, from_us = os.pipe()
     to_us, from_browser = os.pipe()
     # moved to fds >= 10 first, so that putting one on 3 cannot close the other before it is on 4
     to_browser, from_browser = (_above(fd, 10) for fd in (to_browser, from_browser))
     cmd = [BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           "--remote-debugging-pipe", f"--user-data-dir={profile}", f"--window-size={width},1000",
-           *flags, url]
+           "--remote-debugging-pipe", f"--user-data-dir={profile}",
+           f"--window-size={width},{height}", *flags, url]
     # Chromium reads commands on fd 3 and writes replies on fd 4.
     process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                pass_fds=(3, 4), preexec_fn=lambda: (os.dup2(to_browser, 3),
@@ -87,16 +87,8 @@ def dump_dom_when(url: str, ready_js: str, profile: Path, *, width: int = 1400,
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Chromium opened no page for {url}")
             time.sleep(0.05)
-        session = pipe.call("Target.attachToTarget", targetId=pages[0]["targetId"],
-                            flatten=True)["sessionId"]
-        while time.monotonic() < deadline:
-            ready = pipe.call("Runtime.evaluate", session, expression=f"!!({ready_js})",
-                              returnByValue=True)["result"].get("value")
-            if ready:
-                break
-            time.sleep(0.1)
-        return pipe.call("Runtime.evaluate", session, returnByValue=True,
-                         expression="document.documentElement.outerHTML")["result"]["value"]
+        yield pipe, pipe.call("Target.attachToTarget", targetId=pages[0]["targetId"],
+                              flatten=True)["sessionId"]
     finally:
         try:
             pipe.call("Browser.close", timeout=10)
@@ -108,6 +100,24 @@ def dump_dom_when(url: str, ready_js: str, profile: Path, *, width: int = 1400,
             process.kill()
             process.wait()
         os.close(from_us), os.close(to_us)
+
+
+def dump_dom_when(url: str, ready_js: str, profile: Path, *, width: int = 1400,
+                  timeout: float = 60.0, flags: tuple[str, ...] = ()) -> str:
+    """Open ``url`` in headless Chromium (``width`` pixels wide, ``profile`` its user-data folder,
+    ``flags`` added to the command line) and return the DOM's HTML once the JavaScript expression
+    ``ready_js`` is true, or after ``timeout`` seconds of real time. The browser is closed cleanly,
+    so a ``--log-net-log`` among ``flags`` is complete when this returns."""
+    with _browser(url, profile, width, 1000, timeout, flags) as (pipe, session):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready = pipe.call("Runtime.evaluate", session, expression=f"!!({ready_js})",
+                              returnByValue=True)["result"].get("value")
+            if ready:
+                break
+            time.sleep(0.1)
+        return pipe.call("Runtime.evaluate", session, returnByValue=True,
+                         expression="document.documentElement.outerHTML")["result"]["value"]
 
 
 class Page:
@@ -172,28 +182,7 @@ def open_page(url: str, profile: Path, *, width: int = 1400, height: int = 1000,
     """Headless Chromium (``width`` x ``height`` pixels, ``profile`` its user-data folder) with
     ``url`` loaded: the page starts blank, error reporting is switched on, then ``url`` is opened,
     so errors raised while it loads are in :attr:`Page.errors` too. The browser closes on exit."""
-    to_browser, from_us = os.pipe()
-    to_us, from_browser = os.pipe()
-    to_browser, from_browser = (_above(fd, 10) for fd in (to_browser, from_browser))
-    cmd = [BROWSER, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           "--remote-debugging-pipe", f"--user-data-dir={profile}",
-           f"--window-size={width},{height}", *flags, "about:blank"]
-    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               pass_fds=(3, 4), preexec_fn=lambda: (os.dup2(to_browser, 3),
-                                                                    os.dup2(from_browser, 4)))
-    os.close(to_browser), os.close(from_browser)
-    pipe = _Pipe(from_us, to_us)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            pages = [t for t in pipe.call("Target.getTargets")["targetInfos"] if t["type"] == "page"]
-            if pages:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"Chromium opened no page for {url}")
-            time.sleep(0.05)
-        session = pipe.call("Target.attachToTarget", targetId=pages[0]["targetId"],
-                            flatten=True)["sessionId"]
+    with _browser("about:blank", profile, width, height, timeout, flags) as (pipe, session):
         for domain in ("Runtime", "Log", "Page"):
             pipe.call(f"{domain}.enable", session)
         pipe.call("Page.navigate", session, url=url)
@@ -202,14 +191,3 @@ def open_page(url: str, profile: Path, *, width: int = 1400, height: int = 1000,
                              "document.readyState === 'complete'", timeout):
             raise TimeoutError(f"{url} did not load in {timeout} s")
         yield page
-    finally:
-        try:
-            pipe.call("Browser.close", timeout=10)
-        except (ConnectionError, TimeoutError, RuntimeError, OSError):
-            pass
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        os.close(from_us), os.close(to_us)

@@ -7,8 +7,6 @@ console error and no request leaving the files, at 1400 and 800 px."""
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
@@ -122,16 +120,6 @@ def test_the_tour_runs_in_a_fresh_kernel_offline(tmp_path, monkeypatch):
     explained = printed(nb.cells[ids.index("read-explain") - 1])
     betas = sorted(float(b) for b in re.findall(r" x ([\d.]+) \(score", explained))
     assert len(betas) == 31 and betas[-2:] == [4.278, 4.422] and (betas[0], betas[-3]) == (0.2306, 2.906)
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    """The site built strict, as the other docs tests build it."""
-    out = tmp_path_factory.mktemp("site") / "site"
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
 
 
 #: Read once the circuitsvis view has drawn: the page's figures, views, sideways overflow and the

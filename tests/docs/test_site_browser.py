@@ -2,24 +2,12 @@
 the search box finds pages with no console error, and the layout holds at 1400 and 800 px wide (the
 side contents fold away at 800 px, wide tables scroll in their own box, no page scrolls sideways)."""
 
-import subprocess
-import sys
 
 import pytest
 from browser import BROWSER, open_page
-from helpers import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     BROWSER is None, reason="needs headless Chromium: apt-get install -y chromium (Debian/Ubuntu)")]
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site") / "site"
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
 
 
 RESULTS = "#mkdocs-search-results article"
