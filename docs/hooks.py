@@ -174,14 +174,14 @@ def _anchors(toc):
 
 
 def on_page_content(html_text, page, config, files):
-    if page.file.src_uri != TOUR_PAGE:
-        return html_text
     # "## 1. Train a model" gets the id "1-train-a-model", which is no CSS selector: the theme's
-    # scroll spy throws on it. The tour's sections become "section-1-train-a-model".
+    # scroll spy throws on it. Such sections, on every page, become "section-1-train-a-model".
     for anchor in _anchors(page.toc):
         if anchor.id[:1].isdigit():
             html_text = html_text.replace(f'id="{anchor.id}"', f'id="section-{anchor.id}"', 1)
             anchor.id = f"section-{anchor.id}"
+    if page.file.src_uri != TOUR_PAGE:
+        return html_text
     return PLACEHOLDER.sub(lambda m: _OUTPUTS.get(m[1], m[0]), html_text)
 
 

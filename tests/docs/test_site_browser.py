@@ -54,7 +54,8 @@ LAYOUT = """(() => {
 
 
 @pytest.mark.parametrize("width", [1400, 800])
-@pytest.mark.parametrize("page", ["results/census.html", "api.html", "index.html"])
+@pytest.mark.parametrize("page", ["results/census.html", "api.html", "index.html", "design.html",
+                                  "results/discovered.html"])
 def test_the_layout_holds_at_1400_and_800_px(site, tmp_path, page, width):
     with open_page((site / page).as_uri(), tmp_path, width=width) as browser:
         seen = browser.evaluate(LAYOUT)
