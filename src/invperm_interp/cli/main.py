@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..architecture import ARCHS
 from .address_space import check_address_space
 from .analyze import add_analyze_parser, analyse_and_report
 from .args import MAX_MEMORY_HELP, THREADS_HELP, HelpFormatter, add_command, examples, seed, size, threads
@@ -219,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--heads", type=int, help="heads per layer (default 1)")
     tr.add_argument("--d", type=int, help="task size (default 10)")
     tr.add_argument("--dtype", choices=["float32", "float64"], help="default float32")
-    tr.add_argument("--arch", choices=["disentangled", "standard"],
+    tr.add_argument("--arch", choices=ARCHS,
                     help="the note's disentangled model (default) or a standard transformer "
                          "(docs/standard.md)")
     tr.add_argument("--d-model", type=int, help="standard: residual width (default 64)")
