@@ -20,11 +20,7 @@ def _form(cells, read="L2.x", layout="plain", attention="bidirectional", readout
 
 def _numpy_max_error(form: Form, d: int, beta: float = 1000.0) -> float:
     """Largest |numpy forward - Y| of the form built at ``beta`` on 64 fresh samples."""
-    C.REGISTRY["_test_form"] = form.spec("_test_form")
-    try:
-        model = C.build("_test_form", d, beta, hooked=False)
-    finally:
-        C.REGISTRY.pop("_test_form")
+    model = C.build(form.spec("_test_form"), d, beta, hooked=False)
     batch = sample_batch(model.cfg.layout, 64, generator=torch.Generator().manual_seed(100 + d),
                          dtype=torch.float64)
     out = run(model.cfg, [b.attn.A.detach() for b in model.blocks], model.unembed.W_U.detach(),

@@ -52,8 +52,6 @@ SCREEN_DS = (5, 3, 8)  # in this order: a candidate not exact at d = 5 is not bu
 SCREEN_SAMPLES = 64
 #: At most this many cells added or dropped in the search for an exact form.
 MAX_CHANGES = 3
-#: The name a candidate is built under (never left in the registry).
-_CANDIDATE = "_idealise_candidate"
 
 
 @dataclass(frozen=True)
@@ -114,7 +112,7 @@ def reads(form: Form) -> list[str]:
 def guards(form: Form, cells: Iterable[Cell]) -> list[Cell]:
     """``±1`` at (a query block a layer's cells use, any key block of that layer's stream), for
     each layer and head the cells occupy: the additions :func:`idealise` tries."""
-    spec = form.spec(_CANDIDATE)
+    spec = form.spec("idealised")
     stream = Stream(Layout.scratch(3) if form.layout == "scratch" else Layout.plain(3), spec.heads)
     queries: dict[tuple[int, int], set[str]] = {}
     for c in cells:
@@ -157,13 +155,12 @@ class _Checker:
     def _check(form: Form) -> Check:
         """The form at each d of ``SCREEN_DS`` in turn, stopping at the first it is not exact at:
         its largest error so far, and its MSE at the first d (what the search ranks by)."""
-        spec = form.spec(_CANDIDATE)
+        spec = form.spec("idealised")
         worst, first_mse = 0.0, None
         try:
             for d in SCREEN_DS:
                 batch = screen_batch(form.layout, d)
-                constructions.REGISTRY[_CANDIDATE] = spec
-                model = constructions.build(_CANDIDATE, d, SCREEN_BETA, hooked=False)
+                model = constructions.build(spec, d, SCREEN_BETA, hooked=False)
                 with torch.no_grad():
                     err = model(batch.X) - batch.Y
                 if not bool(torch.isfinite(err).all()):
@@ -174,8 +171,6 @@ class _Checker:
                     break
         except ValueError:  # a block the form names is not in the model of a size (d too small)
             return Check(float("inf"), float("inf"))
-        finally:
-            constructions.REGISTRY.pop(_CANDIDATE, None)
         return Check(worst, first_mse)
 
 

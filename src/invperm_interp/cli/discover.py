@@ -100,7 +100,8 @@ def add_discover_parser(sub) -> None:
     from .args import MAX_MEMORY_HELP, THREADS_HELP, add_command, seed, size, threads
 
     parser = add_command(sub, "discover", "make exact constructions of the minimal circuits of the "
-                         "runs no construction names, and propose those faithful on several runs", "invperm discover runs/census",
+                         "runs no construction names, and propose those faithful on several runs",
+                         "invperm discover runs/census",
                          "invperm discover runs/census --json proposals.json")
     parser.add_argument("dir", help="a sweep or census directory (run folders below it)")
     parser.add_argument("--n", type=int, default=4096, help="samples each verdict is measured on")

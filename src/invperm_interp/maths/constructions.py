@@ -52,18 +52,24 @@ def scratch_guard(spec: ConstructionSpec, scratch) -> list[tuple[Cell, float]]:
     return [(Cell(layer, head, "pos.S", "pos.S", "-1"), scale) for layer, head in heads]
 
 
-def default_beta(name: str) -> float:
+def spec_of(construction: str | ConstructionSpec) -> ConstructionSpec:
+    """A registry name's spec, or an unregistered ``ConstructionSpec`` as it is (a candidate being
+    checked: :func:`max_error`, ``analysis.idealise``)."""
+    return construction if isinstance(construction, ConstructionSpec) else get(construction)
+
+
+def default_beta(name: str | ConstructionSpec) -> float:
     """:func:`build`'s β when none is given: the larger of 100 and the construction's ``beta_exact``."""
-    return max(DEFAULT_BETA, get(name).beta_exact or 0.0)
+    return max(DEFAULT_BETA, spec_of(name).beta_exact or 0.0)
 
 
-def _config(name: str, d: int, beta, dtype: torch.dtype, scratch) -> tuple:
+def _config(name: str | ConstructionSpec, d: int, beta, dtype: torch.dtype, scratch) -> tuple:
     """Check the arguments of :func:`build`: ``(spec, model config, beta)``."""
-    spec = get(name)
+    spec = spec_of(name)
     if isinstance(d, int) and not isinstance(d, bool) and 1 <= d < spec.min_d:
-        raise ValueError(f"construction {name!r} works from d={spec.min_d} (its lookups take a "
+        raise ValueError(f"construction {spec.name!r} works from d={spec.min_d} (its lookups take a "
                          f"complement over the other P rows), got d={d}")
-    beta = default_beta(name) if beta is None else beta
+    beta = default_beta(spec) if beta is None else beta
     number = isinstance(beta, (int, float)) and not isinstance(beta, bool)
     if not (number and 0 < beta < float("inf")):
         raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
@@ -76,8 +82,8 @@ def _config(name: str, d: int, beta, dtype: torch.dtype, scratch) -> tuple:
     return spec, cfg, beta
 
 
-def weights(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = torch.float64,
-            scratch=None, into: DisentangledModel | None = None) -> tuple:
+def weights(name: str | ConstructionSpec, d: int, beta: float | None = None, *,
+            dtype: torch.dtype = torch.float64, scratch=None, into: DisentangledModel | None = None) -> tuple:
     """:func:`build`'s weights without a model: ``(cfg, [A (H_l, D_l, D_l) per layer], W_U (D_L, d))``
     (``into``: a zero model of that config to write them into instead)."""
     spec, cfg, beta = _config(name, d, beta, dtype, scratch)
@@ -94,10 +100,12 @@ def weights(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype 
     return cfg, As, W_U
 
 
-def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = torch.float64,
+def build(name: str | ConstructionSpec, d: int, beta: float | None = None, *,
+          dtype: torch.dtype = torch.float64,
           scratch=None, max_memory: int | str | None = None,
           hooked: bool = True) -> HookedDisentangledTransformer | DisentangledTransformer:
-    """The model of construction ``name`` at size ``d``, every cell times ``beta``.
+    """The model of construction ``name`` (a registry name, or an unregistered spec) at size ``d``,
+    every cell times ``beta``.
 
     ``beta`` defaults to :func:`default_beta`, the larger of 100 and ``beta_exact``, so a working
     form built by default has a max error below 1e-6 at every d from its ``min_d`` to its
@@ -106,8 +114,8 @@ def build(name: str, d: int, beta: float | None = None, *, dtype: torch.dtype = 
     Weights that would not fit ``max_memory`` (default: the memory left) are refused before they
     are allocated. ``hooked=False``: the plain ``DisentangledTransformer`` (no TransformerLens).
     """
-    cfg = _config(name, d, beta, dtype, scratch)[1]
-    memory.check(memory.model_estimate(cfg, f"construction {name!r} at d={d}"), max_memory)
+    spec, cfg, _ = _config(name, d, beta, dtype, scratch)
+    memory.check(memory.model_estimate(cfg, f"construction {spec.name!r} at d={d}"), max_memory)
     if hooked:
         from ..model.hooked import HookedDisentangledTransformer
 
@@ -188,7 +196,7 @@ def edge_inputs(layout: Layout) -> Batch:
     return make_input(layout, P, P @ torch.stack(Ys))
 
 
-def exact_error(name: str, d: int, beta: float) -> float:
+def exact_error(name: str | ConstructionSpec, d: int, beta: float) -> float:
     """Largest ``|model(X) - Y|`` of construction ``name`` at ``d`` and ``beta`` (float64), over
     256 random samples (seed 0) and :func:`edge_inputs`: what ``beta_exact`` is held to."""
     model = build(name, d, beta, hooked=False)
@@ -310,12 +318,5 @@ def _first_failure(spec: ConstructionSpec, beta: float) -> tuple[int, float] | N
 
 
 def max_error(spec: ConstructionSpec, d: int, beta: float) -> float:
-    """:func:`exact_error` of ``spec``, registered or not (a candidate is registered for the call)."""
-    REGISTRY[spec.name], old = spec, REGISTRY.get(spec.name)
-    try:
-        return exact_error(spec.name, d, beta)
-    finally:
-        if old is None:
-            del REGISTRY[spec.name]
-        else:
-            REGISTRY[spec.name] = old
+    """:func:`exact_error` of ``spec``, registered or not."""
+    return exact_error(spec, d, beta)
