@@ -42,7 +42,8 @@ def test_a_hidden_construction_is_registered_and_named_on_a_model_it_never_saw(h
     assert entry["name"] == done.name and entry["verified"] == registry.entry_digest(entry)
     assert sorted(entry["provenance"]["runs"]) == ["run0", "run1", "run2"]
     assert entry["provenance"]["shapes"] == ["1x1"] * 3
-    assert (entry["min_d"], entry["max_d"]) == (1, 16)  # the widest of RANGES and entry["beta_exact"] is not None
+    # registered over the widest of RANGES it is exact on
+    assert (entry["min_d"], entry["max_d"]) == (1, 16) and entry["beta_exact"] is not None
     registered = C.REGISTRY.pop(done.name)  # as a fresh process finds it: loaded from the file
     loaded = registry.load_discovered(path)[done.name]
     assert loaded.cells == registered.cells and loaded.beta_exact == registered.beta_exact

@@ -103,13 +103,12 @@ def test_discover_reuses_a_sweeps_record_measured_on_the_same_samples(tmp_path):
 def test_a_record_older_than_a_registered_construction_is_analysed_again():
     """``invperm discover --register`` adds a construction: a sweep run again re-analyses the
     records that never tested it, and only those that fit it."""
-    from invperm_interp.config import ModelConfig
-    from invperm_interp.maths import constructions as C
-    from invperm_interp.task import Layout
-
     from dataclasses import replace
 
     from invperm_interp.analysis.placements import fitting_names
+    from invperm_interp.config import ModelConfig
+    from invperm_interp.maths import constructions as C
+    from invperm_interp.task import Layout
 
     cfg = ModelConfig(Layout.plain(6), n_layers=2, n_heads=1, attention_dir="bidirectional", readout="P")
     older = analysed("two_block")
