@@ -61,6 +61,14 @@ def run_row(run_dir: Path, record: SweepRecord, kind: str, seed: int) -> dict:
             "controls": [c.to_dict() for c in found]}
 
 
+def cached_row(run_dir: Path, record: SweepRecord, kind: str, seed: int) -> dict:
+    """:func:`run_row`, kept in the run's controls.json so a rerun resumes."""
+    cached = run_dir / "controls.json"
+    if not cached.is_file():
+        cached.write_text(json.dumps(run_row(run_dir, record, kind, seed)) + "\n")
+    return json.loads(cached.read_text())
+
+
 def summarize(rows: list[dict], census: list[dict]) -> list[dict]:
     """Per model and style: runs the style can test (the empty claim rejected), random sets
     rejected, the claim supported, other constructions accepted; named runs held out (the sweep's
@@ -138,10 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if record is None or claim_of(record) is None:
             continue
         kind = "bidirectional" if line.model["attention_dir"] == "bidirectional" else "scratch"
-        cached = run_dir / "controls.json"  # one run's row, kept so a rerun resumes
-        if not cached.is_file():
-            cached.write_text(json.dumps(run_row(run_dir, record, kind, line.train["seed"])) + "\n")
-        rows.append(json.loads(cached.read_text()))
+        rows.append(cached_row(run_dir, record, kind, line.train["seed"]))
         print(rows[-1]["run"], rows[-1]["claim"], flush=True)
     if not rows:
         return refuse("controls", f"runs: {args.runs} holds no solved, analysed run")

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from census_report import share_text
 from common import add_output_arguments, output, output_folder, refuse
-from controls import run_row
+from controls import cached_row
 
 from invperm_interp.analysis.controls import CONTROL_STYLES
 from invperm_interp.analysis.discover import circuit_form
@@ -105,11 +105,7 @@ def control_rows(folder: Path, rows: list[dict], found: set[str]) -> list[dict]:
         if r["seeds"] != "held-out" or not any(f in r["name"] for f in found):
             continue
         run_dir = folder / r["run"]
-        cached = run_dir / "controls.json"
-        if not cached.is_file():
-            record = SweepRecord.of_run(run_dir)
-            cached.write_text(json.dumps(run_row(run_dir, record, r["kind"], r["seed"])) + "\n")
-        out.append(json.loads(cached.read_text()))
+        out.append(cached_row(run_dir, SweepRecord.of_run(run_dir), r["kind"], r["seed"]))
     return out
 
 
@@ -141,7 +137,7 @@ def characterise(unnamed: dict) -> dict:
             out[key] = {"reason": reason, "idealised": None}
             continue
         model = Run.load(run_dir).analysis_model
-        form, _ = circuit_form(model, mech.minimal.cells, mech.minimal.read)
+        form = circuit_form(model, mech.minimal.cells, mech.minimal.read)
         out[key] = {"reason": "unnamed", "idealised": idealise(form).to_dict()}
     return out
 

@@ -27,15 +27,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from ..maths import constructions
-from ..maths.placement import placements, unplace
+from ..maths.placement import unplace
 from ..maths.registry import parse_read
 from ..model.disentangled import DisentangledModel, check_disentangled
 from .faithfulness import Faithfulness, Tester
-from .forms import Form, form_of
+from .forms import Form, form_of, layout_name
 from .hypothesis import cell_text
 from .idealise import Idealisation, idealise
 from .mechanism import Mechanism, mechanism, verdict_of
-from .placements import KEEP_SINGLE, KEEP_SUM, SHARE_TOLERANCE, heads_used, weight_share
+from .placements import best_placements
 from .placements import hypothesis as placed_hypothesis
 from .verdict import BORDERLINE, FAITHFUL, VERDICT_SAMPLES, check_seed, evaluation_batch
 
@@ -111,11 +111,7 @@ def _errors(form: Form, name: str) -> tuple[tuple[float, float], ...]:
 
 def _kind(model: DisentangledModel) -> tuple:
     cfg = model.cfg
-    return cfg.attention_dir, _layout(model), cfg.readout
-
-
-def _layout(model: DisentangledModel) -> str:
-    return "scratch" if any(s.kind == "S" for s in model.cfg.layout.segments) else "plain"
+    return cfg.attention_dir, layout_name(cfg), cfg.readout
 
 
 def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLES,
@@ -144,7 +140,7 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
         elif not mech.minimal.faithful:
             reasons[key] = "no faithful minimal circuit"
         else:
-            forms[key] = circuit_form(model, mech.minimal.cells, mech.minimal.read)[0]
+            forms[key] = circuit_form(model, mech.minimal.cells, mech.minimal.read)
             testers[key] = Tester(model, batch)
             if forms[key] not in by_form:
                 by_form[forms[key]] = idealise(forms[key])
@@ -218,13 +214,9 @@ def _test_on(form: Form, models: Mapping[str, DisentangledModel],
         model = models[key]
         if _kind(model) != (form.attention_dir, form.layout, form.readout):
             continue
-        found = [p for p in placements(spec, model.cfg.heads)]
-        if not found:
+        chosen = best_placements(spec, model, tester.fixed)
+        if not chosen:
             continue
-        share = {p: weight_share(p, tester.fixed, model.stream) for p in found}
-        best = sorted(found, key=lambda p: (-round(share[p] / SHARE_TOLERANCE), heads_used(p)))
-        chosen = ([p for p in best if not p.summed][:KEEP_SINGLE]
-                  + [p for p in best if p.summed][:KEEP_SUM])
         tests = [tester.test(placed_hypothesis(model, p), minimality=False) for p in chosen]
         verdicts = [verdict_of(t) for t in tests]
         i = min(range(len(tests)), key=lambda j: (verdicts[j] != FAITHFUL,
@@ -233,25 +225,23 @@ def _test_on(form: Form, models: Mapping[str, DisentangledModel],
     return out
 
 
-def circuit_form(model: DisentangledModel, cells, read: tuple[str, ...]):
-    """``(form, (layers, heads))``: the form of a circuit on one head of each of two layers of a
-    deeper or wider model, in a two-layer one-head model's block names (``maths.placement.unplace``),
-    so that runs holding the same circuit on other layers or heads share a form; ``(form, None)``
-    for any other circuit, written on the model's own layers and heads (a construction of that
-    shape)."""
+def circuit_form(model: DisentangledModel, cells, read: tuple[str, ...]) -> Form:
+    """The form of a circuit: one on one head of each of two layers of a deeper or wider model in a
+    two-layer one-head model's block names (``maths.placement.unplace``), so that runs holding the
+    same circuit on other layers or heads share a form (the rule places it again); any other
+    circuit on the model's own layers and heads (a construction of that shape)."""
     form = form_of(model, cells, read)
     units = {(c.layer, c.head) for c in form.cells}
     if len(units) != 2 or len({layer for layer, _ in units}) != 2:
-        return form, None
+        return form
     terms = parse_read(form.read)
     found = unplace(form.cells, tuple(block for block, _ in terms), model.cfg.heads)
     if found is None:
-        return form, None
-    layers, chosen, placed, blocks = found
+        return form
+    _, _, placed, blocks = found
     text = " ".join(f"{'-' if sign < 0 else '+'} {b}" for b, (_, sign) in zip(blocks, terms))
     text = text[2:] if text.startswith("+ ") else text
-    return (Form(form.attention_dir, form.layout, form.readout, tuple(sorted(set(placed))), text),
-            (layers, chosen))
+    return Form(form.attention_dir, form.layout, form.readout, tuple(sorted(set(placed))), text)
 
 
 def table(discovery: Discovery) -> str:

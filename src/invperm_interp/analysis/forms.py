@@ -75,6 +75,11 @@ def _read_text(model: DisentangledModel, blocks: tuple[str, ...]) -> str:
     return text[2:] if text.startswith("+ ") else text
 
 
+def layout_name(cfg) -> str:
+    """``"scratch"`` for a layout with scratch rows, else ``"plain"``: a construction's layout."""
+    return "scratch" if any(s.kind == "S" for s in cfg.layout.segments) else "plain"
+
+
 def form_of(model: DisentangledModel, cells, read: tuple[str, ...]) -> Form:
     """The form of a circuit of ``cells`` ``(layer, head, query, key, label)`` reading ``read``."""
     cfg = model.cfg
@@ -86,5 +91,5 @@ def form_of(model: DisentangledModel, cells, read: tuple[str, ...]) -> Form:
                                                           a.scale)
     kept = {Cell(a.layer, a.head, *_canonical(a)) for a in atoms
             if a.scale >= ATOM_SHARE * largest[(a.layer, a.head, a.query, a.key)]}
-    layout = "scratch" if any(s.kind == "S" for s in cfg.layout.segments) else "plain"
+    layout = layout_name(cfg)
     return Form(cfg.attention_dir, layout, cfg.readout, tuple(sorted(kept)), _read_text(model, read))

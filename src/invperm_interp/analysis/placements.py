@@ -119,14 +119,20 @@ def candidate_placements(model: DisentangledModel, fixed: Sequence[Tensor],
         return []
     out = []
     for name in fitting_names(model.cfg, working=True) if names is None else names:
-        if not fits(name, model.cfg.heads):
-            continue
-        found = placements(name, model.cfg.heads)
-        share = {p: weight_share(p, fixed, model.stream) for p in found}
-        # to SHARE_TOLERANCE, the fewest heads first (a sum that adds an idle head adds nothing)
-        best = sorted(found, key=lambda p: (-round(share[p] / SHARE_TOLERANCE), heads_used(p)))
-        out += [p for p in best if not p.summed][:KEEP_SINGLE] + [p for p in best if p.summed][:KEEP_SUM]
+        if fits(name, model.cfg.heads):
+            out += best_placements(name, model, fixed)
     return out
+
+
+def best_placements(construction: str | registry.ConstructionSpec, model: DisentangledModel,
+                    fixed: Sequence[Tensor]) -> list[Placement]:
+    """A construction's (a registry name, or an unregistered spec) ``KEEP_SINGLE`` best-weighted
+    one-head placements and ``KEEP_SUM`` sum-of-heads ones on ``model``, best first."""
+    found = placements(construction, model.cfg.heads)
+    share = {p: weight_share(p, fixed, model.stream) for p in found}
+    # to SHARE_TOLERANCE, the fewest heads first (a sum that adds an idle head adds nothing)
+    best = sorted(found, key=lambda p: (-round(share[p] / SHARE_TOLERANCE), heads_used(p)))
+    return [p for p in best if not p.summed][:KEEP_SINGLE] + [p for p in best if p.summed][:KEEP_SUM]
 
 
 def heads_used(placement: Placement) -> int:
@@ -134,5 +140,5 @@ def heads_used(placement: Placement) -> int:
     return sum(len(placement.head_list(index)) for index in range(len(placement.layers)))
 
 
-__all__ = ["KEEP_SINGLE", "KEEP_SUM", "SUM", "candidate_placements", "fits", "fitting_names",
-           "hypothesis", "untested_reason", "weight_share"]
+__all__ = ["KEEP_SINGLE", "KEEP_SUM", "SUM", "best_placements", "candidate_placements", "fits",
+           "fitting_names", "hypothesis", "untested_reason", "weight_share"]
