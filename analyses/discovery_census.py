@@ -40,6 +40,7 @@ from invperm_interp.analysis.sweep_record import SweepRecord
 from invperm_interp.maths import constructions, registry
 from invperm_interp.maths.describe import describe
 from invperm_interp.sweep.collect import read_rows
+from invperm_interp.training.progress import progress_bar
 from invperm_interp.training.run import Run
 
 FIGURE_D = 5  # the size the discovered constructions are drawn at
@@ -130,7 +131,7 @@ def characterise(unnamed: dict) -> dict:
     """What each unnamed run's minimal circuit idealised to (``analysis.idealise``), or why there is
     nothing to idealise."""
     out = {}
-    for key, (run_dir, mech) in unnamed.items():
+    for key, (run_dir, mech) in progress_bar(unnamed.items(), desc="idealise", unit="run"):
         if mech.verdict != "none" or not mech.minimal.faithful:
             reason = (mech.verdict if mech.verdict != "none"
                       else "no faithful minimal circuit among its atoms' cells")

@@ -121,14 +121,15 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
     unnamed model of its kind, and propose the forms that cover the most models, each faithful on
     at least ``min_runs`` of them (module docstring); every model is judged on ``n`` samples from
     ``seed``, except those in ``known`` (mechanisms measured so already, e.g. by a sweep).
-    ``progress``: an optional callable wrapping the iteration (e.g. ``tqdm``)."""
+    ``progress``: an optional ``(items, description) -> iterable`` wrapping the iterations over the
+    models and over the exact forms tested across them (e.g. a ``tqdm`` bar)."""
     if not isinstance(min_runs, int) or min_runs < 1:
         raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
     check_seed(seed)
     forms, reasons, testers, ideals = {}, {}, {}, {}
     by_form: dict[Form, Idealisation] = {}
     items = list(models.items())
-    for key, model in (progress(items) if progress else items):
+    for key, model in (progress(items, "runs") if progress else items):
         check_disentangled(model, f"models[{key!r}]")
         batch = evaluation_batch(model, n, seed)
         mech = known[key] if known is not None and key in known else mechanism(model, batch)
@@ -147,7 +148,8 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
             ideals[key] = by_form[forms[key]]
             reasons[key] = "unnamed"
     exact = list(dict.fromkeys(i.form for i in ideals.values() if i.exact))
-    tested = {form: _test_on(form, models, testers) for form in exact}
+    tested = {form: _test_on(form, models, testers)
+              for form in (progress(exact, "forms tested across runs") if progress else exact)}
     proposals, covered = [], set()
 
     def gain(form: Form) -> tuple:

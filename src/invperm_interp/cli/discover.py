@@ -72,8 +72,8 @@ def _cmd_discover(args: argparse.Namespace) -> None:
         say(f"{len(known)} of {len(runs)} runs: the verdict their sweep recorded on the same "
               f"{args.n} samples (seed {args.seed}) is reused")
     found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs, known=known,
-                     progress=lambda items: progress_bar(items, desc="discover", unit="run",
-                                                         disable=args.quiet))
+                     progress=lambda items, what: progress_bar(items, desc=f"discover: {what}",
+                                                               disable=args.quiet))
     found = replace(found, forms={**found.forms, **dict.fromkeys(refused)},
                     reasons={**found.reasons, **{k: f"mechanism analysis refused: {why}"
                                                  for k, why in refused.items()}})
