@@ -12,6 +12,7 @@ from invperm_interp.analysis.forms import Form
 from invperm_interp.analysis.idealise import core, guards, idealise, reads, screen_batch
 from invperm_interp.maths import constructions as C
 from invperm_interp.maths.cells import Cell
+from invperm_interp.task import Layout
 
 
 def _form(cells, read="L2.x", layout="plain", attention="bidirectional", readout="P") -> Form:
@@ -96,7 +97,7 @@ def test_guards_are_pm_one_at_used_queries_and_every_key_of_the_layer():
 
 @pytest.mark.parametrize("layout", ["plain", "scratch"])
 def test_the_screen_batch_holds_random_and_edge_inputs(layout):
-    batch = screen_batch(layout, 5)
+    batch = screen_batch(Layout.scratch(5) if layout == "scratch" else Layout.plain(5))
     assert len(batch) == 64 + 6
     eye = torch.eye(5, dtype=torch.float64)
     assert torch.equal(batch.P[64], eye) and torch.equal(batch.P[-1], eye.flip(0))

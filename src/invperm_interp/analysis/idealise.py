@@ -113,7 +113,7 @@ def guards(form: Form, cells: Iterable[Cell]) -> list[Cell]:
     """``±1`` at (a query block a layer's cells use, any key block of that layer's stream), for
     each layer and head the cells occupy: the additions :func:`idealise` tries."""
     spec = form.spec("idealised")
-    stream = Stream(Layout.scratch(3) if form.layout == "scratch" else Layout.plain(3), spec.heads)
+    stream = Stream(spec.make_layout(3), spec.heads)
     queries: dict[tuple[int, int], set[str]] = {}
     for c in cells:
         queries.setdefault((c.layer, c.head), set()).add(c.query)
@@ -126,9 +126,9 @@ def guards(form: Form, cells: Iterable[Cell]) -> list[Cell]:
 
 
 @lru_cache(maxsize=32)
-def screen_batch(layout_name: str, d: int) -> Batch:
-    """``SCREEN_SAMPLES`` random samples (seed ``d``) and the edge inputs of the layout at ``d``."""
-    layout = Layout.scratch(d) if layout_name == "scratch" else Layout.plain(d)
+def screen_batch(layout: Layout) -> Batch:
+    """``SCREEN_SAMPLES`` random samples (seed ``d``) and the edge inputs of ``layout`` (size ``d``)."""
+    d = layout.d
     drawn = sample_batch(layout, SCREEN_SAMPLES, generator=torch.Generator().manual_seed(d),
                          dtype=torch.float64)
     edge = constructions.edge_inputs(layout)
@@ -159,7 +159,7 @@ class _Checker:
         worst, first_mse = 0.0, None
         try:
             for d in SCREEN_DS:
-                batch = screen_batch(form.layout, d)
+                batch = screen_batch(spec.make_layout(d))
                 model = constructions.build(spec, d, SCREEN_BETA, hooked=False)
                 with torch.no_grad():
                     err = model(batch.X) - batch.Y
