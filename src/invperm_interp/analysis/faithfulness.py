@@ -20,7 +20,10 @@ Removed parts are zeroed *in the gauge-fixed frame*: softmax cannot see the gaug
 a cell's effect without inventing a gauge the model never chose (zeroing raw cells would not: a raw
 cell holds gauge as well as function). The second style, ``ablation="mean"``, replaces a removed
 part's attention-score contribution by its mean over a reference batch instead, and
-``ablation="resample"`` by its value on another input. The
+``ablation="resample"`` by its value on another input. ``ablation="silence"`` zeroes as the
+first does and knocks out every head the variant leaves no weight in (its output zeroed, where
+zeroing ``A`` alone leaves it attending uniformly): the question "does the claim need this head's
+output at all?" beside zero ablation's "does it need this head's pattern?" (``analysis.silence``). The
 thresholds that turn these numbers into verdicts live in ``analysis.mechanism``.
 """
 
@@ -44,6 +47,7 @@ from .fit_cache import FitCache, fits_kept_bytes
 from .hypothesis import AtomCell, Hypothesis, as_hypothesis, read_cells
 from .projection import Projection, fixed_weights, project, raw_weights
 from .score import Score, read_score, score, scores
+from .silence import silence
 from .standin import Removed, StandIn
 
 #: A fitted template β below this share of the largest ``|β|`` named in its own cell has no sign
@@ -165,7 +169,7 @@ class Faithfulness:
                    tuple(data["versus"]) if data.get("versus") else None)
 
 
-Ablation = Literal["zero", "mean", "resample"]  # how a removed part is removed (Tester)
+Ablation = Literal["zero", "mean", "resample", "silence"]  # how a removed part is removed (Tester)
 ABLATIONS = get_args(Ablation)
 
 
@@ -194,7 +198,9 @@ class Tester:
     clean run's stream) is replaced by its mean over the ``reference`` batch (default: the batch
     itself), per head and (query, key) position. ``"resample"``: replaced by its value on another
     input, sample ``b`` taking the ``reference`` batch's sample ``b`` (by default the batch's own
-    next sample, ``b + 1``). Removed read-out rows are zeroed either way. ``output``: the model's
+    next sample, ``b + 1``). ``"silence"``: as ``"zero"``, and a head left with no weight at all
+    (no cell of the claim on it) is knocked out, its output zeroed, instead of attending
+    uniformly (``analysis.silence``). Removed read-out rows are zeroed either way. ``output``: the model's
     own output on ``batch`` ``(B, d, d)``, when already computed (``model.variants.model_run``)."""
 
     def __init__(self, model: DisentangledModel, batch: Batch, ablation: Ablation = "zero",
@@ -259,8 +265,11 @@ class Tester:
                 removed: Sequence[Removed | Sequence[Tensor]] | None = None) -> list[Tensor]:
         """:meth:`run_many`'s outputs ``(B, d, d)`` before they are scored."""
         offsets = None
-        if self.ablation != "zero" and removed is not None:
+        if self._standin is not None and removed is not None:
             offsets = lambda i: self._standin(removed[i])  # noqa: E731 - one chunk at a time
+        if self.ablation == "silence":
+            cfg = self.model.cfg
+            variants = [silence(cfg.heads, cfg.widths, As, W_U) for As, W_U in variants]
         return forward_many(self.model.cfg, variants, self.batch.X, offsets=offsets)
 
     def errors(self, hyps: Sequence[Hypothesis]) -> list[Tensor]:

@@ -323,6 +323,8 @@ def _screen_and_whole(model: DisentangledModel, batch: Batch, screen: int,
     if len(batch) <= screen:
         tester = full()
         return tester, tester
+    if whole is not None:  # its style, and its fits shared
+        return whole.head(screen), full
     return Tester(model, batch.head(screen), ablation, reference), full
 
 
@@ -362,15 +364,19 @@ def name_on(model: DisentangledModel, batch: Batch, *, ablation: Ablation = "zer
 
 def mechanism(model: DisentangledModel, batch: Batch, *, circuit: Circuit | None = None,
               tester: Tester | None = None, rule: Rule = RULE, exact: bool = True,
-              screen: int = SCREEN_SAMPLES) -> Mechanism:
+              screen: int = SCREEN_SAMPLES, ablation: Ablation = "zero") -> Mechanism:
     """Name the model's mechanism by the one rule (module docstring) on ``batch`` (for a verdict
     that resolves the thresholds, ``analysis.verdict.evaluation_batch``: 4,096 samples). The
     constructions are tested on the first ``screen`` samples and those whose interval straddles a
     threshold there again on the whole batch; the minimal circuit is searched on the first
     ``screen``. ``circuit``/``tester`` reuse an ``explain`` result and a clean run of ``batch``
-    already computed; ``exact``: let :func:`minimal_circuit` search exactly."""
+    already computed (the tester's ablation style is then the one used); ``exact``: let
+    :func:`minimal_circuit` search exactly; ``ablation``: how removed parts are removed
+    (``analysis.faithfulness.Tester``; the rule's own is ``"zero"``)."""
     check_disentangled(model)
-    first, resolve = _screen_and_whole(model, batch, screen, whole=tester)
+    if tester is not None and ablation != "zero" and tester.ablation != ablation:
+        raise ValueError(f"ablation {ablation!r} differs from the tester's {tester.ablation!r}")
+    first, resolve = _screen_and_whole(model, batch, screen, ablation, whole=tester)
     tested = paired_with_best(first, test_constructions(model, first, resolve=resolve, rule=rule), rule)
     empty = test_empty(first, resolve, rule)
     good, straddle = ranked(tested, rule)

@@ -33,7 +33,8 @@ from .verdict import RULE, Rule, interval
 
 #: The ablation styles whose removed cells take their value on other inputs (input-independent
 #: cells are kept exactly); ``"zero"`` removes every cell it does not keep.
-KEEPS_INPUT_INDEPENDENT = {"zero": False, "mean": True, "resample": True, "scrub": True}
+KEEPS_INPUT_INDEPENDENT = {"zero": False, "mean": True, "resample": True, "scrub": True,
+                           "silence": False}
 STYLES = tuple(KEEPS_INPUT_INDEPENDENT)
 #: The raw position blocks: the same on every input.
 POSITION_BLOCKS = ("pos.P", "pos.Y", "pos.S")
