@@ -237,3 +237,23 @@ def test_a_circuit_over_three_layers_of_one_head_is_grouped_as_it_is(monkeypatch
     namespace: dict = {}
     exec(proposal.form.snippet("relay_again"), namespace)  # noqa: S102
     assert C.REGISTRY.pop("relay_again").n_layers == 3
+
+
+def test_a_form_is_held_with_its_signs_only_when_the_model_holds_them():
+    from dataclasses import replace
+
+    from invperm_interp.analysis.discover import signs_held
+    from invperm_interp.analysis.faithfulness import Tester
+    from invperm_interp.analysis.forms import Form
+    from invperm_interp.task import sample_batch
+
+    model = perturb(C.build("two_block", 5, 10.0), gauge=0.5, noise=0.02, seed=3)
+    batch = sample_batch(model.cfg.layout, 64, torch.Generator().manual_seed(0),
+                         dtype=torch.float64)
+    spec = C.REGISTRY["two_block"]
+    own = Form("bidirectional", "plain", "P", tuple(sorted(spec.cells)), spec.read_block)
+    tester = Tester(model, batch)
+    assert signs_held(own, model, tester)
+    flipped = tuple(sorted(c._replace(label="-" + c.label) if c.layer == 1 else c
+                           for c in spec.cells))
+    assert not signs_held(replace(own, cells=flipped), model, tester)

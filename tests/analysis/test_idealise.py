@@ -101,3 +101,36 @@ def test_the_screen_batch_holds_random_and_edge_inputs(layout):
     assert len(batch) == 64 + 6
     eye = torch.eye(5, dtype=torch.float64)
     assert torch.equal(batch.P[64], eye) and torch.equal(batch.P[-1], eye.flip(0))
+
+
+def test_an_exact_form_the_model_contradicts_gives_way_to_one_it_holds():
+    # the model (here a stand-in judge) holds layer 2's guard on (pos.P, pos.Y), not (pos.P, pos.P)
+    printed = C.REGISTRY["appendix_b_as_printed"]
+    bare = _form(printed.cells, read=printed.read_block)
+    (plain,) = idealise(bare).added
+    asked = []
+
+    def holds(form):
+        asked.append(form)
+        return plain not in form.cells
+
+    found = idealise(bare, accept=holds)
+    assert asked and found.exact and plain not in found.form.cells
+    assert holds(found.form) and len(found.added) == 1
+    for d in (3, 6):
+        assert _numpy_max_error(found.form, d) < 1e-9
+
+
+def test_pruning_keeps_a_cell_the_model_needs_for_its_signs():
+    # exactness alone drops the soft lookup's -1; a model whose sign check needs it keeps it
+    spare = Cell(1, 0, "pos.P", "L1.x", "-1")
+    soft = _form([*C.REGISTRY["two_block"].cells, (1, "pos.P", "L1.x", "-1")])
+    found = idealise(soft, accept=lambda form: spare in form.cells)
+    assert found.exact and spare in found.form.cells and found.dropped == ()
+
+
+def test_when_the_model_contradicts_every_exact_form_it_says_so():
+    two_block = _form(C.REGISTRY["two_block"].cells)
+    found = idealise(two_block, accept=lambda form: False)
+    assert not found.exact and "signs" in found.reason
+    assert found.to_dict()["exact"] is False

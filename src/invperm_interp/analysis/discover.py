@@ -5,7 +5,8 @@ For every model the rule names no construction for (verdict none, ``analysis.mec
 faithful minimal circuit, the circuit's **form** (``analysis.forms``; on a deeper or wider model a
 circuit on one head of each of two layers is written as on two layers of one head, so the same
 circuit at other placements is one form: ``maths.placement.unplace``) is **idealised**
-(``analysis.idealise``): the smallest exact construction near it, or the reason there is none.
+(``analysis.idealise``): the smallest exact construction near it that the model holds with its
+own signs (:func:`signs_held`), or the reason there is none.
 Each exact form is then tested by the rule's own test (``verdict_of``: faithful, with the signs
 that matter) on every unnamed model of its kind (attention, layout, read-out rows) at its
 best-weighted placements (as the rule places a registered construction: ``analysis.placements``).
@@ -26,11 +27,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from ..errors import check_choice
 from ..maths import constructions
 from ..maths.placement import unplace
 from ..maths.registry import parse_read
 from ..model.disentangled import DisentangledModel, check_disentangled
-from .faithfulness import Faithfulness, Tester
+from .faithfulness import ABLATIONS, Ablation, Faithfulness, Tester
 from .forms import Form, form_of, layout_name
 from .hypothesis import cell_text
 from .idealise import Idealisation, idealise
@@ -41,6 +43,8 @@ from .verdict import BORDERLINE, FAITHFUL, VERDICT_SAMPLES, check_seed, evaluati
 
 #: The sizes a proposed form is checked exact at (``register`` then checks its whole range).
 DISCOVER_DS = (3, 5, 10)
+#: Samples a sign check runs its circuit on (:func:`signs_held`; the signs are the weights').
+SIGN_SAMPLES = 64
 
 
 @dataclass(frozen=True)
@@ -116,13 +120,18 @@ def _kind(model: DisentangledModel) -> tuple:
 
 def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLES,
              seed: int = 0, min_runs: int = 2, progress=None,
-             known: Mapping[str, Mechanism] | None = None) -> Discovery:
+             known: Mapping[str, Mechanism] | None = None, ablation: Ablation = "zero") -> Discovery:
     """Idealise the unnamed models' minimal circuits into exact forms, test each form on every
     unnamed model of its kind, and propose the forms that cover the most models, each faithful on
     at least ``min_runs`` of them (module docstring); every model is judged on ``n`` samples from
     ``seed``, except those in ``known`` (mechanisms measured so already, e.g. by a sweep).
     ``progress``: an optional ``(items, description) -> iterable`` wrapping the iterations over the
-    models and over the exact forms tested across them (e.g. a ``tqdm`` bar)."""
+    models and over the exact forms tested across them (e.g. a ``tqdm`` bar). ``ablation``: the
+    style every test runs under (``known`` mechanisms, the rule's, are then measured again unless it
+    is ``"zero"``; ``"silence"`` knocks out the heads a circuit leaves empty)."""
+    check_choice("ablation", ablation, ABLATIONS)
+    if ablation != "zero":
+        known = None
     if not isinstance(min_runs, int) or min_runs < 1:
         raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
     check_seed(seed)
@@ -132,7 +141,8 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
     for key, model in (progress(items, "runs") if progress else items):
         check_disentangled(model, f"models[{key!r}]")
         batch = evaluation_batch(model, n, seed)
-        mech = known[key] if known is not None and key in known else mechanism(model, batch)
+        mech = (known[key] if known is not None and key in known
+                else mechanism(model, batch, ablation=ablation))
         forms[key] = None
         if mech.name is not None:
             reasons[key] = f"named {mech.name}"
@@ -142,9 +152,10 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
             reasons[key] = "no faithful minimal circuit"
         else:
             forms[key] = circuit_form(model, mech.minimal.cells, mech.minimal.read)
-            testers[key] = Tester(model, batch)
-            if forms[key] not in by_form:
-                by_form[forms[key]] = idealise(forms[key])
+            testers[key] = Tester(model, batch, ablation)
+            if forms[key] not in by_form:  # judged on the first run holding the form
+                by_form[forms[key]] = idealise(
+                    forms[key], accept=lambda f, m=model, t=testers[key]: signs_held(f, m, t))
             ideals[key] = by_form[forms[key]]
             reasons[key] = "unnamed"
     exact = list(dict.fromkeys(i.form for i in ideals.values() if i.exact))
@@ -204,6 +215,16 @@ def _grown(form: Form, exact: list[Form], tested: dict, gain, models, testers) -
             if grown:
                 break
     return form
+
+
+def signs_held(form: Form, model: DisentangledModel, tester: Tester) -> bool:
+    """Whether the model holds every template of ``form`` with its sign (the rule's sign check,
+    ``Faithfulness.signs_agree``) at one of its best-weighted placements: an idealised form the
+    model contradicts is not the model's mechanism. The fitted βs depend on the weights only, so
+    the circuit is run on the tester's first ``SIGN_SAMPLES`` samples."""
+    small = tester.head(SIGN_SAMPLES)
+    return any(small.test(placed_hypothesis(model, p), minimality=False).signs_agree
+               for p in best_placements(form.spec("discovered"), model, tester.fixed))
 
 
 def _test_on(form: Form, models: Mapping[str, DisentangledModel],

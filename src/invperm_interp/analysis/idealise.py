@@ -26,13 +26,19 @@ must be exact in the limit. :func:`idealise` looks for the smallest such constru
    first), but keeps at least one template at each of the circuit's cells: the model needs every
    one of them (the circuit is minimal), even where the hard-attention limit would not (a second
    route that sharpens a soft lookup).
+5. **The model's own signs.** With ``accept`` (what the source model says of a form: in
+   ``analysis.discover``, that the rule's sign check passes on the run the circuit came from), an
+   exact form is kept only when accepted: a guard the model holds with the other sign, or a
+   pruning that leaves a cell's composite template fitted with the other sign, makes an exact
+   construction that is not the model's. A rejected pruning is pruned again keeping only accepted
+   steps; a rejected candidate gives way to the next exact one (at most ``ACCEPT_TRIES`` per step).
 
 The search is deterministic: candidates are tried in sorted order and ties keep the first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -52,6 +58,8 @@ SCREEN_DS = (5, 3, 8)  # in this order: a candidate not exact at d = 5 is not bu
 SCREEN_SAMPLES = 64
 #: At most this many cells added or dropped in the search for an exact form.
 MAX_CHANGES = 3
+#: Exact candidates offered to ``accept`` per step of the search, best first.
+ACCEPT_TRIES = 8
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,9 @@ class Idealisation:
 
     @property
     def exact(self) -> bool:
-        return self.check.exact
+        """Whether an exact form was found (and accepted): the closest tried may be exact and
+        still rejected, with its reason."""
+        return self.check.exact and not self.reason
 
     def to_dict(self) -> dict:
         return {"exact": self.exact, "cells": [list(c) for c in self.form.cells],
@@ -174,34 +184,76 @@ class _Checker:
         return Check(worst, first_mse)
 
 
-def idealise(form: Form) -> Idealisation:
-    """The smallest exact construction near ``form`` (module docstring), or the closest tried."""
+def idealise(form: Form, accept: Callable[[Form], bool] | None = None) -> Idealisation:
+    """The smallest exact construction near ``form`` (module docstring), or the closest tried;
+    ``accept``: what a form must also satisfy to be kept (step 5; default: nothing)."""
     checker = _Checker(form)
+    judge = _Judge(form, accept)
     sites = frozenset(c.site for c in form.cells)
     starts = list(dict.fromkeys([tuple(sorted(form.cells)), core(form.cells)]))
     tried = [(checker(cells, read), len(cells), i, cells, read)
              for i, (cells, read) in enumerate((c, r) for c in starts for r in reads(form))]
-    exact = [t for t in tried if t[0].exact]
-    if exact:
-        _, _, _, cells, read = min(exact, key=lambda t: (t[1], t[2]))
-        return _result(form, _pruned(cells, read, checker, sites), read, checker)
+    for _, _, _, cells, read in sorted((t for t in tried if t[0].exact), key=lambda t: (t[1], t[2])):
+        found = _finished(cells, read, checker, sites, judge)
+        if found is not None:
+            return _result(form, found, read, checker)
     check, _, _, cells, read = min(tried, key=lambda t: (t[0].mse, t[1], t[2]))
     for _ in range(MAX_CHANGES):
         options = _changes(form, cells)
-        scored = [(checker(new, read), i, new) for i, new in enumerate(options)]
+        scored = sorted(((checker(new, read), i, new) for i, new in enumerate(options)),
+                        key=lambda t: (t[0].mse, t[1]))
         if not scored:
             break
-        best, _, new = min(scored, key=lambda t: (t[0].mse, t[1]))
-        if not best.mse < check.mse:
+        for _, _, new in [t for t in scored if t[0].exact][:ACCEPT_TRIES]:
+            found = _finished(new, read, checker, sites, judge)
+            if found is not None:
+                return _result(form, found, read, checker)
+        moves = [t for t in scored if not t[0].exact]  # the exact ones were offered above
+        if not moves or not moves[0][0].mse < check.mse:
+            why = ("every exact form found contradicts the model's own signs" if judge.rejected
+                   else "no addition or removal of one cell lowers the error")
             return _result(form, cells, read, checker,
-                           f"no addition or removal of one cell lowers the error "
-                           f"(max error {check.max_error:.2g} at β = {SCREEN_BETA:g})")
-        check, cells = best, new
-        if check.exact:
-            return _result(form, _pruned(cells, read, checker, sites), read, checker)
+                           f"{why} (max error {check.max_error:.2g} at β = {SCREEN_BETA:g})")
+        check, _, cells = moves[0]
     return _result(form, cells, read, checker,
                    f"not exact after {MAX_CHANGES} changes (max error {check.max_error:.2g} at "
-                   f"β = {SCREEN_BETA:g})")
+                   f"β = {SCREEN_BETA:g})"
+                   + ("; exact forms found contradict the model's own signs" if judge.rejected else ""))
+
+
+class _Judge:
+    """``accept`` of each candidate, asked once (by cells and read-out); always yes without it."""
+
+    def __init__(self, form: Form, accept: Callable[[Form], bool] | None):
+        self.form, self.accept, self.seen = form, accept, {}
+        self.rejected = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.accept is not None
+
+    def __call__(self, cells: Iterable[Cell], read: str) -> bool:
+        if self.accept is None:
+            return True
+        key = (frozenset(cells), read)
+        if key not in self.seen:
+            self.seen[key] = bool(self.accept(replace(self.form, cells=tuple(sorted(key[0])),
+                                                      read=read)))
+            self.rejected += not self.seen[key]
+        return self.seen[key]
+
+
+def _finished(cells: tuple[Cell, ...], read: str, checker: _Checker, sites: frozenset,
+              judge: _Judge) -> tuple[Cell, ...] | None:
+    """An exact candidate pruned (step 4) and accepted (step 5): pruned for exactness alone, and
+    when that is rejected, pruned again keeping only accepted steps from an accepted candidate;
+    ``None`` when the candidate itself is rejected."""
+    pruned = _pruned(cells, read, checker, sites)
+    if judge(pruned, read):
+        return pruned
+    if pruned == cells or not judge(cells, read):
+        return None
+    return _pruned(cells, read, checker, sites, judge)
 
 
 def _changes(form: Form, cells: tuple[Cell, ...]) -> list[tuple[Cell, ...]]:
@@ -216,15 +268,16 @@ def _changes(form: Form, cells: tuple[Cell, ...]) -> list[tuple[Cell, ...]]:
 
 
 def _pruned(cells: tuple[Cell, ...], read: str, checker: _Checker,
-            keep: frozenset) -> tuple[Cell, ...]:
+            keep: frozenset, judge: _Judge | None = None) -> tuple[Cell, ...]:
     """An exact candidate less every cell it stays exact without (its ``±1`` cells first, then its
     lookups, each in sorted order), except the last cell at each site of ``keep``: the circuit's
-    own cells, which the model needs (a minimal circuit has no cell to spare)."""
+    own cells, which the model needs (a minimal circuit has no cell to spare); with ``judge``,
+    only the drops it accepts."""
     for cell in sorted(cells, key=lambda c: (is_lookup(c), c)):
         rest = tuple(c for c in cells if c != cell)
         if cell.site in keep and not any(c.site == cell.site for c in rest):
             continue
-        if rest and checker(rest, read).exact:
+        if rest and checker(rest, read).exact and (judge is None or judge(rest, read)):
             cells = rest
     return cells
 

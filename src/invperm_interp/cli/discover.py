@@ -67,11 +67,13 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     estimates = [memory.analysis_estimate(m.cfg, args.n, circuits=0) for m in models.values()]
     if estimates:  # the largest, refused before a sample is drawn, as analyze does
         memory.check(max(estimates, key=lambda e: e.total), args.max_memory)
-    known = {keys[d]: k for d in runs if (k := _recorded(d, args.n, args.seed)) is not None}
+    known = ({keys[d]: k for d in runs if (k := _recorded(d, args.n, args.seed)) is not None}
+             if args.ablation == "zero" else {})  # a sweep records the rule's style
     if known:
         say(f"{len(known)} of {len(runs)} runs: the verdict their sweep recorded on the same "
               f"{args.n} samples (seed {args.seed}) is reused")
     found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs, known=known,
+                     ablation=args.ablation,
                      progress=lambda items, what: progress_bar(items, desc=f"discover: {what}",
                                                                disable=args.quiet))
     found = replace(found, forms={**found.forms, **dict.fromkeys(refused)},
@@ -109,6 +111,9 @@ def add_discover_parser(sub) -> None:
                         help="seeds the evaluation samples (the grids' analysis seed, so a sweep's "
                         "recorded verdicts are reused)")
     parser.add_argument("--min-runs", type=int, default=2, help="runs a form needs to be proposed")
+    parser.add_argument("--ablation", choices=("zero", "silence"), default="zero",
+                        help="how the circuits' removed parts are removed: zeroed (the rule's), or "
+                             "zeroed with every head a circuit leaves empty knocked out (silence)")
     parser.add_argument("--json", help="also write the proposals to this JSON file")
     parser.add_argument("--register", nargs="?", metavar="FILE", const=PACKAGE_FILE,
                         help="register each exact proposal faithful on --min-runs runs in the "
