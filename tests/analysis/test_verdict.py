@@ -14,7 +14,12 @@ from invperm_interp.analysis.faithfulness import Tester as CircuitTester
 from invperm_interp.analysis.hypothesis import Hypothesis
 from invperm_interp.analysis.mechanism import Mechanism, name_on
 from invperm_interp.analysis.mechanism import tested_on as scores_behind  # not collected as a test
-from invperm_interp.analysis.minimal import ExactSearch, candidate_cells, read_candidates
+from invperm_interp.analysis.minimal import (
+    ExactSearch,
+    MinimalCircuit,
+    candidate_cells,
+    read_candidates,
+)
 from invperm_interp.analysis.templates import explain
 from invperm_interp.analysis.verdict import Rule, is_faithful
 from invperm_interp.maths import constructions as C
@@ -153,6 +158,7 @@ def test_the_exact_search_finds_the_smallest_circuit_among_distractors():
     own = {c.site for c in C.REGISTRY["appendix_b"].cells}
     assert result.faithful and result.optimal and result.size == smallest == len(own)
     assert {c[:4] for c in result.cells} == own
+    assert result.at_least == result.size and result.gap == 0 and result.proof == "provably smallest"
 
 
 def test_the_exact_search_beats_a_greedy_start_and_says_when_it_cannot_prove():
@@ -165,6 +171,24 @@ def test_the_exact_search_beats_a_greedy_start_and_says_when_it_cannot_prove():
     assert exact.optimal and exact.size == 2 and exact.faithful
     capped = minimal_circuit(model, batch, starts=[start], exact=ExactSearch(max_evaluations=1))
     assert not capped.optimal and capped.faithful and capped.size >= exact.size
+    assert capped.at_least == 1 and capped.proof == "" and capped.gap == capped.size - 1
+
+
+def test_a_search_cut_short_states_the_sizes_it_ruled_out():
+    """appendix_b among distractors (a 3-cell answer), the exact search with the budget for every
+    single cell but not every pair: it proves no one cell faithful, and says so."""
+    model = C.build("appendix_b", 5, 20.0)
+    add_cells(model, C.REGISTRY["two_block"].cells, 4.0)
+    add_cells(model, [(0, "pos.P", "pos.P", "J")], 3.0)
+    model = perturb(model, gauge=2.0, noise=0.05, seed=3)
+    batch = batch_for(model, 256)
+    circuit = explain(model)
+    n = len(candidate_cells(circuit))
+    cut = minimal_circuit(model, batch, circuit=circuit, exact=ExactSearch(max_evaluations=2 * n))
+    assert cut.faithful and not cut.optimal and cut.size >= 3
+    assert 2 <= cut.at_least < cut.size and cut.gap == cut.size - cut.at_least
+    assert cut.proof == f"no faithful set of fewer than {cut.at_least} cells"
+    assert MinimalCircuit.from_dict(cut.to_dict()) == cut
 
 
 def test_mean_ablation_keeps_a_removed_cell_whose_contribution_never_varies():

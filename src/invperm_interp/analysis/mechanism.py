@@ -132,7 +132,7 @@ class Mechanism:
         if self.faithfulness is None:
             m = self.minimal
             found = "faithful" if m.faithful else "not faithful even with every atom's cell"
-            proof = ", provably smallest" if m.optimal else ""
+            proof = f", {m.proof}" if m.proof else ""
             why = f"{self.untested}; " if self.untested else ""
             return (f"none of the registry; {why}minimal circuit: {m.size} cells ({found}{proof}, "
                     f"{score_text(m.score, self.rule.z)})")

@@ -77,7 +77,10 @@ class MinimalCircuit:
     ``faithful`` is False when even every cell the model's atoms occupy is not: then ``cells``
     holds them all. ``weight_share``: the share of the gauge-fixed weights the cells carry.
     ``optimal``: the exact search proved no smaller set of candidate cells is faithful;
-    ``evaluations``: sets of cells it scored; ``candidates``: the cells it chose among."""
+    ``evaluations``: sets of cells it scored; ``candidates``: the cells it chose among;
+    ``at_least``: the size every faithful set of candidate cells has at least, as far as the exact
+    search proved it (every set of fewer cells tried, with each read-out option, none faithful; 1
+    when it tried none): the gap to the answer is ``size - at_least`` (0 when ``optimal``)."""
 
     cells: tuple[AtomCell, ...]
     read: tuple[str, ...]
@@ -87,22 +90,38 @@ class MinimalCircuit:
     optimal: bool = False
     evaluations: int = 0
     candidates: int = 0
+    at_least: int = 1
 
     @property
     def size(self) -> int:
         return len(self.cells)
 
+    @property
+    def proof(self) -> str:
+        """``"provably smallest"``, or how far the exact search's proof reached (``"no faithful set
+        of fewer than 3 cells"``); empty when it proved nothing."""
+        if self.optimal:
+            return "provably smallest"
+        return f"no faithful set of fewer than {self.at_least} cells" if self.at_least > 1 else ""
+
+    @property
+    def gap(self) -> int | None:
+        """Cells the answer may have beyond the smallest faithful set (``None``: not faithful)."""
+        return self.size - self.at_least if self.faithful else None
+
     def to_dict(self) -> dict:
         return {"cells": [list(c) for c in self.cells], "read": list(self.read),
                 "faithful": self.faithful, "score": self.score.to_dict(),
                 "weight_share": self.weight_share, "size": self.size, "optimal": self.optimal,
-                "evaluations": self.evaluations, "candidates": self.candidates}
+                "evaluations": self.evaluations, "candidates": self.candidates,
+                "at_least": self.at_least}
 
     @classmethod
     def from_dict(cls, data: dict) -> MinimalCircuit:
         return cls(read_cells(data["cells"]), tuple(data["read"]), data["faithful"],
                    read_score(data["score"]), data["weight_share"], data.get("optimal", False),
-                   data.get("evaluations", 0), data.get("candidates", 0))
+                   data.get("evaluations", 0), data.get("candidates", 0),
+                   data.get("at_least", len(data["cells"]) if data.get("optimal") else 1))
 
 
 def score_subsets(tester: Tester, hypotheses: Sequence[Hypothesis]) -> list[Score]:
@@ -139,6 +158,7 @@ class _Search:
     def __init__(self, tester: Tester, reads: list[str], rule: Rule):
         self.tester, self.reads, self.evaluations = tester, reads, 0
         self.rule = rule
+        self.tried_below = 1  # every set of fewer cells was tried (exact), none faithful
 
     def scores(self, sets: Sequence[tuple[Sequence[AtomCell], Sequence[str]]]) -> list[Score]:
         self.evaluations += len(sets)
@@ -207,7 +227,9 @@ class _Search:
               confirm: _Search):
         """The first faithful set among all sets of ``ranked`` of size 1, 2, … ``below - 1``, each
         with each read-out of ``options`` (the best by loss recovered at that size), and whether
-        every such size was exhausted. Sets are screened here and scored by ``confirm``."""
+        every such size was exhausted. Sets are screened here and scored by ``confirm``;
+        :attr:`tried_below` ends as the smallest size not tried in full."""
+        self.tried_below = 1
         for k in range(1, below):
             if comb(len(ranked), k) * len(options) > budget - self.evaluations:
                 return None, False
@@ -221,6 +243,7 @@ class _Search:
             if found:
                 score, (chosen, read) = max(found, key=lambda f: f[0].loss_recovered)
                 return (list(chosen), list(read), score), True
+            self.tried_below = k + 1
         return None, True
 
 
@@ -253,7 +276,7 @@ def minimal_circuit(model: DisentangledModel, batch: Batch, *,
         found = search.from_starts(fallback, reads)
         starts = [*starts, *fallback]  # their read-outs become options of the exact search
     bound = min((len(f[0]) for f in found), default=len(cells) + 1)
-    optimal = False
+    optimal, at_least = False, 1
     gate = bool(found) or (full.loss_recovered or 0.0) >= EXACT_GATE
     if exact is not None and gate and 0 < len(cells) <= exact.max_cells:
         strongest = [max(reads, key=lambda b: _read_share(model, b))] if reads else []
@@ -266,6 +289,7 @@ def minimal_circuit(model: DisentangledModel, batch: Batch, *,
         below = bound if total <= exact.max_evaluations else min(bound, PARTIAL_BELOW)
         better, exhausted = screen.exact(ranked, options, below, exact.max_evaluations, confirm)
         optimal = proved_smallest(better is not None, exhausted, below, bound)
+        at_least = screen.tried_below
         search.evaluations += screen.evaluations
         if better is not None:
             chosen, read, _ = better
@@ -276,9 +300,12 @@ def minimal_circuit(model: DisentangledModel, batch: Batch, *,
                 optimal = False
     if not found:
         return _result(model, _hyp(cells, reads), full, False, optimal, search.evaluations,
-                       len(cells))
+                       len(cells), at_least)
     chosen, read, score = min(found, key=lambda f: (len(f[0]), -(f[2].loss_recovered or 0.0)))
-    return _result(model, _hyp(chosen, read), score, True, optimal, search.evaluations, len(cells))
+    if optimal:
+        at_least = len(chosen)
+    return _result(model, _hyp(chosen, read), score, True, optimal, search.evaluations, len(cells),
+                   min(at_least, len(chosen)))
 
 
 def proved_smallest(found: bool, exhausted: bool, below: int, bound: int) -> bool:
@@ -294,7 +321,7 @@ def _read_share(model: DisentangledModel, block: str) -> float:
 
 
 def _result(model, hyp: Hypothesis, score: Score, faithful: bool, optimal: bool,
-            evaluations: int, candidates: int) -> MinimalCircuit:
+            evaluations: int, candidates: int, at_least: int) -> MinimalCircuit:
     share = project(model, hyp).weight_share if hyp.cells else 0.0
     return MinimalCircuit(hyp.cells, hyp.read or (), faithful, score, share, optimal, evaluations,
-                          candidates)
+                          candidates, at_least)

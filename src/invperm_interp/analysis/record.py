@@ -247,7 +247,7 @@ def headline(result: ModelAnalysis, min_share: float = 0.01) -> str:
                 f"{cell_text(c)} -> {s.mse:.3g} ({s.rows_exact:.0%} rows)"
                 for c, s in zip(f.cells, f.minimality))]
     m = mech.minimal
-    lines += [f"minimal circuit: {m.size} cells{' (provably smallest)' if m.optimal else ''}, "
+    lines += [f"minimal circuit: {m.size} cells{f' ({m.proof})' if m.proof else ''}, "
               f"read {', '.join(m.read) or '-'}; "
               f"{'faithful' if m.faithful else 'NOT faithful'} (rows exact {m.score.rows_exact:.1%}, "
               f"loss recovered {_pct(m.score.loss_recovered)}, {m.weight_share:.0%} of the weights)"]

@@ -251,7 +251,8 @@ def mechanism_section(analysis: ModelAnalysis) -> str:
         (("Minimal circuit: provably the smallest set of candidate cells whose circuit-only model "
           "is faithful (every smaller set was tried)" if m.optimal else
           "Minimal circuit: the smallest set of cells found whose circuit-only model is faithful "
-          "(greedy by effect, then pruned; the exact search could not prove it smallest)")
+          "(greedy by effect, then pruned; the exact search could not prove it smallest"
+          + (f": {m.proof}, a gap of at most {m.gap} cells" if m.proof else "") + ")")
          if m.faithful else
          "No faithful circuit was found: these are all the cells the fitted atoms occupy, run on "
          "their own")
@@ -280,7 +281,7 @@ def sweep_verdict_section(record: SweepRecord | None) -> str:
     for style, other in record.under.items():
         lines.append(f"under {style} ablation of the cells outside the circuit: " + name(other))
     m = record.mechanism.minimal
-    proof = ", provably smallest" if m.optimal else ""
+    proof = f", {m.proof}" if m.proof else ""
     lines.append(f"minimal circuit {m.size} cells ({'faithful' if m.faithful else 'not faithful'}"
                  f"{proof})")
     return ("<h3>The sweep's verdict</h3><p class='meta'>The sweep that trained this run analysed "
