@@ -12,6 +12,7 @@ from invperm_interp.analysis import (
     read_blocks,
     standard_ablations,
 )
+from invperm_interp.analysis.ablate import AblationResult
 from invperm_interp.maths import constructions as C
 
 BIDIRECTIONAL = ["theorem2", "two_block", "appendix_b"]
@@ -128,7 +129,7 @@ def test_results_read_against_the_floor():
     text = str(result)
     assert text.startswith("ablate mask: MSE ") and "→" in text and text.endswith("(causal floor 2.5)")
     assert set(result.to_dict()) == {"name", "mse_before", "mse_after", "causal_floor", "description",
-                                     "how", "block", "layer", "hook", "text"}
+                                     "how", "block", "layer", "hook", "under_mask", "text"}
     assert result.to_dict()["text"] == text
     assert result.block is None  # the mask is not a block ablation
     block = ablate_block(model, "L1.x", 2, "mean", n=16)
@@ -178,3 +179,18 @@ def test_bad_arguments_raise_value_errors():
         ablate_block(plain, "x", 0, how="resample")
     with pytest.raises(ValueError, match="batch layout"):
         ablate_mask(plain, batch_for(scratch, 256))
+
+
+def test_a_bidirectional_models_block_ablations_are_not_read_against_the_causal_floor():
+    # the floor bounds a model under the causal mask: a bidirectional one only when the mask
+    # ablation puts it there
+    model = C.two_block(6)
+    results = {r.name: r for r in standard_ablations(model, n=64)}
+    block = results["zero-ablate x at h^0"]
+    assert not block.under_mask and "causal floor" not in str(block)
+    assert "the input stream h^0" in block.description
+    assert results["ablate mask"].under_mask and str(results["ablate mask"]).endswith("(causal floor 1.5)")
+    causal = C.build("theorem3", 4, 10.0)
+    assert all(r.under_mask and "(causal floor" in str(r) for r in standard_ablations(causal, n=64))
+    old = {k: v for k, v in block.to_dict().items() if k not in ("under_mask", "text")}
+    assert AblationResult.from_dict(old).under_mask  # a record from before: as it was read then

@@ -43,18 +43,23 @@ class AblationResult:
     block: str | None = None
     layer: int | None = None
     hook: str | None = None
+    #: Whether the ablated model runs under a causal mask, so the causal floor bounds it (every
+    #: ablation of a causal model; of a bidirectional one, only the mask ablation)
+    under_mask: bool = True
 
     @classmethod
     def from_dict(cls, data: dict) -> AblationResult:
-        return cls(**{k: data.get(k) for k in cls.__dataclass_fields__})
+        found = {k: data.get(k) for k in cls.__dataclass_fields__}
+        found["under_mask"] = data.get("under_mask", True)  # records written before it was kept
+        return cls(**found)
 
     @property
     def change(self) -> float:
         return self.mse_after - self.mse_before
 
     def __str__(self) -> str:
-        return (f"{self.name}: MSE {self.mse_before:.3g} → {self.mse_after:.3g} "
-                f"(causal floor {self.causal_floor:.3g})")
+        floor = f" (causal floor {self.causal_floor:.3g})" if self.under_mask else ""
+        return f"{self.name}: MSE {self.mse_before:.3g} → {self.mse_after:.3g}{floor}"
 
     def to_dict(self) -> dict:
         return {**{k: getattr(self, k) for k in self.__dataclass_fields__}, "text": str(self)}
@@ -106,10 +111,13 @@ def clean_mse(model: DisentangledModel, batch: Batch) -> float:
 
 
 def _result(name: str, model: DisentangledModel, batch: Batch, after: Tensor,
-            description: str, before: float | None = None, **target) -> AblationResult:
+            description: str, before: float | None = None, under_mask: bool | None = None,
+            **target) -> AblationResult:
     before = clean_mse(model, batch) if before is None else before
     floor = causal_floor(model.cfg.layout, model.cfg.readout)
-    return AblationResult(name, before, float(mse(after, batch.Y)), floor, description, **target)
+    under_mask = model.cfg.causal if under_mask is None else under_mask
+    return AblationResult(name, before, float(mse(after, batch.Y)), floor, description, **target,
+                          under_mask=under_mask)
 
 
 # -- the mask ------------------------------------------------------------------------------------------
@@ -138,7 +146,8 @@ def _mask_result(model: DisentangledModel, batch: Batch,
     """:func:`ablate_mask`'s result, without building the flipped model."""
     flipped = replace(model.cfg, attention_dir="bidirectional" if model.cfg.causal else "causal")
     desc = f"attention {model.cfg.attention_dir} → {flipped.attention_dir}, same weights"
-    return _result("ablate mask", model, batch, _forward(model, batch.X, cfg=flipped), desc, before)
+    return _result("ablate mask", model, batch, _forward(model, batch.X, cfg=flipped), desc, before,
+                   under_mask=True)  # a causal model's floor is what it ran against
 
 
 # -- scratch rows --------------------------------------------------------------------------------------
@@ -255,8 +264,9 @@ def _ablate_block(model: DisentangledModel, name: str, layer: int, how: str,
         out = _forward(model, batch.X, h0=ablate(embedding(batch.X, model.pos)))
     else:
         out = _run(model, batch.X, layer, ablate)
+    where = "the input stream h^0" if layer == 0 else f"h^{layer}, the stream after layer {layer}"
     return _result(f"{how}-ablate {name} at h^{layer}", model, batch, out,
-                   f"{how} the block {name} of h^{layer} at every position ({stream_hook})", before,
+                   f"{how} the block {name} of {where}, at every position ({stream_hook})", before,
                    how=how, block=name, layer=layer, hook=stream_hook)
 
 

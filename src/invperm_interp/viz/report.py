@@ -190,12 +190,16 @@ def _ablations(model: DisentangledModel, result: ModelAnalysis) -> str:
         return ""
     L = model.cfg.n_layers
     before, floor = ablations[0].mse_before, ablations[0].causal_floor
+    causal = model.cfg.causal
     caption = (f"Each row runs the model once with one intervention, on the analysis batch. Before any "
-               f"ablation the MSE is <b>{before:.4g}</b>; the causal floor is <b>{floor:.4g}</b>. An "
-               f"ablation that raises the MSE far above where it started removed something the model "
-               f"needs; a change of +0 or below removed nothing it needs"
+               f"ablation the MSE is <b>{before:.4g}</b>; "
+               + (f"the causal floor is <b>{floor:.4g}</b>. " if causal else
+                  f"the model is bidirectional, so the causal floor ({floor:.4g}) bounds only the "
+                  f"mask ablation, which puts it under the causal mask. ")
+               + "An ablation that raises the MSE far above where it started removed something the "
+               "model needs; a change of +0 or below removed nothing it needs"
                + (f", and an MSE at the floor ({floor:.4g}) is what the best model that cannot see "
-                  f"the removed rows reaches." if floor > 0 else "."))
+                  f"the removed rows reaches." if floor > 0 and causal else "."))
     rows = [[name_streams(a.name, L), _what_it_does(a, L), f"{a.mse_after:.4g}",
              f"{a.change:+.3g}"] for a in ablations]
     return "<h2>Ablations</h2>" + table(["ablation", "what it does", "MSE after", "change"], rows,
