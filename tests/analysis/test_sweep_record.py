@@ -120,7 +120,13 @@ def test_a_record_older_than_a_registered_construction_is_analysed_again():
         assert record.untested(cfg) == ["_registered_later"]
         assert record.lacks(SETTINGS, cfg) is None
         assert record.lacks(SETTINGS) == []  # without the config: as before
-        assert older.untested(cfg) == []  # a record that did not keep its registry: as before
+        # a record that did not keep its registry is read by the constructions it tested
+        tested_all = replace(older, registry=None, mechanism=replace(
+            older.mechanism, tested=tuple(scored(n) for n in fitting_names(cfg, working=True)
+                                          if n != "_registered_later")))
+        assert tested_all.untested(cfg) == ["_registered_later"]
+        assert tested_all.lacks(SETTINGS, cfg) is None
+        assert "_registered_later" in older.untested(cfg) and "two_block" not in older.untested(cfg)
         one_layer = ModelConfig(Layout.plain(6), n_layers=1, n_heads=1, attention_dir="bidirectional",
                             readout="P")
         assert record.untested(one_layer) == []  # a model it does not fit

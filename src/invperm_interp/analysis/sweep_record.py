@@ -90,13 +90,14 @@ class SweepRecord:
     def untested(self, cfg) -> list[str]:
         """The registry's working constructions that fit a model of ``cfg`` and were not in the
         registry when this record was written (registered since, e.g. by ``invperm discover
-        --register``); ``[]`` for a record that did not keep its registry."""
+        --register``). A record that did not keep its registry is read by its tests: the rule tests
+        every working construction that fits, so those it holds no test of are the ones it missed."""
         from .placements import fits, fitting_names
 
-        if self.registry is None:
-            return []
+        known = (self.registry if self.registry is not None
+                 else {t.construction for t in self.mechanism.tested})
         return [name for name in fitting_names(cfg, working=True)
-                if name not in self.registry and fits(name, cfg.heads)]
+                if name not in known and fits(name, cfg.heads)]
 
     def with_names(self, names: Mapping[str, Answer],
                    tested: Mapping[str, tuple[Faithfulness, ...]] | None = None,
