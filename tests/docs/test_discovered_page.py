@@ -48,3 +48,20 @@ def test_the_front_page_row_quotes_the_held_out_count():
             f"{row['named_without']} of {n} without it)") in readme
     zero = next(c for c in load("discovery_census.json")["controls"] if c["style"] == "zero")
     assert f"under zero ablation in {zero['claim_passes']} of {zero['runs']}" in readme
+
+
+def test_the_shapes_page_counts_what_the_discovered_form_changes_on_the_census_configurations():
+    """docs/shapes.md: on the held-out runs of every census configuration (assets/controls.json),
+    the names the discovered constructions add and those they take from the note's forms, from
+    each run's name with and without them."""
+    runs = load("controls.json")["runs"]
+    changed = [r for r in runs if r["names"]["zero"] != r["names"]["zero without discovered"]]
+    taken = [r for r in changed if r["names"]["zero without discovered"] not in ("none", "borderline")]
+    added = [r for r in changed if r not in taken]
+    (kind, d), = {(r["kind"], r["d"]) for r in added}
+    same = [r for r in runs if (r["kind"], r["d"]) == (kind, d)]
+    page = " ".join((REPO / "docs" / "shapes.md").read_text().split())
+    assert not taken
+    assert (f"on the {len(runs)} held-out runs of every census configuration (`assets/controls.md`) "
+            f"it names {len(added)} runs the note's forms left unnamed (of the {len(same)} "
+            f"causal-scratch d = {d} runs) and takes no name from them") in page

@@ -674,21 +674,41 @@ def test_the_standard_census_progress_and_two_head_scratch_numbers_are_its_asset
 
 
 def test_the_readme_controls_numbers_come_from_the_assets():
-    """The README's negative controls: runs, empty claims rejected and random sets rejected, the
-    range over styles and models, recomputed from assets/controls.json."""
+    """The README's negative controls: runs, empty claims rejected and random sets rejected per style
+    (summed over the configurations), and the held-out named counts against the in-sample ones,
+    recomputed from assets/controls.json."""
+    from invperm_interp.analysis.controls import wilson
+
     readme = text("README.md")
     summary = load("controls.json")["summary"]
-    counts = lambda key: [tuple(int(x) for x in s[key].split(" (")[0].split(" of ")) for s in summary]  # noqa: E731
-    empty, random = counts("empty claim rejected"), counts("random cell sets rejected")
+
+    def count(s, key):
+        return tuple(int(x) for x in s[key].split(" (")[0].split(" of "))
+
+    styles = sorted({s["style"] for s in summary})
     runs = sum(s["runs"] for s in summary if s["style"] == "zero")
-    assert all(k == n for k, n in empty) and sum(n for _, n in empty) == 4 * runs
+    empty = {st: [count(s, "empty claim rejected") for s in summary if s["style"] == st] for st in styles}
+    assert all(sum(k for k, _ in e) == sum(n for _, n in e) == runs for e in empty.values())
+    random = [tuple(map(sum, zip(*[count(s, "random cell sets rejected") for s in summary
+                                   if s["style"] == st]))) for st in styles]
     (draws,) = {n for _, n in random}
-    assert (f"on {runs} held-out census d = 6 runs") in readme
-    per_model = {s["runs"] for s in summary}
-    (model_runs,) = per_model
-    assert (f"reject the empty claim in {runs} of {runs} and random cell sets of the claim's size in "
-            f"{min(k for k, _ in random)} to {max(k for k, _ in random)} of {draws} per model and style "
-            f"({model_runs} runs × {draws // model_runs} sets)") in readme
+    ds = sorted({s["d"] for s in summary})
+    assert (f"on {runs} held-out runs of every census configuration (d = {ds[0]} to {ds[-1]}, seeds no "
+            f"construction was designed on) zero, mean and resample ablation and causal scrubbing each "
+            f"reject the empty claim in {runs} of {runs} and random cell sets of the claim's size in "
+            f"{min(k for k, _ in random):,} to {max(k for k, _ in random):,} of {draws:,} per style "
+            f"(20 per run)") in readme
+    zero = [s for s in summary if s["style"] == "zero"]
+    held = [count(s, "named, held out") for s in zero]
+    sizes = sorted({n for _, n in held})
+    assert (f"held out, zero ablation names {min(k for k, _ in held)} to {max(k for k, _ in held)} of "
+            f"the {' or '.join(map(str, sizes))} runs of each configuration, every interval "
+            "overlapping the census's in-sample one") in readme
+    for s, (k, n) in zip(zero, held):
+        lo, hi = wilson(k, n)
+        k2, n2 = count(s, "named, in sample (census)")
+        lo2, hi2 = wilson(k2, n2)
+        assert lo <= hi2 and lo2 <= hi, s
 
 
 def test_the_census_page_says_how_many_tests_the_screen_settled():

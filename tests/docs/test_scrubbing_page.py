@@ -100,16 +100,19 @@ def test_the_pages_choice_of_test_quotes_its_assets():
     def count(s, key):
         return tuple(int(x) for x in s[key].split(" (")[0].split(" of "))
 
-    empty = {count(s, "empty claim rejected") for s in summary}
-    assert all(k == n for k, n in empty)
-    per_style = {s["style"]: 0 for s in summary}
+    per_style = {}
     for s in summary:
-        per_style[s["style"]] += count(s, "empty claim rejected")[0]
-    (runs,) = set(per_style.values())
-    random = [count(s, "random cell sets rejected") for s in summary]
-    (draws,) = {n for _, n in random}
+        k, n = count(s, "empty claim rejected")
+        assert k == n
+        got = per_style.setdefault(s["style"], [0, 0, 0])
+        got[0] += k
+        got[1] += count(s, "random cell sets rejected")[0]
+        got[2] += count(s, "random cell sets rejected")[1]
+    (runs,) = {v[0] for v in per_style.values()}
+    (draws,) = {v[2] for v in per_style.values()}
     assert (f"reject the empty claim ({runs} of {runs} each) and random cell sets "
-            f"({min(k for k, _ in random)} to {max(k for k, _ in random)} of {draws} per model;") in text()
+            f"({per_style['resample'][1]:,} and {per_style['scrub'][1]:,} of {draws:,}; "
+            "assets/controls.md)") in text()
     rows = load("scrubbing.json")
     failing = [r for r in rows if r["scores"]["resample"]["verdict"] != "faithful"]
     assert all(r["patching"]["resample"]["top"][0]["cell"] == [0, 0, "x", "x"] for r in failing)
