@@ -47,7 +47,7 @@ from ..model.build import analysis_model
 from ..model.disentangled import DisentangledModel, check_disentangled
 from ..model.variants import forward_many
 from ..task import Batch, make_input
-from .faithfulness import ABLATIONS, Ablation, Tester, read_out
+from .faithfulness import Tester, read_out
 from .hypothesis import as_hypothesis
 from .score import Score
 from .standin import Removed, StandIn
@@ -58,8 +58,10 @@ EQUIVALENCES = {"P": "the same P, another Y", "Y": "the same Y, another P",
                 "any": "another input"}
 #: The equivalence each registered construction's claim names (module docstring): all route by P.
 CLAIM_EQUIVALENCE = {name: "P" for name in constructions.names()}
-#: The styles :func:`completeness` scores, zero, mean and resample ablation and scrubbing.
-Style = Literal[Ablation, "scrub"]
+#: The styles :func:`completeness` scores, zero, mean and resample ablation and scrubbing (not
+#: silencing, ``analysis.silence``: it differs from zero ablation only where a variant leaves a head
+#: no weight at all, which the model less a claim does only when the claim holds a whole head).
+Style = Literal["zero", "mean", "resample", "scrub"]
 STYLES = get_args(Style)
 #: A cell whose gauge-fixed weights outside the claim have a smaller norm is not patched.
 CELL_NORM = 1e-6
@@ -169,7 +171,7 @@ def completeness(model: DisentangledModel, hypothesis, batch: Batch, *,
     model = analysed(model)
     hyp = as_hypothesis(model, hypothesis, read, unit)
     opposite = {"P": "Y", "Y": "P", "any": "any"}[equivalence_of(hypothesis)]
-    testers = {style: Tester(model, batch, style) for style in ABLATIONS}
+    testers = {style: Tester(model, batch, style) for style in STYLES if style != "scrub"}
     if shift != 1:
         testers["resample"] = Tester(model, batch, "resample", partner_input(batch, "any", shift))
     testers["scrub"] = fed_from(model, batch, opposite, shift)
