@@ -33,10 +33,12 @@ from common import add_output_arguments, output, output_folder, refuse
 from controls import cached_row
 
 from invperm_interp.analysis.controls import CONTROL_STYLES
-from invperm_interp.analysis.discover import circuit_form
+from invperm_interp.analysis.discover import SIGN_SAMPLES, circuit_form, signs_held
+from invperm_interp.analysis.faithfulness import Tester
 from invperm_interp.analysis.idealise import idealise
 from invperm_interp.analysis.mechanism import name_by_rule
 from invperm_interp.analysis.sweep_record import SweepRecord
+from invperm_interp.analysis.verdict import evaluation_batch
 from invperm_interp.maths import constructions, registry
 from invperm_interp.maths.describe import describe
 from invperm_interp.sweep.collect import read_rows
@@ -69,6 +71,7 @@ def run_rows(folder: Path, seeds: str, found: set[str]) -> tuple[list[dict], dic
                      "name_without": str(without),
                      "minimal_cells": len(mech.minimal.cells), "minimal_faithful": mech.minimal.faithful,
                      "minimal_optimal": mech.minimal.optimal,
+                     "minimal_proof": mech.minimal.proof,
                      "best_recovered": max((t.circuit.loss_recovered or 0.0 for t in mech.tested),
                                            default=None)})
         if mech.name is None:
@@ -139,7 +142,9 @@ def characterise(unnamed: dict) -> dict:
             continue
         model = Run.load(run_dir).analysis_model
         form = circuit_form(model, mech.minimal.cells, mech.minimal.read)
-        out[key] = {"reason": "unnamed", "idealised": idealise(form).to_dict()}
+        tester = Tester(model, evaluation_batch(model, SIGN_SAMPLES, 12345))
+        found = idealise(form, accept=lambda f, m=model, t=tester: signs_held(f, m, t))
+        out[key] = {"reason": "unnamed", "idealised": found.to_dict()}
     return out
 
 
@@ -211,8 +216,9 @@ def markdown(summary: list[dict], rows: list[dict], unnamed: dict, found: set[st
     by_run = {r["run"]: r for r in rows if r["seeds"] == "held-out"}
     for key, info in sorted(unnamed.items()):
         r, ideal = by_run[key], info["idealised"]
+        proof = r.get("minimal_proof") or ("provably smallest" if r["minimal_optimal"] else "")
         circuit = (f"minimal circuit of {r['minimal_cells']} cells"
-                   f"{' (proved smallest)' if r['minimal_optimal'] else ''}"
+                   f"{f' ({proof})' if proof else ''}"
                    if r["minimal_faithful"] else "no faithful minimal circuit among its atoms' cells")
         best = ("" if r["best_recovered"] is None
                 else f"; the best construction tested recovers {r['best_recovered']:.0%} of the loss")

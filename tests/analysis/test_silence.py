@@ -62,7 +62,7 @@ def test_silencing_equals_writing_zeros_for_the_heads_a_variant_leaves_empty(hea
     assert silent_heads(As) == silent
     want = numpy_silenced([A.numpy() for A in As], W_U.numpy(), X.numpy(), cfg.causal,
                           cfg.readout_rows, silent)
-    got = forward_many(cfg, [silence(cfg.heads, cfg.widths, As, W_U)], X)[0]
+    got = forward_many(cfg, [silence(cfg, As, W_U)], X)[0]
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-12)
     # and it is not what zero ablation's uniform attention computes
     uniform = numpy_forward([A.numpy() for A in As], W_U.numpy(), X.numpy(), cfg.causal,
@@ -89,13 +89,13 @@ def test_silencing_is_the_hooked_models_head_output_knock_out():
     emptied = [A.clone() for A in As]
     emptied[0][1] = 0
     emptied[2][0] = 0
-    got = forward_many(cfg, [silence(cfg.heads, cfg.widths, emptied, W_U)], X)[0]
+    got = forward_many(cfg, [silence(cfg, emptied, W_U)], X)[0]
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
 def test_no_empty_head_leaves_the_variant_unchanged():
     cfg, As, W_U, _ = random_model((1, 2), "causal")
-    out, W = silence(cfg.heads, cfg.widths, As, W_U)
+    out, W = silence(cfg, As, W_U)
     assert all(a is b for a, b in zip(out, As)) and W is W_U
 
 

@@ -17,14 +17,10 @@ tested on a batch as circuit-discovery work tests one (Wang et al. 2022, "Interp
 
 Removed parts are zeroed *in the gauge-fixed frame*: softmax cannot see the gauge
 (``analysis.gauge``), so ``gauge_fix(A)`` is the function's own coordinates and "zero" there removes
-a cell's effect without inventing a gauge the model never chose (zeroing raw cells would not: a raw
-cell holds gauge as well as function). The second style, ``ablation="mean"``, replaces a removed
-part's attention-score contribution by its mean over a reference batch instead, and
-``ablation="resample"`` by its value on another input. ``ablation="silence"`` zeroes as the
-first does and knocks out every head the variant leaves no weight in (its output zeroed, where
-zeroing ``A`` alone leaves it attending uniformly): the question "does the claim need this head's
-output at all?" beside zero ablation's "does it need this head's pattern?" (``analysis.silence``). The
-thresholds that turn these numbers into verdicts live in ``analysis.mechanism``.
+a cell's effect without inventing a gauge the model never chose (a raw cell holds gauge as well as
+function). ``ablation="mean"`` replaces a removed part's score contribution by its mean over a
+reference batch, ``"resample"`` by its value on another input; ``"silence"`` zeroes and knocks out
+each head a variant leaves empty (``analysis.silence``). Verdicts: ``analysis.mechanism``.
 """
 
 from __future__ import annotations
@@ -198,10 +194,10 @@ class Tester:
     clean run's stream) is replaced by its mean over the ``reference`` batch (default: the batch
     itself), per head and (query, key) position. ``"resample"``: replaced by its value on another
     input, sample ``b`` taking the ``reference`` batch's sample ``b`` (by default the batch's own
-    next sample, ``b + 1``). ``"silence"``: as ``"zero"``, and a head left with no weight at all
-    (no cell of the claim on it) is knocked out, its output zeroed, instead of attending
-    uniformly (``analysis.silence``). Removed read-out rows are zeroed either way. ``output``: the model's
-    own output on ``batch`` ``(B, d, d)``, when already computed (``model.variants.model_run``)."""
+    next sample, ``b + 1``). ``"silence"``: as ``"zero"``, and a head left with no weight is
+    knocked out instead of attending uniformly (``analysis.silence``). Removed read-out rows are
+    zeroed either way. ``output``: the model's own output on ``batch`` ``(B, d, d)``, when already
+    computed (``model.variants.model_run``)."""
 
     def __init__(self, model: DisentangledModel, batch: Batch, ablation: Ablation = "zero",
                  reference: Batch | None = None, output: Tensor | None = None):
@@ -268,8 +264,7 @@ class Tester:
         if self._standin is not None and removed is not None:
             offsets = lambda i: self._standin(removed[i])  # noqa: E731 - one chunk at a time
         if self.ablation == "silence":
-            cfg = self.model.cfg
-            variants = [silence(cfg.heads, cfg.widths, As, W_U) for As, W_U in variants]
+            variants = [silence(self.model.cfg, As, W_U) for As, W_U in variants]
         return forward_many(self.model.cfg, variants, self.batch.X, offsets=offsets)
 
     def errors(self, hyps: Sequence[Hypothesis]) -> list[Tensor]:

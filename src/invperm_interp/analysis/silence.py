@@ -43,15 +43,14 @@ def written_by(heads: tuple[int, ...], widths: Sequence[int],
     return masks
 
 
-def silence(heads: tuple[int, ...], widths: Sequence[int], As: Sequence[Tensor],
-            W_U: Tensor) -> tuple[list[Tensor], Tensor]:
-    """The variant ``(As, W_U)`` (``As[l] (H_l, D_l, D_l)``, ``W_U (D_L, d)``) with every all-zero
-    head silenced: the rows and columns its output reaches zeroed in later layers' ``A`` and in
-    ``W_U`` (module docstring); unchanged when no head is all zero."""
+def silence(cfg, As: Sequence[Tensor], W_U: Tensor) -> tuple[list[Tensor], Tensor]:
+    """The variant ``(As, W_U)`` (``As[l] (H_l, D_l, D_l)``, ``W_U (D_L, d)``) of a model of config
+    ``cfg`` with every all-zero head silenced: the rows and columns its output reaches zeroed in
+    later layers' ``A`` and in ``W_U`` (module docstring); unchanged when no head is all zero."""
     silent = silent_heads(As)
     if not silent:
         return list(As), W_U
-    masks = written_by(heads, widths, silent)
+    masks = written_by(cfg.heads, cfg.widths, silent)
     out = []
     for layer, A in enumerate(As):
         mask = masks[layer].to(A.device)
