@@ -70,7 +70,8 @@ def test_closest_construction_fits_beta(name):
     (dict(layout=Layout.scratch(4), attention_dir="causal", readout="S"),
      ["theorem3_as_printed", "theorem3", "theorem3_two_block", "theorem3_two_block_mass",
       "theorem3_complement", "theorem3_superposed", "theorem3_superposed_complement",
-      "theorem3_superposed_guarded", "theorem3_superposed_complement_guarded"]),
+      "theorem3_superposed_guarded", "theorem3_superposed_complement_guarded",
+      "found_scratch_1x1_3a2b51"]),  # discovered in 3-layer models, two layers (maths/discovered.json)
     (dict(layout=Layout.plain(4), attention_dir="causal"), []),
     (dict(layout=Layout.scratch(4, 3), attention_dir="causal", readout="P"), []),
     # two heads a layer: each at its best-weighted placement, on one head of each layer

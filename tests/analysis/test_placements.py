@@ -72,8 +72,11 @@ def test_a_two_layer_one_head_model_tests_each_construction_once_as_registered()
     model = C.build("theorem3", 4, dtype=torch.float32)
     tester = _Tester(model, batch_for(model, 16))
     found = candidate_placements(model, tester.fixed)
-    scratch = [n for n in WORKING if C.REGISTRY[n].layout == "scratch"]
-    assert [str(p) for p in found] == scratch  # each working scratch construction, unplaced
+    # each working scratch construction of two layers, unplaced: the note's and the discovered ones
+    scratch = [n for n in C.names() if C.REGISTRY[n].works and C.REGISTRY[n].layout == "scratch"
+               and len(C.REGISTRY[n].heads) == 2]
+    assert [str(p) for p in found] == scratch
+    assert set(WORKING) & {n for n in C.names() if C.REGISTRY[n].layout == "scratch"} < set(scratch)
     mech = mechanism(model, batch_for(model))
     assert mech.name == "theorem3" and mech.placement is None
     assert "placement" not in mech.to_dict() and "untested" not in mech.to_dict()
