@@ -108,7 +108,7 @@ discovery: $(STAMP)
 	$(PY) analyses/discovery.py runs/discovery --update-assets
 
 # Beyond the note: constructions no one wrote down. The 3-layer configurations the rule named none
-# of (analyses/grids/discovery_shapes.toml, 24 runs), their unnamed circuits made exact constructions
+# of (analyses/grids/discovery_shapes.toml, 48 runs), their unnamed circuits made exact constructions
 # and registered (invperm discover --register: src/invperm_interp/maths/discovered.json, reviewed
 # like code), the same runs analysed again with them, then 48 runs on seeds discovery never saw
 # (analyses/grids/discovery_heldout.toml), counted with and without the discovered forms:

@@ -1,15 +1,16 @@
 """Negative controls of every test style on held-out runs: can the test reject a wrong claim here?
 
 For each analysed run of a sweep (``analyses/grids/controls.toml``: the census's models at every
-d of the census, on seeds 1000-1015, which no construction was designed on), its claim (the construction the rule
-names under zero ablation, else the first it tested) is tested under zero, mean and resample
-ablation and causal scrubbing beside the empty claim, ``DRAWS`` random cell sets of its size and
-every other construction fitting the model (``analysis.controls``), on ``SAMPLES`` samples of seed
-``SEED``. A style that does not reject the empty claim on a run cannot test that run. The held-out
-runs' names under each style (the sweep's records, the empty claim checked) stand beside the
-census's in-sample names of the same configuration (``assets/census.json``), one row per model,
-``d`` and style. Writes controls.{json,md} beside the
-runs, into ``--out DIR``, or into the checkout's assets/ with ``--update-assets``.
+d of the census, on seeds 1000-1015, which no construction was designed on), its claim (the
+construction the rule names under zero ablation, else the first it tested) is tested under zero,
+mean and resample ablation and causal scrubbing beside the empty claim, ``DRAWS`` random cell sets
+of its size and every other construction fitting the model (``analysis.controls``), on ``SAMPLES``
+samples of seed ``SEED``. A style that does not reject the empty claim on a run cannot test that
+run. The held-out runs' names under each style (the sweep's records, the empty claim checked) stand
+beside the census's in-sample names of the same configuration (``assets/census.json``), one row per
+model, ``d`` and style; each run also keeps its zero-ablation name without the discovered
+constructions. Writes controls.{json,md} beside the runs, into ``--out DIR``, or into the
+checkout's assets/ with ``--update-assets``.
 
 Run: invperm sweep analyses/grids/controls.toml --out runs/controls
      python analyses/controls.py runs/controls [--update-assets]

@@ -270,15 +270,19 @@ def svg_image(doc):
     return np.asarray(Image.open(io.BytesIO(data)).convert("RGBA")), box
 
 
-def numpy_forward(As, W_U, X, causal: bool, rows: slice) -> np.ndarray:
+def numpy_forward(As, W_U, X, causal: bool, rows: slice, silent=frozenset()) -> np.ndarray:
     """The disentangled transformer in numpy: ``h0 = [X, I]``, per head ``softmax(h A hᵀ) h``
-    concatenated onto the stream, the read-out rows times ``W_U``."""
+    concatenated onto the stream, the read-out rows times ``W_U``; the ``silent`` heads
+    ``(layer, head)`` write zeros instead."""
     B, T, _ = X.shape
     h = np.concatenate([X, np.broadcast_to(np.eye(T), (B, T, T))], axis=-1)
     hidden = np.triu(np.ones((T, T), dtype=bool), k=1)
-    for A in As:
+    for layer, A in enumerate(As):
         outs = []
-        for head in A:
+        for k, head in enumerate(A):
+            if (layer, k) in silent:
+                outs.append(np.zeros_like(h))
+                continue
             s = np.einsum("bid,de,bje->bij", h, head, h)
             if causal:
                 s = np.where(hidden, -np.inf, s)

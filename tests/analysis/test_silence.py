@@ -1,6 +1,6 @@
 """Silencing (``analysis.silence``, ``ablation="silence"``) against two independent references: a
-numpy forward that writes zeros for the silenced heads, and the hooked model with those heads'
-``hook_z`` zeroed (the knock-out a TransformerLens user writes)."""
+numpy forward that writes zeros for the silenced heads (``helpers.numpy_forward``), and the hooked
+model with those heads' ``hook_z`` zeroed (the knock-out a TransformerLens user writes)."""
 
 import numpy as np
 import pytest
@@ -15,26 +15,6 @@ from invperm_interp.maths.cells import Cell
 from invperm_interp.model.hooked import HookedDisentangledTransformer
 from invperm_interp.model.variants import forward_many
 from invperm_interp.task import Layout, sample_batch
-
-
-def numpy_silenced(As, W_U, X, causal, rows, silent):
-    """The disentangled forward in numpy with the ``silent`` heads' outputs written as zeros."""
-    B, T, _ = X.shape
-    h = np.concatenate([X, np.broadcast_to(np.eye(T), (B, T, T))], axis=-1)
-    hidden = np.triu(np.ones((T, T), dtype=bool), k=1)
-    for layer, A in enumerate(As):
-        outs = []
-        for k, head in enumerate(A):
-            if (layer, k) in silent:
-                outs.append(np.zeros_like(h))
-                continue
-            s = np.einsum("bid,de,bje->bij", h, head, h)
-            if causal:
-                s = np.where(hidden, -np.inf, s)
-            p = np.exp(s - s.max(-1, keepdims=True))
-            outs.append(np.einsum("bij,bjd->bid", p / p.sum(-1, keepdims=True), h))
-        h = np.concatenate([h, *outs], axis=-1)
-    return h[:, rows] @ W_U
 
 
 def random_model(heads, attention_dir, seed=0):
@@ -60,8 +40,8 @@ def test_silencing_equals_writing_zeros_for_the_heads_a_variant_leaves_empty(hea
     for layer, k in silent:
         As[layer][k] = 0
     assert silent_heads(As) == silent
-    want = numpy_silenced([A.numpy() for A in As], W_U.numpy(), X.numpy(), cfg.causal,
-                          cfg.readout_rows, silent)
+    want = numpy_forward([A.numpy() for A in As], W_U.numpy(), X.numpy(), cfg.causal,
+                         cfg.readout_rows, silent)
     got = forward_many(cfg, [silence(cfg, As, W_U)], X)[0]
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-12)
     # and it is not what zero ablation's uniform attention computes

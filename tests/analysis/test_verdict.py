@@ -142,15 +142,20 @@ def _brute_force_smallest(model, batch, cells, reads):
     return None
 
 
-def test_the_exact_search_finds_the_smallest_circuit_among_distractors():
-    """appendix_b (3 cells) with two_block's cells weaker and a distractor cell: the smallest
-    faithful set is appendix_b's, by brute force over every subset of the candidates."""
+def _appendix_b_among_distractors():
+    """appendix_b at β = 20 with two_block's cells weaker and a distractor cell, gauged and noisy:
+    the model, 256 samples and its atoms."""
     model = C.build("appendix_b", 5, 20.0)
     add_cells(model, C.REGISTRY["two_block"].cells, 4.0)
     add_cells(model, [(0, "pos.P", "pos.P", "J")], 3.0)
     model = perturb(model, gauge=2.0, noise=0.05, seed=3)
-    batch = batch_for(model, 256)
-    circuit = explain(model)
+    return model, batch_for(model, 256), explain(model)
+
+
+def test_the_exact_search_finds_the_smallest_circuit_among_distractors():
+    """appendix_b (3 cells) with two_block's cells weaker and a distractor cell: the smallest
+    faithful set is appendix_b's, by brute force over every subset of the candidates."""
+    model, batch, circuit = _appendix_b_among_distractors()
     cells, reads = candidate_cells(circuit), read_candidates(model)
     assert 4 <= len(cells) <= 10
     smallest = _brute_force_smallest(model, batch, cells, reads)
@@ -177,12 +182,7 @@ def test_the_exact_search_beats_a_greedy_start_and_says_when_it_cannot_prove():
 def test_a_search_cut_short_states_the_sizes_it_ruled_out():
     """appendix_b among distractors (a 3-cell answer), the exact search with the budget for every
     single cell but not every pair: it proves no one cell faithful, and says so."""
-    model = C.build("appendix_b", 5, 20.0)
-    add_cells(model, C.REGISTRY["two_block"].cells, 4.0)
-    add_cells(model, [(0, "pos.P", "pos.P", "J")], 3.0)
-    model = perturb(model, gauge=2.0, noise=0.05, seed=3)
-    batch = batch_for(model, 256)
-    circuit = explain(model)
+    model, batch, circuit = _appendix_b_among_distractors()
     n = len(candidate_cells(circuit))
     cut = minimal_circuit(model, batch, circuit=circuit, exact=ExactSearch(max_evaluations=2 * n))
     assert cut.faithful and not cut.optimal and cut.size >= 3
