@@ -174,7 +174,9 @@ def draw(out: Path, found: set[str]) -> None:
         beta = registry.get(name).beta_exact
         model = constructions.build(name, FIGURE_D, beta)
         title = f"{name} at d = {FIGURE_D}, β = {beta:g}"
-        save_figures(plot_circuit(model, title=title), output(out, f"discovered/{name}.png"))
+        # one head a row: the page is narrower than the heads side by side
+        save_figures(plot_circuit(model, title=title, columns=1),
+                     output(out, f"discovered/{name}.png"))
 
 
 def markdown(summary: list[dict], rows: list[dict], unnamed: dict, found: set[str],

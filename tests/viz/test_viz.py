@@ -23,6 +23,19 @@ def test_circuit_figure_labels_every_block(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_circuit_figure_in_one_column_stacks_the_heads_and_keeps_its_labels():
+    model = constructions.build("found_plain_1x1x1_46453a", 5)  # three layers
+    wide, tall = plot_circuit(model), plot_circuit(model, columns=1)
+    assert tall.get_size_inches()[0] < wide.get_size_inches()[0] / 2
+    boxes = [ax.get_position() for ax in tall.axes[:3]]  # the three heads, one a row
+    assert boxes[0].y0 > boxes[1].y0 > boxes[2].y0 and len({round(b.x0, 3) for b in boxes}) == 1
+    for fig in (wide, tall):
+        labels = [[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes[:3]]
+        assert labels == [model.stream.labels(layer) for layer in range(3)]
+    with pytest.raises(ValueError, match="columns"):
+        plot_circuit(model, columns=0)
+
+
 def test_token_labels_name_rows_by_role():
     layout = Layout.scratch(3, 2)
     P = torch.tensor([[0.0, 1, 0], [0, 0, 1], [1, 0, 0]])

@@ -98,20 +98,29 @@ def plot_unembed(model: DisentangledModel, ax: Axes | None = None) -> Axes:
 
 
 def plot_circuit(model: DisentangledModel, gauge_fixed: bool = False,
-                 title: str | None = None) -> Figure:
-    """Every head's ``A`` and ``W_U`` side by side (the note's Figure 2, labelled)."""
+                 title: str | None = None, columns: int | None = None) -> Figure:
+    """Every head's ``A`` and ``W_U`` side by side (the note's Figure 2, labelled); ``columns``:
+    at most this many heads a row (``W_U`` at the end of the last), so a page narrower than every
+    head side by side shows its labels at a readable size (default: one row)."""
     panels = [(layer, head) for layer, n in enumerate(model.cfg.heads) for head in range(n)]
+    if columns is not None and (not isinstance(columns, int) or columns < 1):
+        raise ValueError(f"columns must be an integer >= 1 or None, got {columns!r}")
+    columns = len(panels) if columns is None else min(columns, len(panels))
+    rows = -(-len(panels) // columns)
     L = model.cfg.n_layers
     side = _axis_inches(len(model.stream.blocks(L - 1))) + 2.0
     height = max(side, _axis_inches(len(model.stream.blocks(L))) + 1.9)
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(side * len(panels) + 2.6, height),
-                             gridspec_kw={"width_ratios": [1] * len(panels) + [0.3]})
+    fig = plt.figure(figsize=(side * columns + 2.6, height * rows))
+    grid = fig.add_gridspec(rows, columns + 1, width_ratios=[1] * columns + [0.3])
+    axes = [fig.add_subplot(grid[i // columns, i % columns]) for i in range(len(panels))]
+    axes.append(fig.add_subplot(grid[rows - 1, columns]))  # the heads', then W_U's, then colour bars
     for ax, (layer, head) in zip(axes, panels):
         plot_attention_weights(model, layer, head, gauge_fixed=gauge_fixed, ax=ax)
     plot_unembed(model, ax=axes[-1])
     if title:
         fig.suptitle(title, fontsize=TITLE_PT + 1)
-    fig.tight_layout()
+    # stacked rows: keep the title's own band above the first row's panel titles
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_size_inches()[1]) if title and rows > 1 else None)
     return fig
 
 
