@@ -55,9 +55,7 @@ def names_of(record: SweepRecord) -> dict:
     zero ablation with the discovered constructions left out (``zero without discovered``)."""
     names = {style: str(name_by_rule(tests, empty=record.empty(style)))
              for style, tests in (("zero", record.mechanism.tested), *record.tested_under.items())}
-    found = {name for name, spec in registry.REGISTRY.items() if spec.provenance}
-    names["zero without discovered"] = str(name_by_rule(
-        [t for t in record.mechanism.tested if t.construction not in found], empty=record.empty("zero")))
+    names["zero without discovered"] = str(record.answer_without(registry.discovered_names()))
     return names
 
 

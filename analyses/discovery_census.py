@@ -7,7 +7,7 @@ from) and held-out seeds (``analyses/grids/discovery_heldout.toml``), each analy
 with the registry as it is now (the note's forms and the discovered ones in
 ``src/invperm_interp/maths/discovered.json``). Per configuration and seed set: the solved runs, the
 named count with the discovered forms and without them (the rule's answer recomputed from the same
-recorded tests with the discovered constructions left out: ``analysis.mechanism.name_by_rule``),
+recorded tests with the discovered constructions left out: ``SweepRecord.answer_without``),
 each with its Wilson 95% interval. Every held-out run left unnamed is characterised: its minimal
 circuit, the loss the best construction tested on it recovers, and what its circuit idealised to
 (``analysis.idealise``), or why no exact form was found. Writes discovery_census.{json,md} beside
@@ -36,7 +36,6 @@ from invperm_interp.analysis.controls import CONTROL_STYLES
 from invperm_interp.analysis.discover import SIGN_SAMPLES, circuit_form, signs_held
 from invperm_interp.analysis.faithfulness import Tester
 from invperm_interp.analysis.idealise import idealise
-from invperm_interp.analysis.mechanism import name_by_rule
 from invperm_interp.analysis.sweep_record import SweepRecord
 from invperm_interp.analysis.verdict import evaluation_batch
 from invperm_interp.maths import constructions, registry
@@ -46,11 +45,6 @@ from invperm_interp.training.progress import progress_bar
 from invperm_interp.training.run import Run
 
 FIGURE_D = 5  # the size the discovered constructions are drawn at
-
-
-def discovered_names() -> set[str]:
-    """The registry's constructions that came from discovery (an entry with provenance)."""
-    return {name for name, spec in registry.REGISTRY.items() if spec.provenance}
 
 
 def run_rows(folder: Path, seeds: str, found: set[str]) -> tuple[list[dict], dict]:
@@ -65,7 +59,7 @@ def run_rows(folder: Path, seeds: str, found: set[str]) -> tuple[list[dict], dic
         kind = "bidirectional" if line.model["attention_dir"] == "bidirectional" else "scratch"
         heads = line.model["n_heads"]
         shape = f"{line.model['n_layers']}x{heads if isinstance(heads, int) else max(heads)}"
-        without = name_by_rule([t for t in mech.tested if t.construction not in found])
+        without = record.answer_without(found)
         rows.append({"run": line.name, "seeds": seeds, "kind": kind, "shape": shape,
                      "seed": line.train["seed"], "name": str(record.answer),
                      "name_without": str(without),
@@ -242,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     add_output_arguments(parser, "the held-out runs folder")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    found = discovered_names()
+    found = registry.discovered_names()
     try:
         out = output_folder(args, args.heldout_runs)
         own, _ = run_rows(args.discovery_runs, "discovery's", found)

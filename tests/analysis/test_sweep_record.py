@@ -132,3 +132,22 @@ def test_a_record_older_than_a_registered_construction_is_analysed_again():
         assert record.untested(one_layer) == []  # a model it does not fit
     finally:
         C.REGISTRY.pop("_registered_later")
+
+
+def test_the_answer_without_some_constructions_is_the_rules_on_the_other_tests():
+    """What a run was named before the discovered constructions: the best of the other faithful
+    tests, ``none`` when none is left, and untestable, as the record's own answer, where the empty
+    claim is not rejected."""
+    from dataclasses import replace
+
+    from invperm_interp.analysis.faithfulness import Score
+    from invperm_interp.analysis.verdict import Answer
+
+    found = scored("found_x", recovered=0.99)
+    record = analysed("found_x", tests=[found, scored("theorem3", recovered=0.9)])
+    assert str(record.answer_without(set())) == "found_x"
+    assert record.answer_without({"found_x"}) == Answer("faithful", "theorem3")
+    assert str(record.answer_without({"found_x", "theorem3"})) == "none"
+    accepting = replace(found, hypothesis="the empty claim", circuit=Score(0.01, 1.0, 0.99, 0.0, 0.01, 4096))
+    untestable = replace(record, mechanism=replace(record.mechanism, empty=accepting))
+    assert str(untestable.answer_without({"found_x"})) == "untestable"

@@ -145,24 +145,31 @@ def screen_batch(layout: Layout) -> Batch:
     return make_input(layout, torch.cat([drawn.P, edge.P]), torch.cat([drawn.Y_P, edge.Y_P]))
 
 
-class _Checker:
-    """Builds and checks candidates, each once (by cells and read-out)."""
+class _PerCandidate:
+    """Something of a candidate (cells and a read-out) worked out once each, on the form they make
+    of ``form``: :meth:`_of` of it."""
 
     def __init__(self, form: Form):
         self.form, self.seen = form, {}
 
-    def __call__(self, cells: Iterable[Cell], read: str) -> Check:
+    def __call__(self, cells: Iterable[Cell], read: str):
         key = (frozenset(cells), read)
         if key not in self.seen:
-            self.seen[key] = self._check(replace(self.form, cells=tuple(sorted(key[0])), read=read))
+            self.seen[key] = self._of(replace(self.form, cells=tuple(sorted(key[0])), read=read))
         return self.seen[key]
+
+    def _of(self, form: Form):
+        raise NotImplementedError
+
+
+class _Checker(_PerCandidate):
+    """Builds and checks candidates, each once."""
 
     @property
     def tried(self) -> int:
         return len(self.seen)
 
-    @staticmethod
-    def _check(form: Form) -> Check:
+    def _of(self, form: Form) -> Check:
         """The form at each d of ``SCREEN_DS`` in turn, stopping at the first it is not exact at:
         its largest error so far, and its MSE at the first d (what the search ranks by)."""
         spec = form.spec("idealised")
@@ -221,26 +228,21 @@ def idealise(form: Form, accept: Callable[[Form], bool] | None = None) -> Ideali
                    + ("; exact forms found contradict the model's own signs" if judge.rejected else ""))
 
 
-class _Judge:
-    """``accept`` of each candidate, asked once (by cells and read-out); always yes without it."""
+class _Judge(_PerCandidate):
+    """``accept`` of each candidate, asked once; always yes without it. ``rejected`` counts the
+    candidates it refused."""
 
     def __init__(self, form: Form, accept: Callable[[Form], bool] | None):
-        self.form, self.accept, self.seen = form, accept, {}
-        self.rejected = 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.accept is not None
+        super().__init__(form)
+        self.accept, self.rejected = accept, 0
 
     def __call__(self, cells: Iterable[Cell], read: str) -> bool:
-        if self.accept is None:
-            return True
-        key = (frozenset(cells), read)
-        if key not in self.seen:
-            self.seen[key] = bool(self.accept(replace(self.form, cells=tuple(sorted(key[0])),
-                                                      read=read)))
-            self.rejected += not self.seen[key]
-        return self.seen[key]
+        return True if self.accept is None else super().__call__(cells, read)
+
+    def _of(self, form: Form) -> bool:
+        held = bool(self.accept(form))
+        self.rejected += not held
+        return held
 
 
 def _finished(cells: tuple[Cell, ...], read: str, checker: _Checker, sites: frozenset,

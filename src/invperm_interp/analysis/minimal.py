@@ -302,10 +302,9 @@ def minimal_circuit(model: DisentangledModel, batch: Batch, *,
         return _result(model, _hyp(cells, reads), full, False, optimal, search.evaluations,
                        len(cells), at_least)
     chosen, read, score = min(found, key=lambda f: (len(f[0]), -(f[2].loss_recovered or 0.0)))
-    if optimal:
-        at_least = len(chosen)
+    at_least = len(chosen) if optimal else min(at_least, len(chosen))
     return _result(model, _hyp(chosen, read), score, True, optimal, search.evaluations, len(cells),
-                   min(at_least, len(chosen)))
+                   at_least)
 
 
 def proved_smallest(found: bool, exhausted: bool, below: int, bound: int) -> bool:

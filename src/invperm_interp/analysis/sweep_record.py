@@ -108,6 +108,15 @@ class SweepRecord:
                        tested_under={**self.tested_under, **(tested or {})},
                        empty_under={**self.empty_under, **(empty or {})})
 
+    def answer_without(self, left_out: set[str]) -> Answer:
+        """The rule's answer under zero ablation from this record's tests with the constructions
+        ``left_out`` not among them (what it named before they were registered), the empty claim
+        checked as the answer is."""
+        from .mechanism import name_by_rule
+
+        return name_by_rule([t for t in self.mechanism.tested if t.construction not in left_out],
+                            empty=self.empty("zero"))
+
     def empty(self, style: str) -> Faithfulness | None:
         """The empty claim's test under ``style`` (``"zero"``: the mechanism's), None if not run."""
         return self.mechanism.empty if style == "zero" else self.empty_under.get(style)

@@ -307,6 +307,11 @@ def names() -> list[str]:
     return list(REGISTRY)
 
 
+def discovered_names() -> set[str]:
+    """The constructions discovery registered (an entry with provenance: ``DISCOVERED``)."""
+    return {name for name, spec in REGISTRY.items() if spec.provenance}
+
+
 def get(name: str) -> ConstructionSpec:
     if name not in REGISTRY:
         raise ValueError(f"construction name must be one of {names()}, got {name!r}")
