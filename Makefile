@@ -55,7 +55,7 @@ notebook: $(STAMP)
 # and `make sweep` write the rest of assets/. The scripts write into assets/ only when given
 # --update-assets, as every target here that rewrites assets/ does (without it: beside their runs).
 reproduce: $(STAMP)
-	for script in constructions_table causal_floors learned_circuits patching paper_recipe; do \
+	for script in constructions_table readings_table causal_floors learned_circuits patching paper_recipe; do \
 		$(PY) analyses/$$script.py --update-assets || exit 1; done
 
 # Beyond the note: learning speed and mechanism across d (20 runs, one process per core, early

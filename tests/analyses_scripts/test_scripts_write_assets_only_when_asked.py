@@ -44,6 +44,7 @@ INTO_ASSETS = {
     "minimal_under_mean": ["{T}/sweep", "--out", "{A}/minimal.json"],
     "paper_recipe": ["--runs", "{M}", "--out", "{A}/x"],
     "patching": ["--runs", "{M}", "--out", "{A}/x"],
+    "readings_table": ["--out", "{A}/x"],
     "scrubbing": ["{M}", "--out", "{A}/x"],
     "standard": ["--floor", "{M}", "--out", "{A}/x"],
 }
@@ -127,6 +128,24 @@ def test_constructions_table(tmp_path, assets, script, monkeypatch):
     assert files_in(assets) == {}
     assert run_analyses_script(table, "--update-assets") == 0
     assert set(files_in(assets)) == written
+
+
+def test_readings_table(tmp_path, assets, script, monkeypatch):
+    table = script("readings_table")
+    monkeypatch.chdir(tmp_path)
+    written = {"readings.json", "readings.md"}
+    assert run_analyses_script(table) == 0
+    assert set(files_in(tmp_path / "runs" / "reproduce")) == written
+    assert files_in(assets) == {}
+    assert run_analyses_script(table, "--update-assets") == 0
+    assert set(files_in(assets)) == written
+
+
+def test_the_committed_readings_are_what_the_constructions_read(script):
+    """assets/readings.json recomputes from the registry (a construction registered or changed
+    since, or a change to the derivation, shows here)."""
+    committed = json.loads((REPO / "assets" / "readings.json").read_text())
+    assert script("readings_table").rows() == committed
 
 
 def test_patching(tmp_path, assets, script, monkeypatch):

@@ -13,6 +13,7 @@ from invperm_interp.analysis.scrub import (
     completeness,
     partner_input,
     scrub,
+    scrub_tester,
 )
 from invperm_interp.maths import constructions as C
 from invperm_interp.maths.cells import Cell
@@ -236,3 +237,51 @@ def test_a_cell_the_model_does_not_have_is_refused():
         cell_patching(model, "two_block", batch, cells=[(0, 0, "pos.P", "nope")])
     fine = cell_patching(model, "two_block", batch, cells=[(1, 0, "x", "x")])
     assert {p.cell for p in fine.cells} <= {(1, 0, "x", "x")}
+
+
+def test_a_construction_claim_feeds_each_cell_from_the_partner_of_what_it_reads():
+    """The claim of a registered construction says per cell and per (query segment, key segment)
+    what its term reads (``analysis.readings``): each term scored on the full model's stream on
+    that partner (nothing: another input; P: the same P; Y: the same Y), the rest on another
+    input, written out here with the circuit's fitted weights and the gauge fixing."""
+    from invperm_interp.analysis.gauge import gauge_fix
+    from invperm_interp.analysis.hypothesis import as_hypothesis
+    from invperm_interp.analysis.projection import fixed_weights, raw_weights
+
+    model = guarded_model()
+    batch = batch_for(model, 64, seed=1)
+    tester = scrub_tester(model, batch)
+    hyp = tester.with_reads(as_hypothesis(model, BASE))
+    partners = {"any": partner_by_hand(batch, "any", 4), "P": partner_by_hand(batch, "P", 2),
+                "Y": partner_by_hand(batch, "Y", 3)}
+    full = [b.attn.A.detach()[0].double() for b in model.blocks]
+    fed = {k: streams(model, full, X) for k, X in partners.items()}
+    fed["removed"] = streams(model, full, partner_by_hand(batch, "any", 1))
+    fixed = [F[0] for F in fixed_weights(model)]
+    M = [R[0] for R in raw_weights(model, hyp, fixed_weights(model))]
+    layout, T = model.cfg.layout, batch.X.shape[1]
+    h = streams(model, [], batch.X)[0]
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    used = set()
+    for layer in range(2):
+        hr = fed["removed"][layer]
+        s = torch.einsum("btd,de,bse->bts", hr, fixed[layer] - gauge_fix(M[layer], model.stream, layer), hr)
+        for (l, _, query, key), pairs in hyp.reads:
+            if l != layer:
+                continue
+            part = torch.zeros_like(M[layer])
+            q, k = model.stream.slice(query, layer), model.stream.slice(key, layer)
+            part[q, k] = M[layer][q, k]
+            part = gauge_fix(part, model.stream, layer)
+            for (qs, ks), reads in pairs:
+                partner = {"nothing": "any", "P": "P", "Y": "Y"}[reads]
+                used.add(partner)
+                hp = fed[partner][layer]
+                term = torch.einsum("btd,de,bse->bts", hp, part, hp)
+                s[:, layout.rows(qs), layout.rows(ks)] += term[:, layout.rows(qs), layout.rows(ks)]
+        s = s.masked_fill(mask, float("-inf"))
+        h = torch.cat([h, torch.einsum("bts,bsd->btd", s.softmax(-1), h)], -1)
+    ref = h[:, model.cfg.readout_rows] @ model.unembed.W_U.detach().double()
+    assert used == {"any", "P", "Y"}  # every partner is met in this claim
+    got = tester.circuit(hyp)
+    assert got.mse == pytest.approx(float(mse(ref, batch.Y)), rel=1e-9, abs=1e-12)

@@ -245,6 +245,10 @@ class Tester:
         first.fixed, first._fits, first._reads = self.fixed, self._fits, self._reads
         return first
 
+    def _key(self, hyp: Hypothesis) -> tuple:
+        """What a circuit's score on this tester depends on (:func:`_circuit_key`)."""
+        return _circuit_key(hyp)
+
     def project(self, hyp: Hypothesis, betas: bool = True) -> Projection:
         return project(self.model, hyp, fixed=self.fixed, fits=self._fits, betas=betas)
 
@@ -294,7 +298,7 @@ class Tester:
         construction tests meet one circuit under several constructions, and the minimal search
         meets them again (its start is a construction's circuit, its first pruning trials that
         test's per-cell runs)."""
-        keys = [_circuit_key(h) for h in hyps]
+        keys = [self._key(h) for h in hyps]
         first: dict[tuple, int] = {}  # each circuit not scored yet: its first index
         for i, k in enumerate(keys):
             if k not in self._scores:

@@ -40,6 +40,10 @@ class Hypothesis:
     #: Where a registry construction sits in the model, when the claim is one (``name`` is then
     #: ``str(placement)``, a display label nothing parses).
     placement: Placement | None = None
+    #: What the claim says each of its cells reads of the input, per (query segment, key segment)
+    #: of the rows (``analysis.readings``): ``((site, ((segments, reads), ...)), ...)``; ``None``:
+    #: the claim says nothing of it (causal scrubbing then feeds every cell alike).
+    reads: tuple | None = None
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
@@ -54,8 +58,10 @@ class Hypothesis:
         drop = self.cells[index]
         cells = tuple(c for i, c in enumerate(self.cells)
                       if i != index and not (self.unit == "cells" and c.site == drop.site))
+        sites = {c.site for c in cells}
+        reads = None if self.reads is None else tuple(r for r in self.reads if r[0] in sites)
         return Hypothesis(f"{self.name} less {cell_text(self.cells[index])}", cells, self.read,
-                          self.unit)
+                          self.unit, reads=reads)
 
 
 def cell_text(cell: AtomCell) -> str:
@@ -84,7 +90,7 @@ def as_hypothesis(model: DisentangledModel, hypothesis, read=None,
     if isinstance(hypothesis, Hypothesis):
         hyp = Hypothesis(hypothesis.name, hypothesis.cells,
                          hypothesis.read if read is None else tuple(read), unit or hypothesis.unit,
-                         hypothesis.placement)
+                         hypothesis.placement, hypothesis.reads)
     elif isinstance(hypothesis, (str, constructions.ConstructionSpec)):
         spec = constructions.get(hypothesis) if isinstance(hypothesis, str) else hypothesis
         _check_fits(model, spec)

@@ -8,22 +8,24 @@ claim names is fed from an input that agrees with the sample on what the claim s
 computes, every path it does not name from an input with nothing in common, and everything
 downstream is recomputed. In this model the paths into a head are score terms (there are no value
 or output matrices: a head moves the stream itself), so :class:`ScrubTester` forms every score
-term from partners: the claim's cells ``h' K h'ᵀ`` on a partner equivalent under the claim
-(:data:`CLAIM_EQUIVALENCE`), the rest ``h'' R h''ᵀ`` on another input, each on the partner's own
+term from partners: each of the claim's cells ``h' K h'ᵀ`` on a partner equivalent under what the
+claim says that cell reads, the rest ``h'' R h''ᵀ`` on another input, each on the partner's own
 clean stream; the attention they make moves the sample's own recomputed stream. One level of the
 recursion: a claimed cell reads its partner's clean run, not a run scrubbed in turn.
 
-**What each claim says matters** (:data:`CLAIM_EQUIVALENCE`). Every registered construction routes
-by the permutation alone: its lookups read positions and the content of the ``P`` rows (theorem2
-and theorem3 find the ``P`` row holding ``e_i``; two_block and its scratch forms fetch each
-``Y_P`` row's ``P`` row and look it up; appendix_b copies ``Y_P`` rows then looks them up by the
-``P`` content; the complement and superposed forms do both with complements), and the target
-content ``Y`` only rides along as the values moved. So each claim's equivalence is **the same P,
-another Y** (``"P"``). The empty claim is fed entirely from other inputs: resample ablation of
-everything, which fails, as a test that can reject claims must (``analysis.controls``). A claim's
-*completeness* under scrubbing feeds the claim's cells from the opposite partner, **another P, the
-same Y** (``"Y"``), the rest run on the sample: a model whose mechanism is the circuit then loses
-the answer.
+**What each claim says each cell reads** (``analysis.readings``). A registered construction's
+hypothesis is derived from its cells, not fixed: built exactly, each cell's term is compared on
+inputs that keep the sample's ``P`` or its ``Y``, per (query segment, key segment) of the rows,
+so each (cell, segments) reads nothing, ``P``, ``Y`` or both, and is fed from another input, one
+with the same ``P``, one with the same ``Y``, or the sample itself (:data:`readings.PARTNER`).
+The lookups of every registered form read ``P`` where they find ``P`` rows and both where their
+keys hold ``Y_P`` content (``P Y``); docs/results/scrubbing.md tabulates them. A claim that says
+nothing of what its cells read (a cell list, a minimal circuit, a random control set) is fed from
+one partner, :data:`CLAIM_EQUIVALENCE`'s **the same P, another Y** (``"P"``). The empty claim is
+fed entirely from other inputs: resample ablation of everything, which fails, as a test that can
+reject claims must (``analysis.controls``). A claim's *completeness* under scrubbing feeds the
+claim's cells from the opposite partner, **another P, the same Y** (``"Y"``), the rest run on the
+sample: a model whose mechanism is the circuit then loses the answer.
 
 **Cell-level path patching** (:func:`cell_patching`) localises what a failing claim misses: each
 (layer, head, query block, key block) cell outside the claim is added to it alone (under
@@ -34,7 +36,7 @@ replaced, and the loss it recovers is reported.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
 import torch
@@ -48,7 +50,8 @@ from ..model.disentangled import DisentangledModel, check_disentangled
 from ..model.variants import forward_many
 from ..task import Batch, make_input
 from .faithfulness import Tester, read_out
-from .hypothesis import as_hypothesis
+from .hypothesis import Hypothesis, as_hypothesis
+from .readings import PARTNER, placed_readings
 from .score import Score
 from .standin import Removed, StandIn
 
@@ -56,7 +59,8 @@ from .standin import Removed, StandIn
 #: ``"Y"`` the target (another sample's ``P``), ``"any"`` neither (plain resample ablation).
 EQUIVALENCES = {"P": "the same P, another Y", "Y": "the same Y, another P",
                 "any": "another input"}
-#: The equivalence each registered construction's claim names (module docstring): all route by P.
+#: The partner of a claim's cells where the claim says nothing of what they read, and the
+#: equivalence completeness turns round (module docstring): every registered form routes by P.
 CLAIM_EQUIVALENCE = {name: "P" for name in constructions.names()}
 #: The styles :func:`completeness` scores, zero, mean and resample ablation and scrubbing (not
 #: silencing, ``analysis.silence``: it differs from zero ablation only where a variant leaves a head
@@ -105,32 +109,110 @@ def equivalence_of(hypothesis) -> str:
     return CLAIM_EQUIVALENCE.get(name, "P") if isinstance(name, str) else "P"
 
 
+@dataclass(frozen=True)
+class Fed(Removed):
+    """A circuit-only variant's removed part, with where its claimed cells are fed from: per cell
+    ``(layer, head, query rows, key columns, {partner: (T, T) positions})`` (:data:`readings.PARTNER`
+    names the partners); a claimed cell not listed is fed from the tester's default partner."""
+
+    fed: tuple = ()
+
+
 class ScrubTester(Tester):
-    """A :class:`Tester` whose circuits are scrubbed (module docstring): a variant's live weights
-    (the claim's cells) form their score terms on :func:`partner_input` ``(keep, shift + 1)``,
-    what it removed on ``partner_input("any", shift)``, both per sample; nothing is scored on the
-    sample's own stream, which the attention then moves."""
+    """A :class:`Tester` whose circuits are scrubbed (module docstring): what a variant removed is
+    scored on :func:`partner_input` ``("any", shift)``; its live weights (the claim's cells) on
+    partners equivalent under the claim, each cell at each of its positions on the partner of what
+    the claim says it reads there (``Hypothesis.reads``, derived from a registered construction's
+    placement by ``analysis.readings``), the cells of a claim that says nothing on
+    :func:`partner_input` ``(keep, shift + 1)``; nothing is scored on the sample's own stream
+    except a term the claim says reads both ``P`` and ``Y`` (its only equivalent input is the
+    sample), and the attention moves the sample's own recomputed stream."""
 
     def __init__(self, model: DisentangledModel, batch: Batch, keep: str = "P", shift: int = 1):
         super().__init__(model, batch, "resample", reference=partner_input(batch, "any", shift))
-        inside = next(k for k in (shift + 1, shift + 2) if k % len(batch))
-        partner = partner_input(batch, keep, inside).X.to(model.device, model.cfg.torch_dtype)
-        with torch.no_grad():
-            streams = model.residual_streams(partner, check_input=False, last=model.cfg.n_layers - 1)
-        self.keep = keep
-        self._inside = StandIn(model.stream, self.fixed,
-                               [h.to("cpu", torch.float64) for h in streams], per_sample=True)
+        if keep not in EQUIVALENCES:
+            raise ValueError(f"keep must be one of {tuple(EQUIVALENCES)}, got {keep!r}")
+        self.keep, self.shift = keep, shift
+        self._fed: dict[str, StandIn] = {}  # by partner: the stand-in of its clean streams
+
+    def head(self, n: int) -> ScrubTester:
+        """A scrub tester of the same model, default partner and shift on the first ``n`` samples
+        (itself when the batch has no more), sharing the gauge-fixed weights and fits."""
+        if len(self.batch) <= n:
+            return self
+        first = ScrubTester(self.model, self.batch.head(n), self.keep, self.shift)
+        first.fixed, first._fits, first._reads = self.fixed, self._fits, self._reads
+        return first
+
+    def partner(self, keep: str) -> StandIn:
+        """The stand-in of partner ``keep``'s clean streams (``"all"``: the sample itself), each at
+        its own shift, past the removed part's, so no two partners are the same input where the
+        batch allows."""
+        if keep not in self._fed:
+            B, order = len(self.batch), ("P", "Y", "any")
+            if keep == "all":
+                X = self.batch.X
+            else:
+                shifts = [k for k in range(self.shift + 1, self.shift + 2 * B) if k % B]
+                X = partner_input(self.batch, keep, shifts[order.index(keep) % len(shifts)]).X
+            with torch.no_grad():
+                streams = self.model.residual_streams(X.to(self.model.device, self.model.cfg.torch_dtype),
+                                                      check_input=False, last=self.model.cfg.n_layers - 1)
+            self._fed[keep] = StandIn(self.model.stream, self.fixed,
+                                      [h.to("cpu", torch.float64) for h in streams], per_sample=True)
+        return self._fed[keep]
+
+    def with_reads(self, hyp: Hypothesis) -> Hypothesis:
+        """``hyp`` with what it says its cells read: its own ``reads``, else its placement's
+        (``analysis.readings.placed_readings``), else none."""
+        if hyp.reads is not None or hyp.placement is None:
+            return hyp
+        placed = placed_readings(hyp.placement, self.model.cfg)
+        return replace(hyp, reads=tuple((site, tuple(reading.items())) for site, reading in placed))
+
+    def _key(self, hyp: Hypothesis) -> tuple:
+        return (*super()._key(hyp), self.with_reads(hyp).reads)
+
+    def _test_group(self, hyps, minimality, complete=True):
+        return super()._test_group([self.with_reads(h) for h in hyps], minimality, complete)
+
+    def _circuit(self, hyp: Hypothesis, proj=None):
+        hyp = self.with_reads(hyp)
+        variant, removed = super()._circuit(hyp, proj)
+        return variant, Fed(removed.whole, removed.part, self._positions(hyp))
+
+    def _positions(self, hyp: Hypothesis) -> tuple:
+        """:attr:`Fed.fed` of a claim: per cell it says something of, its positions by partner."""
+        layout, stream, T = self.model.cfg.layout, self.model.stream, self.model.cfg.layout.T
+        out = []
+        for (layer, head, query, key), pairs in hyp.reads or ():
+            where: dict[str, torch.Tensor] = {}
+            for (q_segment, k_segment), reads in pairs:
+                mask = where.setdefault(PARTNER[reads], torch.zeros(T, T, dtype=torch.float64))
+                mask[layout.rows(q_segment), layout.rows(k_segment)] = 1.0
+            out.append((layer, head, stream.slice(query, layer), stream.slice(key, layer), where))
+        return tuple(out)
 
     def outputs(self, variants, removed=None) -> list[torch.Tensor]:
-        """Each ``(As, W_U)`` scrubbed: ``As`` scored on the equivalent partner, ``removed`` (per
-        variant, as :meth:`Tester.run_many` takes it; ``None``: nothing) on the other input."""
+        """Each ``(As, W_U)`` scrubbed: ``As`` scored on the partners its cells are fed from
+        (:class:`Fed`), ``removed`` (per variant, as :meth:`Tester.run_many` takes it; ``None``:
+        nothing) on the other input."""
         if removed is None:
             removed = [[torch.zeros_like(A) for A in As] for As, _ in variants]
         zeros = [([torch.zeros_like(A) for A in As], W_U) for As, W_U in variants]
 
         def offsets(i: int) -> list[torch.Tensor]:
-            kept = Removed(0.0, tuple(A.detach().to("cpu", torch.float64) for A in variants[i][0]))
-            return [a + b for a, b in zip(self._inside(kept), self._standin(removed[i]))]
+            rest = [A.detach().to("cpu", torch.float64).clone() for A in variants[i][0]]
+            out = self._standin(removed[i])
+            for layer, head, q, k, where in getattr(removed[i], "fed", ()):
+                part = torch.zeros_like(rest[layer])
+                part[head, q, k] = rest[layer][head, q, k]
+                rest[layer][head, q, k] = 0.0
+                for keep, positions in where.items():
+                    term = self.partner(keep).through_cells(layer, part, 0.0)  # (B, H, T, T)
+                    out[layer] = out[layer] + term * positions
+            default = self.partner(self.keep)(Removed(0.0, tuple(rest)))
+            return [a + b for a, b in zip(out, default)]
 
         return forward_many(self.model.cfg, zeros, self.batch.X, offsets=offsets)
 
@@ -252,7 +334,10 @@ def cell_patching(model: DisentangledModel, hypothesis, batch: Batch, *,
     replaced under ``style`` (``"scrub"``, or ``"zero"``, ``"mean"``,
     ``"resample"``). ``cells``: the cells to try (default every cell holding weights outside the
     claim, norm above :data:`CELL_NORM`; one the model does not have is refused). The cell that
-    recovers the loss is what the claim misses. ``hypothesis`` as in ``as_hypothesis`` (a
+    recovers the loss is what the claim misses. Under scrubbing every kept cell, the claim's
+    and the restored one, is fed from the one partner ``keep`` (default the claim's
+    :func:`equivalence_of`), not cell by cell as :func:`scrub` feeds a construction's: a restored
+    cell says nothing of what it reads. ``hypothesis`` as in ``as_hypothesis`` (a
     ``Hypothesis`` from it carries its own read-out blocks and unit); ``model``: any
     :func:`analysed` takes."""
     model = analysed(model)
