@@ -257,3 +257,21 @@ def test_a_form_is_held_with_its_signs_only_when_the_model_holds_them():
     flipped = tuple(sorted(c._replace(label="-" + c.label) if c.layer == 1 else c
                            for c in spec.cells))
     assert not signs_held(replace(own, cells=flipped), model, tester)
+
+
+def test_discovery_in_two_processes_is_discovery_in_one():
+    """The per-run work spread over spawned processes (one thread each, the largest model first)
+    gives the same table and record as in this process; a bad count is refused."""
+    from invperm_interp.model.disentangled import DisentangledTransformer
+
+    models = {f"two_block{i}": perturb(C.build("two_block", 4, 30.0), gauge=2.0, noise=0.05, seed=i)
+              for i in range(2)}
+    models["scratch"] = perturb(C.build("theorem3_superposed", 4), gauge=1.0, seed=3)
+    models["random"] = DisentangledTransformer(C.build("two_block", 4).cfg, seed=0)
+    one = discover(models, n=128)
+    two = discover(models, n=128, workers=2)
+    assert two.to_dict() == one.to_dict() and table(two) == table(one)
+    assert one.reasons["two_block0"] == "named two_block"
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match=r"^workers must be an integer >= 1"):
+            discover(models, n=128, workers=bad)

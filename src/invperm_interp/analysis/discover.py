@@ -120,7 +120,8 @@ def _kind(model: DisentangledModel) -> tuple:
 
 def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLES,
              seed: int = 0, min_runs: int = 2, progress=None,
-             known: Mapping[str, Mechanism] | None = None, ablation: Ablation = "zero") -> Discovery:
+             known: Mapping[str, Mechanism] | None = None, ablation: Ablation = "zero",
+             workers: int = 1) -> Discovery:
     """Idealise the unnamed models' minimal circuits into exact forms, test each form on every
     unnamed model of its kind, and propose the forms that cover the most models, each faithful on
     at least ``min_runs`` of them (module docstring); every model is judged on ``n`` samples from
@@ -128,36 +129,34 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
     ``progress``: an optional ``(items, description) -> iterable`` wrapping the iterations over the
     models and over the exact forms tested across them (e.g. a ``tqdm`` bar). ``ablation``: the
     style every test runs under (``known`` mechanisms, the rule's, are then measured again unless it
-    is ``"zero"``; ``"silence"`` knocks out the heads a circuit leaves empty)."""
+    is ``"zero"``; ``"silence"`` knocks out the heads a circuit leaves empty). ``workers``: processes
+    the per-run work (each model's mechanism, form and idealisation) is spread over, one thread each,
+    the largest models first; the result is the same as in one (a form two runs share is then
+    idealised on each, the first run's kept)."""
     check_choice("ablation", ablation, ABLATIONS)
     if ablation != "zero":
         known = None
     if not isinstance(min_runs, int) or min_runs < 1:
         raise ValueError(f"min_runs must be an integer >= 1, got {min_runs!r}")
     check_seed(seed)
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    for key, model in models.items():
+        check_disentangled(model, f"models[{key!r}]")
+    jobs = [(key, model, n, seed, (known or {}).get(key), ablation) for key, model in models.items()]
+    if workers > 1 and len(jobs) > 1:
+        found = dict(_in_processes(jobs, workers, progress))
+    else:
+        seen: dict[Form, Idealisation] = {}  # a form met again is not idealised again
+        found = dict(_one_run(*job, seen=seen) for job in (progress(jobs, "runs") if progress
+                                                             else jobs))
     forms, reasons, testers, ideals = {}, {}, {}, {}
     by_form: dict[Form, Idealisation] = {}
-    items = list(models.items())
-    for key, model in (progress(items, "runs") if progress else items):
-        check_disentangled(model, f"models[{key!r}]")
-        batch = evaluation_batch(model, n, seed)
-        mech = (known[key] if known is not None and key in known
-                else mechanism(model, batch, ablation=ablation))
-        forms[key] = None
-        if mech.name is not None:
-            reasons[key] = f"named {mech.name}"
-        elif mech.verdict == BORDERLINE:
-            reasons[key] = BORDERLINE
-        elif not mech.minimal.faithful:
-            reasons[key] = "no faithful minimal circuit"
-        else:
-            forms[key] = circuit_form(model, mech.minimal.cells, mech.minimal.read)
-            testers[key] = Tester(model, batch, ablation)
-            if forms[key] not in by_form:  # judged on the first run holding the form
-                by_form[forms[key]] = idealise(
-                    forms[key], accept=lambda f, m=model, t=testers[key]: signs_held(f, m, t))
-            ideals[key] = by_form[forms[key]]
-            reasons[key] = "unnamed"
+    for key, model in models.items():  # in the models' order: a form's idealisation is its first run's
+        forms[key], reasons[key], ideal = found[key]
+        if ideal is not None:
+            testers[key] = Tester(model, evaluation_batch(model, n, seed), ablation)
+            ideals[key] = by_form.setdefault(forms[key], ideal)
     exact = list(dict.fromkeys(i.form for i in ideals.values() if i.exact))
     tested = {form: _test_on(form, models, testers)
               for form in (progress(exact, "forms tested across runs") if progress else exact)}
@@ -186,6 +185,48 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
                                   tuple(tested[best][k][1] for k in keys), sources))
         covered |= {k for k in keys if tested[best][k][1] == FAITHFUL}
     return Discovery(forms, reasons, tuple(proposals), ideals)
+
+
+def _one_run(key: str, model: DisentangledModel, n: int, seed: int, known: Mechanism | None,
+             ablation: Ablation, seen: dict | None = None, threads: int | None = None) -> tuple:
+    """One model's share of :func:`discover`: ``(key, (form or None, reason, idealisation or
+    None))``. ``seen``: idealisations already made, by form (reused); ``threads``: torch's threads
+    (a worker process sets one)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    batch = evaluation_batch(model, n, seed)
+    mech = known if known is not None else mechanism(model, batch, ablation=ablation)
+    if mech.name is not None:
+        return key, (None, f"named {mech.name}", None)
+    if mech.verdict == BORDERLINE:
+        return key, (None, BORDERLINE, None)
+    if not mech.minimal.faithful:
+        return key, (None, "no faithful minimal circuit", None)
+    form = circuit_form(model, mech.minimal.cells, mech.minimal.read)
+    if seen is not None and form in seen:
+        return key, (form, "unnamed", seen[form])
+    tester = Tester(model, batch, ablation)
+    ideal = idealise(form, accept=lambda f: signs_held(f, model, tester))
+    if seen is not None:
+        seen[form] = ideal
+    return key, (form, "unnamed", ideal)
+
+
+def _in_processes(jobs: list, workers: int, progress) -> list:
+    """:func:`_one_run` of every job in ``workers`` spawned processes (one torch thread each), the
+    largest models first; results as they finish, wrapped in ``progress``."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    order = sorted(jobs, key=lambda job: -job[1].cfg.T ** 2 * sum(job[1].cfg.widths))
+    # spawned, not forked: a forked torch can hang in its thread pools
+    with ProcessPoolExecutor(min(workers, len(jobs)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_one_run, *job, threads=1) for job in order]
+        done = as_completed(futures)
+        return [f.result() for f in (progress(done, "runs") if progress else done)]
 
 
 def _grown(form: Form, exact: list[Form], tested: dict, gain, models, testers) -> Form:

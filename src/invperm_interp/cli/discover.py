@@ -27,6 +27,7 @@ def _recorded(run_dir, n: int, seed: int):
 def _cmd_discover(args: argparse.Namespace) -> None:
     """Find the runs below DIR, make the unnamed ones' minimal circuits exact forms, print the table
     and a snippet registering each proposal; with ``--json``, write the proposals there too."""
+    import os
     from dataclasses import replace
     from pathlib import Path
 
@@ -39,6 +40,8 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     from .analyze import set_threads
 
     set_threads(args.threads)
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be an integer >= 1, got {args.workers}")
     if args.n < 2:
         raise ValueError(f"--n must be at least 2 (a standard error needs two samples), got {args.n}")
     if args.register == PACKAGE_FILE:  # resolved here: building the parser imports no torch
@@ -73,7 +76,7 @@ def _cmd_discover(args: argparse.Namespace) -> None:
         say(f"{len(known)} of {len(runs)} runs: the verdict their sweep recorded on the same "
               f"{args.n} samples (seed {args.seed}) is reused")
     found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs, known=known,
-                     ablation=args.ablation,
+                     ablation=args.ablation, workers=args.workers or os.cpu_count() or 1,
                      progress=lambda items, what: progress_bar(items, desc=f"discover: {what}",
                                                                disable=args.quiet))
     found = replace(found, forms={**found.forms, **dict.fromkeys(refused)},
@@ -118,6 +121,9 @@ def add_discover_parser(sub) -> None:
     parser.add_argument("--register", nargs="?", metavar="FILE", const=PACKAGE_FILE,
                         help="register each exact proposal faithful on --min-runs runs in the "
                         "registry's data file (default: the package's discovered.json)")
+    parser.add_argument("--workers", type=int,
+                        help="processes the runs' circuits are found and idealised in, one thread "
+                             "each (default: one per core; 1: this process, with --threads)")
     parser.add_argument("--threads", type=threads, help=THREADS_HELP)
     parser.add_argument("--max-memory", type=size, metavar="SIZE", help=MAX_MEMORY_HELP)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
