@@ -41,8 +41,11 @@ def main(argv: list[str] | None = None) -> int:
                              "d": d, "beta": beta, "max_error": result.max_error, "mse": result.mse})
         model = constructions.build(name, 10)
         cells = ", ".join(f"{t} at ({q}, {k}) in {layer_name(layer)}" for layer, _, q, k, t in spec.cells)
-        title = textwrap.fill(f"{name}: {cells}; read {spec.read_block}", 110)
-        save_figures(plot_circuit(model, title=title), output(out, f"constructions/{name}.png"))
+        # one head a row, the title wrapped to that width: side by side, the page (about 700 px wide
+        # in an 800 px window) scaled the figure to half and its labels to under 7 px
+        title = textwrap.fill(f"{name}: {cells}; read {spec.read_block}", 72)
+        save_figures(plot_circuit(model, title=title, columns=1),
+                     output(out, f"constructions/{name}.png"))
     write_table(out, "constructions", rows, "Constructions: error against Y (float64, 512 samples)",
                 "Printed forms (works = False) keep errors of 0.67 to 1 at every beta from d = 5 (at d = 2 "
                 "the J, J forms are exact, as (JP)^2 = I for both permutations of two, and "

@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         curves[name] = run.metrics
         if cfg.causal:
             causal.add(name)
-        fig = plot_circuit(model, gauge_fixed=True, title=f"{name}: gauge-fixed weights")
+        # one head a row: side by side, a page narrower than the heads shrinks the labels
+        fig = plot_circuit(model, gauge_fixed=True, title=f"{name}: gauge-fixed weights", columns=1)
         save_figures(fig, output(out, f"learned/{name}.png"))
 
     save_figures(plot_runs(curves, causal, "Adam lr 1e-2, batch 1024, d = 10"),
