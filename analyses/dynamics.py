@@ -52,10 +52,12 @@ from invperm_interp.viz.heatmaps import save_figures  # noqa: E402
 LEAVE, DROP, SOLVED = 0.8, 0.1, 1e-3  # plateau exit and drop: MSE below these times d/4
 HALF = 0.5  # a cell has formed when its β reaches this share of its final β
 KINDS = {"bidirectional": "bidirectional [P; Y_P], reads P", "causal": "causal scratch [P; Y_P; S], reads S"}
-# The named mechanisms' colours, given per model's panel in name order (Okabe–Ito): the first four
-# lie at least 58° of hue apart (vermillion, blue, green, reddish purple), so a panel of up to four
-# mechanisms tells them apart; each panel has its own legend. Runs named no construction are grey.
-NAMED_COLOURS = ("#D55E00", "#0072B2", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442")
+# The named mechanisms' colours (Okabe–Ito, its yellow, hard to see on white, replaced by Tol's
+# indigo) with their CIELAB hue angles in degrees. A mechanism has one colour in every panel and the
+# figure one legend: :func:`mechanism_colours` gives each name its own colour, chosen so that the
+# mechanisms of one model's panel lie far apart in hue. Runs named no construction are grey.
+NAMED_COLOURS = {"#D55E00": 56, "#0072B2": 266, "#009E73": 164, "#CC79A7": 345, "#E69F00": 78,
+                 "#56B4E9": 251, "#332288": 305}
 UNNAMED_COLOUR = "#999999"
 
 
@@ -177,32 +179,69 @@ def table(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def _hue_gap(x: float, y: float) -> float:
+    return min(abs(x - y), 360 - abs(x - y))
+
+
+def mechanism_colours(runs: list[dict]) -> dict[str, str]:
+    """One colour per final mechanism of ``runs`` (``kind``, ``mechanism``), the same in every
+    model's panel: the unnamed verdicts grey; the named ones, most runs first (then by name), each
+    the unused colour of ``NAMED_COLOURS`` farthest in hue from those already given to mechanisms
+    of the same model (the first such colour on a tie), so no two names share a colour while the
+    palette lasts and each panel's colours lie far apart."""
+    counts = Counter(r["mechanism"] for r in runs)
+    kinds = {n: {r["kind"] for r in runs if r["mechanism"] == n} for n in counts}
+    colours = {n: UNNAMED_COLOUR for n in counts if n in UNNAMED}
+    for name in sorted((n for n in counts if n not in UNNAMED), key=lambda n: (-counts[n], n)):
+        free = [c for c in NAMED_COLOURS if c not in colours.values()] or list(NAMED_COLOURS)
+        mates = [NAMED_COLOURS[c] for n, c in colours.items()
+                 if c in NAMED_COLOURS and kinds[n] & kinds[name]]
+        colours[name] = max(free, key=lambda c: min((_hue_gap(NAMED_COLOURS[c], h) for h in mates),
+                                                    default=360))
+    return colours
+
+
 def model_panels(runs: list[dict], rows: int, height: float):
     """A figure of ``rows`` rows and a column per model (``KINDS``) that has runs, and per column
     ``(model, its runs with a drop, their final mechanisms named first in name order, a colour
-    each)``: the named ones ``NAMED_COLOURS`` in that order, the unnamed ones grey."""
+    each)``: the colours of :func:`mechanism_colours` over all the columns' runs, so a mechanism
+    has the same colour in every column."""
     kinds = [k for k in KINDS if any(r["kind"] == k for r in runs)]
     fig, axes = plt.subplots(rows, len(kinds), figsize=(5.2 * len(kinds), height), squeeze=False,
                              sharex="col")
+    drawn = [r for r in runs if r["drop"] is not None]
+    colours = mechanism_colours(drawn)
     columns = []
     for kind in kinds:
-        mine = [r for r in runs if r["kind"] == kind and r["drop"] is not None]
+        mine = [r for r in drawn if r["kind"] == kind]
         names = sorted({r["mechanism"] for r in mine}, key=lambda n: (n in UNNAMED, n))
-        named = [n for n in names if n not in UNNAMED]
-        columns.append((kind, mine, names,
-                        {**{n: NAMED_COLOURS[i % len(NAMED_COLOURS)] for i, n in enumerate(named)},
-                         **{n: UNNAMED_COLOUR for n in names if n in UNNAMED}}))
+        columns.append((kind, mine, names, colours))
     return fig, axes, columns
+
+
+def legend_names(columns) -> list[str]:
+    """Every column's mechanisms once, named ones column by column, the unnamed verdicts last."""
+    names = [n for _, _, column_names, _ in columns for n in column_names]
+    names = list(dict.fromkeys(names))
+    return [n for n in names if n not in UNNAMED] + [n for n in names if n in UNNAMED]
+
+
+#: Under the figure: what the two progress rows' 0 and 1 are, and that a measure is not bounded by them.
+PROGRESS_NOTE = ("Rows 2 and 3: each run's measure rescaled between its first checkpoint (0) and its "
+                 "final weights (1), not\nbounded by them: above 1 it went past its final value (row "
+                 "3: the circuit alone recovered more of the loss\nat that checkpoint than on the "
+                 "final weights), below 0 below its start.")
 
 
 def figure(runs: list[dict]):
     """Per model: the eval MSE, the β progress and the circuit progress of every run, each against
-    its steps after its own drop; one colour per final mechanism (grey: none named), dots where it
-    turns faithful; colours are the panel's own (its legend below it). Progress is rescaled between
+    its steps after its own drop; one colour per final mechanism, the same in every panel, in one
+    legend below (grey: none named), dots where it turns faithful. Progress is rescaled between
     the first checkpoint (0) and the final weights (1), not bounded: a circuit that did better at a
-    checkpoint than at the end passes 1."""
-    fig, axes, columns = model_panels(runs, 3, 8.0)
-    for col, (kind, mine, names, color) in enumerate(columns):
+    checkpoint than at the end passes 1, which the note under the legend says and, in a panel
+    where a line does, a note at the line y = 1."""
+    fig, axes, columns = model_panels(runs, 3, 8.4)
+    for col, (kind, mine, _names, color) in enumerate(columns):
         for r in mine:
             c, t0 = color[r["mechanism"]], r["drop"]
             cv = r["curves"]
@@ -217,20 +256,31 @@ def figure(runs: list[dict]):
         axes[0, col].set_yscale("log")
         axes[0, col].set_title(f"{KINDS[kind]} ({len(mine)} runs)", fontsize=10)
         axes[0, col].set_ylabel("eval MSE")
-        axes[1, col].set_ylabel("cells' mean β, rescaled:\n0 first checkpoint, 1 final")
-        axes[2, col].set_ylabel("circuit alone: loss recovered,\nrescaled: 0 first, 1 final")
+        axes[1, col].set_ylabel("cells' mean β, rescaled:\n0 = first checkpoint,\n1 = final weights")
+        axes[2, col].set_ylabel("circuit alone: loss\nrecovered, rescaled:\n0 first, 1 final weights")
         axes[2, col].set_xlabel("steps after the drop (MSE < 0.1·d/4)")
         for ax in axes[:, col]:
             ax.axvline(0, color="0.4", linestyle=":", linewidth=1.0)
             ax.set_xlim(-800, 800)
-        for ax in axes[1:, col]:  # the two ends of the rescaling; a run may pass either
+        for row, key in ((1, "beta"), (2, "circuit")):  # the two ends of the rescaling
+            ax = axes[row, col]
             for y in (0.0, 1.0):
                 ax.axhline(y, color="0.6", linestyle="--", linewidth=0.6, zorder=0)
-        handles = [plt.Line2D([], [], color=color[n], label=n) for n in names]
-        handles.append(plt.Line2D([], [], color="0.3", marker="o", linestyle="", label="turns faithful"))
-        axes[2, col].legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2,
-                            fontsize=8, frameon=False)  # this panel's colours
+            top = max((v for r in mine for s, v in zip(r["curves"]["steps"], r["curves"][key])
+                       if -800 <= s - r["drop"] <= 800), default=1.0)
+            if top > 1.02:  # a line past its final value: said where it is
+                ax.text(0.02, 1.0, "above 1: past the final value",
+                        transform=ax.get_yaxis_transform(), ha="left", va="bottom", fontsize=10,
+                        color="0.3")
+    handles = [plt.Line2D([], [], color=columns[0][3][n], label=n) for n in legend_names(columns)]
+    handles.append(plt.Line2D([], [], color="0.3", marker="o", linestyle="", label="turns faithful"))
     fig.tight_layout()
+    legend = fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3,
+                        fontsize=10, frameon=False, title="final mechanism (one colour in every panel)",
+                        title_fontsize=10)
+    fig.canvas.draw()  # the legend's height, to set the note under it
+    below = legend.get_window_extent().transformed(fig.transFigure.inverted()).y0
+    fig.text(0.5, below - 0.005, PROGRESS_NOTE, ha="center", va="top", fontsize=10)
     return fig
 
 

@@ -85,3 +85,49 @@ def test_the_dynamics_figure_tells_each_panels_mechanisms_apart_and_draws_progre
         assert {line.get_ydata()[0] for line in beta_ax.get_lines()
                 if line.get_linestyle() == "--"} == {0.0, 1.0}
     assert fig.axes[2 * len(kinds)].get_ylim()[1] > 1.4  # the first run's circuit, not cut off
+
+
+def test_a_mechanism_has_one_colour_in_every_panel_and_the_figure_one_legend(dynamics):
+    """Colour is a function of the mechanism's name across the figure: a name drawn in both models'
+    panels (made up here: the committed runs' named mechanisms each belong to one model) has the
+    same colour in both, two names never share one, and one legend below the panels lists each
+    name once; a progress past 1 is said in the figure, not only drawn."""
+    committed = [r for r in DYNAMICS["runs"] if r["drop"] is not None]
+    shared = "two_block"
+    runs = [{**r, "curves": _curves(r, 1.4 if i == 0 else 1.0)} for i, r in enumerate(committed)]
+    causal = next(i for i, r in enumerate(runs) if r["kind"] == "causal")
+    runs[causal] = {**runs[causal], "mechanism": shared}  # one causal run named as the bidirectional
+    colours = dynamics.mechanism_colours(runs)
+    fig = dynamics.figure(runs)
+    kinds = [k for k in dynamics.KINDS if any(r["kind"] == k for r in runs)]
+    assert len(kinds) == 2
+    per_panel = []
+    for col, kind in enumerate(kinds):
+        ax = fig.axes[2 * len(kinds) + col]  # the circuit row: one line per run, in run order
+        lines = [line for line in ax.get_lines() if line.get_linestyle() == "-"
+                 and len(line.get_xdata()) > 2]
+        mine = [r for r in runs if r["kind"] == kind]
+        assert len(lines) == len(mine)
+        seen = {}
+        for r, line in zip(mine, lines):
+            seen.setdefault(r["mechanism"], set()).add(line.get_color())
+            assert line.get_color() == colours[r["mechanism"]]
+        assert all(len(c) == 1 for c in seen.values()), kind
+        per_panel.append({n: c.pop() for n, c in seen.items()})
+    assert per_panel[0][shared] == per_panel[1][shared]
+    assert per_panel[0]["none"] == per_panel[1]["none"] == dynamics.UNNAMED_COLOUR
+    named = {n: c for n, c in colours.items() if n not in dynamics.UNNAMED}
+    assert len(set(named.values())) == len(named)  # two names never share a colour
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+    entries = {t.get_text(): h.get_color() for t, h in zip(fig.legends[0].get_texts(),
+                                                           fig.legends[0].legend_handles)}
+    assert {n: entries[n] for n in colours} == colours
+    assert [t.get_text() for t in fig.legends[0].get_texts()].count(shared) == 1
+    texts = " ".join(t.get_text() for t in [*fig.texts, *fig.axes[2 * len(kinds)].texts])
+    assert "above 1" in texts and "final weights (1)" in texts
+
+
+def test_each_mechanisms_colour_keeps_its_hue(dynamics):
+    """The palette's hue angles, which the colours are chosen by, are the colours' own."""
+    for colour, hue in dynamics.NAMED_COLOURS.items():
+        assert abs(_hue_and_chroma(colour)[0] - hue) < 1, colour

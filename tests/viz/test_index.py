@@ -1,5 +1,6 @@
 """The index page of a directory of runs: every run once, linked, with what it reached."""
 
+import html
 import json
 import re
 
@@ -155,3 +156,34 @@ def test_the_index_shows_and_links_the_sweep_report_once_it_exists(tmp_path):
     page = (tmp_path / "index.html").read_text()
     assert '<img src="sweep_report.png"' in page
     assert '<a href="sweep_report.md">' in page and '<a href="sweep_report.svg">' in page
+
+
+def _meta(page: str) -> str:
+    """The page's caption above the figure and tables (``<p class='meta'>``), tags stripped."""
+    return html.unescape(re.sub(r"<[^>]+>", "", re.search(r"<p class='meta'>(.*?)</p>", page,
+                                                           re.S).group(1)))
+
+
+def test_the_caption_says_what_the_causal_excess_is_only_when_the_page_shows_one(tmp_path):
+    """A causal run's MSE is written as floor + excess; the caption then says what the excess is
+    (what training could still remove above the floor, moving with the training batches) and its
+    largest share of the floor; with no such run shown it says nothing of it."""
+    both = tmp_path / "both"
+    _fake_run(both / "b", 10, 0, "bidirectional", [2.0, 6e-4], 2.5)
+    _fake_run(both / "c", 10, 0, "causal", [2.5, 2.5005, 2.5025], 2.5)
+    meta = _meta(write_index(both, find_runs(both)).read_text())
+    assert "2.5025 = floor 2.5 + 0.0025" in "".join(r[5] for r in _rows(
+        (both / "index.html").read_text()))
+    assert "the excess is the rest, the part training could still remove" in meta
+    assert "at most 0.1% of the floor" in meta  # 0.0025 / 2.5
+    assert "can rise as well as fall" in meta and "below 0" not in meta
+    below = tmp_path / "below"
+    _fake_run(below / "c", 10, 0, "causal", [2.5, 2.499], 2.5)
+    assert "below 0: the fixed eval batch's sampling noise" in _meta(
+        write_index(below, find_runs(below)).read_text())
+    for name, attention, floor in (("bidirectional", "bidirectional", 2.5), ("scratch", "causal", 0.0)):
+        alone = tmp_path / name  # no causal run with a floor: no excess on the page, no remark
+        _fake_run(alone / "r", 10, 0, attention, [2.0, 6e-4], floor)
+        page = write_index(alone, find_runs(alone)).read_text()
+        assert "floor +" not in "".join(r[5] for r in _rows(page))
+        assert "excess" not in _meta(page), name

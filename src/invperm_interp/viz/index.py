@@ -11,6 +11,7 @@ and the mechanism when an analysis has named one.
 from __future__ import annotations
 
 import html
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -192,6 +193,23 @@ def run_texts(root: Path, r: RunRow) -> list[str]:
             "—" if r.row_acc is None else f"{r.row_acc:.1%}", _solve_text(r), how]
 
 
+def excess_remark(rows: list[RunRow]) -> str:
+    """What the excess in a causal run's "floor + excess" is, when the page writes one (a causal
+    run with a floor above 0 and an MSE), in plain text; ``""`` when it writes none."""
+    shown = [r for r in rows if r.causal and (r.causal_floor or 0) > 0 and r.mse is not None
+             and math.isfinite(r.mse)]
+    if not shown:
+        return ""
+    share = max(abs(r.mse - r.causal_floor) / r.causal_floor for r in shown)
+    below = any(r.mse < r.causal_floor for r in shown)
+    return ("The floor is the least MSE any causally masked model can reach (Theorem 1); the excess "
+            "is the rest, the part training could still remove"
+            + (" (below 0: the fixed eval batch's sampling noise)" if below else "")
+            + f", here at most {100 * share:.2g}% of the floor. It moves with the random training "
+            "batches and can rise as well as fall, so it differs between runs and with the step a "
+            "run stops at.")
+
+
 def _group_table(rows: list[RunRow]) -> str:
     """The runs counted per model kind, when some kind has more than one run."""
     groups = group_rows(rows)
@@ -237,6 +255,7 @@ def index_html(directory: str | Path, rows: list[RunRow], title: str | None = No
               if _by_d(rows) else "") if cannot else "") + ". "
         "Click a column header to sort; a run's name opens its report. Final MSE is on the run's "
         "eval batch at its last step; for causal runs it is written against the causal floor."
+        + (f" {html.escape(remark)}" if (remark := excess_remark(rows)) else "")
         + (" In brackets after a mechanism: the name the rule gives under mean or resample "
            "ablation of the cells outside the circuit, where it differs."
            if any(r.other_styles for r in rows) else "") + "</p>",
