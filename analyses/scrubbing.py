@@ -2,8 +2,10 @@
 
 Runs of analyses/grids/scrubbing.toml (causal scratch, d = 10, the census's training settings),
 each re-analysed on the census's 4,096 evaluation samples (seed 12345): the rule's name under zero,
-mean and resample ablation (the sweep's mechanism.json) and under causal scrubbing (the rest of
-``A`` fed from a partner with the same P and another Y: ``analysis.scrub``); the claim's scores
+mean and resample ablation (the sweep's mechanism.json) and under causal scrubbing (each claimed
+cell of a registered construction fed from the partner of what it reads, ``analysis.readings``;
+the guard-added claims, which are not registered, from a partner with the same P and another Y;
+the rest of ``A`` from another input: ``analysis.scrub``); the claim's scores
 under each style; the model with the claim removed under each style (completeness); and the cells
 outside the claim that path patching finds missing (each restored alone, the rest resampled or
 scrubbed). The claim of a run the rule does not name is ``theorem3_superposed``, the family the
@@ -142,8 +144,9 @@ def markdown(rows: list[dict]) -> str:
         f"{n} causal-scratch d = 10 runs trained with the census's settings "
         "(analyses/grids/scrubbing.toml: Adam lr 1e-2, batch 128, stopped at MSE < 1e-3), each on the "
         "census's 4,096 evaluation samples (seed 12345); written by analyses/scrubbing.py, read in "
-        "docs/results/scrubbing.md. **name**: the rule's name under each style (scrub: the claim's cells "
-        "fed from a partner with the same P and another Y, the rest of A from another input, "
+        "docs/results/scrubbing.md. **name**: the rule's name under each style (scrub: each claimed cell "
+        "fed from the partner of what it reads, assets/readings.md; a claim that is not a registered "
+        "construction from a partner with the same P and another Y; the rest of A from another input, "
         "`analysis.scrub`). **claim**: the "
         "zero-ablation name, or theorem3_superposed where the rule names none; **+ guard**: the "
         "claim with the three layer-1 content-query cells (x, pos.P), (x, pos.Y), (x, x) added. "
