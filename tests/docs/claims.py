@@ -54,6 +54,9 @@ def census() -> dict[str, int]:
     out["BATCH_TIES"] = sum(len(set(r["names_by_batch"])) > 1 and all(
         set(a.split(" = ")) & set(b.split(" = ")) for a in r["names_by_batch"] for b in r["names_by_batch"])
         for r in solved)
+    tie_counts = [sum(" = " in n for n in r["names_by_batch"]) for r in solved
+                  if len(set(r["names_by_batch"])) > 1 and "borderline" not in r["names_by_batch"]]
+    out["TIES_TWO"], out["TIES_ONE"] = tie_counts.count(2), tie_counts.count(1)
     out.update(ties(solved))
     return out
 

@@ -71,8 +71,9 @@ def test_the_readme_quotes_the_census_over_shapes():
     fragment = ("reproduce the census (BI21 and SC21 named, bidirectional and causal scratch); with two "
                 "heads per layer SUMS of NAMED22 named bidirectional runs are named on sums of heads, "
                 "and under mean and resample "
-                "ablation MEAN22 and RES22 of N22 are named; with three layers the registry names "
-                "NAMED31 of N31 solved runs of one head per layer and NAMED32 of N32 of two.")
+                "ablation MEAN22 and RES22 of N22 are named; with three layers the registry of then, "
+                "before discovery, named NAMED31 of N31 solved runs of one head per layer and NAMED32 "
+                "of N32 of two (with the two discovered constructions")
     assert fill(fragment, values) in text("README.md")
 
 
@@ -126,7 +127,7 @@ def test_the_readme_quotes_the_idle_layer_that_zero_ablation_misses():
     f = findings()
     assert f["ZERO31"] == 0  # the sentence says zero ablation names none of them
     assert fill("In IDLE31 of SC31 solved causal-scratch 3 × 1 runs layer 3 is idle, and zero "
-                "ablation still names none of them", f) in text("README.md")
+                "ablation with that registry named none of them", f) in text("README.md")
 
 
 @pytest.mark.parametrize("fragment", FINDINGS)
