@@ -285,3 +285,101 @@ def test_a_construction_claim_feeds_each_cell_from_the_partner_of_what_it_reads(
     assert used == {"any", "P", "Y"}  # every partner is met in this claim
     got = tester.circuit(hyp)
     assert got.mse == pytest.approx(float(mse(ref, batch.Y)), rel=1e-9, abs=1e-12)
+
+
+def test_scrubbing_one_level_deep_is_the_scrub_tester_and_deeper_levels_stop_at_the_layers():
+    from invperm_interp.analysis import perturb
+    from invperm_interp.analysis.hypothesis import as_hypothesis
+
+    model = perturb(C.build("two_block", 5, 30.0), gauge=1.0, noise=0.3, seed=1)
+    batch = batch_for(model, 128, seed=4)
+    tester = scrub_tester(model, batch)
+    for claim in ("two_block", "appendix_b", [(1, "pos.P", "L1.x", "I")]):
+        hyp = as_hypothesis(model, claim)
+        assert tester.treeified(hyp, 1).mse == pytest.approx(tester.circuit(hyp).mse, rel=1e-9)
+        assert tester.treeified(hyp, 3) == tester.treeified(hyp, 2)  # layer 1 reads the input
+    assert scrub(model, "two_block", batch, depth=2) == tester.treeified(as_hypothesis(model, "two_block"), 2)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match=r"^depth must be an integer >= 1"):
+            tester.treeified(as_hypothesis(model, "two_block"), bad)
+
+
+def test_scrubbing_two_levels_deep_against_the_treeified_einsum_forward():
+    """Two levels on a two-layer model, written out: layer 2's claimed terms read each partner's
+    own scrubbed stream, whose layer 1 took its claimed terms from the partner's partners' inputs
+    and the rest from another input's."""
+    from invperm_interp.analysis.gauge import gauge_fix
+    from invperm_interp.analysis.hypothesis import as_hypothesis
+    from invperm_interp.analysis.projection import fixed_weights, raw_weights
+
+    model = C.build(BASE, D, 8.0, scratch=SCRATCH)  # soft: a claim whose errors can move
+    with torch.no_grad():  # layer 1 reads the input outside the claim: its partner's run moves
+        A = model.blocks[0].attn.A
+        A += torch.randn(A.shape, generator=torch.Generator().manual_seed(3), dtype=A.dtype)
+    batch = batch_for(model, 32, seed=2)
+    tester = scrub_tester(model, batch)
+    hyp = tester.with_reads(as_hypothesis(model, BASE))
+    fixed = [F[0] for F in fixed_weights(model)]
+    M = [R[0] for R in raw_weights(model, hyp, fixed_weights(model))]
+    layout, T, stream = model.cfg.layout, batch.X.shape[1], model.stream
+    shift = {"P": 2, "Y": 3, "any": 4}  # the tester's partners past the removed part's (shift 1)
+    kind = {"nothing": "any", "P": "P", "Y": "Y"}
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    full = [b.attn.A.detach()[0].double() for b in model.blocks]
+
+    def terms(layer):
+        """(partner, gauge-fixed part, positions or None) of one layer, as the claim feeds them."""
+        out, rest = [], M[layer].clone()
+        for (l, _, query, key), pairs in hyp.reads:
+            if l != layer:
+                continue
+            q, k = stream.slice(query, layer), stream.slice(key, layer)
+            part = torch.zeros_like(M[layer])
+            part[q, k] = M[layer][q, k]
+            rest[q, k] = 0
+            for (qs, ks), reads in pairs:
+                where = torch.zeros(T, T, dtype=torch.float64)
+                where[layout.rows(qs), layout.rows(ks)] = 1
+                out.append((kind[reads], gauge_fix(part, stream, layer), where))
+        out.append(("P", gauge_fix(rest, stream, layer), None))
+        out.append(("removed", fixed[layer] - gauge_fix(M[layer], stream, layer), None))
+        return out
+
+    def partner(b, keep):
+        return partner_input(b, "any", 1) if keep == "removed" else partner_input(b, keep, shift[keep])
+
+    def layer_out(h, b, layer, feed):
+        s = 0
+        for keep, part, where in terms(layer):
+            hp = feed(partner(b, keep), keep)[layer]
+            t = torch.einsum("btd,de,bse->bts", hp, part, hp)
+            s = s + (t if where is None else t * where)
+        a = s.masked_fill(mask, float("-inf")).softmax(-1)
+        return torch.cat([h, torch.einsum("bts,bsd->btd", a, h)], -1)
+
+    def clean(b, keep=None):
+        return streams(model, full, b.X)
+
+    def level_one(b, keep):  # a partner's run scrubbed one level: layer 1 from its partners' inputs
+        if keep == "removed":
+            return clean(b)
+        h0 = streams(model, [], b.X)[0]
+        return [h0, layer_out(h0, b, 0, clean)]
+
+    h = streams(model, [], batch.X)[0]
+    h = layer_out(h, batch, 0, level_one)
+    h = layer_out(h, batch, 1, level_one)
+    ref = h[:, model.cfg.readout_rows] @ model.unembed.W_U.detach().double()
+    got = tester.treeified(hyp, 2)
+    assert got.mse == pytest.approx(float(mse(ref, batch.Y)), rel=1e-9, abs=1e-12)
+    assert got.mse != pytest.approx(tester.circuit(hyp).mse, rel=0.1, abs=0)  # the recursion matters
+
+
+def test_every_construction_scrubbed_to_the_bottom_stays_exact():
+    from invperm_interp.maths import registry
+
+    for name in (n for n in registry.names() if registry.get(n).works):
+        model = C.build(name, 4)
+        batch = batch_for(model, 64, seed=6)
+        got = scrub(model, name, batch, depth=model.cfg.n_layers)
+        assert got.rows_exact == 1.0, name
