@@ -266,8 +266,8 @@ def test_a_construction_claim_feeds_each_cell_from_the_partner_of_what_it_reads(
     for layer in range(2):
         hr = fed["removed"][layer]
         s = torch.einsum("btd,de,bse->bts", hr, fixed[layer] - gauge_fix(M[layer], model.stream, layer), hr)
-        for (l, _, query, key), pairs in hyp.reads:
-            if l != layer:
+        for (at, _, query, key), pairs in hyp.reads:
+            if at != layer:
                 continue
             part = torch.zeros_like(M[layer])
             q, k = model.stream.slice(query, layer), model.stream.slice(key, layer)
@@ -330,8 +330,8 @@ def test_scrubbing_two_levels_deep_against_the_treeified_einsum_forward():
     def terms(layer):
         """(partner, gauge-fixed part, positions or None) of one layer, as the claim feeds them."""
         out, rest = [], M[layer].clone()
-        for (l, _, query, key), pairs in hyp.reads:
-            if l != layer:
+        for (at, _, query, key), pairs in hyp.reads:
+            if at != layer:
                 continue
             q, k = stream.slice(query, layer), stream.slice(key, layer)
             part = torch.zeros_like(M[layer])

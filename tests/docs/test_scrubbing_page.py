@@ -53,6 +53,9 @@ def fragments() -> list[str]:
     deep = [r["scrub_treeified"]["loss_recovered"] for r in rows]
     deep_named = sum(r["scrub_treeified"]["verdict"] == "faithful" for r in rows)
     deep_by = {c: sum(r["scrub_treeified"]["verdict"] == "faithful" for r in by[c]) for c in by}
+    superposed = guarded + sup
+    assert all(r["treeified_positional"]["cell"] == [0, 0, "pos.Y", "x"] for r in superposed)
+    positional = [r["treeified_positional"]["gain"] for r in superposed]
     assert len(guarded) + len(sup) + len(mass) == n and ties == n  # scrubbing names ties only
     assert all(r["with_guard"][s]["verdict"] == "faithful" for r in rows for s in STYLES[1:])
     assert all(r["scores"]["mean"]["verdict"] == "faithful" for r in sup)
@@ -88,17 +91,19 @@ def fragments() -> list[str]:
         f"{deep_by['theorem3_two_block_mass']} of {len(mass)}, `theorem3_superposed_guarded` in "
         f"{deep_by['theorem3_superposed_guarded']} of {len(guarded)}, `theorem3_superposed` in "
         f"{deep_by['theorem3_superposed']} of {len(sup)}.",
+        f"in each of the {len(guarded) + len(sup)} superposed runs, feeding layer 1's `(pos.Y, x)`",
+        f"recovers +{min(g for g in positional):.3f} to +{max(positional):.3f} of the loss",
     ]
     return [" ".join(f.split()) for f in found]  # the page's whitespace is collapsed too
 
 
-@pytest.mark.parametrize("index", range(15))
+@pytest.mark.parametrize("index", range(17))
 def test_the_scrubbing_page_quotes_the_committed_asset(index):
     assert fragments()[index] in text()
 
 
 def test_every_fragment_is_checked():
-    assert len(fragments()) == 15
+    assert len(fragments()) == 17
 
 
 def test_the_pages_choice_of_test_quotes_its_assets():
