@@ -10,10 +10,9 @@ across layouts and read-out segments.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from common import REPRODUCE, add_output_arguments, output_folder, refuse, write_table
+from common import reproduce_output, write_table
 
 from invperm_interp import Layout
 from invperm_interp.maths.floors import bayes_mse_monte_carlo, causal_floor, exact_floor_enumeration
@@ -28,13 +27,9 @@ LAYOUTS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_output_arguments(parser, str(REPRODUCE))
-    args = parser.parse_args(argv)
-    try:
-        out = output_folder(args, REPRODUCE)
-    except ValueError as err:
-        return refuse("causal_floors", err)
+    out = reproduce_output("causal_floors", __doc__, argv)
+    if isinstance(out, int):
+        return out
     rows = []
     for layout_name, make in LAYOUTS.items():
         for d in (3, 10):

@@ -87,6 +87,18 @@ def write_table(folder: Path, name: str, rows: list[dict], title: str, notes: st
     print(f"wrote {Path(folder) / name}.json and {Path(folder) / name}.md")
 
 
+def reproduce_output(script: str, doc: str, argv: list[str] | None) -> Path | int:
+    """The output folder of a `make reproduce` script that takes only ``--out``/``--update-assets``
+    (default runs/reproduce/), or the exit status 2 after :func:`refuse`'s one line."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    add_output_arguments(parser, str(REPRODUCE))
+    args = parser.parse_args(argv)
+    try:
+        return output_folder(args, REPRODUCE)
+    except ValueError as err:
+        return refuse(script, err)
+
+
 def refuse(script: str, message) -> int:
     """``script: error: message`` on stderr, one line; returns 2, the exit status of a bad argument."""
     print(f"{script}: error: {message}", file=sys.stderr)

@@ -10,11 +10,10 @@ runs/reproduce/ (or ``--out DIR``; the checkout's assets/ with ``--update-assets
 
 from __future__ import annotations
 
-import argparse
 import sys
 import textwrap
 
-from common import REPRODUCE, add_output_arguments, output, output_folder, refuse, write_table
+from common import output, reproduce_output, write_table
 
 from invperm_interp.labels import layer_name
 from invperm_interp.maths import constructions
@@ -25,13 +24,9 @@ BETAS = (10.0, 100.0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_output_arguments(parser, str(REPRODUCE))
-    args = parser.parse_args(argv)
-    try:
-        out = output_folder(args, REPRODUCE)
-    except ValueError as err:
-        return refuse("constructions_table", err)
+    out = reproduce_output("constructions_table", __doc__, argv)
+    if isinstance(out, int):
+        return out
     rows = []
     for name, spec in constructions.REGISTRY.items():
         for d in DS:

@@ -12,10 +12,9 @@ with ``--update-assets``, as ``make reproduce`` does).
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from common import REPRODUCE, add_output_arguments, output_folder, refuse, write_table
+from common import reproduce_output, write_table
 
 from invperm_interp.analysis.readings import PARTNER, cell_reads, construction_readings
 from invperm_interp.config import ModelConfig
@@ -51,13 +50,9 @@ def rows(d: int = D) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_output_arguments(parser, str(REPRODUCE))
-    args = parser.parse_args(argv)
-    try:
-        out = output_folder(args, REPRODUCE)
-    except ValueError as err:
-        return refuse("readings_table", err)
+    out = reproduce_output("readings_table", __doc__, argv)
+    if isinstance(out, int):
+        return out
     write_table(out, "readings", rows(),
                 "What each construction's cells read: the hypothesis causal scrubbing tests",
                 f"Each working construction built exactly (float64, default β) at d = {D}; each cell's "

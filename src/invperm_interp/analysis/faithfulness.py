@@ -241,9 +241,13 @@ class Tester:
         which depend on the weights only."""
         if len(self.batch) <= n:
             return self
-        first = Tester(self.model, self.batch.head(n), self.ablation, self.reference)
+        first = self._on(self.batch.head(n))
         first.fixed, first._fits, first._reads = self.fixed, self._fits, self._reads
         return first
+
+    def _on(self, batch: Batch) -> Tester:
+        """A tester of the same kind and settings on ``batch`` (:meth:`head`'s)."""
+        return Tester(self.model, batch, self.ablation, self.reference)
 
     def _key(self, hyp: Hypothesis) -> tuple:
         """What a circuit's score on this tester depends on (:func:`_circuit_key`)."""

@@ -139,14 +139,10 @@ class ScrubTester(Tester):
         self.keep, self.shift = keep, shift
         self._fed: dict[str, StandIn] = {}  # by partner: the stand-in of its clean streams
 
-    def head(self, n: int) -> ScrubTester:
-        """A scrub tester of the same model, default partner and shift on the first ``n`` samples
-        (itself when the batch has no more), sharing the gauge-fixed weights and fits."""
-        if len(self.batch) <= n:
-            return self
-        first = ScrubTester(self.model, self.batch.head(n), self.keep, self.shift)
-        first.fixed, first._fits, first._reads = self.fixed, self._fits, self._reads
-        return first
+    def _on(self, batch: Batch) -> ScrubTester:
+        """A scrub tester of the same default partner and shift on ``batch`` (``head``'s: a screen
+        scrubs too)."""
+        return ScrubTester(self.model, batch, self.keep, self.shift)
 
     def partner(self, keep: str) -> StandIn:
         """The stand-in of partner ``keep``'s clean streams (``"all"``: the sample itself), each at
