@@ -252,7 +252,7 @@ def test_the_readme_beyond_the_note_numbers_come_from_the_assets():
             f"{guarded}") in readme
     ties = sum(" = " in r["names"]["scrub"] and len(r["names"]["scrub"].split(" = ")) == 2 for r in rows)
     assert ties == len(rows)
-    assert f"Scrubbing names all {len(rows)}, each as a tie of two forms." in readme
+    assert f"Scrubbing names all {len(rows)}, each as a tie of two forms;" in readme
 
 
 def test_the_notes_page_numbers_come_from_the_assets():
