@@ -38,6 +38,7 @@ from dynamics import (  # noqa: E402
     cached_timeline,
     faithful_after_drop,
     formed,
+    legend_names,
     model_panels,
     summarise,
 )
@@ -165,12 +166,12 @@ def figure(fine: list[dict]):
         for ax in axes[:, col]:
             ax.axvline(0, color="0.4", linestyle=":", linewidth=1.0)
             ax.set_xlim(-250, 60)
-        handles = [plt.Line2D([], [], color=color[n], label=n) for n in names]
-        handles.append(plt.Line2D([], [], color="0.3", linestyle="--",
-                                  label=f"β half-way, median ({MIN_RUNS}+ runs)"))
-        axes[1, col].legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2),
-                            ncol=2, fontsize=8, frameon=False)
+    handles = [plt.Line2D([], [], color=columns[0][3][n], label=n) for n in legend_names(columns)]
+    handles.append(plt.Line2D([], [], color="0.3", linestyle="--",
+                              label=f"β half-way, median ({MIN_RUNS}+ runs)"))
     fig.tight_layout()
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3, fontsize=10,
+               frameon=False, title="final mechanism (one colour in every panel)", title_fontsize=10)
     return fig
 
 

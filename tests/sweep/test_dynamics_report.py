@@ -131,3 +131,20 @@ def test_each_mechanisms_colour_keeps_its_hue(dynamics):
     """The palette's hue angles, which the colours are chosen by, are the colours' own."""
     for colour, hue in dynamics.NAMED_COLOURS.items():
         assert abs(_hue_and_chroma(colour)[0] - hue) < 1, colour
+
+
+def test_the_fine_figure_has_the_same_colours_and_one_legend(dynamics, monkeypatch):
+    """analyses/dynamics_fine.py's figure: the mechanism colours of the main figure, one legend
+    below the panels (it had one per panel at 8 pt), its text at 10 pt."""
+    sys.modules.pop("dynamics_fine", None)
+    import dynamics_fine
+
+    fine = json.loads((REPO / "assets" / "dynamics_fine.json").read_text())
+    runs = [{**r, "curves": _curves(r)} for r in fine["runs"] if r["drop"] is not None]
+    fig = dynamics_fine.figure(runs)
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+    colours = dynamics.mechanism_colours(runs)
+    entries = {t.get_text(): h.get_color() for t, h in zip(fig.legends[0].get_texts(),
+                                                           fig.legends[0].legend_handles)}
+    assert {n: entries[n] for n in colours} == colours
+    assert min(t.get_fontsize() for t in fig.legends[0].get_texts()) >= 10
