@@ -148,3 +148,22 @@ def test_the_fine_figure_has_the_same_colours_and_one_legend(dynamics, monkeypat
                                                            fig.legends[0].legend_handles)}
     assert {n: entries[n] for n in colours} == colours
     assert min(t.get_fontsize() for t in fig.legends[0].get_texts()) >= 10
+
+
+@pytest.mark.parametrize("name", ["dynamics", "dynamics_fine"])
+def test_the_dynamics_figures_smallest_text_is_at_least_9_px_in_the_docs_column(dynamics, name):
+    """Every text of the figure (ticks, labels, legend, notes) at the committed PNG's resolution,
+    scaled to the docs' content column at an 800 px window (696 px, tests/docs/test_figures.py)."""
+    from matplotlib.text import Text
+    from PIL import Image
+
+    from invperm_interp.viz.heatmaps import FIGURE_DPI
+
+    sys.modules.pop(name, None)
+    module = __import__(name)
+    rows = json.loads((REPO / "assets" / f"{name}.json").read_text())["runs"]
+    fig = module.figure([{**r, "curves": _curves(r)} for r in rows if r["drop"] is not None])
+    fig.canvas.draw()
+    smallest = min(t.get_fontsize() for t in fig.findobj(Text) if t.get_text().strip() and t.get_visible())
+    width = Image.open(REPO / "assets" / f"{name}.png").size[0]
+    assert smallest / 72 * FIGURE_DPI * min(1.0, 696 / width) >= 9, smallest
