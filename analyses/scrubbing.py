@@ -46,6 +46,7 @@ from invperm_interp.analysis.mechanism import (
 )
 from invperm_interp.analysis.scrub import STYLES, cell_patching, completeness, scrub, scrub_tester
 from invperm_interp.analysis.sweep_record import SweepRecord
+from invperm_interp.analysis.treeify import treeified
 from invperm_interp.analysis.verdict import UNNAMED, evaluation_batch, judge
 from invperm_interp.maths import constructions, registry
 
@@ -91,8 +92,9 @@ def plus_content_cell(model, batch) -> dict:
 
 def scrub_treeified(model, batch, claim: str) -> dict:
     """``claim`` scrubbed to the bottom of the recursion (each claimed cell fed from its partner's
-    run scrubbed in turn: ``ScrubTester.treeified`` at ``n_layers`` levels), as :func:`score_dict`."""
-    return score_dict(scrub(model, as_hypothesis(model, claim), batch, depth=model.cfg.n_layers))
+    run scrubbed in turn: ``analysis.treeify`` at ``n_layers`` levels), as :func:`score_dict`."""
+    tester = scrub_tester(model, batch)
+    return score_dict(treeified(tester, as_hypothesis(model, claim), model.cfg.n_layers))
 
 
 def treeified_positional(model, batch, claim: str) -> dict:
@@ -103,13 +105,13 @@ def treeified_positional(model, batch, claim: str) -> dict:
     tester = scrub_tester(model, batch.head(PATCH_SAMPLES))
     hyp = tester.with_reads(as_hypothesis(model, claim))
     depth = model.cfg.n_layers
-    base = tester.treeified(hyp, depth).loss_recovered
+    base = treeified(tester, hyp, depth).loss_recovered
     gains = []
     for i, (site, pairs) in enumerate(hyp.reads):
         if "nothing" in dict(pairs).values():
             reads = list(hyp.reads)
             reads[i] = (site, tuple((pair, "P and Y" if r == "nothing" else r) for pair, r in pairs))
-            fed = tester.treeified(replace(hyp, reads=tuple(reads)), depth).loss_recovered
+            fed = treeified(tester, replace(hyp, reads=tuple(reads)), depth).loss_recovered
             gains.append((fed - base, list(site)))
     gain, cell = max(gains) if gains else (0.0, None)
     return {"base": base, "cell": cell, "gain": gain}

@@ -15,6 +15,7 @@ from invperm_interp.analysis.scrub import (
     scrub,
     scrub_tester,
 )
+from invperm_interp.analysis.treeify import treeified
 from invperm_interp.maths import constructions as C
 from invperm_interp.maths.cells import Cell
 from invperm_interp.task import mse
@@ -296,12 +297,11 @@ def test_scrubbing_one_level_deep_is_the_scrub_tester_and_deeper_levels_stop_at_
     tester = scrub_tester(model, batch)
     for claim in ("two_block", "appendix_b", [(1, "pos.P", "L1.x", "I")]):
         hyp = as_hypothesis(model, claim)
-        assert tester.treeified(hyp, 1).mse == pytest.approx(tester.circuit(hyp).mse, rel=1e-9)
-        assert tester.treeified(hyp, 3) == tester.treeified(hyp, 2)  # layer 1 reads the input
-    assert scrub(model, "two_block", batch, depth=2) == tester.treeified(as_hypothesis(model, "two_block"), 2)
+        assert treeified(tester, hyp, 1).mse == pytest.approx(tester.circuit(hyp).mse, rel=1e-9)
+        assert treeified(tester, hyp, 3) == treeified(tester, hyp, 2)  # layer 1 reads the input
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match=r"^depth must be an integer >= 1"):
-            tester.treeified(as_hypothesis(model, "two_block"), bad)
+            treeified(tester, as_hypothesis(model, "two_block"), bad)
 
 
 def test_scrubbing_two_levels_deep_against_the_treeified_einsum_forward():
@@ -370,16 +370,17 @@ def test_scrubbing_two_levels_deep_against_the_treeified_einsum_forward():
     h = layer_out(h, batch, 0, level_one)
     h = layer_out(h, batch, 1, level_one)
     ref = h[:, model.cfg.readout_rows] @ model.unembed.W_U.detach().double()
-    got = tester.treeified(hyp, 2)
+    got = treeified(tester, hyp, 2)
     assert got.mse == pytest.approx(float(mse(ref, batch.Y)), rel=1e-9, abs=1e-12)
     assert got.mse != pytest.approx(tester.circuit(hyp).mse, rel=0.1, abs=0)  # the recursion matters
 
 
 def test_every_construction_scrubbed_to_the_bottom_stays_exact():
+    from invperm_interp.analysis.hypothesis import as_hypothesis
     from invperm_interp.maths import registry
 
     for name in (n for n in registry.names() if registry.get(n).works):
         model = C.build(name, 4)
         batch = batch_for(model, 64, seed=6)
-        got = scrub(model, name, batch, depth=model.cfg.n_layers)
+        got = treeified(scrub_tester(model, batch), as_hypothesis(model, name), model.cfg.n_layers)
         assert got.rows_exact == 1.0, name

@@ -53,8 +53,7 @@ SIGN_RELATIVE = 0.1
 #: layer ``(H_l, D_l, D_l)``): bounds the analysis's memory whatever the number of cells searched
 #: or placements tested (``memory.analysis_estimate`` counts this many).
 CIRCUITS_HELD = 64
-#: A batch of circuits still being fitted after this many seconds shows a progress bar (a wide
-#: model's minimal-circuit search fits one circuit per candidate cell, each up to ~0.2 s).
+#: Circuits still being fitted after this many seconds show a progress bar (up to ~0.2 s each).
 PROGRESS_AFTER_S = 2.0
 def read_out(model: DisentangledModel, read: tuple[str, ...] | None) -> Tensor:
     """``W_U`` with the rows outside the ``read`` blocks zeroed (all kept for ``None``)."""
@@ -177,13 +176,6 @@ def check_batch(model: DisentangledModel, batch) -> None:
         raise ValueError(f"batch layout {batch.layout} differs from the model's {model.cfg.layout}")
 
 
-def _circuit_key(hyp: Hypothesis) -> tuple:
-    """What a circuit-only model's weights depend on: its sites (``unit="cells"``, every entry of
-    each cell fitted) or its atoms, and the read-out blocks."""
-    cells = frozenset(c[:4] for c in hyp.cells) if hyp.unit == "cells" else tuple(hyp.cells)
-    return hyp.unit, cells, None if hyp.read is None else frozenset(hyp.read)
-
-
 class Tester:
     """Runs circuit-only and ablated variants of one model on one batch. The model's own output
     (the clean run), its gauge-fixed weights and each head's fit to a set of cells are computed
@@ -245,13 +237,13 @@ class Tester:
         first.fixed, first._fits, first._reads = self.fixed, self._fits, self._reads
         return first
 
-    def _on(self, batch: Batch) -> Tester:
-        """A tester of the same kind and settings on ``batch`` (:meth:`head`'s)."""
+    def _on(self, batch: Batch) -> Tester:  # head's: a tester of the same kind on ``batch``
         return Tester(self.model, batch, self.ablation, self.reference)
 
     def _key(self, hyp: Hypothesis) -> tuple:
-        """What a circuit's score on this tester depends on (:func:`_circuit_key`)."""
-        return _circuit_key(hyp)
+        """What a circuit's score depends on: its sites (``unit="cells"``) or atoms, and read."""
+        cells = frozenset(c[:4] for c in hyp.cells) if hyp.unit == "cells" else tuple(hyp.cells)
+        return hyp.unit, cells, None if hyp.read is None else frozenset(hyp.read)
 
     def project(self, hyp: Hypothesis, betas: bool = True) -> Projection:
         return project(self.model, hyp, fixed=self.fixed, fits=self._fits, betas=betas)

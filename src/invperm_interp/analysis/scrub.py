@@ -11,8 +11,8 @@ or output matrices: a head moves the stream itself), so :class:`ScrubTester` for
 term from partners: each of the claim's cells ``h' K h'ᵀ`` on a partner equivalent under what the
 claim says that cell reads, the rest ``h'' R h''ᵀ`` on another input, each on the partner's own
 clean stream; the attention they make moves the sample's own recomputed stream. That is one level
-of the recursion: a claimed cell reads its partner's clean run. :meth:`ScrubTester.treeified` goes
-down the recursion (``scrub(..., depth=)``): each claimed cell reads its partner's run scrubbed in
+of the recursion: a claimed cell reads its partner's clean run. ``analysis.treeify`` goes
+down the recursion: each claimed cell reads its partner's run scrubbed in
 turn, to clean runs ``depth`` levels down; at ``n_layers`` levels every path is fed as the claim
 says (layer 1 reads the input alone), which is Chan et al.'s treeified hypothesis.
 
@@ -53,10 +53,9 @@ from ..model.disentangled import DisentangledModel, check_disentangled
 from ..model.variants import forward_many
 from ..task import Batch, make_input
 from .faithfulness import Tester, read_out
-from .gauge import gauge_fix
 from .hypothesis import Hypothesis, as_hypothesis
 from .readings import PARTNER, placed_readings
-from .score import Score, scores
+from .score import Score
 from .standin import Removed, StandIn
 
 #: What a partner input keeps of its sample: ``"P"`` the permutation (another sample's ``Y``),
@@ -179,9 +178,9 @@ class ScrubTester(Tester):
     def _circuit(self, hyp: Hypothesis, proj=None):
         hyp = self.with_reads(hyp)
         variant, removed = super()._circuit(hyp, proj)
-        return variant, Fed(removed.whole, removed.part, self._positions(hyp))
+        return variant, Fed(removed.whole, removed.part, self.fed_positions(hyp))
 
-    def _positions(self, hyp: Hypothesis) -> tuple:
+    def fed_positions(self, hyp: Hypothesis) -> tuple:
         """:attr:`Fed.fed` of a claim: per cell it says something of, its positions by partner."""
         layout, stream, T = self.model.cfg.layout, self.model.stream, self.model.cfg.layout.T
         out = []
@@ -217,82 +216,6 @@ class ScrubTester(Tester):
         return forward_many(self.model.cfg, zeros, self.batch.X, offsets=offsets)
 
 
-    def treeified(self, hyp: Hypothesis, depth: int) -> Score:
-        """The claim scrubbed recursively, ``depth`` levels deep (Chan et al.'s treeification):
-        each claimed cell is fed from its partner's run scrubbed in turn, ``depth - 1`` levels
-        deep, down to clean runs at level 0; the removed part from another input's clean run (it
-        claims nothing). ``depth=1``: :meth:`circuit` (partners' clean runs); ``n_layers`` reaches
-        layer 1, whose terms read the input alone, so a larger depth changes nothing. Each level
-        runs every partner's forward again (at most ``partners ** depth`` of them, shared where
-        one input is met twice): for the claims of one run, not for searches."""
-        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
-            raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
-        hyp = self.with_reads(hyp)
-        (raw, W_U), _ = Tester._circuit(self, hyp)
-        cfg, stream = self.model.cfg, self.model.stream
-        raw = [M.detach().to("cpu", torch.float64) for M in raw]
-        fixed = [F.to("cpu", torch.float64) for F in self.fixed]
-        parts: list[list] = [[] for _ in raw]  # per layer (partner, gauge-fixed part, positions)
-        rest = [M.clone() for M in raw]
-        for layer, head, q, k, where in self._positions(hyp):
-            part = torch.zeros_like(raw[layer])
-            part[head, q, k] = raw[layer][head, q, k]
-            rest[layer][head, q, k] = 0.0
-            fixed_part = gauge_fix(part, stream, layer)
-            parts[layer] += [(keep, fixed_part, positions) for keep, positions in where.items()]
-        for layer in range(cfg.n_layers):
-            parts[layer].append((self.keep, gauge_fix(rest[layer], stream, layer), None))
-            parts[layer].append(("removed", fixed[layer] - gauge_fix(raw[layer], stream, layer), None))
-        B = len(self.batch)
-        shifts = [k for k in range(self.shift + 1, self.shift + 2 * B) if k % B]
-        order = ("P", "Y", "any")
-        T = cfg.layout.T
-        masked = (torch.ones(T, T, dtype=torch.bool).triu(1) if cfg.causal
-                  else torch.zeros(T, T, dtype=torch.bool))
-        memo: dict[tuple, list[torch.Tensor]] = {}
-
-        def partner_of(batch: Batch, keep: str) -> Batch:
-            if keep == "all":
-                return batch
-            if keep == "removed":
-                return partner_input(batch, "any", self.shift)
-            return partner_input(batch, keep, shifts[order.index(keep) % len(shifts)])
-
-        def streams(path: tuple, batch: Batch, level: int) -> list[torch.Tensor]:
-            """``h^0 … h^{L-1}`` of ``batch`` scrubbed ``level`` deep (0: its clean run)."""
-            if (path, level) not in memo:
-                X = batch.X.to(self.model.device, cfg.torch_dtype)
-                if level == 0:
-                    with torch.no_grad():
-                        out = self.model.residual_streams(X, check_input=False, last=cfg.n_layers - 1)
-                    out = [h.to("cpu", torch.float64) for h in out]
-                else:
-                    out = grow(path, batch, level, cfg.n_layers - 1)
-                memo[(path, level)] = out
-            return memo[(path, level)]
-
-        def grow(path: tuple, batch: Batch, level: int, layers: int) -> list[torch.Tensor]:
-            """The scrubbed streams ``h^0 … h^layers``: each layer's terms from its partners."""
-            X = batch.X.to("cpu", torch.float64)
-            out = [torch.cat([X, torch.eye(T, dtype=torch.float64).expand(len(X), T, T)], -1)]
-            for layer in range(layers):
-                total = 0.0
-                for keep, part, positions in parts[layer]:
-                    below = 0 if keep == "removed" else level - 1
-                    h = streams((*path, keep), partner_of(batch, keep), below)[layer]
-                    term = torch.einsum("btd,hde,bse->bhts", h, part, h)
-                    total = total + (term if positions is None else term * positions)
-                pattern = total.masked_fill(masked, float("-inf")).softmax(-1)  # (B, H, T, T)
-                z = (pattern @ out[-1].unsqueeze(1)).transpose(1, 2)  # (B, T, H, D)
-                out.append(torch.cat([out[-1], z.flatten(start_dim=2)], -1))
-            return out
-
-        h = grow((), self.batch, depth, cfg.n_layers)[-1]
-        out = h[:, cfg.readout_rows] @ W_U.detach().to("cpu", torch.float64)
-        return scores([out.to(self.output.dtype)], self.batch, self.baseline, self.clean.mse,
-                      self.clean_errors)[0]
-
-
 def scrub_tester(model: DisentangledModel, batch: Batch, keep: str = "P",
                  shift: int = 1) -> ScrubTester:
     """A :class:`ScrubTester`: its circuit-only scores are the scrubbed model's."""
@@ -307,18 +230,17 @@ def fed_from(model: DisentangledModel, batch: Batch, keep: str, shift: int = 1) 
 
 
 def scrub(model: DisentangledModel, hypothesis, batch: Batch, *, keep: str | None = None,
-          read=None, unit: str | None = None, shift: int = 1, depth: int = 1) -> Score:
+          read=None, unit: str | None = None, shift: int = 1) -> Score:
     """The scrubbed model's :class:`Score` on ``batch``: the claim's cells run on each sample, the
     rest of ``A`` fed from its partner (``keep``: default the claim's :func:`equivalence_of`),
     read-out rows outside the claim zeroed. ``hypothesis``, ``read``, ``unit``: as in
     ``as_hypothesis``. A claim through whose cells runs every path by which what the partner
-    changes reaches the output scores as the model itself (loss recovered 1). ``depth``: levels of
-    the recursion (:meth:`ScrubTester.treeified`; 1: partners' clean runs). ``model``: any
+    changes reaches the output scores as the model itself (loss recovered 1). One level of the
+    recursion (partners' clean runs; ``analysis.treeify`` goes down it). ``model``: any
     :func:`analysed` takes."""
     model = analysed(model)
     hyp = as_hypothesis(model, hypothesis, read, unit)
-    tester = scrub_tester(model, batch, keep or equivalence_of(hypothesis), shift)
-    return tester.circuit(hyp) if depth == 1 else tester.treeified(hyp, depth)
+    return scrub_tester(model, batch, keep or equivalence_of(hypothesis), shift).circuit(hyp)
 
 
 def completeness(model: DisentangledModel, hypothesis, batch: Batch, *,
