@@ -30,14 +30,19 @@ from pathlib import Path
 import torch
 from census_report import share_text
 from common import add_output_arguments, output, output_folder, refuse
-from controls import cached_row
+from controls import SAMPLES as CONTROL_SAMPLES
+from controls import SEED as CONTROL_SEED
+from controls import cached_row, claim_of
 
 from invperm_interp.analysis.controls import CONTROL_STYLES
 from invperm_interp.analysis.discover import SIGN_SAMPLES, circuit_form, signs_held
 from invperm_interp.analysis.faithfulness import Tester
+from invperm_interp.analysis.hypothesis import as_hypothesis
 from invperm_interp.analysis.idealise import idealise
+from invperm_interp.analysis.scrub import scrub_tester
 from invperm_interp.analysis.sweep_record import SweepRecord
-from invperm_interp.analysis.verdict import evaluation_batch
+from invperm_interp.analysis.treeify import treeified
+from invperm_interp.analysis.verdict import evaluation_batch, judge
 from invperm_interp.maths import constructions, registry
 from invperm_interp.maths.describe import describe
 from invperm_interp.sweep.collect import read_rows
@@ -107,6 +112,22 @@ def control_rows(folder: Path, rows: list[dict], found: set[str]) -> list[dict]:
     return out
 
 
+def treeified_row(run_dir: Path) -> dict:
+    """The run's claim (``controls.claim_of``: the named construction) scrubbed to the bottom of
+    the recursion (``analysis.treeify``) and at one level, on the controls' samples, kept in the
+    run's treeified.json."""
+    cached = run_dir / "treeified.json"
+    if not cached.is_file():
+        model = Run.load(run_dir).analysis_model
+        batch = evaluation_batch(model, CONTROL_SAMPLES, CONTROL_SEED)
+        hyp = as_hypothesis(model, claim_of(SweepRecord.of_run(run_dir)).construction)
+        tester = scrub_tester(model, batch)
+        deep, one = treeified(tester, hyp, model.cfg.n_layers), tester.circuit(hyp)
+        cached.write_text(json.dumps({"claim": hyp.name, "deep": judge(deep), "one": judge(one),
+                                      "deep_recovered": deep.loss_recovered}) + "\n")
+    return json.loads(cached.read_text())
+
+
 def control_summary(rows: list[dict]) -> list[dict]:
     """Per style: runs it can test (the empty claim rejected), random sets rejected, other
     constructions rejected, the discovered claim passing."""
@@ -174,7 +195,7 @@ def draw(out: Path, found: set[str]) -> None:
 
 
 def markdown(summary: list[dict], rows: list[dict], unnamed: dict, found: set[str],
-             controls: list[dict]) -> str:
+             controls: list[dict], deep: dict) -> str:
     lines = ["# Discovered constructions, counted on held-out seeds", "",
              "What the rule names (zero ablation, 4,096 samples) with the constructions `invperm "
              "discover --register` found on discovery's own seeds, beside what it names without them "
@@ -203,6 +224,13 @@ def markdown(summary: list[dict], rows: list[dict], unnamed: dict, found: set[st
                      f"{share_text(c['random_rejected'], c['random_draws'])} | "
                      f"{share_text(c['others_rejected'], c['others'])} | "
                      f"{share_text(c['claim_passes'], c['empty_rejected'])} |")
+    by_claim = Counter(d["claim"] for d in deep.values())
+    passes = Counter(d["claim"] for d in deep.values() if d["deep"] == "faithful")
+    lines += ["", "Scrubbed to the bottom of the recursion (`analysis.treeify`: each claimed cell fed "
+              "from its partner's run scrubbed in turn; same samples), the claim is faithful in "
+              + share_text(sum(passes.values()), len(deep)) + " of these runs ("
+              + "; ".join(f"`{c}` {passes[c]} of {n}" for c, n in sorted(by_claim.items()))
+              + f"); at one level in {sum(d['one'] == 'faithful' for d in deep.values())}."]
     lines += ["", "## The discovered constructions", ""]
     for name in sorted(found):
         lines += construction_section(name)
@@ -247,14 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         return refuse("discovery_census", f"{args.heldout_runs} holds no solved, analysed run")
     rows = own + held
     summary = summarize(rows, found)
-    controls = control_summary(control_rows(args.heldout_runs, rows, found))
+    held_controls = control_rows(args.heldout_runs, rows, found)
+    controls = control_summary(held_controls)
+    deep = {r["run"]: treeified_row(args.heldout_runs / r["run"]) for r in held_controls}
     characterised = characterise(unnamed)
     draw(out, found)
-    data = {"discovered": sorted(found), "summary": summary, "controls": controls, "runs": rows,
-            "unnamed": characterised}
+    data = {"discovered": sorted(found), "summary": summary, "controls": controls,
+            "treeified": deep, "runs": rows, "unnamed": characterised}
     output(out, "discovery_census.json").write_text(json.dumps(data, indent=1) + "\n")
     output(out, "discovery_census.md").write_text(markdown(summary, rows, characterised, found,
-                                                           controls))
+                                                           controls, deep))
     print(f"wrote {out / 'discovery_census.json'} and {out / 'discovery_census.md'}")
     return 0
 

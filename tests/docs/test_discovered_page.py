@@ -97,3 +97,16 @@ def test_the_scratch_mechanism_attends_as_the_page_says():
     page = " ".join(PAGE.split())
     assert (f"on {n} samples, layer 2's attention from scratch row `i` puts weight 1 on that Y_P row "
             f"in {n * d} of {n * d} cases") in page
+
+
+def test_the_page_quotes_the_recursive_scrub_of_the_discovered_claims():
+    deep = load("discovery_census.json")["treeified"]
+    passes = [d for d in deep.values() if d["deep"] == "faithful"]
+    lo, hi = wilson(len(passes), len(deep))
+    page = " ".join(PAGE.split())
+    assert (f"the claim is faithful on {len(passes)} of {len(deep)} ({lo:.0%}–{hi:.0%})".replace("%–", "–")
+            in page)
+    for name in sorted({d["claim"] for d in deep.values()}):
+        mine = [d for d in deep.values() if d["claim"] == name]
+        assert f"`{name}` on {sum(d['deep'] == 'faithful' for d in mine)} of {len(mine)}" in page
+    assert f"against {sum(d['one'] == 'faithful' for d in deep.values())} at one level" in page
