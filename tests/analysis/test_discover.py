@@ -275,3 +275,36 @@ def test_discovery_in_two_processes_is_discovery_in_one():
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match=r"^workers must be an integer >= 1"):
             discover(models, n=128, workers=bad)
+
+
+def test_ctrl_c_ends_discovery_and_its_workers_at_once_and_says_nothing_was_written(tmp_path):
+    """The first Ctrl-C, sent to the command's process group while its workers run: exit status
+    130, one line saying nothing was written and how to start again, and no worker left."""
+    import os
+    import signal
+    import time
+
+    for i in range(12):
+        finished_run(tmp_path / "sweep" / f"run{i}", "theorem3_superposed", d=8, beta=None)
+    proc = subprocess.Popen([sys.executable, "-m", "invperm_interp.cli", "discover",
+                             str(tmp_path / "sweep"), "--workers", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    err = ""
+    while "discover: runs" not in err:  # the workers' bar: the pool is running
+        line = proc.stderr.readline()
+        assert line or proc.poll() is None, err
+        err += line
+    os.killpg(proc.pid, signal.SIGINT)
+    err += proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err
+    assert "invperm discover: interrupted: nothing was written; run the same command again" in err
+    for _ in range(50):  # the group empties as the parent's last helpers see it gone
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("a process of the command's group outlived it")

@@ -188,14 +188,9 @@ def discover(models: Mapping[str, DisentangledModel], *, n: int = VERDICT_SAMPLE
 
 
 def _one_run(key: str, model: DisentangledModel, n: int, seed: int, known: Mechanism | None,
-             ablation: Ablation, seen: dict | None = None, threads: int | None = None) -> tuple:
+             ablation: Ablation, seen: dict | None = None) -> tuple:
     """One model's share of :func:`discover`: ``(key, (form or None, reason, idealisation or
-    None))``. ``seen``: idealisations already made, by form (reused); ``threads``: torch's threads
-    (a worker process sets one)."""
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
+    None))``. ``seen``: idealisations already made, by form (reused)."""
     batch = evaluation_batch(model, n, seed)
     mech = known if known is not None else mechanism(model, batch, ablation=ablation)
     if mech.name is not None:
@@ -216,17 +211,34 @@ def _one_run(key: str, model: DisentangledModel, n: int, seed: int, known: Mecha
 
 def _in_processes(jobs: list, workers: int, progress) -> list:
     """:func:`_one_run` of every job in ``workers`` spawned processes (one torch thread each), the
-    largest models first; results as they finish, wrapped in ``progress``."""
+    largest models first; results as they finish, wrapped in ``progress``. The workers leave
+    Ctrl-C to this process, which ends them at once on it (or on an error)."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     order = sorted(jobs, key=lambda job: -job[1].cfg.T ** 2 * sum(job[1].cfg.widths))
     # spawned, not forked: a forked torch can hang in its thread pools
-    with ProcessPoolExecutor(min(workers, len(jobs)),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_one_run, *job, threads=1) for job in order]
-        done = as_completed(futures)
-        return [f.result() for f in (progress(done, "runs") if progress else done)]
+    context = multiprocessing.get_context("spawn")
+    pool = context.Pool(min(workers, len(jobs)), initializer=_worker_start)
+    try:
+        done = pool.imap_unordered(_one_job, order)
+        return list(progress(done, "runs") if progress else done)
+    finally:  # on Ctrl-C or an error as when done: the workers end now, their resources freed
+        pool.terminate()
+        pool.join()
+
+
+def _worker_start() -> None:
+    """A discovery worker: one torch thread, and Ctrl-C left to the process that started it."""
+    import signal
+
+    import torch
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+
+
+def _one_job(job: tuple) -> tuple:
+    return _one_run(*job)
 
 
 def _grown(form: Form, exact: list[Form], tested: dict, gain, models, testers) -> Form:

@@ -75,10 +75,17 @@ def _cmd_discover(args: argparse.Namespace) -> None:
     if known:
         say(f"{len(known)} of {len(runs)} runs: the verdict their sweep recorded on the same "
               f"{args.n} samples (seed {args.seed}) is reused")
-    found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs, known=known,
-                     ablation=args.ablation, workers=args.workers or os.cpu_count() or 1,
-                     progress=lambda items, what: progress_bar(items, desc=f"discover: {what}",
-                                                               disable=args.quiet))
+    try:
+        found = discover(models, n=args.n, seed=args.seed, min_runs=args.min_runs, known=known,
+                         ablation=args.ablation, workers=args.workers or os.cpu_count() or 1,
+                         progress=lambda items, what: progress_bar(items, desc=f"discover: {what}",
+                                                                   disable=args.quiet))
+    except KeyboardInterrupt as err:  # Ctrl-C: the workers are ended; nothing was written
+        from ..training.signals import Interrupted
+
+        raise Interrupted("nothing was written; run the same command again to start over (the "
+                          "verdicts a sweep recorded are reused)",
+                          getattr(err, "signum", 2)) from None
     found = replace(found, forms={**found.forms, **dict.fromkeys(refused)},
                     reasons={**found.reasons, **{k: f"mechanism analysis refused: {why}"
                                                  for k, why in refused.items()}})
