@@ -21,7 +21,7 @@ from invperm_interp.config import ModelConfig
 from invperm_interp.maths import registry
 
 D = 8
-#: The partners, as the table names them (``analysis.scrub.EQUIVALENCES``).
+#: The partners, as the table names them (``analysis.readings.EQUIVALENCES``).
 FED = {"any": "another input", "P": "same P", "Y": "same Y", "all": "the sample"}
 
 

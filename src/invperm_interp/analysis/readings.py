@@ -33,13 +33,17 @@ import torch
 from ..config import ModelConfig
 from ..maths import constructions, registry
 from ..maths.placement import Placement
-from ..task import make_input, sample_batch
+from ..task import Batch, make_input, sample_batch
 from .gauge import gauge_fix
 
+#: What a partner input keeps of its sample: ``"P"`` the permutation (another sample's ``Y``),
+#: ``"Y"`` the target (another sample's ``P``), ``"any"`` neither (plain resample ablation).
+EQUIVALENCES = {"P": "the same P, another Y", "Y": "the same Y, another P",
+                "any": "another input"}
 #: What a cell's score term can depend on, from least to most.
 READS = ("nothing", "P", "Y", "P and Y")
 #: The partner a term that reads each class is fed from under scrubbing: what it keeps of the
-#: sample (``analysis.scrub.EQUIVALENCES``; ``"all"``: the sample itself).
+#: sample (:data:`EQUIVALENCES`; ``"all"``: the sample itself).
 PARTNER = {"nothing": "any", "P": "P", "Y": "Y", "P and Y": "all"}
 #: Samples the derivation compares on, and the relative size of a term change it counts.
 SAMPLES = 64
@@ -55,12 +59,20 @@ def join(a: str, b: str) -> str:
     return next(r for r in READS if keeps[r] == both)
 
 
-def _partner(batch, keep: str):
-    """Sample ``b`` with its own ``keep`` (``"P"`` or ``"Y"``), the rest from sample ``b + 1``."""
-    other = lambda t: t.roll(-1, 0)  # noqa: E731
+def partner_input(batch: Batch, keep: str = "P", shift: int = 1) -> Batch:
+    """Sample ``b``'s partner: what ``keep`` names taken from sample ``b``, the rest from sample
+    ``(b + shift) mod B`` (:data:`EQUIVALENCES`). ``Y_P = P Y`` is rebuilt, so the partner is a
+    valid input of the same layout."""
+    if keep not in EQUIVALENCES:
+        raise ValueError(f"keep must be one of {tuple(EQUIVALENCES)}, got {keep!r}")
+    if not isinstance(shift, int) or isinstance(shift, bool) or shift % len(batch) == 0:
+        raise ValueError(f"shift must be an integer that is not a multiple of the batch size "
+                         f"{len(batch)} (a partner must be another sample), got {shift!r}")
+    other = lambda t: t.roll(-shift, 0)  # noqa: E731 - sample b takes sample b + shift's
     P = batch.P if keep == "P" else other(batch.P)
     Y = batch.Y if keep == "Y" else other(batch.Y)
-    return make_input(batch.layout, P, P @ Y, binary=False).X.double()
+    out = make_input(batch.layout, P, P @ Y, binary=False)
+    return out.to(batch.X.device, batch.X.dtype)
 
 
 #: Per cell, what its term reads at each (query segment, key segment) of the input's rows.
@@ -73,7 +85,7 @@ def _readings(name: str, d: int, scratch: tuple[float, ...] | None) -> tuple:
     model = constructions.build(spec, d, dtype=torch.float64, scratch=scratch, hooked=False)
     layout = model.cfg.layout
     batch = sample_batch(layout, SAMPLES, torch.Generator().manual_seed(0), dtype=torch.float64)
-    inputs = {"sample": batch.X.double(), "P": _partner(batch, "P"), "Y": _partner(batch, "Y")}
+    inputs = {"sample": batch.X, **{keep: partner_input(batch, keep).X for keep in ("P", "Y")}}
     with torch.no_grad():
         streams = {k: model.residual_streams(X, check_input=False, last=model.cfg.n_layers - 1)
                    for k, X in inputs.items()}
@@ -141,5 +153,5 @@ def placed_readings(placement: Placement, cfg: ModelConfig) -> tuple[tuple[Site,
     return tuple(out.items())
 
 
-__all__ = ["PARTNER", "READS", "Reading", "cell_reads", "construction_readings", "join",
-           "placed_readings"]
+__all__ = ["EQUIVALENCES", "PARTNER", "READS", "Reading", "cell_reads", "construction_readings", "join",
+           "partner_input", "placed_readings"]

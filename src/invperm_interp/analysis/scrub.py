@@ -51,17 +51,13 @@ from ..maths import constructions
 from ..model.build import analysis_model
 from ..model.disentangled import DisentangledModel, check_disentangled
 from ..model.variants import forward_many
-from ..task import Batch, make_input
+from ..task import Batch
 from .faithfulness import Tester, read_out
 from .hypothesis import Hypothesis, as_hypothesis
-from .readings import PARTNER, placed_readings
+from .readings import EQUIVALENCES, PARTNER, partner_input, placed_readings
 from .score import Score
 from .standin import Removed, StandIn
 
-#: What a partner input keeps of its sample: ``"P"`` the permutation (another sample's ``Y``),
-#: ``"Y"`` the target (another sample's ``P``), ``"any"`` neither (plain resample ablation).
-EQUIVALENCES = {"P": "the same P, another Y", "Y": "the same Y, another P",
-                "any": "another input"}
 #: The partner of a claim's cells where the claim says nothing of what they read, and the
 #: equivalence completeness turns round (module docstring): every registered form routes by P.
 CLAIM_EQUIVALENCE = {name: "P" for name in constructions.names()}
@@ -87,22 +83,6 @@ def analysed(model) -> DisentangledModel:
             raise ValueError(f"the model's weights are not finite (NaN or inf) in {where}: a claim "
                              f"on them scores NaN")
     return model
-
-
-def partner_input(batch: Batch, keep: str = "P", shift: int = 1) -> Batch:
-    """Sample ``b``'s partner: what ``keep`` names taken from sample ``b``, the rest from sample
-    ``(b + shift) mod B`` (:data:`EQUIVALENCES`). ``Y_P = P Y`` is rebuilt, so the partner is a
-    valid input of the same layout."""
-    if keep not in EQUIVALENCES:
-        raise ValueError(f"keep must be one of {tuple(EQUIVALENCES)}, got {keep!r}")
-    if not isinstance(shift, int) or isinstance(shift, bool) or shift % len(batch) == 0:
-        raise ValueError(f"shift must be an integer that is not a multiple of the batch size "
-                         f"{len(batch)} (a partner must be another sample), got {shift!r}")
-    other = lambda t: t.roll(-shift, 0)  # noqa: E731 - sample b takes sample b + shift's
-    P = batch.P if keep == "P" else other(batch.P)
-    Y = batch.Y if keep == "Y" else other(batch.Y)
-    out = make_input(batch.layout, P, P @ Y, binary=False)
-    return out.to(batch.X.device, batch.X.dtype)
 
 
 def equivalence_of(hypothesis) -> str:
@@ -143,17 +123,23 @@ class ScrubTester(Tester):
         scrubs too)."""
         return ScrubTester(self.model, batch, self.keep, self.shift)
 
-    def partner(self, keep: str) -> StandIn:
-        """The stand-in of partner ``keep``'s clean streams (``"all"``: the sample itself), each at
-        its own shift, past the removed part's, so no two partners are the same input where the
+    def partner_of(self, batch: Batch, keep: str) -> Batch:
+        """``batch``'s partner that keeps ``keep`` (:data:`readings.PARTNER`'s values; ``"all"``:
+        ``batch`` itself; ``"removed"``: the removed part's, another input at ``shift``), each at
+        its own shift past the removed part's, so no two partners are the same input where the
         batch allows."""
+        if keep == "all":
+            return batch
+        if keep == "removed":
+            return partner_input(batch, "any", self.shift)
+        B = len(batch)
+        shifts = [k for k in range(self.shift + 1, self.shift + 2 * B) if k % B]
+        return partner_input(batch, keep, shifts[("P", "Y", "any").index(keep) % len(shifts)])
+
+    def partner(self, keep: str) -> StandIn:
+        """The stand-in of the clean streams of the batch's partner ``keep`` (:meth:`partner_of`)."""
         if keep not in self._fed:
-            B, order = len(self.batch), ("P", "Y", "any")
-            if keep == "all":
-                X = self.batch.X
-            else:
-                shifts = [k for k in range(self.shift + 1, self.shift + 2 * B) if k % B]
-                X = partner_input(self.batch, keep, shifts[order.index(keep) % len(shifts)]).X
+            X = self.partner_of(self.batch, keep).X
             with torch.no_grad():
                 streams = self.model.residual_streams(X.to(self.model.device, self.model.cfg.torch_dtype),
                                                       check_input=False, last=self.model.cfg.n_layers - 1)
@@ -201,12 +187,10 @@ class ScrubTester(Tester):
         zeros = [([torch.zeros_like(A) for A in As], W_U) for As, W_U in variants]
 
         def offsets(i: int) -> list[torch.Tensor]:
-            rest = [A.detach().to("cpu", torch.float64).clone() for A in variants[i][0]]
+            kept = [A.detach().to("cpu", torch.float64) for A in variants[i][0]]
+            pieces, rest = carve(kept, getattr(removed[i], "fed", ()))
             out = self._standin(removed[i])
-            for layer, head, q, k, where in getattr(removed[i], "fed", ()):
-                part = torch.zeros_like(rest[layer])
-                part[head, q, k] = rest[layer][head, q, k]
-                rest[layer][head, q, k] = 0.0
+            for layer, part, where in pieces:
                 for keep, positions in where.items():
                     term = self.partner(keep).through_cells(layer, part, 0.0)  # (B, H, T, T)
                     out[layer] = out[layer] + term * positions
@@ -214,6 +198,19 @@ class ScrubTester(Tester):
             return [a + b for a, b in zip(out, default)]
 
         return forward_many(self.model.cfg, zeros, self.batch.X, offsets=offsets)
+
+
+def carve(weights, fed) -> tuple[list, list[torch.Tensor]]:
+    """Each fed cell's part of ``weights`` (per layer ``(H, D, D)``; ``fed``: :attr:`Fed.fed`) cut
+    out: ``([(layer, part (H, D, D), positions by partner), …], the rest per layer)``."""
+    rest = [W.clone() for W in weights]
+    pieces = []
+    for layer, head, q, k, where in fed:
+        part = torch.zeros_like(rest[layer])
+        part[head, q, k] = rest[layer][head, q, k]
+        rest[layer][head, q, k] = 0.0
+        pieces.append((layer, part, where))
+    return pieces, rest
 
 
 def scrub_tester(model: DisentangledModel, batch: Batch, keep: str = "P",

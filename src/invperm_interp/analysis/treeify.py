@@ -18,7 +18,7 @@ from .faithfulness import Tester
 from .gauge import gauge_fix
 from .hypothesis import Hypothesis
 from .score import Score, scores
-from .scrub import ScrubTester, partner_input
+from .scrub import ScrubTester, carve
 
 
 def treeified(tester: ScrubTester, hyp: Hypothesis, depth: int) -> Score:
@@ -37,30 +37,17 @@ def treeified(tester: ScrubTester, hyp: Hypothesis, depth: int) -> Score:
     raw = [M.detach().to("cpu", torch.float64) for M in raw]
     fixed = [F.to("cpu", torch.float64) for F in tester.fixed]
     parts: list[list] = [[] for _ in raw]  # per layer (partner, gauge-fixed part, positions)
-    rest = [M.clone() for M in raw]
-    for layer, head, q, k, where in tester.fed_positions(hyp):
-        part = torch.zeros_like(raw[layer])
-        part[head, q, k] = raw[layer][head, q, k]
-        rest[layer][head, q, k] = 0.0
+    pieces, rest = carve(raw, tester.fed_positions(hyp))
+    for layer, part, where in pieces:
         fixed_part = gauge_fix(part, stream, layer)
         parts[layer] += [(keep, fixed_part, positions) for keep, positions in where.items()]
     for layer in range(cfg.n_layers):
         parts[layer].append((tester.keep, gauge_fix(rest[layer], stream, layer), None))
         parts[layer].append(("removed", fixed[layer] - gauge_fix(raw[layer], stream, layer), None))
-    B = len(tester.batch)
-    shifts = [k for k in range(tester.shift + 1, tester.shift + 2 * B) if k % B]
-    order = ("P", "Y", "any")
     T = cfg.layout.T
     masked = (torch.ones(T, T, dtype=torch.bool).triu(1) if cfg.causal
               else torch.zeros(T, T, dtype=torch.bool))
     memo: dict[tuple, list[torch.Tensor]] = {}
-
-    def partner_of(batch: Batch, keep: str) -> Batch:
-        if keep == "all":
-            return batch
-        if keep == "removed":
-            return partner_input(batch, "any", tester.shift)
-        return partner_input(batch, keep, shifts[order.index(keep) % len(shifts)])
 
     def streams(path: tuple, batch: Batch, level: int) -> list[torch.Tensor]:
         """``h^0 … h^{L-1}`` of ``batch`` scrubbed ``level`` deep (0: its clean run)."""
@@ -83,7 +70,7 @@ def treeified(tester: ScrubTester, hyp: Hypothesis, depth: int) -> Score:
             total = 0.0
             for keep, part, positions in parts[layer]:
                 below = 0 if keep == "removed" else level - 1
-                h = streams((*path, keep), partner_of(batch, keep), below)[layer]
+                h = streams((*path, keep), tester.partner_of(batch, keep), below)[layer]
                 term = torch.einsum("btd,hde,bse->bhts", h, part, h)
                 total = total + (term if positions is None else term * positions)
             pattern = total.masked_fill(masked, float("-inf")).softmax(-1)  # (B, H, T, T)
